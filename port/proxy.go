@@ -1,0 +1,97 @@
+package port
+
+import (
+	"context"
+	"time"
+)
+
+// ProxyManager starts per-run LLM proxies. A proxy listens on a unix socket that only its
+// run's sandbox can reach, forwards /v1/ requests to the upstream (LiteLLM), strips every
+// client Authorization and x-litellm-* header, injects the credentials and attribution of
+// the ProxySpec, and writes an audit record per call that the sandbox cannot touch.
+//
+// Start validates spec (errors wrap ErrInvalidSpec; nothing is created) and returns once
+// the socket accepts connections; a proxy that does not become ready in time gives an
+// error wrapping ErrUnavailable that carries the proxy's last log lines.
+type ProxyManager interface {
+	Start(ctx context.Context, spec ProxySpec) (Proxy, error)
+}
+
+// Proxy is one running per-run proxy.
+type Proxy interface {
+	// Socket says how the runner mounts the proxy's socket directory.
+	Socket() LLMSocket
+	// Stop stops the proxy, deletes its key-bearing configuration and returns the audit
+	// records of every call it saw, also after a failed run (those calls are billable).
+	// Stop is idempotent; a second call returns the same records.
+	Stop(ctx context.Context) ([]AuditRecord, error)
+}
+
+// ProxySpec configures one per-run proxy.
+type ProxySpec struct {
+	// RunID identifies the run (ValidateRunID).
+	RunID string
+	// Attempt numbers retries of the same run, from 0.
+	Attempt int
+	// Upstream is the LiteLLM base URL, e.g. "http://127.0.0.1:4000".
+	Upstream string
+	// APIKey is sent upstream as "Authorization: Bearer <APIKey>". It never reaches the sandbox.
+	APIKey string
+	// Attribution is injected as x-litellm-end-user-id and x-litellm-spend-logs-metadata.
+	Attribution Attribution
+	// Budget caps the run's LLM use; zero fields mean unlimited. Adapters that cannot
+	// enforce a field refuse the spec with ErrUnsupported.
+	Budget Budget
+	// Labels are extra labels for created resources; the LabelPrefix namespace is reserved.
+	Labels map[string]string
+}
+
+// Attribution is the billing and tracing identity the proxy injects on every call.
+type Attribution struct {
+	// BillingAccountID becomes x-litellm-end-user-id (LiteLLM's end_user).
+	BillingAccountID string
+	// The rest become x-litellm-spend-logs-metadata, with run_id and attempt from the spec.
+	UserID          string
+	GraphID         string
+	ExistingTraceID string
+	SessionID       string
+	TraceUserID     string
+}
+
+// Budget limits a run's LLM use inside the proxy.
+type Budget struct {
+	// MaxCalls is the number of upstream calls allowed; call MaxCalls+1 gets HTTP 429
+	// with a JSON error and never reaches the upstream.
+	MaxCalls int
+	// MaxTokens stops further calls once the total tokens reported in responses' usage
+	// reach it.
+	MaxTokens int64
+}
+
+// AuditRecord is the proxy's record of one call. It never holds prompts or completions.
+type AuditRecord struct {
+	Time      time.Time     `json:"time"`
+	RunID     string        `json:"run_id"`
+	Attempt   int           `json:"attempt"`
+	Method    string        `json:"method"`
+	Path      string        `json:"path"`
+	Status    int           `json:"status"`
+	ReqBytes  int64         `json:"req_bytes"`
+	RespBytes int64         `json:"resp_bytes"`
+	Model     string        `json:"model,omitempty"`
+	Streamed  bool          `json:"streamed,omitempty"`
+	// CallID is the upstream's x-litellm-call-id response header.
+	CallID string `json:"call_id,omitempty"`
+	// RequestID is the response body's id (LiteLLM's spend-log request_id), where the
+	// proxy can see it.
+	RequestID string `json:"request_id,omitempty"`
+	// ResponseCost is the upstream's x-litellm-response-cost header, verbatim.
+	ResponseCost string `json:"response_cost,omitempty"`
+	// Latency is the whole call; TTFB the time to the first response byte.
+	Latency time.Duration `json:"latency_ns"`
+	TTFB    time.Duration `json:"ttfb_ns,omitempty"`
+	// Blocked is set when the proxy refused the call itself (budget, bad path).
+	Blocked string `json:"blocked,omitempty"`
+	// Error describes a transport failure (upstream unreachable, stream cut).
+	Error string `json:"error,omitempty"`
+}

@@ -1,0 +1,280 @@
+package port
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults applied by RunSpec.WithDefaults.
+const (
+	DefaultUser        = "1001:1001"
+	DefaultPIDs        = 256
+	DefaultMemoryBytes = 512 << 20
+	DefaultTmpfsBytes  = 64 << 20
+	DefaultOutputLimit = 2 << 20
+	DefaultTimeout     = 10 * time.Minute
+
+	// WorkspacePath is where RunSpec.WorkspaceDir appears inside the sandbox.
+	WorkspacePath = "/workspace"
+	// LLMSocketDir is where the proxy's socket directory appears inside the sandbox.
+	// It is a top-level path on purpose: a mount under the tmpfs /run would be hidden.
+	LLMSocketDir = "/llm-sock"
+	// LLMSocketName is the socket's file name inside LLMSocketDir.
+	LLMSocketName = "llm.sock"
+	// BridgeAddr is where the in-sandbox bridge listens; agents use
+	// OPENAI_API_BASE=http://localhost:8080.
+	BridgeAddr = "127.0.0.1:8080"
+)
+
+// SandboxRunner runs one command to completion in a locked-down container.
+//
+// RunOnce validates spec (errors wrap ErrInvalidSpec; nothing is created), creates the
+// container, runs it, collects its output and removes it on every path, including
+// cancellation of ctx and a panic unwinding through the caller.
+//
+// A non-zero exit code is not an error. RunOnce returns a non-nil *RunResult whenever
+// the container was created, together with a *RunError when the run did not complete:
+// errors.Is(err, ErrTimeout), ErrOOMKilled, ErrContainerFailed or ErrInternal tell why.
+// A daemon that cannot be reached gives an error wrapping ErrUnavailable.
+type SandboxRunner interface {
+	RunOnce(ctx context.Context, spec RunSpec) (*RunResult, error)
+}
+
+// Sweeper removes resources an adapter created and lost track of (the host process
+// died, say). Only resources carrying the adapter's owner label are considered.
+type Sweeper interface {
+	Sweep(ctx context.Context, opts SweepOptions) (SweepReport, error)
+}
+
+// SweepOptions selects what a Sweep removes.
+type SweepOptions struct {
+	// OlderThan is a grace period: resources created less than this long ago are kept,
+	// so a sweep never races a run that is just starting. Zero sweeps everything of ours.
+	OlderThan time.Duration
+	// RunID, if set, restricts the sweep to one run.
+	RunID string
+	// DryRun reports what would be removed without removing it.
+	DryRun bool
+}
+
+// SweepReport lists what a Sweep removed (or, with DryRun, would remove).
+type SweepReport struct {
+	// Removed names each resource as "kind:id", e.g. "container:3f2a…" or "volume:llm-sock-r1".
+	Removed []string
+	// Errors are per-resource failures; the sweep carries on past them.
+	Errors []error
+}
+
+// NetworkMode says what network a sandbox gets. The zero value is NetworkNone.
+type NetworkMode struct {
+	// Internal names a pre-existing internal network (no route out) to join instead of
+	// having none. Empty means no network at all: loopback only.
+	Internal string
+}
+
+// Mount is an extra host path visible in the sandbox.
+type Mount struct {
+	Source   string // absolute host path; it must exist
+	Target   string // absolute path in the sandbox
+	Writable bool   // mounts are read-only unless asked
+}
+
+// Limits bound a run's resources. Zero fields take the defaults.
+type Limits struct {
+	Timeout     time.Duration // wall-clock limit; the context may end it sooner
+	MemoryBytes int64         // memory limit; swap is set equal, so there is none extra
+	PIDs        int64         // process limit (fork bombs stop here)
+	NanoCPUs    int64         // CPU limit in 1e-9 CPUs; zero means unlimited
+	TmpfsBytes  int64         // size of each of /tmp and /run
+}
+
+// LLMSocket is how a per-run proxy's socket directory reaches a sandbox. Exactly one of
+// HostDir and Volume is set, depending on the proxy adapter.
+type LLMSocket struct {
+	// HostDir is a host directory holding LLMSocketName, bind-mounted at LLMSocketDir.
+	HostDir string
+	// Volume is a runtime volume holding LLMSocketName, mounted at LLMSocketDir.
+	Volume string
+}
+
+// RunSpec describes one sandboxed run.
+type RunSpec struct {
+	// RunID is host-generated and validated with ValidateRunID.
+	RunID string
+	// Image is the container image reference.
+	Image string
+	// Argv is the command. It is passed as an argv, never joined into a shell string.
+	// Empty means the image's default command.
+	Argv []string
+	// Env is the environment, exactly as given (plus OPENAI_API_BASE when LLM is set).
+	Env map[string]string
+	// WorkspaceDir is a host directory mounted read-write at /workspace; empty for none.
+	WorkspaceDir string
+	// Mounts are extra mounts, read-only unless Writable.
+	Mounts []Mount
+	// Limits bound the run.
+	Limits Limits
+	// Network defaults to none.
+	Network NetworkMode
+	// User is "uid:gid" (default DefaultUser). Root ("0" or "root") is refused.
+	User string
+	// LLM, if set, mounts a proxy's socket directory and starts the bridge on BridgeAddr
+	// before the agent's argv runs.
+	LLM *LLMSocket
+	// OutputLimit caps each of stdout and stderr (default DefaultOutputLimit).
+	OutputLimit int
+	// Labels are extra labels for the container; the LabelPrefix namespace is reserved.
+	Labels map[string]string
+}
+
+// RunResult is the outcome of a run.
+type RunResult struct {
+	// ExitCode is the process's exit code; -1 when it never ran or was killed before exit.
+	ExitCode int
+	// Stdout and Stderr are the captured streams, each at most OutputLimit bytes.
+	Stdout, Stderr []byte
+	// StdoutTruncated and StderrTruncated say whether output was dropped past the cap.
+	StdoutTruncated, StderrTruncated bool
+	// ErrorCode is empty for a completed run (whatever its exit code).
+	ErrorCode ErrorCode
+	// Duration is the wall-clock time from create to exit.
+	Duration time.Duration
+}
+
+// OK reports whether the run completed and exited 0.
+func (r *RunResult) OK() bool { return r != nil && r.ErrorCode == "" && r.ExitCode == 0 }
+
+// ErrorCode classifies a run that did not complete.
+type ErrorCode string
+
+// Error codes, matching the seed's SandboxRunResult.errorCode.
+const (
+	CodeTimeout         ErrorCode = "timeout"
+	CodeOOMKilled       ErrorCode = "oom_killed"
+	CodeContainerFailed ErrorCode = "container_failed"
+	CodeInternal        ErrorCode = "internal"
+)
+
+// Sentinel returns the package sentinel for the code.
+func (c ErrorCode) Sentinel() error {
+	switch c {
+	case CodeTimeout:
+		return ErrTimeout
+	case CodeOOMKilled:
+		return ErrOOMKilled
+	case CodeContainerFailed:
+		return ErrContainerFailed
+	default:
+		return ErrInternal
+	}
+}
+
+// RunError reports a run that did not complete. errors.Is matches the code's sentinel
+// (ErrTimeout, ...) and the cause (context.Canceled, say).
+type RunError struct {
+	Code ErrorCode
+	Err  error // the cause; may be nil
+}
+
+// Error implements error.
+func (e *RunError) Error() string {
+	if e.Err == nil {
+		return string(e.Code)
+	}
+	return fmt.Sprintf("%s: %v", e.Code, e.Err)
+}
+
+// Unwrap returns the code's sentinel and the cause.
+func (e *RunError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Code.Sentinel()}
+	}
+	return []error{e.Code.Sentinel(), e.Err}
+}
+
+var (
+	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	userRe   = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
+)
+
+// WithDefaults returns a copy of s with zero fields set to their defaults.
+func (s RunSpec) WithDefaults() RunSpec {
+	if s.User == "" {
+		s.User = DefaultUser
+	}
+	if s.Limits.Timeout <= 0 {
+		s.Limits.Timeout = DefaultTimeout
+	}
+	if s.Limits.MemoryBytes <= 0 {
+		s.Limits.MemoryBytes = DefaultMemoryBytes
+	}
+	if s.Limits.PIDs <= 0 {
+		s.Limits.PIDs = DefaultPIDs
+	}
+	if s.Limits.TmpfsBytes <= 0 {
+		s.Limits.TmpfsBytes = DefaultTmpfsBytes
+	}
+	if s.OutputLimit <= 0 {
+		s.OutputLimit = DefaultOutputLimit
+	}
+	return s
+}
+
+// Validate checks a spec (after WithDefaults) without touching the runtime. Errors wrap
+// ErrInvalidSpec and say which field is wrong.
+func (s RunSpec) Validate() error {
+	if err := ValidateRunID(s.RunID); err != nil {
+		return err
+	}
+	if s.Image == "" || strings.ContainsAny(s.Image, " \t\r\n\x00") {
+		return Invalid("image %q is empty or has whitespace", s.Image)
+	}
+	for i, a := range s.Argv {
+		if strings.ContainsRune(a, 0) {
+			return Invalid("argv[%d] contains a NUL byte", i)
+		}
+	}
+	for k, v := range s.Env {
+		if !envKeyRe.MatchString(k) {
+			return Invalid("env key %q is not a valid variable name", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return Invalid("env %s contains a NUL byte", k)
+		}
+	}
+	if s.WorkspaceDir != "" && !path.IsAbs(s.WorkspaceDir) {
+		return Invalid("workspace dir %q is not absolute", s.WorkspaceDir)
+	}
+	for i, m := range s.Mounts {
+		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
+			return Invalid("mount %d: source and target must be absolute", i)
+		}
+		t := path.Clean(m.Target)
+		if t == "/" || t == WorkspacePath || t == LLMSocketDir || strings.HasPrefix(t, "/proc") || strings.HasPrefix(t, "/sys") || strings.HasPrefix(t, "/dev") {
+			return Invalid("mount %d: target %q is reserved", i, m.Target)
+		}
+	}
+	if !userRe.MatchString(s.User) {
+		return Invalid("user %q is not numeric uid[:gid]", s.User)
+	}
+	if uid, _, _ := strings.Cut(s.User, ":"); strings.TrimLeft(uid, "0") == "" {
+		return Invalid("user %q is root; sandboxes never run as root", s.User)
+	}
+	if s.Limits.Timeout < 0 || s.Limits.MemoryBytes < 6<<20 || s.Limits.PIDs < 1 || s.Limits.NanoCPUs < 0 || s.Limits.TmpfsBytes < 0 {
+		return Invalid("limits out of range (memory must be at least 6 MiB, pids at least 1)")
+	}
+	if s.LLM != nil && (s.LLM.HostDir == "") == (s.LLM.Volume == "") {
+		return Invalid("llm socket: exactly one of HostDir and Volume must be set")
+	}
+	if s.LLM != nil && s.LLM.HostDir != "" && !path.IsAbs(s.LLM.HostDir) {
+		return Invalid("llm socket dir %q is not absolute", s.LLM.HostDir)
+	}
+	if s.OutputLimit < 0 {
+		return Invalid("output limit is negative")
+	}
+	return ValidateLabels(s.Labels)
+}
