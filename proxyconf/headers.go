@@ -1,0 +1,150 @@
+package proxyconf
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Injected header names.
+const (
+	HeaderAuthorization     = "Authorization"
+	HeaderEndUserID         = "X-Litellm-End-User-Id"
+	HeaderSpendLogsMetadata = "X-Litellm-Spend-Logs-Metadata"
+)
+
+// Limits on injected values. LiteLLM's whole header block is limited to about 16 KiB.
+const (
+	MaxKeyLen       = 512
+	MaxValueLen     = 256
+	MaxMetadataJSON = 4096
+)
+
+// strippedExact are credential-bearing client headers. LiteLLM takes an API key from
+// several of them, so leaving any would let an agent choose whose key (and so whose
+// budget) a call uses.
+var strippedExact = map[string]bool{
+	"Authorization":             true,
+	"Proxy-Authorization":       true,
+	"Api-Key":                   true,
+	"X-Api-Key":                 true,
+	"X-Goog-Api-Key":            true,
+	"Ocp-Apim-Subscription-Key": true,
+	"Cookie":                    true,
+}
+
+// IsStripped reports whether a client request header is removed before forwarding:
+// every credential header and every x-litellm-* header, whatever its case.
+func IsStripped(name string) bool {
+	c := http.CanonicalHeaderKey(name)
+	return strippedExact[c] || strings.HasPrefix(c, "X-Litellm-")
+}
+
+// StrippedHeaders lists the exact header names IsStripped removes (besides the
+// x-litellm- prefix), for renderers of configs that must name them one by one.
+func StrippedHeaders() []string {
+	return []string{"Authorization", "Proxy-Authorization", "Api-Key", "X-Api-Key", "X-Goog-Api-Key", "Ocp-Apim-Subscription-Key", "Cookie"}
+}
+
+// SpendLogsMetadata is the JSON sent as x-litellm-spend-logs-metadata. LiteLLM stores it
+// in the spend row's metadata.spend_logs_metadata, which is how a row is tied to a run.
+type SpendLogsMetadata struct {
+	RunID           string `json:"run_id"`
+	Attempt         int    `json:"attempt"`
+	UserID          string `json:"user_id,omitempty"`
+	GraphID         string `json:"graph_id,omitempty"`
+	ExistingTraceID string `json:"existing_trace_id,omitempty"`
+	SessionID       string `json:"session_id,omitempty"`
+	TraceUserID     string `json:"trace_user_id,omitempty"`
+}
+
+// Header is one injected header.
+type Header struct{ Name, Value string }
+
+// Policy is a validated per-run header policy.
+type Policy struct {
+	runID    string
+	injected []Header
+}
+
+var keyRe = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]+$`)
+
+// ValidateValue checks one attribution value: at most MaxValueLen bytes of printable
+// ASCII (no CR, LF, NUL or other control characters). Errors wrap port.ErrInvalidSpec.
+func ValidateValue(field, v string) error {
+	if len(v) > MaxValueLen {
+		return port.Invalid("%s is %d bytes, over the limit of %d", field, len(v), MaxValueLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e {
+			return port.Invalid("%s has a control or non-ASCII byte 0x%02x at offset %d", field, c, i)
+		}
+	}
+	return nil
+}
+
+// NewPolicy validates spec's run, key and attribution and returns the policy that
+// injects them. Errors wrap port.ErrInvalidSpec.
+func NewPolicy(spec port.ProxySpec) (*Policy, error) {
+	if err := port.ValidateRunID(spec.RunID); err != nil {
+		return nil, err
+	}
+	if spec.Attempt < 0 || spec.Attempt > 1_000_000 {
+		return nil, port.Invalid("attempt %d out of range", spec.Attempt)
+	}
+	if spec.APIKey == "" || len(spec.APIKey) > MaxKeyLen || !keyRe.MatchString(spec.APIKey) {
+		return nil, port.Invalid("api key is empty, longer than %d bytes, or has characters outside [A-Za-z0-9._~+/=-]", MaxKeyLen)
+	}
+	a := spec.Attribution
+	if a.BillingAccountID == "" {
+		return nil, port.Invalid("billing account id is required")
+	}
+	for _, f := range []struct{ name, v string }{
+		{"billing account id", a.BillingAccountID}, {"user id", a.UserID}, {"graph id", a.GraphID},
+		{"existing trace id", a.ExistingTraceID}, {"session id", a.SessionID}, {"trace user id", a.TraceUserID},
+	} {
+		if err := ValidateValue(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	md, err := json.Marshal(SpendLogsMetadata{
+		RunID: spec.RunID, Attempt: spec.Attempt, UserID: a.UserID, GraphID: a.GraphID,
+		ExistingTraceID: a.ExistingTraceID, SessionID: a.SessionID, TraceUserID: a.TraceUserID,
+	})
+	if err != nil {
+		return nil, port.Invalid("metadata: %v", err)
+	}
+	if len(md) > MaxMetadataJSON {
+		return nil, port.Invalid("spend logs metadata is %d bytes, over the limit of %d", len(md), MaxMetadataJSON)
+	}
+	return &Policy{
+		runID: spec.RunID,
+		injected: []Header{
+			{HeaderAuthorization, "Bearer " + spec.APIKey},
+			{HeaderEndUserID, a.BillingAccountID},
+			{HeaderSpendLogsMetadata, string(md)},
+		},
+	}, nil
+}
+
+// RunID is the run the policy attributes calls to.
+func (p *Policy) RunID() string { return p.runID }
+
+// Injected returns the headers the proxy sets on every upstream request, in a fixed
+// order. The Authorization value holds the key: never log it.
+func (p *Policy) Injected() []Header { return append([]Header(nil), p.injected...) }
+
+// Apply strips every client header IsStripped names from h and sets the injected ones.
+func (p *Policy) Apply(h http.Header) {
+	for name := range h {
+		if IsStripped(name) {
+			delete(h, name)
+		}
+	}
+	for _, ih := range p.injected {
+		h[ih.Name] = []string{ih.Value}
+	}
+}

@@ -1,0 +1,88 @@
+package proxyconf
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+func validSpec() port.ProxySpec {
+	return port.ProxySpec{
+		RunID: "run-1", Attempt: 2, Upstream: "http://127.0.0.1:4000", APIKey: "sk-master-123",
+		Attribution: port.Attribution{BillingAccountID: "acct-9", UserID: "u1", GraphID: "sandbox:agent", SessionID: "s1"},
+	}
+}
+
+func TestPolicyApplyStripsAndInjects(t *testing.T) {
+	p, err := NewPolicy(validSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("authorization", "Bearer stolen")
+	h.Set("X-LiteLLM-End-User-Id", "victim")
+	h.Set("x-litellm-spend-logs-metadata", `{"run_id":"other"}`)
+	h.Set("x-litellm-customer-id", "victim")
+	h.Set("X-Api-Key", "other-key")
+	h.Set("Content-Type", "application/json")
+	p.Apply(h)
+	if got := h.Get("Authorization"); got != "Bearer sk-master-123" {
+		t.Errorf("Authorization = %q", got)
+	}
+	if got := h.Get("X-Litellm-End-User-Id"); got != "acct-9" {
+		t.Errorf("end user = %q", got)
+	}
+	if h.Get("X-Litellm-Customer-Id") != "" || h.Get("X-Api-Key") != "" {
+		t.Errorf("spoofed headers survived: %v", h)
+	}
+	if h.Get("Content-Type") != "application/json" {
+		t.Errorf("unrelated header lost")
+	}
+	var md SpendLogsMetadata
+	if err := json.Unmarshal([]byte(h.Get("X-Litellm-Spend-Logs-Metadata")), &md); err != nil {
+		t.Fatal(err)
+	}
+	want := SpendLogsMetadata{RunID: "run-1", Attempt: 2, UserID: "u1", GraphID: "sandbox:agent", SessionID: "s1"}
+	if md != want {
+		t.Errorf("metadata = %+v, want %+v", md, want)
+	}
+}
+
+func TestPolicyRejectsBadInput(t *testing.T) {
+	cases := map[string]func(*port.ProxySpec){
+		"run id with slash":  func(s *port.ProxySpec) { s.RunID = "../etc" },
+		"empty key":          func(s *port.ProxySpec) { s.APIKey = "" },
+		"key with quote":     func(s *port.ProxySpec) { s.APIKey = `sk"; return 200` },
+		"key with newline":   func(s *port.ProxySpec) { s.APIKey = "sk\nX: y" },
+		"account with CRLF":  func(s *port.ProxySpec) { s.Attribution.BillingAccountID = "a\r\nX-Evil: 1" },
+		"missing account":    func(s *port.ProxySpec) { s.Attribution.BillingAccountID = "" },
+		"non-ascii session":  func(s *port.ProxySpec) { s.Attribution.SessionID = "sé" },
+		"oversized trace id": func(s *port.ProxySpec) { s.Attribution.ExistingTraceID = string(make([]byte, 300)) },
+		"negative attempt":   func(s *port.ProxySpec) { s.Attempt = -1 },
+		"NUL in user id":     func(s *port.ProxySpec) { s.Attribution.UserID = "a\x00b" },
+	}
+	for name, mut := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := validSpec()
+			mut(&s)
+			_, err := NewPolicy(s)
+			if !errors.Is(err, port.ErrInvalidSpec) {
+				t.Fatalf("err = %v, want ErrInvalidSpec", err)
+			}
+		})
+	}
+}
+
+func TestIsStripped(t *testing.T) {
+	for name, want := range map[string]bool{
+		"authorization": true, "x-litellm-anything": true, "X-LITELLM-TAGS": true, "x-goog-api-key": true,
+		"content-type": false, "accept": false, "x-litellmfoo": false,
+	} {
+		if got := IsStripped(name); got != want {
+			t.Errorf("IsStripped(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
