@@ -1,0 +1,125 @@
+package docker
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// bridgeTarget is where the bridge binary is mounted inside a sandbox.
+const bridgeTarget = "/.agentsandbox/bridge"
+
+// labels returns the reserved labels plus the caller's.
+func labels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
+	l := make(map[string]string, len(extra)+4)
+	for k, v := range extra {
+		l[k] = v
+	}
+	l[port.LabelOwner] = owner
+	l[port.LabelRunID] = runID
+	l[port.LabelKind] = kind
+	l[port.LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
+	return l
+}
+
+// envList renders env sorted, so container configs are deterministic.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkDir fails unless p is an existing directory: Docker would silently create a
+// missing bind source as a root-owned directory.
+func checkDir(what, p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return port.Invalid("%s: %v", what, err)
+	}
+	if !fi.IsDir() {
+		return port.Invalid("%s %s is not a directory", what, p)
+	}
+	return nil
+}
+
+// sandboxConfig turns a validated spec (with defaults) into the container config.
+// entrypoint is the full command: argv, or the image's, wrapped by the bridge if any.
+func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]string, bridge string) (*container.Config, *container.HostConfig) {
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	if spec.LLM != nil {
+		if _, ok := env["OPENAI_API_BASE"]; !ok {
+			env["OPENAI_API_BASE"] = "http://localhost:8080"
+		}
+	}
+	tmpfsOpts := fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d", spec.Limits.TmpfsBytes)
+	pids := spec.Limits.PIDs
+	hc := &container.HostConfig{
+		NetworkMode:    container.NetworkMode("none"),
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": tmpfsOpts, "/run": tmpfsOpts},
+		IpcMode:        container.IPCModePrivate,
+		LogConfig:      container.LogConfig{Type: "none"}, // output is read from the attach stream, capped
+		Resources: container.Resources{
+			Memory:     spec.Limits.MemoryBytes,
+			MemorySwap: spec.Limits.MemoryBytes,
+			NanoCPUs:   spec.Limits.NanoCPUs,
+			PidsLimit:  &pids,
+		},
+	}
+	if spec.Network.Internal != "" {
+		hc.NetworkMode = container.NetworkMode(spec.Network.Internal)
+	}
+	if spec.WorkspaceDir != "" {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.WorkspaceDir, Target: port.WorkspacePath})
+	}
+	for _, m := range spec.Mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: !m.Writable})
+	}
+	if spec.LLM != nil {
+		// Read-only is enough to connect to a unix socket, and keeps the agent from
+		// planting files next to it.
+		if spec.LLM.Volume != "" {
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: spec.LLM.Volume, Target: port.LLMSocketDir, ReadOnly: true})
+		} else {
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.LLM.HostDir, Target: port.LLMSocketDir, ReadOnly: true})
+		}
+		if bridge != "" {
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: bridge, Target: bridgeTarget, ReadOnly: true})
+		}
+	}
+	cfg := &container.Config{
+		Image:           spec.Image,
+		User:            spec.User,
+		Env:             envList(env),
+		Entrypoint:      entrypoint,
+		Cmd:             []string{},
+		Labels:          lbls,
+		Hostname:        "sandbox",
+		WorkingDir:      workdir(spec),
+		AttachStdout:    true,
+		AttachStderr:    true,
+		NetworkDisabled: spec.Network.Internal == "",
+	}
+	return cfg, hc
+}
+
+func workdir(spec port.RunSpec) string {
+	if spec.WorkspaceDir != "" {
+		return port.WorkspacePath
+	}
+	return ""
+}

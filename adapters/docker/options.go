@@ -1,0 +1,149 @@
+package docker
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Option configures a Runner or ProxyManager. Options validate their arguments.
+type Option func(*config) error
+
+type config struct {
+	host           string
+	api            apiClient
+	owner          string
+	logger         *slog.Logger
+	bridgePath     string
+	cleanupTimeout time.Duration
+	killGrace      time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		owner:          port.DefaultOwner,
+		logger:         slog.New(slog.DiscardHandler),
+		cleanupTimeout: 30 * time.Second,
+		killGrace:      10 * time.Second,
+	}
+}
+
+// WithHost sets the daemon address (e.g. "unix:///var/run/docker.sock"). The default is
+// taken from the environment (DOCKER_HOST and friends), as the docker CLI does.
+func WithHost(host string) Option {
+	return func(c *config) error {
+		if host == "" {
+			return port.Invalid("docker host is empty")
+		}
+		c.host = host
+		return nil
+	}
+}
+
+// WithClient uses an existing SDK client instead of making one. The caller keeps
+// ownership: Close does not close it.
+func WithClient(cli *client.Client) Option {
+	return func(c *config) error {
+		if cli == nil {
+			return port.Invalid("docker client is nil")
+		}
+		c.api = borrowed{cli}
+		return nil
+	}
+}
+
+// WithOwner sets the owner label value. Sweeps only ever touch resources of their owner,
+// so hosts sharing a daemon must use distinct owners.
+func WithOwner(owner string) Option {
+	return func(c *config) error {
+		if err := port.ValidateOwner(owner); err != nil {
+			return err
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithLogger sets the logger; by default nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return port.Invalid("logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithBridge sets the host path of a static sandbox-bridge binary (cmd/sandbox-bridge).
+// When a run has an LLM socket, the runner mounts it read-only and makes it the entrypoint,
+// so the agent reaches the proxy at http://localhost:8080 with no socat in its image.
+// Without it, the image must bring its own bridge.
+func WithBridge(path string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(path) {
+			return port.Invalid("bridge path %q is not absolute", path)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return port.Invalid("bridge binary: %v", err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return port.Invalid("bridge binary %s is not an executable file", path)
+		}
+		c.bridgePath = path
+		return nil
+	}
+}
+
+// WithCleanupTimeout bounds the removal of a run's container, which uses a fresh
+// context so that a cancelled caller cannot leak it. Default 30s.
+func WithCleanupTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return port.Invalid("cleanup timeout %v is not positive", d)
+		}
+		c.cleanupTimeout = d
+		return nil
+	}
+}
+
+func (c *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connect makes the SDK client. It does no I/O: the client dials lazily.
+func (c *config) connect() error {
+	if c.api != nil {
+		return nil
+	}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if c.host != "" {
+		opts = append(opts, client.WithHost(c.host))
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return fmt.Errorf("%w: docker client: %v", port.ErrInvalidSpec, err)
+	}
+	c.api = cli
+	return nil
+}
+
+// borrowed wraps a caller-owned client so Close leaves it open.
+type borrowed struct{ *client.Client }
+
+func (borrowed) Close() error { return nil }

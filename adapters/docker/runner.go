@@ -1,0 +1,281 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Runner runs sandboxes on a Docker engine. It is safe for concurrent use.
+type Runner struct {
+	cfg config
+}
+
+var (
+	_ port.SandboxRunner = (*Runner)(nil)
+	_ port.Sweeper       = (*Runner)(nil)
+)
+
+// NewRunner returns a Runner. It does no I/O; use Ping to check the daemon.
+func NewRunner(opts ...Option) (*Runner, error) {
+	cfg := defaultConfig()
+	if err := cfg.apply(opts); err != nil {
+		return nil, opErr("NewRunner", "", err)
+	}
+	if err := cfg.connect(); err != nil {
+		return nil, opErr("NewRunner", "", err)
+	}
+	return &Runner{cfg: cfg}, nil
+}
+
+// Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
+func (r *Runner) Ping(ctx context.Context) error {
+	if _, err := r.cfg.api.Ping(ctx, client.PingOptions{}); err != nil {
+		return opErr("Ping", "", fmt.Errorf("%w: %w", port.ErrUnavailable, err))
+	}
+	return nil
+}
+
+// Close releases the SDK client (unless it was passed in with WithClient).
+func (r *Runner) Close() error { return r.cfg.api.Close() }
+
+// Owner returns the owner label value of the resources this runner creates.
+func (r *Runner) Owner() string { return r.cfg.owner }
+
+// RunOnce implements port.SandboxRunner.
+func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
+	spec = spec.WithDefaults()
+	if err := r.check(ctx, spec); err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	start := time.Now()
+	res = &port.RunResult{ExitCode: -1}
+	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
+		res.ErrorCode = code
+		res.Duration = time.Since(start)
+		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
+	}
+
+	entrypoint, err := r.entrypoint(ctx, spec)
+	if err != nil {
+		if errors.Is(err, port.ErrNotFound) {
+			return fail(port.CodeContainerFailed, err)
+		}
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	cfg, hc := sandboxConfig(spec, entrypoint, labels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
+	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
+	})
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+			return nil, opErr("RunOnce", spec.RunID, err)
+		}
+		return fail(port.CodeContainerFailed, err)
+	}
+	id := created.ID
+	// Registered before anything else can fail, and run with a fresh context so a
+	// cancelled caller (or a panic unwinding through here) cannot leak the container.
+	defer r.remove(id, spec.RunID)
+	log := r.cfg.logger.With("run_id", spec.RunID, "container", short(id))
+	log.Debug("container created")
+
+	att, err := r.cfg.api.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
+	}
+	defer att.Close()
+	stdout := &cappedBuffer{max: spec.OutputLimit}
+	stderr := &cappedBuffer{max: spec.OutputLimit}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	collect := func() {
+		// The attach stream ends when the container exits; bound the wait in case the
+		// daemon keeps it open.
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second):
+			log.Warn("output stream did not end after exit")
+		}
+		att.Close()
+		res.Stdout, res.StdoutTruncated = stdout.result()
+		res.Stderr, res.StderrTruncated = stderr.result()
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	// Wait is registered before start so a fast exit cannot be missed.
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWait()
+	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+
+	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		collect()
+		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
+	}
+	log.Debug("container started")
+
+	select {
+	case w := <-wait.Result:
+		collect()
+		res.Duration = time.Since(start)
+		res.ExitCode = int(w.StatusCode)
+		if w.Error != nil && w.Error.Message != "" {
+			return fail(port.CodeInternal, errors.New(w.Error.Message))
+		}
+		if oom, err := r.oomKilled(id); err != nil {
+			return fail(port.CodeInternal, err)
+		} else if oom {
+			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		}
+		return res, nil
+	case err := <-wait.Error:
+		collect()
+		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
+	case <-runCtx.Done():
+		cause := context.Cause(runCtx)
+		if ctx.Err() != nil {
+			cause = context.Cause(ctx)
+		} else {
+			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
+		}
+		r.kill(id, wait, log)
+		collect()
+		return fail(port.CodeTimeout, cause)
+	}
+}
+
+// check validates spec against the host: the fields, and that bind sources exist.
+func (r *Runner) check(ctx context.Context, spec port.RunSpec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if spec.WorkspaceDir != "" {
+		if err := checkDir("workspace dir", spec.WorkspaceDir); err != nil {
+			return err
+		}
+	}
+	for i, m := range spec.Mounts {
+		if err := checkDir(fmt.Sprintf("mount %d source", i), m.Source); err != nil {
+			return err
+		}
+	}
+	if spec.LLM != nil && spec.LLM.HostDir != "" {
+		if err := checkDir("llm socket dir", spec.LLM.HostDir); err != nil {
+			return err
+		}
+	}
+	if n := spec.Network.Internal; n != "" {
+		nw, err := r.cfg.api.NetworkInspect(ctx, n, client.NetworkInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("network %q: %w", n, classify(err))
+		}
+		if !nw.Network.Internal {
+			return port.Invalid("network %q is not internal: it has a route out", n)
+		}
+	}
+	return nil
+}
+
+// entrypoint resolves the command to run: argv, or the image's own, behind the bridge
+// when the run has an LLM socket and a bridge is configured.
+func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, error) {
+	argv := spec.Argv
+	if len(argv) == 0 {
+		img, err := r.cfg.api.ImageInspect(ctx, spec.Image)
+		if err != nil {
+			return nil, fmt.Errorf("image %q: %w", spec.Image, classify(err))
+		}
+		if img.Config != nil {
+			argv = append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
+		}
+		if len(argv) == 0 {
+			return nil, port.Invalid("no argv given and image %q has no entrypoint or cmd", spec.Image)
+		}
+	}
+	if spec.LLM != nil && r.cfg.bridgePath != "" {
+		return append([]string{bridgeTarget, "--"}, argv...), nil
+	}
+	return argv, nil
+}
+
+func (r *Runner) oomKilled(id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+	defer cancel()
+	ins, err := r.cfg.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return false, fmt.Errorf("inspect: %w", classify(err))
+	}
+	return ins.Container.State != nil && ins.Container.State.OOMKilled, nil
+}
+
+// kill stops a container that outlived its run and waits (bounded) for it to exit.
+func (r *Runner) kill(id string, wait client.ContainerWaitResult, log interface{ Warn(string, ...any) }) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.killGrace)
+	defer cancel()
+	if _, err := r.cfg.api.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		log.Warn("kill failed", "err", err)
+	}
+	select {
+	case <-wait.Result:
+	case <-wait.Error:
+	case <-ctx.Done():
+		log.Warn("container did not exit after kill")
+	}
+}
+
+// remove deletes a run's container, forcing it if still running. NotFound is success.
+func (r *Runner) remove(id, runID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+	defer cancel()
+	_, err := r.cfg.api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+		r.cfg.logger.Error("removing container failed; a Sweep will retry", "run_id", runID, "container", short(id), "err", err)
+	}
+}
+
+func containerName(runID string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "agentsandbox-" + runID + "-" + hex.EncodeToString(b[:])
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// LoadImage loads a Docker image archive (as made by `docker save`) into the daemon
+// and returns the daemon's progress output.
+func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
+	rc, err := r.cfg.api.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return opErr("LoadImage", "", classify(err))
+	}
+	defer rc.Close()
+	out, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		return opErr("LoadImage", "", err)
+	}
+	if msg := loadError(out); msg != "" {
+		return opErr("LoadImage", "", fmt.Errorf("%w: %s", port.ErrInvalidSpec, msg))
+	}
+	return nil
+}
+

@@ -1,0 +1,100 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Sweep removes containers and volumes of this runner's owner that are older than
+// opts.OlderThan (by their created-at label), optionally only those of one run. Only
+// resources carrying the owner label are ever touched. Implements port.Sweeper.
+func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
+	return sweep(ctx, r.cfg, opts)
+}
+
+func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepReport, error) {
+	var rep port.SweepReport
+	if opts.RunID != "" {
+		if err := port.ValidateRunID(opts.RunID); err != nil {
+			return rep, opErr("Sweep", opts.RunID, err)
+		}
+	}
+	if opts.OlderThan < 0 {
+		return rep, opErr("Sweep", "", port.Invalid("OlderThan is negative"))
+	}
+	f := client.Filters{}.Add("label", port.LabelOwner+"="+cfg.owner)
+	if opts.RunID != "" {
+		f = f.Add("label", port.LabelRunID+"="+opts.RunID)
+	}
+	cutoff := time.Now().Add(-opts.OlderThan)
+	old := func(lbls map[string]string) bool {
+		t, err := time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
+		// A resource with our owner label but no readable time is ours and broken: sweep it.
+		return err != nil || !t.After(cutoff)
+	}
+
+	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return rep, opErr("Sweep", opts.RunID, classify(err))
+	}
+	for _, c := range cs.Items {
+		if c.Labels[port.LabelOwner] != cfg.owner || !old(c.Labels) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "container:"+c.ID)
+		if opts.DryRun {
+			continue
+		}
+		if _, err := cfg.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", short(c.ID), classify(err)))
+		}
+	}
+	vs, err := cfg.api.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return rep, opErr("Sweep", opts.RunID, classify(err))
+	}
+	for _, v := range vs.Items {
+		if v.Labels[port.LabelOwner] != cfg.owner || !old(v.Labels) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "volume:"+v.Name)
+		if opts.DryRun {
+			continue
+		}
+		if _, err := cfg.api.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+			rep.Errors = append(rep.Errors, fmt.Errorf("volume %s: %w", v.Name, classify(err)))
+		}
+	}
+	cfg.logger.Info("sweep done", "owner", cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
+	return rep, nil
+}
+
+// loadError returns the first error message in a JSON message stream from the daemon.
+func loadError(out []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var m struct {
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&m); err != nil {
+			return ""
+		}
+		if m.ErrorDetail.Message != "" {
+			return m.ErrorDetail.Message
+		}
+		if m.Error != "" {
+			return m.Error
+		}
+	}
+}

@@ -1,0 +1,255 @@
+// Command agent is the probe agent of the conformance suite: a static binary in a
+// scratch image whose subcommands check, from inside a sandbox, what the sandbox allows.
+// Each prints plain lines the tests assert on.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(2, "usage: agent SUBCOMMAND [ARGS]")
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "net":
+		netInfo()
+	case "connect":
+		connect(args[0])
+	case "stat":
+		for _, p := range args {
+			if _, err := os.Stat(p); err == nil {
+				fmt.Println("exists", p)
+			} else {
+				fmt.Println("missing", p)
+			}
+		}
+	case "caps":
+		caps()
+	case "euid":
+		fmt.Printf("euid=%d uid=%d\n", os.Geteuid(), os.Getuid())
+	case "setuid0":
+		if err := syscall.Setuid(0); err != nil {
+			fmt.Println("setuid0 refused:", err)
+		} else {
+			fmt.Println("setuid0 succeeded")
+		}
+	case "forkbomb":
+		forkbomb(atoi(args[0]))
+	case "memhog":
+		memhog()
+	case "sleep":
+		time.Sleep(time.Duration(atoi(args[0])) * time.Second)
+		fmt.Println("slept")
+	case "exit":
+		os.Exit(atoi(args[0]))
+	case "echo":
+		fmt.Fprint(os.Stdout, args[0])
+		fmt.Fprint(os.Stderr, args[1])
+	case "flood":
+		flood(atoi(args[0]))
+	case "write":
+		if err := os.WriteFile(args[0], []byte(args[1]), 0o644); err != nil {
+			fail(4, "write failed: "+err.Error())
+		}
+		fmt.Println("wrote", args[0])
+	case "id":
+		fmt.Printf("uid=%d gid=%d\n", os.Getuid(), os.Getgid())
+	case "cat":
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			fail(4, err.Error())
+		}
+		os.Stdout.Write(b)
+	case "env":
+		for _, e := range os.Environ() {
+			fmt.Println(e)
+		}
+	case "argv":
+		for _, a := range args {
+			fmt.Printf("[%s]\n", a)
+		}
+	case "scan":
+		scan(args[0])
+	case "http":
+		httpGet(args[0])
+	default:
+		fail(2, "unknown subcommand "+os.Args[1])
+	}
+}
+
+func fail(code int, msg string) {
+	fmt.Fprintln(os.Stderr, msg)
+	os.Exit(code)
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		fail(2, "not a number: "+s)
+	}
+	return n
+}
+
+func netInfo() {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		fail(4, err.Error())
+	}
+	for _, i := range ifs {
+		fmt.Println("iface", i.Name)
+	}
+	routes := 0
+	for _, f := range []string{"/proc/net/route", "/proc/net/ipv6_route"} {
+		b, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Fields(line)
+			if len(fields) == 0 || fields[0] == "Iface" || fields[len(fields)-1] == "lo" {
+				continue
+			}
+			routes++
+		}
+	}
+	fmt.Println("routes", routes)
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil && bytes.Contains(b, []byte("nameserver")) {
+		fmt.Println("dns configured")
+	}
+}
+
+func connect(addr string) {
+	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		fmt.Println("connect failed:", err)
+		os.Exit(3)
+	}
+	c.Close()
+	fmt.Println("connected")
+}
+
+func caps() {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		fail(4, err.Error())
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		l := s.Text()
+		if strings.HasPrefix(l, "Cap") || strings.HasPrefix(l, "NoNewPrivs") || strings.HasPrefix(l, "Seccomp:") {
+			fmt.Println(strings.Join(strings.Fields(l), " "))
+		}
+	}
+}
+
+func forkbomb(n int) {
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c := exec.Command("/agent", "sleep", "60")
+		if err := c.Start(); err != nil {
+			fmt.Printf("spawned %d\nfork failed: %v\n", i, err)
+			return
+		}
+		procs = append(procs, c)
+	}
+	fmt.Printf("spawned %d\n", n)
+}
+
+func memhog() {
+	var keep [][]byte
+	for i := 0; ; i++ {
+		b := make([]byte, 4<<20)
+		for j := 0; j < len(b); j += 4096 {
+			b[j] = 1
+		}
+		keep = append(keep, b)
+		if i%16 == 0 {
+			fmt.Fprintf(os.Stderr, "allocated %d MiB\n", (i+1)*4)
+		}
+	}
+}
+
+func flood(n int) {
+	buf := bytes.Repeat([]byte("x"), 64<<10)
+	w := bufio.NewWriter(os.Stdout)
+	for n > 0 {
+		k := min(n, len(buf))
+		w.Write(buf[:k])
+		n -= k
+	}
+	w.Flush()
+}
+
+// scan looks for secret in the environment, every process's environ and cmdline, the
+// mount table, and every readable file outside /proc, /sys and /dev.
+func scan(secret string) {
+	hits := 0
+	hit := func(where string) { hits++; fmt.Println("found in", where) }
+	if strings.Contains(strings.Join(os.Environ(), "\n"), secret) {
+		hit("env")
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"environ", "cmdline", "mountinfo"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(secret)) {
+				hit(filepath.Join(p, f))
+			}
+		}
+	}
+	filepath.WalkDir("/", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && (p == "/proc" || p == "/sys" || p == "/dev") {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(io.LimitReader(f, 64<<20))
+		if bytes.Contains(b, []byte(secret)) {
+			hit(p)
+		}
+		return nil
+	})
+	if hits == 0 {
+		fmt.Println("clean")
+		return
+	}
+	os.Exit(5)
+}
+
+func httpGet(url string) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		fail(3, "http failed: "+err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("status %d\n%s\n", resp.StatusCode, b)
+}
