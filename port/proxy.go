@@ -70,16 +70,16 @@ type Budget struct {
 
 // AuditRecord is the proxy's record of one call. It never holds prompts or completions.
 type AuditRecord struct {
-	Time      time.Time     `json:"time"`
-	RunID     string        `json:"run_id"`
-	Attempt   int           `json:"attempt"`
-	Method    string        `json:"method"`
-	Path      string        `json:"path"`
-	Status    int           `json:"status"`
-	ReqBytes  int64         `json:"req_bytes"`
-	RespBytes int64         `json:"resp_bytes"`
-	Model     string        `json:"model,omitempty"`
-	Streamed  bool          `json:"streamed,omitempty"`
+	Time      time.Time `json:"time"`
+	RunID     string    `json:"run_id"`
+	Attempt   int       `json:"attempt"`
+	Method    string    `json:"method"`
+	Path      string    `json:"path"`
+	Status    int       `json:"status"`
+	ReqBytes  int64     `json:"req_bytes"`
+	RespBytes int64     `json:"resp_bytes"`
+	Model     string    `json:"model,omitempty"`
+	Streamed  bool      `json:"streamed,omitempty"`
 	// CallID is the upstream's x-litellm-call-id response header.
 	CallID string `json:"call_id,omitempty"`
 	// RequestID is the response body's id (LiteLLM's spend-log request_id), where the

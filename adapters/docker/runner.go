@@ -278,4 +278,3 @@ func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
 	}
 	return nil
 }
-

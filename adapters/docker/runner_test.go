@@ -73,7 +73,9 @@ func TestSweepRemovesOnlyOwnOldResources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _, _ = cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true}) })
+		t.Cleanup(func() {
+			_, _ = cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+		})
 		return c.ID
 	}
 	oldOurs := mk("sweeper", time.Hour)
