@@ -137,6 +137,10 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if w.Error != nil && w.Error.Message != "" {
 			return fail(port.CodeInternal, errors.New(w.Error.Message))
 		}
+		// Only a SIGKILLed process can have been OOM-killed; skip the inspect otherwise.
+		if w.StatusCode != 137 {
+			return res, nil
+		}
 		if oom, err := r.oomKilled(id); err != nil {
 			return fail(port.CodeInternal, err)
 		} else if oom {
