@@ -1,0 +1,63 @@
+package sandbox
+
+import (
+	"log/slog"
+	"net/url"
+
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// Option configures a Sandbox. Options validate their arguments.
+type Option func(*Sandbox) error
+
+// LLM configures LLM access for runs.
+type LLM struct {
+	// Proxy starts the per-run proxies.
+	Proxy port.ProxyManager
+	// Upstream is the LiteLLM base URL the proxies forward to.
+	Upstream string
+	// APIKey is the LiteLLM key the proxies inject. It never enters a sandbox.
+	APIKey string
+}
+
+// WithLLM gives runs LLM access through per-run proxies.
+func WithLLM(l LLM) Option {
+	return func(s *Sandbox) error {
+		if l.Proxy == nil {
+			return port.Invalid("llm: proxy manager is nil")
+		}
+		u, err := url.Parse(l.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return port.Invalid("llm: upstream %q is not an http(s) URL without credentials", l.Upstream)
+		}
+		if err := proxyconf.ValidateValue("llm api key", l.APIKey); err != nil || l.APIKey == "" {
+			return port.Invalid("llm: api key is empty or not printable ASCII")
+		}
+		s.llm = &l
+		return nil
+	}
+}
+
+// WithReconciler reconciles each run's audited calls against the billing system when
+// a Request asks for it.
+func WithReconciler(r port.SpendReconciler) Option {
+	return func(s *Sandbox) error {
+		if r == nil {
+			return port.Invalid("reconciler is nil")
+		}
+		s.reconciler = r
+		return nil
+	}
+}
+
+// WithLogger sets the logger; by default nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Sandbox) error {
+		if l == nil {
+			return port.Invalid("logger is nil")
+		}
+		s.logger = l
+		return nil
+	}
+}

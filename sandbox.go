@@ -1,0 +1,267 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Agent I/O protocol: where the messages are, and how the model is passed.
+const (
+	// MessagesPath is where the run's messages appear inside the sandbox, as JSON.
+	MessagesPath = port.WorkspacePath + "/" + messagesRel
+	// EnvModel carries the requested model to the agent.
+	EnvModel = "COGNI_MODEL"
+
+	messagesRel = ".cogni/messages.json"
+	maxMessages = 8 << 20
+)
+
+// ErrNotPermitted reports a run without a system grant that allows sandboxes.
+var ErrNotPermitted = errors.New("not permitted")
+
+// Sandbox runs agents end to end. It is safe for concurrent use.
+type Sandbox struct {
+	runner     port.SandboxRunner
+	llm        *LLM
+	reconciler port.SpendReconciler
+	logger     *slog.Logger
+}
+
+// New returns a Sandbox running agents on runner. It does no I/O.
+func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
+	if runner == nil {
+		return nil, port.Invalid("runner is nil")
+	}
+	s := &Sandbox{runner: runner, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Grant is the system execution grant a run needs. Sandboxes are never user-invocable:
+// the host's own policy decides to set AllowSandbox.
+type Grant struct {
+	AllowSandbox bool
+}
+
+// Message is one chat message handed to the agent.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request is one agent run.
+type Request struct {
+	// Grant must allow sandboxes.
+	Grant Grant
+	// RunID is host-generated (port.ValidateRunID); Attempt numbers retries.
+	RunID   string
+	Attempt int
+	// Image and Argv are the agent; Env its environment.
+	Image string
+	Argv  []string
+	Env   map[string]string
+	// WorkspaceDir is an existing host directory, mounted at /workspace; the messages
+	// are written to .cogni/messages.json in it.
+	WorkspaceDir string
+	Messages     []Message
+	// Model is passed to the agent in COGNI_MODEL.
+	Model string
+	// Attribution says who pays for the run's LLM calls (required with LLM access).
+	Attribution port.Attribution
+	// Budget caps the run's LLM calls.
+	Budget port.Budget
+	// Limits bound the sandbox (defaults from port.RunSpec).
+	Limits port.Limits
+	// Reconcile asks for the run's usage from the reconciler after the run.
+	Reconcile bool
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	// Run is the sandbox's outcome (exit code, output, error code).
+	Run *port.RunResult
+	// Text is the agent's answer: the envelope's payload texts, or its stdout.
+	Text string
+	// Envelope is the agent's JSON envelope, when its stdout was one.
+	Envelope *Envelope
+	// Audit is the proxy's record of every LLM call, also after a failed run.
+	Audit []port.AuditRecord
+	// Usage is the reconciled usage, when asked for.
+	Usage *port.Reconciliation
+}
+
+// Envelope is the JSON an agent may print instead of plain text (OpenClaw's --json shape).
+type Envelope struct {
+	Payloads []struct {
+		Text string `json:"text"`
+	} `json:"payloads"`
+	Meta struct {
+		Error *struct {
+			Kind    string `json:"kind"`
+			Message string `json:"message"`
+		} `json:"error"`
+	} `json:"meta"`
+}
+
+// Run executes req end to end and returns its result. The result is non-nil whenever
+// the sandbox ran, also with an error (a timeout, say, or a reconciliation that found
+// calls missing). Errors: ErrNotPermitted without the grant; port.ErrInvalidSpec for bad
+// input (nothing is started); the runner's, proxy's and reconciler's errors otherwise.
+func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
+	if !req.Grant.AllowSandbox {
+		return nil, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
+	}
+	if err := port.ValidateRunID(req.RunID); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if req.Reconcile && (s.reconciler == nil || s.llm == nil) {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalid("reconcile asked for, but no reconciler or LLM access is configured"))
+	}
+	spec := port.RunSpec{
+		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
+		WorkspaceDir: req.WorkspaceDir, Limits: req.Limits,
+	}
+	for k, v := range req.Env {
+		spec.Env[k] = v
+	}
+	if req.Model != "" {
+		spec.Env[EnvModel] = req.Model
+	}
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	if req.WorkspaceDir == "" {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalid("workspace dir is required"))
+	}
+	if err := writeMessages(req.WorkspaceDir, req.Messages); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	log := s.logger.With("run_id", req.RunID, "attempt", req.Attempt)
+	res = &Result{}
+	started := time.Now()
+
+	if s.llm != nil {
+		proxy, err := s.llm.Proxy.Start(ctx, port.ProxySpec{
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			Attribution: req.Attribution, Budget: req.Budget,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
+		}
+		stopped := false
+		stop := func() error {
+			if stopped {
+				return nil
+			}
+			stopped = true
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			audit, err := proxy.Stop(sctx)
+			res.Audit = audit
+			return err
+		}
+		// A panic or early return must not leave the proxy (and its key) behind.
+		defer func() {
+			if serr := stop(); serr != nil && err == nil {
+				err = fmt.Errorf("sandbox: run %s: stopping proxy: %w", req.RunID, serr)
+			}
+		}()
+		sock := proxy.Socket()
+		spec.LLM = &sock
+		run, runErr := s.runner.RunOnce(ctx, spec)
+		res.Run = run
+		if serr := stop(); serr != nil {
+			log.Warn("stopping proxy failed", "err", serr)
+			runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
+		}
+		if runErr != nil {
+			return s.finish(res, req, runErr)
+		}
+	} else {
+		run, runErr := s.runner.RunOnce(ctx, spec)
+		res.Run = run
+		if runErr != nil {
+			return s.finish(res, req, runErr)
+		}
+	}
+	if res.Run == nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w: runner returned no result", req.RunID, port.ErrInternal)
+	}
+	res.Text, res.Envelope = parseOutput(res.Run.Stdout)
+	if req.Reconcile {
+		usage, rerr := s.reconciler.Reconcile(ctx, port.ReconcileRequest{
+			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
+			Since: started, Until: time.Now(), Calls: res.Audit,
+		})
+		res.Usage = usage
+		if rerr != nil {
+			return res, fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, rerr)
+		}
+	}
+	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit))
+	return res, nil
+}
+
+func (s *Sandbox) finish(res *Result, req Request, err error) (*Result, error) {
+	if res.Run == nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	res.Text, res.Envelope = parseOutput(res.Run.Stdout)
+	return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+}
+
+// writeMessages writes the messages file inside the workspace without following
+// symlinks out of it (an earlier run could have planted one).
+func writeMessages(workspace string, msgs []Message) error {
+	if msgs == nil {
+		msgs = []Message{}
+	}
+	b, err := json.Marshal(msgs)
+	if err != nil {
+		return port.Invalid("messages: %v", err)
+	}
+	if len(b) > maxMessages {
+		return port.Invalid("messages are %d bytes, over the limit of %d", len(b), maxMessages)
+	}
+	root, err := os.OpenRoot(workspace)
+	if err != nil {
+		return port.Invalid("workspace: %v", err)
+	}
+	defer root.Close()
+	if err := root.MkdirAll(".cogni", 0o755); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	_ = root.Remove(messagesRel)
+	return root.WriteFile(messagesRel, b, 0o644)
+}
+
+// parseOutput returns the agent's answer: the envelope's texts when stdout is one.
+func parseOutput(stdout []byte) (string, *Envelope) {
+	trimmed := strings.TrimSpace(string(stdout))
+	if strings.HasPrefix(trimmed, "{") {
+		var env Envelope
+		if json.Unmarshal([]byte(trimmed), &env) == nil && env.Payloads != nil {
+			texts := make([]string, 0, len(env.Payloads))
+			for _, p := range env.Payloads {
+				texts = append(texts, p.Text)
+			}
+			return strings.Join(texts, "\n"), &env
+		}
+	}
+	return trimmed, nil
+}

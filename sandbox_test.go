@@ -1,0 +1,169 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+type fakeRunner struct {
+	got   port.RunSpec
+	res   *port.RunResult
+	err   error
+	panic bool
+}
+
+func (f *fakeRunner) RunOnce(_ context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	f.got = spec
+	if f.panic {
+		panic("runner blew up")
+	}
+	return f.res, f.err
+}
+
+type fakeProxy struct {
+	started, stopped int
+	spec             port.ProxySpec
+	audit            []port.AuditRecord
+}
+
+func (f *fakeProxy) Start(_ context.Context, spec port.ProxySpec) (port.Proxy, error) {
+	f.started++
+	f.spec = spec
+	return f, nil
+}
+func (f *fakeProxy) Socket() port.LLMSocket { return port.LLMSocket{HostDir: "/run/llm-1"} }
+func (f *fakeProxy) Stop(context.Context) ([]port.AuditRecord, error) {
+	f.stopped++
+	return f.audit, nil
+}
+
+type fakeReconciler struct{ req port.ReconcileRequest }
+
+func (f *fakeReconciler) Reconcile(_ context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
+	f.req = req
+	return &port.Reconciliation{Total: port.Usage{Calls: len(req.Calls), TotalTokens: 42}}, nil
+}
+
+func request(t *testing.T) Request {
+	return Request{
+		Grant: Grant{AllowSandbox: true}, RunID: "run-1", Image: "img", Argv: []string{"/agent"},
+		WorkspaceDir: t.TempDir(), Messages: []Message{{Role: "user", Content: "hi"}}, Model: "m1",
+		Attribution: port.Attribution{BillingAccountID: "acct"},
+	}
+}
+
+func TestRunEndToEndWithFakes(t *testing.T) {
+	r := &fakeRunner{res: &port.RunResult{Stdout: []byte(`{"payloads":[{"text":"hello"},{"text":"world"}],"meta":{}}`)}}
+	p := &fakeProxy{audit: []port.AuditRecord{{RunID: "run-1", CallID: "c1", Status: 200}}}
+	rec := &fakeReconciler{}
+	s, err := New(r, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "sk-1"}), WithReconciler(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request(t)
+	req.Reconcile = true
+	res, err := s.Run(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "hello\nworld" || res.Envelope == nil {
+		t.Errorf("text = %q", res.Text)
+	}
+	if r.got.Env[EnvModel] != "m1" || r.got.LLM == nil || r.got.LLM.HostDir != "/run/llm-1" {
+		t.Errorf("runner spec = %+v", r.got)
+	}
+	if p.spec.APIKey != "sk-1" || p.spec.Attribution.BillingAccountID != "acct" || p.stopped != 1 {
+		t.Errorf("proxy spec = %+v, stopped %d", p.spec, p.stopped)
+	}
+	if len(res.Audit) != 1 || res.Usage == nil || res.Usage.Total.TotalTokens != 42 || rec.req.Calls[0].CallID != "c1" {
+		t.Errorf("audit %v usage %+v", res.Audit, res.Usage)
+	}
+	b, err := os.ReadFile(filepath.Join(req.WorkspaceDir, ".cogni", "messages.json"))
+	if err != nil || string(b) != `[{"role":"user","content":"hi"}]` {
+		t.Errorf("messages.json = %s, %v", b, err)
+	}
+}
+
+func TestRunNeedsGrant(t *testing.T) {
+	s, _ := New(&fakeRunner{})
+	req := request(t)
+	req.Grant.AllowSandbox = false
+	if _, err := s.Run(context.Background(), req); !errors.Is(err, ErrNotPermitted) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestRunRejectsBadInputBeforeStarting(t *testing.T) {
+	p := &fakeProxy{}
+	s, _ := New(&fakeRunner{}, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
+	for name, mut := range map[string]func(*Request){
+		"bad run id":      func(r *Request) { r.RunID = "a/b" },
+		"no workspace":    func(r *Request) { r.WorkspaceDir = "" },
+		"bad env":         func(r *Request) { r.Env = map[string]string{"1X": "y"} },
+		"tiny memory":     func(r *Request) { r.Limits.MemoryBytes = 1024 },
+		"reconcile, none": func(r *Request) { r.Reconcile = true },
+	} {
+		req := request(t)
+		mut(&req)
+		if _, err := s.Run(context.Background(), req); !errors.Is(err, port.ErrInvalidSpec) {
+			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
+		}
+	}
+	if p.started != 0 {
+		t.Errorf("proxy started %d times for invalid requests", p.started)
+	}
+}
+
+func TestProxyStoppedWhenRunnerPanics(t *testing.T) {
+	p := &fakeProxy{}
+	s, _ := New(&fakeRunner{panic: true}, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = s.Run(context.Background(), request(t))
+	}()
+	if p.stopped != 1 {
+		t.Errorf("proxy stopped %d times after a panic, want 1", p.stopped)
+	}
+}
+
+func TestAuditKeptWhenRunFails(t *testing.T) {
+	p := &fakeProxy{audit: []port.AuditRecord{{CallID: "c1"}}}
+	r := &fakeRunner{res: &port.RunResult{ExitCode: -1, ErrorCode: port.CodeTimeout}, err: &port.RunError{Code: port.CodeTimeout}}
+	s, _ := New(r, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
+	res, err := s.Run(context.Background(), request(t))
+	if !errors.Is(err, port.ErrTimeout) || res == nil || len(res.Audit) != 1 {
+		t.Errorf("err=%v res=%+v", err, res)
+	}
+}
+
+func TestMessagesDoNotFollowSymlinks(t *testing.T) {
+	ws := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(ws, ".cogni")); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := New(&fakeRunner{res: &port.RunResult{}})
+	req := request(t)
+	req.WorkspaceDir = ws
+	_, err := s.Run(context.Background(), req)
+	if err == nil {
+		t.Error("a symlinked .cogni was followed")
+	}
+	if _, serr := os.Stat(filepath.Join(outside, "messages.json")); serr == nil {
+		t.Error("messages written outside the workspace")
+	}
+}
+
+func TestPlainStdout(t *testing.T) {
+	if text, env := parseOutput([]byte("  just text\n")); text != "just text" || env != nil {
+		t.Errorf("%q %v", text, env)
+	}
+	if text, env := parseOutput([]byte(`{"not":"an envelope"}`)); text != `{"not":"an envelope"}` || env != nil {
+		t.Errorf("%q %v", text, env)
+	}
+}
