@@ -1,0 +1,397 @@
+package inproc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Header names read from upstream responses.
+const (
+	headerCallID       = "X-Litellm-Call-Id"
+	headerResponseCost = "X-Litellm-Response-Cost"
+)
+
+// scanLimit bounds the bytes kept per scanned JSON value (a model name, a response id,
+// a usage or error object).
+const scanLimit = 2048
+
+// barePaths are OpenAI API paths that SDKs send without the /v1 prefix when their base
+// URL has none. They (and their sub-paths) are forwarded as /v1/...; see the package doc.
+var barePaths = []string{"/chat/completions", "/completions", "/embeddings", "/models", "/moderations", "/responses"}
+
+// upstreamPath maps a request path to the path forwarded upstream, or reports that the
+// path is not served. Paths must be clean (no dot segments, no doubled slashes, after
+// percent-decoding) so that nothing outside /v1/ can be reached by path tricks.
+func upstreamPath(p string) (string, bool) {
+	if p == "" || p[0] != '/' {
+		return "", false
+	}
+	clean := path.Clean(p)
+	if clean != p && clean+"/" != p {
+		return "", false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x21 || c == 0x7f || c == '%' || c == '\\' {
+			return "", false
+		}
+	}
+	if strings.HasPrefix(p, "/v1/") && len(p) > len("/v1/") {
+		return p, true
+	}
+	for _, b := range barePaths {
+		if p == b || strings.HasPrefix(p, b+"/") {
+			return "/v1" + p, true
+		}
+	}
+	return "", false
+}
+
+func allowedMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// call is the state of one proxied request, shared with the ReverseProxy hooks through
+// the request context.
+type call struct {
+	start    time.Time
+	rec      port.AuditRecord
+	req      *reqTap
+	resp     *respTap
+	upErr    error
+	clientGo bool // the client went away before the upstream answered
+}
+
+// ServeHTTP serves /health, refuses what is not allowed (with an audit record) and
+// forwards the rest upstream.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.enter()
+	defer p.leave()
+	if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.spec.RunID})
+		return
+	}
+	start := time.Now()
+	c := &call{start: start, rec: port.AuditRecord{
+		Time: start.UTC(), RunID: p.spec.RunID, Attempt: p.spec.Attempt,
+		Method: clip(r.Method, 16), Path: clip(r.URL.Path, 256),
+	}}
+	up, ok := upstreamPath(r.URL.Path)
+	switch {
+	case !ok:
+		p.refuse(w, c, http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only")
+		return
+	case !allowedMethod(r.Method):
+		p.refuse(w, c, http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "method "+r.Method+" is not allowed")
+		return
+	case r.Header.Get("Upgrade") != "":
+		p.refuse(w, c, http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "protocol upgrades are not supported by the LLM proxy")
+		return
+	case r.ContentLength > p.m.cfg.maxRequestBytes:
+		p.refuse(w, c, http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over "+strconv.FormatInt(p.m.cfg.maxRequestBytes, 10)+" bytes")
+		return
+	}
+	c.rec.Path = up
+	if reason, msg := p.reserve(); reason != "" {
+		p.refuse(w, c, http.StatusTooManyRequests, reason, "budget_exceeded", msg)
+		return
+	}
+
+	if r.Body != nil && r.Body != http.NoBody {
+		c.req = &reqTap{rc: http.MaxBytesReader(w, r.Body, p.m.cfg.maxRequestBytes), sc: newJSONFields(scanLimit, "model")}
+		r.Body = c.req
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		v := recover()
+		p.finish(c, sw, v)
+		if v != nil {
+			panic(v) // http.ErrAbortHandler: the server drops the connection mid-response
+		}
+	}()
+	p.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
+}
+
+// enter and leave count running handlers, so Stop can wait for those it cut.
+func (p *Proxy) enter() {
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+}
+
+func (p *Proxy) leave() {
+	p.mu.Lock()
+	p.running--
+	p.mu.Unlock()
+}
+
+// rewrite is the ReverseProxy's Rewrite hook: the upstream URL and the header policy.
+// ReverseProxy has already removed hop-by-hop and X-Forwarded-* headers.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	in, out := pr.In.URL, pr.Out.URL
+	if up, _ := upstreamPath(in.Path); up != in.Path {
+		out.Path = up
+		if in.RawPath != "" {
+			out.RawPath = "/v1" + in.RawPath
+		}
+	}
+	pr.SetURL(p.upstream)
+	p.policy.Apply(pr.Out.Header)
+	// Identity encoding keeps the response readable for the audit and the token budget.
+	pr.Out.Header.Del("Accept-Encoding")
+	pr.Out.Header.Del("X-Real-Ip")
+}
+
+// modifyResponse notes LiteLLM's headers and taps the body for the audit.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	c := callFrom(resp.Request.Context())
+	if c == nil {
+		return nil
+	}
+	c.rec.CallID = clip(resp.Header.Get(headerCallID), 256)
+	c.rec.ResponseCost = clip(resp.Header.Get(headerResponseCost), 64)
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	c.rec.Streamed = mt == "text/event-stream"
+	t := &respTap{rc: resp.Body, sc: newJSONFields(scanLimit, "id", "usage", "error")}
+	if c.rec.Streamed {
+		t.sse = newSSEFields(t.sc, t.onEvent)
+	}
+	c.resp = t
+	resp.Body = t
+	return nil
+}
+
+// errorHandler answers when the upstream could not be reached or failed before sending
+// response headers.
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	c := callFrom(r.Context())
+	if c != nil {
+		c.upErr = err
+		c.clientGo = r.Context().Err() != nil
+	}
+	status, typ, msg := http.StatusBadGateway, "upstream_error", "the LLM upstream could not be reached"
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || (c != nil && c.req != nil && c.req.overLimit()) {
+		status, typ, msg = http.StatusRequestEntityTooLarge, "invalid_request_error", "request body too large"
+	}
+	writeError(w, status, typ, msg)
+}
+
+// refuse answers a call the proxy will not forward and records it as blocked.
+func (p *Proxy) refuse(w http.ResponseWriter, c *call, status int, blocked, typ, msg string) {
+	n := writeError(w, status, typ, msg)
+	c.rec.Status, c.rec.RespBytes, c.rec.Blocked = status, n, blocked
+	c.rec.Latency = time.Since(c.start)
+	p.log.Info("inproc: call refused", "path", c.rec.Path, "status", status, "blocked", blocked)
+	p.addRecord(c.rec, 0, false)
+}
+
+// finish completes and stores the record of a forwarded call. v is a recovered panic.
+func (p *Proxy) finish(c *call, sw *statusWriter, v any) {
+	rec := &c.rec
+	rec.Latency = time.Since(c.start)
+	rec.Status = sw.status
+	rec.RespBytes = sw.n
+	if c.req != nil {
+		rec.ReqBytes, rec.Model = c.req.result()
+	}
+	var tokens int64
+	if t := c.resp; t != nil {
+		if !t.first.IsZero() {
+			rec.TTFB = t.first.Sub(c.start)
+		}
+		if t.sse != nil {
+			t.sse.flush()
+		} else {
+			rec.RequestID = clip(t.sc.str("id"), 256)
+			t.tokens, _ = t.sc.tokens()
+		}
+		if rec.RequestID == "" {
+			rec.RequestID = clip(t.firstID, 256)
+		}
+		tokens = t.tokens
+	}
+	switch {
+	case c.upErr != nil && c.clientGo:
+		rec.Error = "client went away before the upstream answered: " + c.upErr.Error()
+	case c.upErr != nil:
+		rec.Error = "upstream: " + c.upErr.Error()
+	case c.resp != nil && c.resp.err != nil:
+		rec.Error = "upstream response cut: " + c.resp.err.Error()
+	case sw.werr != nil:
+		rec.Error = "client went away: " + sw.werr.Error()
+	case v != nil:
+		rec.Error = "response aborted"
+	case c.resp != nil && c.resp.errEvent != "":
+		rec.Error = c.resp.errEvent
+	}
+	if rec.Error != "" {
+		p.log.Warn("inproc: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
+	}
+	p.addRecord(*rec, tokens, true)
+}
+
+// reqTap counts and scans a request body as the transport reads it (from its own
+// goroutine, hence the lock).
+type reqTap struct {
+	rc io.ReadCloser
+
+	mu      sync.Mutex
+	n       int64
+	sc      *jsonFields
+	tooLong bool
+}
+
+// Read implements io.Reader.
+func (t *reqTap) Read(b []byte) (int, error) {
+	n, err := t.rc.Read(b)
+	t.mu.Lock()
+	t.n += int64(n)
+	t.sc.Write(b[:n])
+	var mbe *http.MaxBytesError
+	if err != nil && errors.As(err, &mbe) {
+		t.tooLong = true
+	}
+	t.mu.Unlock()
+	return n, err
+}
+
+// Close implements io.Closer.
+func (t *reqTap) Close() error { return t.rc.Close() }
+
+func (t *reqTap) result() (int64, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n, clip(t.sc.str("model"), 256)
+}
+
+func (t *reqTap) overLimit() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tooLong
+}
+
+// respTap counts and scans a response body as the ReverseProxy copies it to the client
+// (all in the handler's goroutine).
+type respTap struct {
+	rc       io.ReadCloser
+	sc       *jsonFields
+	sse      *sseFields
+	first    time.Time
+	err      error
+	firstID  string
+	tokens   int64
+	errEvent string
+}
+
+// Read implements io.Reader.
+func (t *respTap) Read(b []byte) (int, error) {
+	n, err := t.rc.Read(b)
+	if n > 0 {
+		if t.first.IsZero() {
+			t.first = time.Now()
+		}
+		if t.sse != nil {
+			t.sse.Write(b[:n])
+		} else {
+			t.sc.Write(b[:n])
+		}
+	}
+	if err != nil && err != io.EOF && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (t *respTap) Close() error { return t.rc.Close() }
+
+// onEvent takes the response id from the first SSE event that has one, the last
+// reported usage (usage is cumulative), and the first error event.
+func (t *respTap) onEvent(sc *jsonFields) {
+	if t.firstID == "" {
+		t.firstID = sc.str("id")
+	}
+	if n, ok := sc.tokens(); ok {
+		t.tokens = n
+	}
+	if t.errEvent == "" {
+		t.errEvent = sc.errorSummary()
+	}
+}
+
+// statusWriter records the status and bytes sent to the client. Unwrap lets
+// http.ResponseController (used by ReverseProxy to flush) reach the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+	werr   error
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	if err != nil && w.werr == nil {
+		w.werr = err
+	}
+	return n, err
+}
+
+// Unwrap returns the underlying ResponseWriter.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// apiError is the OpenAI/LiteLLM error shape, so agents' SDKs surface the message.
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) int64 {
+	return writeJSON(w, status, apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: strconv.Itoa(status)}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) int64 {
+	b, _ := json.Marshal(v)
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	n, _ := w.Write(b)
+	return int64(n)
+}

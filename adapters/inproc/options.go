@@ -1,0 +1,156 @@
+package inproc
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Option configures a Manager. Options validate their arguments; New returns the first
+// error, wrapping port.ErrInvalidSpec (or port.ErrUnsupported for WithSandboxUID on a
+// platform without SO_PEERCRED).
+type Option func(*config) error
+
+type config struct {
+	baseDir         string
+	owner           string
+	logger          *slog.Logger
+	transport       http.RoundTripper
+	sandboxUID      int // -1: no peer check
+	maxRequestBytes int64
+}
+
+// DefaultMaxRequestBytes bounds a request body unless WithMaxRequestBytes says otherwise.
+// It is generous (images inline as base64 are large) but keeps one agent from streaming
+// an endless body through the host process.
+const DefaultMaxRequestBytes = 64 << 20
+
+// DefaultBaseDirName is the directory under os.TempDir() used when WithBaseDir is not given.
+const DefaultBaseDirName = "agentsandbox-proxy"
+
+// maxSocketPath is the longest socket path accepted. Linux allows 107 bytes plus the NUL;
+// 104 also fits the BSDs and macOS.
+const maxSocketPath = 104
+
+// randSuffixLen is the length of the random hex suffix of a per-run directory name.
+const randSuffixLen = 12
+
+func defaultConfig() config {
+	return config{
+		baseDir:         filepath.Join(os.TempDir(), DefaultBaseDirName),
+		owner:           port.DefaultOwner,
+		logger:          slog.New(slog.DiscardHandler),
+		sandboxUID:      -1,
+		maxRequestBytes: DefaultMaxRequestBytes,
+	}
+}
+
+// WithBaseDir sets the host directory under which per-run directories are made (as
+// <dir>/<owner>/<run>-<random>). It must be absolute and short enough that socket paths
+// fit the kernel's limit of about 104 bytes. It is created (mode 0700) on first use; an
+// existing directory must not be writable by other users. Default:
+// os.TempDir()/agentsandbox-proxy.
+func WithBaseDir(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return port.Invalid("base dir %q is not absolute", dir)
+		}
+		c.baseDir = filepath.Clean(dir)
+		return nil
+	}
+}
+
+// WithOwner sets the owner label value (port.ValidateOwner). Sweeps only touch
+// directories of their owner, so host processes sharing a base directory must use
+// distinct owners. Default: port.DefaultOwner.
+func WithOwner(owner string) Option {
+	return func(c *config) error {
+		if err := port.ValidateOwner(owner); err != nil {
+			return err
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithLogger sets the logger; by default nothing is logged. Keys and prompts are never
+// logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return port.Invalid("logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithTransport sets the RoundTripper used to reach the upstream. It should not time out
+// on slow responses: streamed completions can run for minutes. There is deliberately no
+// WithHTTPClient: an http.Client's Timeout would cut long streams. The default is an
+// http.Transport that ignores proxy environment variables (the key must not travel
+// through a proxy nobody configured for it), dials with a 10 s timeout, and sets no
+// response timeouts.
+func WithTransport(rt http.RoundTripper) Option {
+	return func(c *config) error {
+		if rt == nil {
+			return port.Invalid("transport is nil")
+		}
+		c.transport = rt
+		return nil
+	}
+}
+
+// WithSandboxUID makes every proxy accept connections only from processes running as
+// uid (the sandbox user; with Docker's default user mapping a container's uid is its
+// host uid) or as the host process's own effective uid, checked by the kernel
+// (SO_PEERCRED) when each connection is accepted. Other peers are disconnected and
+// logged. Only Linux supports it; elsewhere New fails with port.ErrUnsupported.
+func WithSandboxUID(uid int) Option {
+	return func(c *config) error {
+		if uid < 0 {
+			return port.Invalid("sandbox uid %d is negative", uid)
+		}
+		if !peerCredSupported {
+			return fmt.Errorf("%w: peer credential checks (SO_PEERCRED) need Linux", port.ErrUnsupported)
+		}
+		c.sandboxUID = uid
+		return nil
+	}
+}
+
+// WithMaxRequestBytes bounds each request body (default DefaultMaxRequestBytes). A
+// request declaring a larger Content-Length gets HTTP 413 without reaching the upstream.
+func WithMaxRequestBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return port.Invalid("max request bytes %d is not positive", n)
+		}
+		c.maxRequestBytes = n
+		return nil
+	}
+}
+
+// newTransport is the default upstream transport. It has no ResponseHeaderTimeout: a
+// non-streamed completion sends its headers only when the whole answer is ready.
+// Compression is off so that the audit can read bodies; the proxy also removes the
+// client's Accept-Encoding (otherwise an agent could hide token usage from the budget).
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+}
