@@ -3,6 +3,7 @@ package port
 import (
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"regexp"
 	"strings"
@@ -277,4 +278,37 @@ func (s RunSpec) Validate() error {
 		return Invalid("output limit is negative")
 	}
 	return ValidateLabels(s.Labels)
+}
+
+// CheckHostPaths checks that the spec's host directories exist and are directories.
+// Runtimes would otherwise create a missing bind source as an empty root-owned
+// directory and run anyway. Errors wrap ErrInvalidSpec.
+func (s RunSpec) CheckHostPaths() error {
+	if s.WorkspaceDir != "" {
+		if err := checkDir("workspace dir", s.WorkspaceDir); err != nil {
+			return err
+		}
+	}
+	for i, m := range s.Mounts {
+		if err := checkDir(fmt.Sprintf("mount %d source", i), m.Source); err != nil {
+			return err
+		}
+	}
+	if s.LLM != nil && s.LLM.HostDir != "" {
+		if err := checkDir("llm socket dir", s.LLM.HostDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkDir(what, p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return Invalid("%s: %v", what, err)
+	}
+	if !fi.IsDir() {
+		return Invalid("%s %s is not a directory", what, p)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"time"
 
@@ -36,19 +35,6 @@ func envList(env map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// checkDir fails unless p is an existing directory: Docker would silently create a
-// missing bind source as a root-owned directory.
-func checkDir(what, p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return port.Invalid("%s: %v", what, err)
-	}
-	if !fi.IsDir() {
-		return port.Invalid("%s %s is not a directory", what, p)
-	}
-	return nil
 }
 
 // sandboxConfig turns a validated spec (with defaults) into the container config.

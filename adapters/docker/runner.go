@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -96,8 +97,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	defer att.Close()
-	stdout := &cappedBuffer{max: spec.OutputLimit}
-	stderr := &cappedBuffer{max: spec.OutputLimit}
+	stdout := &capture.Buffer{Max: spec.OutputLimit}
+	stderr := &capture.Buffer{Max: spec.OutputLimit}
 	copied := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
@@ -112,8 +113,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 			log.Warn("output stream did not end after exit")
 		}
 		att.Close()
-		res.Stdout, res.StdoutTruncated = stdout.result()
-		res.Stderr, res.StderrTruncated = stderr.result()
+		res.Stdout, res.StdoutTruncated = stdout.Result()
+		res.Stderr, res.StderrTruncated = stderr.Result()
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
@@ -168,20 +169,8 @@ func (r *Runner) check(ctx context.Context, spec port.RunSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if spec.WorkspaceDir != "" {
-		if err := checkDir("workspace dir", spec.WorkspaceDir); err != nil {
-			return err
-		}
-	}
-	for i, m := range spec.Mounts {
-		if err := checkDir(fmt.Sprintf("mount %d source", i), m.Source); err != nil {
-			return err
-		}
-	}
-	if spec.LLM != nil && spec.LLM.HostDir != "" {
-		if err := checkDir("llm socket dir", spec.LLM.HostDir); err != nil {
-			return err
-		}
+	if err := spec.CheckHostPaths(); err != nil {
+		return err
 	}
 	if n := spec.Network.Internal; n != "" {
 		nw, err := r.cfg.api.NetworkInspect(ctx, n, client.NetworkInspectOptions{})

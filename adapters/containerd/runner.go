@@ -1,0 +1,362 @@
+package containerd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
+	"github.com/distribution/reference"
+
+	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Runner runs sandboxes on containerd. It is safe for concurrent use.
+type Runner struct {
+	cfg config
+	cli *client.Client
+}
+
+var (
+	_ port.SandboxRunner = (*Runner)(nil)
+	_ port.Sweeper       = (*Runner)(nil)
+)
+
+// NewRunner returns a Runner. It does no I/O (the gRPC connection is made on first
+// use); use Ping to check the daemon.
+func NewRunner(opts ...Option) (*Runner, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, opErr("NewRunner", "", err)
+		}
+	}
+	cli, err := client.New(cfg.address, client.WithDefaultNamespace(cfg.namespace))
+	if err != nil {
+		return nil, opErr("NewRunner", "", fmt.Errorf("%w: %v", port.ErrInvalidSpec, err))
+	}
+	return &Runner{cfg: cfg, cli: cli}, nil
+}
+
+// Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
+func (r *Runner) Ping(ctx context.Context) error {
+	if _, err := r.cli.Version(r.ns(ctx)); err != nil {
+		return opErr("Ping", "", fmt.Errorf("%w: %w", port.ErrUnavailable, err))
+	}
+	return nil
+}
+
+// Close closes the connection to the daemon.
+func (r *Runner) Close() error { return r.cli.Close() }
+
+// Client returns the underlying containerd client, for callers that manage images
+// themselves. Calls must carry the runner's namespace (see Namespace).
+func (r *Runner) Client() *client.Client { return r.cli }
+
+// Namespace is the containerd namespace the runner works in.
+func (r *Runner) Namespace() string { return r.cfg.namespace }
+
+func (r *Runner) ns(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.cfg.namespace)
+}
+
+func (r *Runner) cleanupCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.ns(context.Background()), r.cfg.cleanupTimeout)
+}
+
+// RunOnce implements port.SandboxRunner.
+func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	spec = spec.WithDefaults()
+	if err := r.check(spec); err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	ctx = r.ns(ctx)
+	start := time.Now()
+	res := &port.RunResult{ExitCode: -1}
+	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
+		res.ErrorCode = code
+		res.Duration = time.Since(start)
+		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
+	}
+
+	img, err := r.image(ctx, spec.Image)
+	if err != nil {
+		if errors.Is(err, port.ErrNotFound) {
+			return fail(port.CodeContainerFailed, err)
+		}
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	id := containerID(spec.RunID)
+	lbls := labels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
+	log := r.cfg.logger.With("run_id", spec.RunID, "container", id)
+
+	// OOM kills arrive as events; subscribe before the task exists so none is missed.
+	var oomKilled atomic.Bool
+	evCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEvents()
+	oomSeen := make(chan struct{})
+	r.watchOOM(evCtx, id, &oomKilled, oomSeen)
+
+	container, err := r.create(ctx, id, spec, img, lbls)
+	if err != nil {
+		if errors.Is(err, port.ErrUnavailable) {
+			return nil, opErr("RunOnce", spec.RunID, err)
+		}
+		return fail(port.CodeContainerFailed, err)
+	}
+	// Registered before anything else can fail; runs with a fresh context so a
+	// cancelled caller or a panic cannot leak the task, container or snapshot.
+	defer r.remove(container, spec.RunID)
+	log.Debug("container created")
+
+	stdout := &capture.Buffer{Max: spec.OutputLimit}
+	stderr := &capture.Buffer{Max: spec.OutputLimit}
+	task, err := container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
+	if err != nil {
+		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
+	}
+	collect := func() {
+		done := make(chan struct{})
+		go func() { task.IO().Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			log.Warn("output streams did not end after exit")
+		}
+		res.Stdout, res.StdoutTruncated = stdout.Result()
+		res.Stderr, res.StderrTruncated = stderr.Result()
+	}
+	statusC, err := task.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
+	}
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	if err := task.Start(ctx); err != nil {
+		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
+	}
+	log.Debug("task started")
+
+	select {
+	case st := <-statusC:
+		collect()
+		res.Duration = time.Since(start)
+		code, _, err := st.Result()
+		if err != nil {
+			return fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
+		}
+		res.ExitCode = int(code)
+		if code == 137 {
+			// The OOM event and the exit event race; give the former a moment.
+			select {
+			case <-oomSeen:
+			case <-time.After(time.Second):
+			}
+		}
+		if oomKilled.Load() {
+			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		}
+		return res, nil
+	case <-runCtx.Done():
+		var cause error
+		if ctx.Err() != nil {
+			cause = context.Cause(ctx)
+		} else {
+			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
+		}
+		kctx, kcancel := r.cleanupCtx()
+		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+			log.Warn("kill failed", "err", err)
+		}
+		select {
+		case <-statusC:
+		case <-kctx.Done():
+			log.Warn("task did not exit after kill")
+		}
+		kcancel()
+		collect()
+		return fail(port.CodeTimeout, cause)
+	}
+}
+
+func (r *Runner) check(spec port.RunSpec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if spec.Network.Internal != "" {
+		return fmt.Errorf("%w: the containerd adapter has no networks (no CNI): only network=none", port.ErrUnsupported)
+	}
+	return spec.CheckHostPaths()
+}
+
+// image finds ref in the namespace, as given or as normalised (docker.io/library/...),
+// and makes sure it is unpacked for the snapshotter.
+func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
+	img, err := r.cli.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		if named, perr := reference.ParseNormalizedNamed(ref); perr == nil {
+			img, err = r.cli.GetImage(ctx, reference.TagNameOnly(named).String())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
+	}
+	ok, err := img.IsUnpacked(ctx, r.cfg.snapshotter)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
+	}
+	if !ok {
+		if err := img.Unpack(ctx, r.cfg.snapshotter); err != nil {
+			return nil, fmt.Errorf("unpack %q: %w", ref, classify(err))
+		}
+	}
+	return img, nil
+}
+
+// create makes the container and its snapshot under a lease, so that a crash between
+// the two leaves nothing the garbage collector cannot reclaim.
+func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img client.Image, lbls map[string]string) (client.Container, error) {
+	lctx, done, err := r.cli.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour), leases.WithLabels(map[string]string{port.LabelOwner: r.cfg.owner, port.LabelRunID: spec.RunID}))
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", classify(err))
+	}
+	defer func() {
+		cctx, cancel := r.cleanupCtx()
+		defer cancel()
+		if err := done(cctx); err != nil {
+			r.cfg.logger.Warn("releasing lease failed; it expires in an hour", "err", err)
+		}
+	}()
+	c, err := r.cli.NewContainer(lctx, id,
+		client.WithImage(img),
+		client.WithSnapshotter(r.cfg.snapshotter),
+		client.WithNewSnapshot(id, img, snapshots.WithLabels(lbls)),
+		client.WithNewSpec(specOpts(spec, img, r.cfg.bridgePath)...),
+		client.WithContainerLabels(lbls),
+	)
+	if err != nil {
+		// A half-made snapshot is labelled; remove it now rather than at the next sweep.
+		cctx, cancel := r.cleanupCtx()
+		defer cancel()
+		_ = r.cli.SnapshotService(r.cfg.snapshotter).Remove(cctx, id)
+		return nil, fmt.Errorf("create container: %w", classify(err))
+	}
+	return c, nil
+}
+
+func (r *Runner) watchOOM(ctx context.Context, id string, flag *atomic.Bool, seen chan struct{}) {
+	ch, errs := r.cli.Subscribe(ctx, `topic=="/tasks/oom"`)
+	go func() {
+		for {
+			select {
+			case env := <-ch:
+				if env == nil {
+					return
+				}
+				ev, err := typeurl.UnmarshalAny(env.Event)
+				if err != nil {
+					continue
+				}
+				if oom, ok := ev.(*apievents.TaskOOM); ok && oom.ContainerID == id {
+					if flag.CompareAndSwap(false, true) {
+						close(seen)
+					}
+				}
+			case <-errs:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// remove deletes the task (killing it if needed), the container and its snapshot.
+// NotFound is success.
+func (r *Runner) remove(c client.Container, runID string) {
+	ctx, cancel := r.cleanupCtx()
+	defer cancel()
+	if err := deleteContainer(ctx, c); err != nil {
+		r.cfg.logger.Error("removing container failed; a Sweep will retry", "run_id", runID, "container", c.ID(), "err", err)
+	}
+}
+
+func deleteContainer(ctx context.Context, c client.Container) error {
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task: %w", err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("load task: %w", err)
+	}
+	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container: %w", err)
+	}
+	return nil
+}
+
+// LoadImage imports an image archive (`docker save` or OCI layout) into the runner's
+// namespace and unpacks it. It returns the names of the imported images.
+func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
+	ctx = r.ns(ctx)
+	imgs, err := r.cli.Import(ctx, archive)
+	if err != nil {
+		return nil, opErr("LoadImage", "", classify(err))
+	}
+	names := make([]string, 0, len(imgs))
+	for _, i := range imgs {
+		img := client.NewImageWithPlatform(r.cli, i, nil)
+		if err := img.Unpack(ctx, r.cfg.snapshotter); err != nil {
+			return nil, opErr("LoadImage", "", fmt.Errorf("unpack %s: %w", i.Name, classify(err)))
+		}
+		names = append(names, i.Name)
+	}
+	return names, nil
+}
+
+func containerID(runID string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "agentsandbox-" + runID + "-" + hex.EncodeToString(b[:])
+}
+
+func labels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
+	l := make(map[string]string, len(extra)+4)
+	for k, v := range extra {
+		l[k] = v
+	}
+	l[port.LabelOwner] = owner
+	l[port.LabelRunID] = runID
+	l[port.LabelKind] = kind
+	l[port.LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
+	return l
+}
+
+func parseUser(u string) (uint32, uint32) {
+	uidS, gidS, ok := strings.Cut(u, ":")
+	uid, _ := strconv.ParseUint(uidS, 10, 32)
+	gid := uid
+	if ok {
+		gid, _ = strconv.ParseUint(gidS, 10, 32)
+	}
+	return uint32(uid), uint32(gid)
+}

@@ -1,0 +1,101 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// bridgeTarget is where the bridge binary is mounted inside a sandbox.
+const bridgeTarget = "/.agentsandbox/bridge"
+
+// specOpts builds the OCI spec of a sandbox. The default spec already gives a new,
+// empty network namespace (runc brings its loopback up) and masks /proc's sensitive
+// paths; these options lock the rest down.
+func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts {
+	uid, gid := parseUser(spec.User)
+	argv := spec.Argv // empty: the image's own entrypoint and cmd
+	tmpfs := func(dst string) specs.Mount {
+		return specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", fmt.Sprintf("size=%d", spec.Limits.TmpfsBytes)}}
+	}
+	bind := func(src, dst string, ro bool) specs.Mount {
+		mode := "rw"
+		if ro {
+			mode = "ro"
+		}
+		return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", mode, "nosuid", "nodev"}}
+	}
+	mounts := []specs.Mount{tmpfs("/tmp"), tmpfs("/run")}
+	if spec.WorkspaceDir != "" {
+		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
+	}
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	if spec.LLM != nil {
+		mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
+		if bridge != "" {
+			mounts = append(mounts, bind(bridge, bridgeTarget, true))
+		}
+		if _, ok := env["OPENAI_API_BASE"]; !ok {
+			env["OPENAI_API_BASE"] = "http://localhost:8080"
+		}
+	}
+	envList := make([]string, 0, len(env))
+	for k, v := range env {
+		envList = append(envList, k+"="+v)
+	}
+	sort.Strings(envList)
+
+	opts := []oci.SpecOpts{
+		oci.WithImageConfig(img),
+		oci.WithUIDGID(uid, gid),
+		oci.WithAdditionalGIDs(""),
+		oci.WithEnv(envList),
+		oci.WithCapabilities([]string{}),
+		oci.WithAmbientCapabilities([]string{}),
+		oci.WithNoNewPrivileges,
+		seccomp.WithDefaultProfile(),
+		oci.WithRootFSReadonly(),
+		oci.WithoutRunMount,
+		oci.WithMounts(mounts),
+		oci.WithMemoryLimit(uint64(spec.Limits.MemoryBytes)),
+		oci.WithMemorySwap(spec.Limits.MemoryBytes),
+		oci.WithPidsLimit(spec.Limits.PIDs),
+		oci.WithHostname("sandbox"),
+	}
+	if len(argv) > 0 {
+		// The argv replaces the image's entrypoint and cmd, as with the Docker adapter.
+		opts = append(opts, oci.WithProcessArgs(argv...))
+	}
+	if spec.Limits.NanoCPUs > 0 {
+		const period = 100000
+		opts = append(opts, oci.WithCPUCFS(spec.Limits.NanoCPUs*period/1e9, period))
+	}
+	if spec.WorkspaceDir != "" {
+		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
+	}
+	if spec.LLM != nil && bridge != "" {
+		opts = append(opts, wrapWithBridge)
+	}
+	return opts
+}
+
+// wrapWithBridge runs the resolved argv behind the in-sandbox bridge.
+func wrapWithBridge(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	s.Process.Args = append([]string{bridgeTarget, "--"}, s.Process.Args...)
+	return nil
+}

@@ -1,0 +1,97 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Sweep removes this runner's owner's containers (with their tasks and snapshots),
+// stray snapshots and leases older than opts.OlderThan, optionally of one run only.
+// Implements port.Sweeper.
+func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
+	var rep port.SweepReport
+	if opts.RunID != "" {
+		if err := port.ValidateRunID(opts.RunID); err != nil {
+			return rep, opErr("Sweep", opts.RunID, err)
+		}
+	}
+	if opts.OlderThan < 0 {
+		return rep, opErr("Sweep", "", port.Invalid("OlderThan is negative"))
+	}
+	ctx = r.ns(ctx)
+	filter := fmt.Sprintf(`labels.%q==%q`, port.LabelOwner, r.cfg.owner)
+	if opts.RunID != "" {
+		filter += fmt.Sprintf(`,labels.%q==%q`, port.LabelRunID, opts.RunID)
+	}
+	cutoff := time.Now().Add(-opts.OlderThan)
+	old := func(lbls map[string]string) bool {
+		t, err := time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
+		return err != nil || !t.After(cutoff)
+	}
+
+	cs, err := r.cli.Containers(ctx, filter)
+	if err != nil {
+		return rep, opErr("Sweep", opts.RunID, classify(err))
+	}
+	for _, c := range cs {
+		lbls, err := c.Labels(ctx)
+		if err != nil || lbls[port.LabelOwner] != r.cfg.owner || !old(lbls) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "container:"+c.ID())
+		if opts.DryRun {
+			continue
+		}
+		if err := deleteContainer(ctx, c); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", c.ID(), err))
+		}
+	}
+
+	sn := r.cli.SnapshotService(r.cfg.snapshotter)
+	var stray []string
+	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Labels[port.LabelOwner] == r.cfg.owner && old(info.Labels) {
+			stray = append(stray, info.Name)
+		}
+		return nil
+	}, filter)
+	if err != nil {
+		return rep, opErr("Sweep", opts.RunID, classify(err))
+	}
+	for _, name := range stray {
+		rep.Removed = append(rep.Removed, "snapshot:"+name)
+		if opts.DryRun {
+			continue
+		}
+		if err := sn.Remove(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+			rep.Errors = append(rep.Errors, fmt.Errorf("snapshot %s: %w", name, err))
+		}
+	}
+
+	ls, err := r.cli.LeasesService().List(ctx, filter)
+	if err != nil {
+		return rep, opErr("Sweep", opts.RunID, classify(err))
+	}
+	for _, l := range ls {
+		if l.Labels[port.LabelOwner] != r.cfg.owner || l.CreatedAt.After(cutoff) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "lease:"+l.ID)
+		if opts.DryRun {
+			continue
+		}
+		if err := r.cli.LeasesService().Delete(ctx, leases.Lease{ID: l.ID}); err != nil && !errdefs.IsNotFound(err) {
+			rep.Errors = append(rep.Errors, fmt.Errorf("lease %s: %w", l.ID, err))
+		}
+	}
+	r.cfg.logger.Info("sweep done", "owner", r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
+	return rep, nil
+}
+
