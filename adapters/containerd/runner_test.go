@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -48,4 +49,16 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
 		}
 	}
+}
+
+func TestMain(m *testing.M) {
+	porttest.CrashChildMain(func() (port.SandboxRunner, error) {
+		return NewRunner(WithNamespace(testNamespace), WithOwner("crash"))
+	})
+	os.Exit(m.Run())
+}
+
+func TestSweepAfterCrash(t *testing.T) {
+	r, image := runnerEnv(t, WithOwner("crash"))
+	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
 }

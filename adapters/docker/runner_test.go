@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -142,4 +143,18 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
 		}
 	}
+}
+
+func TestMain(m *testing.M) {
+	porttest.CrashChildMain(func() (port.SandboxRunner, error) { return NewRunner(WithOwner("crash")) })
+	os.Exit(m.Run())
+}
+
+func TestSweepAfterCrash(t *testing.T) {
+	cli, image := dockerEnv(t)
+	r, err := NewRunner(WithClient(cli), WithOwner("crash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
 }
