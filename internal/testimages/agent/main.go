@@ -87,6 +87,14 @@ func main() {
 		scan(args[0])
 	case "http":
 		httpGet(args[0])
+	case "chat":
+		chat(args[0], args[1], len(args) > 2 && args[2] == "--spoof")
+	case "calls":
+		for i := 0; i < atoi(args[0]); i++ {
+			chat(args[1], fmt.Sprintf("call-%d", i), false)
+		}
+	case "stream":
+		stream(args[0], args[1], args[2])
 	default:
 		fail(2, "unknown subcommand "+os.Args[1])
 	}
@@ -241,6 +249,72 @@ func scan(secret string) {
 		return
 	}
 	os.Exit(5)
+}
+
+// Spoofed attribution an agent might send; the proxy must drop every one of them.
+var spoofed = map[string]string{
+	"Authorization":                 "Bearer sk-agent-forged",
+	"X-Litellm-End-User-Id":         "victim-account",
+	"X-Litellm-Customer-Id":         "victim-account",
+	"X-Litellm-Spend-Logs-Metadata": `{"run_id":"forged-run"}`,
+	"X-Api-Key":                     "agent-forged-key",
+	"Cookie":                        "session=forged",
+}
+
+func llmRequest(model, content string, streamed, spoof bool) *http.Request {
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"stream":%v,"stream_options":{"include_usage":%v}}`, model, content, streamed, streamed)
+	req, err := http.NewRequest("POST", os.Getenv("OPENAI_API_BASE")+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		fail(2, err.Error())
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if spoof {
+		for k, v := range spoofed {
+			req.Header.Set(k, v)
+		}
+	}
+	return req
+}
+
+// chat makes one non-streamed call and prints the status and body.
+func chat(model, content string, spoof bool) {
+	resp, err := http.DefaultClient.Do(llmRequest(model, content, false, spoof))
+	if err != nil {
+		fail(3, "llm call failed: "+err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("status %d\n%s\n", resp.StatusCode, bytes.TrimSpace(b))
+}
+
+// stream makes one streamed call. For each SSE event it prints a line and writes an
+// acknowledgement file in ackDir, so a test's upstream can hold chunk k+1 until the
+// agent has seen chunk k: proof that chunks arrive one by one, with no timing.
+func stream(model, content, ackDir string) {
+	resp, err := http.DefaultClient.Do(llmRequest(model, content, true, false))
+	if err != nil {
+		fail(3, "llm call failed: "+err.Error())
+	}
+	defer resp.Body.Close()
+	fmt.Printf("status %d\n", resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		fmt.Println(line)
+		if err := os.WriteFile(filepath.Join(ackDir, fmt.Sprintf("chunk-%d", n)), []byte(line), 0o644); err != nil {
+			fail(4, "ack: "+err.Error())
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		fail(3, "stream broken: "+err.Error())
+	}
+	fmt.Printf("events %d\n", n)
 }
 
 func httpGet(url string) {
