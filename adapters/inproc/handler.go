@@ -167,7 +167,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	c.rec.ResponseCost = clip(resp.Header.Get(headerResponseCost), 64)
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	c.rec.Streamed = mt == "text/event-stream"
-	t := &respTap{rc: resp.Body, sc: newJSONFields(scanLimit, "id", "usage", "error")}
+	t := &respTap{rc: resp.Body, p: p, sc: newJSONFields(scanLimit, "id", "usage", "error")}
 	if c.rec.Streamed {
 		t.sse = newSSEFields(t.sc, t.onEvent)
 	}
@@ -198,7 +198,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, c *call, status int, blocked, typ,
 	c.rec.Status, c.rec.RespBytes, c.rec.Blocked = status, n, blocked
 	c.rec.Latency = time.Since(c.start)
 	p.log.Info("inproc: call refused", "path", c.rec.Path, "status", status, "blocked", blocked)
-	p.addRecord(c.rec, 0, false)
+	p.addRecord(c.rec, false)
 }
 
 // finish completes and stores the record of a forwarded call. v is a recovered panic.
@@ -210,7 +210,6 @@ func (p *Proxy) finish(c *call, sw *statusWriter, v any) {
 	if c.req != nil {
 		rec.ReqBytes, rec.Model = c.req.result()
 	}
-	var tokens int64
 	if t := c.resp; t != nil {
 		if !t.first.IsZero() {
 			rec.TTFB = t.first.Sub(c.start)
@@ -219,12 +218,10 @@ func (p *Proxy) finish(c *call, sw *statusWriter, v any) {
 			t.sse.flush()
 		} else {
 			rec.RequestID = clip(t.sc.str("id"), 256)
-			t.tokens, _ = t.sc.tokens()
 		}
 		if rec.RequestID == "" {
 			rec.RequestID = clip(t.firstID, 256)
 		}
-		tokens = t.tokens
 	}
 	switch {
 	case c.upErr != nil && c.clientGo:
@@ -243,7 +240,7 @@ func (p *Proxy) finish(c *call, sw *statusWriter, v any) {
 	if rec.Error != "" {
 		p.log.Warn("inproc: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
-	p.addRecord(*rec, tokens, true)
+	p.addRecord(*rec, true)
 }
 
 // reqTap counts and scans a request body as the transport reads it (from its own
@@ -289,14 +286,16 @@ func (t *reqTap) overLimit() bool {
 // respTap counts and scans a response body as the ReverseProxy copies it to the client
 // (all in the handler's goroutine).
 type respTap struct {
-	rc       io.ReadCloser
-	sc       *jsonFields
-	sse      *sseFields
-	first    time.Time
-	err      error
-	firstID  string
-	tokens   int64
-	errEvent string
+	rc        io.ReadCloser
+	p         *Proxy
+	sc        *jsonFields
+	sse       *sseFields
+	first     time.Time
+	err       error
+	firstID   string
+	tokens    int64 // counted against the budget so far
+	haveUsage bool  // a non-streamed body's usage was counted
+	errEvent  string
 }
 
 // Read implements io.Reader.
@@ -310,6 +309,12 @@ func (t *respTap) Read(b []byte) (int, error) {
 			t.sse.Write(b[:n])
 		} else {
 			t.sc.Write(b[:n])
+			if !t.haveUsage {
+				if n, ok := t.sc.tokens(); ok {
+					t.haveUsage = true
+					t.count(n)
+				}
+			}
 		}
 	}
 	if err != nil && err != io.EOF && t.err == nil {
@@ -321,6 +326,14 @@ func (t *respTap) Read(b []byte) (int, error) {
 // Close implements io.Closer.
 func (t *respTap) Close() error { return t.rc.Close() }
 
+// count makes n the call's token total and charges the difference to the run's budget
+// at once, before the bytes that carried it reach the agent: an agent that waits for
+// one answer before the next call cannot slip a call past MaxTokens.
+func (t *respTap) count(n int64) {
+	t.p.addTokens(n - t.tokens)
+	t.tokens = n
+}
+
 // onEvent takes the response id from the first SSE event that has one, the last
 // reported usage (usage is cumulative), and the first error event.
 func (t *respTap) onEvent(sc *jsonFields) {
@@ -328,7 +341,7 @@ func (t *respTap) onEvent(sc *jsonFields) {
 		t.firstID = sc.str("id")
 	}
 	if n, ok := sc.tokens(); ok {
-		t.tokens = n
+		t.count(n)
 	}
 	if t.errEvent == "" {
 		t.errEvent = sc.errorSummary()

@@ -43,8 +43,8 @@ type Proxy struct {
 	created    time.Time
 	log        *slog.Logger
 
-	srv      *http.Server
-	rp       *httputil.ReverseProxy
+	srv    *http.Server
+	rp     *httputil.ReverseProxy
 	served chan struct{}
 
 	mu             sync.Mutex
@@ -178,11 +178,17 @@ func (p *Proxy) waitHandlers() {
 	}
 }
 
+// addTokens charges reported usage to the run's token budget.
+func (p *Proxy) addTokens(n int64) {
+	p.mu.Lock()
+	p.tokens += n
+	p.mu.Unlock()
+}
+
 // addRecord stores a finished call's record.
-func (p *Proxy) addRecord(rec port.AuditRecord, tokens int64, forwarded bool) {
+func (p *Proxy) addRecord(rec port.AuditRecord, forwarded bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.tokens += tokens
 	if !forwarded {
 		if p.blockedKept >= maxBlockedRecords {
 			p.blockedDropped++

@@ -1,6 +1,7 @@
 package inproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 )
@@ -165,9 +166,18 @@ func (s *jsonFields) step(c byte) {
 	}
 }
 
+// wanted reports whether key (raw, as between the quotes) is one of the kept keys. A key
+// spelled with escapes ("\u006dodel") is decoded first, as the upstream would.
 func (s *jsonFields) wanted(key []byte) bool {
+	k := string(key)
+	if bytes.IndexByte(key, '\\') >= 0 {
+		if json.Unmarshal([]byte(`"`+k+`"`), &k) != nil {
+			return false
+		}
+		s.key = append(s.key[:0], k...) // finishValue stores the decoded key
+	}
 	for _, w := range s.want {
-		if string(key) == w {
+		if k == w {
 			return true
 		}
 	}
@@ -186,8 +196,12 @@ func (s *jsonFields) appendVal(c byte) {
 }
 
 func (s *jsonFields) finishValue() {
-	if s.keep && !s.valOver {
-		s.got[string(s.key)] = append([]byte(nil), s.val...)
+	if s.keep {
+		if s.valOver {
+			delete(s.got, string(s.key)) // the last duplicate wins, even when too long to keep
+		} else {
+			s.got[string(s.key)] = append([]byte(nil), s.val...)
+		}
 	}
 	s.keep = false
 }
@@ -223,7 +237,7 @@ type usage struct {
 // tokens returns the total tokens of a kept "usage" object, and whether there was one.
 func (s *jsonFields) tokens() (int64, bool) {
 	raw, ok := s.got["usage"]
-	if !ok {
+	if !ok || string(raw) == "null" {
 		return 0, false
 	}
 	var u usage
