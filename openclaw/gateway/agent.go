@@ -121,7 +121,7 @@ type agentResponse struct {
 	Summary    string `json:"summary"`
 	StopReason string `json:"stopReason"`
 	Result     *struct {
-		Payloads []Payload      `json:"payloads"`
+		Payloads []Payload       `json:"payloads"`
 		Meta     json.RawMessage `json:"meta"`
 	} `json:"result"`
 }
