@@ -394,14 +394,21 @@ func (c *Client) fail(cause error) {
 // readLoop is the only reader of the connection.
 func (c *Client) readLoop() {
 	defer c.wg.Done()
+	// One buffer for every frame: decoding copies what it keeps.
+	var buf bytes.Buffer
 	for {
 		// Any frame (ticks included) proves the gateway is alive.
 		_ = c.conn.SetReadDeadline(time.Now().Add(c.liveness))
-		typ, data, err := c.conn.ReadMessage()
+		typ, r, err := c.conn.NextReader()
+		if err == nil {
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
 		if err != nil {
 			c.fail(classifyReadErr(err, false))
 			return
 		}
+		data := buf.Bytes()
 		if typ != websocket.TextMessage {
 			c.fail(fmt.Errorf("%w: binary frame of %d bytes", ErrMalformedFrame, len(data)))
 			return
@@ -522,7 +529,7 @@ func (c *Client) dispatchEvent(f *inFrame) {
 		c.log.Debug("gateway event with undecodable payload dropped", "event", f.Event, "err", err)
 		return
 	}
-	if ev.RunID == "" || ev.SessionKey == "" {
+	if ev.RunID == "" {
 		return
 	}
 	c.mu.Lock()
