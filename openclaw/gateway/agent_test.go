@@ -110,7 +110,9 @@ func TestAgentRejectsBadRequests(t *testing.T) {
 	// The same run id twice on one connection is refused.
 	got := make(chan struct{})
 	c2 := dial(t, newServer(t, replyThen(func(*gatewaytest.Conn, gatewaytest.Request) { close(got) })))
-	go func() { _, _ = c2.Agent(ctx, gateway.AgentRequest{Message: "a", SessionKey: "s", IdempotencyKey: "dup"}) }()
+	go func() {
+		_, _ = c2.Agent(ctx, gateway.AgentRequest{Message: "a", SessionKey: "s", IdempotencyKey: "dup"})
+	}()
 	<-got
 	_, err := c2.Agent(ctx, gateway.AgentRequest{Message: "b", SessionKey: "s", IdempotencyKey: "dup"})
 	assert.ErrorIs(t, err, port.ErrInvalidSpec)
