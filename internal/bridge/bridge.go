@@ -1,0 +1,276 @@
+// Package bridge is the in-sandbox side of the LLM socket bridge: it runs as a sandbox's
+// entrypoint (usually PID 1), listens on a loopback TCP address (port.BridgeAddr) and
+// forwards every connection to the per-run proxy's unix socket mounted at
+// /llm-sock/llm.sock, then runs the agent's argv as its child.
+//
+// Agents inside a sandbox with no network at all can then use a plain
+// OPENAI_API_BASE=http://localhost:8080. The bridge does not look at the bytes it
+// forwards: the proxy on the other side of the socket does everything else.
+//
+// As PID 1 it also does what an init must: it forwards termination signals to the
+// child, reaps orphaned zombies, and exits with the child's exit code (128+n when the
+// child was killed by signal n). cmd/sandbox-bridge is the thin main around Run.
+//
+// The package uses only the standard library and golang.org/x/sys, so the binary stays
+// small and static (CGO_ENABLED=0) and fits in a FROM scratch image.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Defaults, equal to port.BridgeAddr and port.LLMSocketDir + "/" + port.LLMSocketName
+// (this package does not import port, to keep the binary small; a test checks them).
+const (
+	DefaultListen = "127.0.0.1:8080"
+	DefaultSocket = "/llm-sock/llm.sock"
+)
+
+// Exit codes of the bridge itself, following the shell's and docker run's conventions.
+const (
+	// ExitBridgeFailed: the bridge could not start (bad configuration, cannot listen).
+	ExitBridgeFailed = 125
+	// ExitCannotExec: the command was found but could not be executed.
+	ExitCannotExec = 126
+	// ExitNotFound: the command was not found.
+	ExitNotFound = 127
+)
+
+// DefaultKillGrace is how long a child has to exit after SIGTERM when Run's context ends.
+const DefaultKillGrace = 10 * time.Second
+
+// Errors returned by Run, for errors.Is.
+var (
+	// ErrInvalidConfig reports a Config that Run refuses before doing anything.
+	ErrInvalidConfig = errors.New("bridge: invalid config")
+	// ErrCommandNotFound reports an argv[0] that does not exist (exit code 127).
+	ErrCommandNotFound = errors.New("bridge: command not found")
+	// ErrCannotExec reports an argv[0] that exists but cannot be executed (exit code 126).
+	ErrCannotExec = errors.New("bridge: command cannot be executed")
+)
+
+// forwardedSignals are passed on to the child. SIGKILL and SIGSTOP cannot be caught;
+// SIGCHLD is the bridge's own business.
+var forwardedSignals = []os.Signal{
+	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT,
+}
+
+// Config configures Run. Only Argv is required.
+type Config struct {
+	// Listen is the TCP address to listen on (default DefaultListen). It must be a
+	// loopback IP literal with a port; port 0 picks a free port (see Ready).
+	Listen string
+	// Socket is the unix socket connections are forwarded to (default DefaultSocket).
+	// It is dialled per connection, so it need not exist when Run starts.
+	Socket string
+	// Argv is the child's command line, passed as is (never through a shell). argv[0]
+	// is looked up in the bridge's PATH.
+	Argv []string
+	// Env is the child's environment; nil means the bridge's own.
+	Env []string
+	// Stdin, Stdout and Stderr are the child's; nil means the bridge's own. They are
+	// files so the child gets them directly, with no copying goroutines.
+	Stdin, Stdout, Stderr *os.File
+	// Reap makes the bridge reap every child process that ends, not only its own:
+	// orphans are re-parented to PID 1 (or to a subreaper) and would stay zombies. It
+	// is turned on automatically when the bridge is PID 1.
+	Reap bool
+	// Subreaper makes the bridge a child subreaper (Linux), so orphans of its
+	// descendants are re-parented to it even when it is not PID 1. Implies Reap.
+	Subreaper bool
+	// KillGrace is how long the child has after SIGTERM when ctx ends before it gets
+	// SIGKILL (default DefaultKillGrace).
+	KillGrace time.Duration
+	// Ready, if set, is called with the listening address once the listener is up and
+	// before the child starts.
+	Ready func(net.Addr)
+	// Logger receives diagnostics (failed socket dials, signals); default: discard.
+	Logger *slog.Logger
+}
+
+// Run listens on cfg.Listen, starts forwarding connections to cfg.Socket, then runs
+// cfg.Argv and waits for it. It returns the child's exit code (128+n if signal n killed
+// it). When ctx ends, the child gets SIGTERM and, after KillGrace, SIGKILL; Run then
+// returns the exit code and ctx's error.
+//
+// The listener is up before the child starts, and is closed (with every forwarded
+// connection) when the child has exited. Errors before the child runs come with the exit
+// code a shell would use: ExitBridgeFailed with ErrInvalidConfig or a listen error,
+// ExitNotFound with ErrCommandNotFound, ExitCannotExec with ErrCannotExec.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return ExitBridgeFailed, err
+	}
+	log := cfg.Logger
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return ExitBridgeFailed, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
+	}
+	fw := newForwarder(ln, cfg.Socket, log)
+	go fw.serve()
+	defer fw.close()
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr())
+	}
+
+	if cfg.Subreaper {
+		if err := setSubreaper(); err != nil {
+			return ExitBridgeFailed, fmt.Errorf("bridge: become a subreaper: %w", err)
+		}
+	}
+
+	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+	if cmd.Err != nil {
+		return execFailure(cfg.Argv[0], cmd.Err)
+	}
+	cmd.Env = cfg.Env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
+
+	// Subscribe before the child exists so that no signal (or SIGCHLD) is missed.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+	var chld chan os.Signal
+	if cfg.Reap {
+		chld = make(chan os.Signal, 1)
+		signal.Notify(chld, syscall.SIGCHLD)
+		defer signal.Stop(chld)
+	}
+
+	if err := cmd.Start(); err != nil {
+		return execFailure(cfg.Argv[0], err)
+	}
+	pid := cmd.Process.Pid
+	log.Debug("bridge: child started", slog.Int("pid", pid))
+
+	exited := make(chan int, 1)
+	if cfg.Reap {
+		// Reap everything; our child's status arrives through the same loop. cmd.Wait
+		// must not be used then: it would race the loop for the child's status.
+		go func() { exited <- reapUntil(pid, chld, log) }()
+	} else {
+		go func() {
+			err := cmd.Wait()
+			exited <- exitCode(cmd.ProcessState, err)
+		}()
+	}
+
+	var (
+		ctxDone <-chan struct{} = ctx.Done()
+		kill    <-chan time.Time
+	)
+	for {
+		select {
+		case code := <-exited:
+			log.Debug("bridge: child exited", slog.Int("code", code))
+			return code, ctx.Err()
+		case s := <-sigs:
+			log.Debug("bridge: forwarding signal", slog.String("signal", s.String()))
+			_ = cmd.Process.Signal(s)
+		case <-ctxDone:
+			ctxDone = nil
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			t := time.NewTimer(cfg.KillGrace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			_ = cmd.Process.Kill()
+		}
+	}
+}
+
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket
+	}
+	if cfg.Stdin == nil {
+		cfg.Stdin = os.Stdin
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = DefaultKillGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if os.Getpid() == 1 || cfg.Subreaper {
+		cfg.Reap = true
+	}
+	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
+		return cfg, fmt.Errorf("%w: no command given", ErrInvalidConfig)
+	}
+	if err := checkLoopback(cfg.Listen); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// checkLoopback accepts only a loopback IP literal with a port. Host names are refused:
+// resolving "localhost" depends on files the agent might control.
+func checkLoopback(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: listen address %q is not an IP:port (%v)", ErrInvalidConfig, addr, err)
+	}
+	if !ap.Addr().IsLoopback() {
+		return fmt.Errorf("%w: listen address %q is not loopback; the bridge must never be reachable from outside the sandbox", ErrInvalidConfig, addr)
+	}
+	return nil
+}
+
+// execFailure maps a failure to start argv[0] to the shell's exit codes.
+func execFailure(name string, err error) (int, error) {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return ExitNotFound, fmt.Errorf("%w: %s: %v", ErrCommandNotFound, name, err)
+	default:
+		return ExitCannotExec, fmt.Errorf("%w: %s: %v", ErrCannotExec, name, err)
+	}
+}
+
+// exitCode turns the end of a process into a shell-style exit code.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		if err != nil {
+			return ExitBridgeFailed
+		}
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return waitStatusCode(ws)
+	}
+	return ps.ExitCode()
+}
+
+func waitStatusCode(ws syscall.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	default:
+		return ExitBridgeFailed
+	}
+}
