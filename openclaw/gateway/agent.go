@@ -221,10 +221,15 @@ func (c *Client) Agent(ctx context.Context, req AgentRequest) (*AgentRun, error)
 	case <-r.accepted:
 		return r, nil
 	case <-r.done:
-		if r.err != nil && r.result != nil && r.result.Status == "" {
-			return nil, r.err // rejected before it started
+		select {
+		case <-r.accepted: // accepted, then ended at once: Wait reports how
+			return r, nil
+		default:
 		}
-		return r, nil // finished at once (e.g. a deduplicated, already finished run)
+		if r.err != nil && r.result.Status == "" {
+			return nil, r.err // rejected (or the connection ended) before acceptance
+		}
+		return r, nil // finished without an accepted response (a deduplicated run)
 	case <-ctx.Done():
 		c.unregister(r.reqID, r)
 		return nil, fmt.Errorf("gateway agent: waiting for acceptance: %w", ctx.Err())

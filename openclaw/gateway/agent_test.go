@@ -254,6 +254,7 @@ func TestAgentEventsFilteredFailClosed(t *testing.T) {
 	assert.NotContains(t, res.StreamedText, "INTRUDER")
 	assert.NotContains(t, res.StreamedText, "HEARTBEAT")
 	assert.Equal(t, 4, res.FilteredEvents, "spoofed key, missing key (chat and agent), heartbeat")
+	assert.Equal(t, int64(2), c.ForeignEvents(), "another run's delta and a delta without runId")
 }
 
 // TestAgentConcurrentSessionsIsolated runs two clients in two sessions on one

@@ -48,6 +48,7 @@ type Client struct {
 	err  error // terminal error; written once before done is closed
 
 	userClosed atomic.Bool
+	foreign    atomic.Int64 // chat/agent events that belonged to no run of ours
 	lastPong   atomic.Int64 // unix nanos
 	idPrefix   string
 	nextID     atomic.Uint64
@@ -331,6 +332,12 @@ func (c *Client) start(h Hello) {
 // Hello returns what the gateway said when it accepted the connection.
 func (c *Client) Hello() Hello { return c.hello }
 
+// ForeignEvents counts the chat and agent events this connection received that
+// belonged to no run of this client and were dropped. The gateway broadcasts
+// every run's events to every operator connection, so a busy gateway makes this
+// grow.
+func (c *Client) ForeignEvents() int64 { return c.foreign.Load() }
+
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
@@ -530,12 +537,14 @@ func (c *Client) dispatchEvent(f *inFrame) {
 		return
 	}
 	if ev.RunID == "" {
+		c.foreign.Add(1)
 		return
 	}
 	c.mu.Lock()
 	r := c.runs[ev.RunID]
 	c.mu.Unlock()
 	if r == nil {
+		c.foreign.Add(1)
 		return
 	}
 	r.onEvent(f.Event, &ev)

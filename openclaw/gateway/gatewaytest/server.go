@@ -164,15 +164,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.handshake(c) {
 		return
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		c.Drop()
-		return
-	}
-	s.conns[c] = struct{}{}
-	s.wg.Add(3)
-	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		if s.autoTick && s.tickInterval > 0 {
@@ -266,7 +257,26 @@ func (s *Server) handshake(c *Conn) bool {
 		// Fields beyond the schema, as real gateways send: clients must ignore them.
 		"controlUiUrl": "http://127.0.0.1/",
 	}
-	return c.Reply(f.ID, hello) == nil
+	// Track the connection before the client can see hello-ok, so that Conns
+	// lists it as soon as Dial returns.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Drop()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(3)
+	s.mu.Unlock()
+	if err := c.Reply(f.ID, hello); err != nil {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Add(-3)
+		c.Drop()
+		return false
+	}
+	return true
 }
 
 // ConnectParams is what the client sent in connect.
