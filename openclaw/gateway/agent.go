@@ -189,7 +189,8 @@ type AgentRun struct {
 
 // Agent starts an agent turn and returns once the gateway has accepted it.
 // ctx bounds the submission only; use Wait's context to bound the run, and
-// Abort to stop it. Events of other runs and other sessions never reach the
+// Abort to stop it. A ctx that ends before the gateway accepted may still leave
+// the run going on the gateway: abort it by session key and IdempotencyKey. Events of other runs and other sessions never reach the
 // returned run: an event is delivered only if its runId matches and its
 // sessionKey canonically equals the run's (events without either are dropped).
 //
