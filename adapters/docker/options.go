@@ -12,7 +12,8 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// Option configures a Runner or ProxyManager. Options validate their arguments.
+// Option configures a Runner or ProxyManager. Options validate their arguments; an
+// option that only concerns one of them is ignored by the other.
 type Option func(*config) error
 
 type config struct {
@@ -23,6 +24,7 @@ type config struct {
 	bridgePath     string
 	cleanupTimeout time.Duration
 	killGrace      time.Duration
+	proxy          proxyConfig
 }
 
 func defaultConfig() config {
@@ -31,6 +33,12 @@ func defaultConfig() config {
 		logger:         slog.New(slog.DiscardHandler),
 		cleanupTimeout: 30 * time.Second,
 		killGrace:      10 * time.Second,
+		proxy: proxyConfig{
+			image:        DefaultProxyImage,
+			network:      DefaultProxyNetwork,
+			baseDir:      filepath.Join(os.TempDir(), "agentsandbox-proxy"),
+			readyTimeout: 15 * time.Second,
+		},
 	}
 }
 

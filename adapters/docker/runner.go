@@ -241,11 +241,7 @@ func (r *Runner) remove(id, runID string) {
 	}
 }
 
-func containerName(runID string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "agentsandbox-" + runID + "-" + hex.EncodeToString(b[:])
-}
+func containerName(runID string) string { return "agentsandbox-" + runID + "-" + randHex(4) }
 
 func short(id string) string {
 	if len(id) > 12 {
@@ -270,4 +266,10 @@ func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
 		return opErr("LoadImage", "", fmt.Errorf("%w: %s", port.ErrInvalidSpec, msg))
 	}
 	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

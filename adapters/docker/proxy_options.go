@@ -1,0 +1,70 @@
+package docker
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Defaults of the nginx proxy manager.
+const (
+	DefaultProxyImage   = "nginx:alpine"
+	DefaultProxyNetwork = "host"
+)
+
+// proxyConfig holds the options only the ProxyManager uses; a Runner ignores them.
+type proxyConfig struct {
+	image        string
+	network      string
+	baseDir      string
+	readyTimeout time.Duration
+}
+
+// WithProxyImage sets the nginx image (default "nginx:alpine"). The image must have
+// nginx on PATH; the manager supplies the whole command line and configuration.
+func WithProxyImage(ref string) Option {
+	return func(c *config) error {
+		if ref == "" {
+			return port.Invalid("proxy image is empty")
+		}
+		c.proxy.image = ref
+		return nil
+	}
+}
+
+// WithProxyNetwork sets the network the proxy containers join to reach the upstream
+// (default "host", so an upstream on the host's loopback works). Sandboxes never join
+// it: they reach the proxy only through its socket.
+func WithProxyNetwork(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return port.Invalid("proxy network is empty")
+		}
+		c.proxy.network = name
+		return nil
+	}
+}
+
+// WithProxyBaseDir sets the host directory under which per-run directories (socket,
+// configuration with the key, audit log) are made. Default: the system temp dir.
+func WithProxyBaseDir(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return port.Invalid("proxy base dir %q is not absolute", dir)
+		}
+		c.proxy.baseDir = dir
+		return nil
+	}
+}
+
+// WithReadyTimeout bounds the wait for a new proxy to answer /health (default 15s).
+func WithReadyTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return port.Invalid("ready timeout %v is not positive", d)
+		}
+		c.proxy.readyTimeout = d
+		return nil
+	}
+}
