@@ -671,10 +671,10 @@ func TestPeerCredentialCheck(t *testing.T) {
 		got := make(chan error, 1)
 		go func() {
 			c, err := pl.Accept()
+			got <- err // before the close below, which the client sees as EOF
 			if err == nil {
 				c.Close()
 			}
-			got <- err
 		}()
 		c, err := net.Dial("unix", filepath.Join(dir, "s"))
 		require.NoError(t, err)
