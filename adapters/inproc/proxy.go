@@ -232,11 +232,11 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		if err == nil && (uid == l.allowed[0] || uid == l.allowed[1]) {
 			return c, nil
 		}
-		_ = c.Close()
 		l.p.mu.Lock()
 		l.p.rejectedPeers++
 		l.p.mu.Unlock()
 		l.p.log.Warn("inproc: refused a connection from a process that is not the sandbox", slog.Int("peer_uid", uid), slog.Any("err", err))
+		_ = c.Close()
 	}
 }
 
