@@ -34,9 +34,12 @@
 // Every call (forwarded or refused) gets one port.AuditRecord: time, run, attempt,
 // method, path, status, bytes in and out, the request's "model", whether the response
 // was streamed, LiteLLM's x-litellm-call-id and x-litellm-response-cost, the response
-// body's "id" (from the JSON body or the first SSE chunk), latency, time to the first
-// response byte, and why a call was blocked or failed. Prompts and completions are
-// never recorded. The records live in the host process, out of the sandbox's reach;
+// body's "id" (from the JSON body or the first SSE chunk), latency, TTFB (the time to
+// the first response body byte from the upstream: for a stream, its first chunk), and
+// why a call was blocked or failed. The model is read from the request body as it is
+// forwarded, so a call that fails before its body was sent has none. Prompts and
+// completions are never recorded; an error event inside a stream is recorded by its
+// type and code only, since its message may quote the prompt. The records live in the host process, out of the sandbox's reach;
 // Proxy.Stop returns them and Proxy.Audit shows them while the proxy runs.
 //
 // port.Budget.MaxCalls is exact: a call past it gets HTTP 429 with a JSON error of type

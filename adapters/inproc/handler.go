@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/http/httputil"
@@ -197,7 +198,11 @@ func (p *Proxy) refuse(w http.ResponseWriter, c *call, status int, blocked, typ,
 	n := writeError(w, status, typ, msg)
 	c.rec.Status, c.rec.RespBytes, c.rec.Blocked = status, n, blocked
 	c.rec.Latency = time.Since(c.start)
-	p.log.Info("inproc: call refused", "path", c.rec.Path, "status", status, "blocked", blocked)
+	level := slog.LevelDebug // an agent probing paths should not flood the host's logs
+	if status == http.StatusTooManyRequests {
+		level = slog.LevelInfo
+	}
+	p.log.Log(context.Background(), level, "inproc: call refused", "path", c.rec.Path, "status", status, "blocked", blocked)
 	p.addRecord(c.rec, false)
 }
 
