@@ -27,7 +27,8 @@ const (
 	// LLMSocketName is the socket's file name inside LLMSocketDir.
 	LLMSocketName = "llm.sock"
 	// BridgeAddr is where the in-sandbox bridge listens; agents use
-	// OPENAI_API_BASE=http://localhost:8080.
+	// OPENAI_API_BASE=http://127.0.0.1:8080 (an address, not a name:
+	// static agents in scratch images may have no resolver for "localhost").
 	BridgeAddr = "127.0.0.1:8080"
 )
 

@@ -51,7 +51,7 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 			mounts = append(mounts, bind(bridge, bridgeTarget, true))
 		}
 		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://localhost:8080"
+			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
 		}
 	}
 	envList := make([]string, 0, len(env))

@@ -46,7 +46,7 @@ func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]strin
 	}
 	if spec.LLM != nil {
 		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://localhost:8080"
+			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
 		}
 	}
 	tmpfsOpts := fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d", spec.Limits.TmpfsBytes)

@@ -91,7 +91,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithBridge sets the host path of a static sandbox-bridge binary (cmd/sandbox-bridge).
 // When a run has an LLM socket, the runner mounts it read-only and makes it the entrypoint,
-// so the agent reaches the proxy at http://localhost:8080 with no socat in its image.
+// so the agent reaches the proxy at http://127.0.0.1:8080 with no socat in its image.
 // Without it, the image must bring its own bridge.
 func WithBridge(path string) Option {
 	return func(c *config) error {
