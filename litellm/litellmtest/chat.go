@@ -1,0 +1,251 @@
+package litellmtest
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+type chatBody struct {
+	Model         string            `json:"model"`
+	Messages      []json.RawMessage `json:"messages"`
+	Stream        bool              `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	User            string         `json:"user"`
+	Metadata        map[string]any `json:"metadata"`
+	LitellmMetadata map[string]any `json:"litellm_metadata"`
+}
+
+// flatten reads one message; array content keeps the text parts.
+func flatten(raw json.RawMessage) Message {
+	var m struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	_ = json.Unmarshal(raw, &m)
+	var text string
+	if json.Unmarshal(m.Content, &text) != nil {
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(m.Content, &parts)
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString(p.Text)
+		}
+		text = b.String()
+	}
+	return Message{Role: m.Role, Content: text}
+}
+
+// tokens is the fake's deterministic token count: a quarter of the bytes, rounded up.
+func tokens(s string) int { return (len(s) + 3) / 4 }
+
+// endUserOf applies LiteLLM's precedence for the customer id.
+func endUserOf(h http.Header, b *chatBody) string {
+	for _, name := range []string{"x-litellm-customer-id", "x-litellm-end-user-id"} {
+		if v := h.Get(name); v != "" {
+			return v
+		}
+	}
+	if b.User != "" {
+		return b.User
+	}
+	if u, ok := b.LitellmMetadata["user"].(string); ok && u != "" {
+		return u
+	}
+	if u, ok := b.Metadata["user_id"].(string); ok {
+		return u
+	}
+	return ""
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	start := s.now()
+	var body chatBody
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeProxyError(w, http.StatusBadRequest, "Invalid JSON payload: "+err.Error(), "invalid_request_error", "None")
+		return
+	}
+	if body.Model == "" {
+		writeProxyError(w, http.StatusBadRequest, "Invalid model name passed in model=None. Call `/v1/models` to view available models for your key.", "invalid_request_error", "model")
+		return
+	}
+	m, ok := s.models[body.Model]
+	if !ok {
+		writeProxyError(w, http.StatusBadRequest, "Invalid model name passed in model="+body.Model+". Call `/v1/models` to view available models for your key.", "invalid_request_error", "model")
+		return
+	}
+	req := ChatRequest{Model: body.Model, Stream: body.Stream, EndUser: endUserOf(r.Header, &body), Header: r.Header.Clone()}
+	for _, raw := range body.Messages {
+		req.Messages = append(req.Messages, flatten(raw))
+	}
+	reply := s.cfg.reply(req)
+	prompt, completion := reply.PromptTokens, reply.CompletionTokens
+	if prompt == 0 {
+		for _, msg := range req.Messages {
+			prompt += tokens(msg.Content) + 3
+		}
+	}
+	if completion == 0 {
+		completion = max(1, tokens(reply.Content))
+	}
+	spend := roundCost(cost(m, prompt, completion))
+
+	// x-litellm-spend-logs-metadata replaces the body's value; safe_json_loads drops
+	// what is not JSON, leaving the body's.
+	var slm any
+	if md, ok := body.Metadata["spend_logs_metadata"]; ok {
+		slm = md
+	}
+	if h := r.Header.Get("x-litellm-spend-logs-metadata"); h != "" {
+		var v any
+		if json.Unmarshal([]byte(h), &v) == nil {
+			slm = v
+		}
+	}
+	keyHash := HashKey(presentedKey(r))
+	id := "chatcmpl-" + newUUID()
+	callID := newUUID()
+	created := start.Unix()
+	respModel := m.Upstream
+	if _, after, ok := strings.Cut(respModel, "/"); ok {
+		respModel = after
+	}
+
+	row := SpendRow{
+		RequestID: id, LitellmCallID: callID, CallType: "acompletion", APIKey: keyHash,
+		Spend: spend, PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		StartTime: start, Model: m.Upstream, ModelID: m.ID, ModelGroup: m.Name, CustomLLMProvider: m.Provider,
+		User: "default_user_id", EndUser: req.EndUser, SessionID: r.Header.Get("x-litellm-session-id"), Status: "success",
+		Metadata: map[string]any{
+			"spend_logs_metadata": slm, "user_api_key": keyHash, "user_api_key_alias": nil,
+			"user_api_key_end_user_id": req.EndUser, "user_api_key_user_id": "default_user_id",
+		},
+	}
+
+	hdr := w.Header()
+	hdr.Set("x-litellm-call-id", callID)
+	hdr.Set("x-litellm-model-id", m.ID)
+	hdr.Set("x-litellm-model-group", m.Name)
+	hdr.Set("x-litellm-version", s.cfg.version)
+	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+	if !body.Stream {
+		hdr.Set("x-litellm-response-cost", strconv.FormatFloat(spend, 'g', -1, 64))
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": id, "created": created, "model": respModel, "object": "chat.completion", "system_fingerprint": nil,
+			"choices": []any{map[string]any{"finish_reason": "stop", "index": 0, "message": map[string]any{
+				"content": reply.Content, "role": "assistant", "tool_calls": nil, "function_call": nil}}},
+			"usage": usage,
+		})
+		row.EndTime = s.now()
+		s.writeSpend(row)
+		return
+	}
+
+	chunks := reply.Chunks
+	if chunks == nil {
+		chunks = splitChunks(reply.Content)
+	}
+	s.mu.Lock()
+	dropAt, errAt := s.dropAt, s.errAt
+	if dropAt >= 0 {
+		s.dropAt = -1
+	}
+	if errAt >= 0 {
+		s.errAt = -1
+	}
+	s.mu.Unlock()
+
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	send := func(v any) bool {
+		b, _ := json.Marshal(v)
+		if _, err := w.Write(append(append([]byte("data: "), b...), '\n', '\n')); err != nil {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{"id": id, "created": created, "model": respModel, "object": "chat.completion.chunk", "system_fingerprint": nil,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+	}
+	for i, c := range chunks {
+		if i == dropAt {
+			// Abort the response: the client sees the connection cut mid-stream.
+			panic(http.ErrAbortHandler)
+		}
+		if i == errAt {
+			s.streamError(send, row)
+			return
+		}
+		if !sleepCtx(r.Context(), s.cfg.chunkDelay) {
+			return
+		}
+		delta := map[string]any{"content": c}
+		if i == 0 {
+			delta["role"] = "assistant"
+		}
+		if !send(chunk(delta, nil)) {
+			return
+		}
+	}
+	if dropAt >= len(chunks) {
+		panic(http.ErrAbortHandler)
+	}
+	if errAt >= len(chunks) {
+		s.streamError(send, row)
+		return
+	}
+	send(chunk(map[string]any{}, "stop"))
+	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+		send(map[string]any{"id": id, "created": created, "model": respModel, "object": "chat.completion.chunk",
+			"system_fingerprint": nil, "choices": []any{}, "usage": usage})
+	}
+	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	if fl != nil {
+		fl.Flush()
+	}
+	row.EndTime = s.now()
+	s.writeSpend(row)
+}
+
+// streamError ends a stream the way LiteLLM does when the provider fails mid-stream:
+// one error event, status still 200, and a failure row without spend.
+func (s *Server) streamError(send func(any) bool, row SpendRow) {
+	send(map[string]any{"error": map[string]any{
+		"message": "litellm.InternalServerError: provider stream failed", "type": "internal_server_error",
+		"param": "None", "code": "500"}})
+	row.EndTime = s.now()
+	row.Status, row.Spend, row.CompletionTokens = "failure", 0, 0
+	row.TotalTokens = row.PromptTokens
+	s.writeSpend(row)
+}
+
+// splitChunks splits after each space, so "a b c" streams as "a ", "b ", "c".
+func splitChunks(s string) []string {
+	if s == "" {
+		return []string{""}
+	}
+	var out []string
+	for s != "" {
+		i := strings.IndexByte(s, ' ')
+		if i < 0 {
+			out = append(out, s)
+			break
+		}
+		out = append(out, s[:i+1])
+		s = s[i+1:]
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package litellmtest
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	authed := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if s.authorize(w, r) {
+				h(w, r)
+			}
+		}
+	}
+	mux.HandleFunc("POST /v1/chat/completions", authed(s.chat))
+	mux.HandleFunc("POST /chat/completions", authed(s.chat))
+	mux.HandleFunc("GET /v1/models", authed(s.listModels))
+	mux.HandleFunc("GET /models", authed(s.listModels))
+	mux.HandleFunc("GET /model/info", authed(s.modelInfo))
+	mux.HandleFunc("GET /v1/model/info", authed(s.modelInfo))
+	mux.HandleFunc("GET /spend/logs/v2", authed(s.spendLogsV2))
+	mux.HandleFunc("GET /spend/logs", authed(s.spendLogsLegacy))
+	mux.HandleFunc("GET /customer/info", authed(s.customerInfo))
+	mux.HandleFunc("GET /end_user/info", authed(s.customerInfo))
+	// LiteLLM's health probes are public.
+	mux.HandleFunc("GET /health/liveliness", s.liveliness)
+	mux.HandleFunc("GET /health/liveness", s.liveliness)
+	mux.HandleFunc("GET /health/readiness", s.readiness)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"detail": "Not Found"})
+	})
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		s.mu.Lock()
+		lat := s.latency
+		s.mu.Unlock()
+		if !sleepCtx(r.Context(), lat) {
+			return
+		}
+		if f := s.takeFault(r.URL.Path); f != nil {
+			f.write(w)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// presentedKey returns the key a client sent, in the headers LiteLLM reads.
+func presentedKey(r *http.Request) string {
+	if v := r.Header.Get("Authorization"); v != "" {
+		if k, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return strings.TrimSpace(k)
+		}
+		return strings.TrimSpace(v)
+	}
+	for _, h := range []string{"x-litellm-api-key", "api-key", "x-api-key"} {
+		if v := r.Header.Get(h); v != "" {
+			return strings.TrimPrefix(strings.TrimSpace(v), "Bearer ")
+		}
+	}
+	return ""
+}
+
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
+	key := presentedKey(r)
+	if key == "" {
+		writeProxyError(w, http.StatusUnauthorized, "Authentication Error, No api key passed in.", "auth_error", "None")
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.masterKey)) != 1 {
+		shown := key
+		if len(shown) > 4 {
+			shown = "sk-..." + shown[len(shown)-4:]
+		}
+		writeProxyError(w, http.StatusUnauthorized,
+			"Authentication Error, Invalid proxy server token passed. Received API Key = "+shown+", Key Hash (Token) ="+HashKey(key),
+			"auth_error", "None")
+		return false
+	}
+	return true
+}
+
+func (s *Server) sortedModels() []Model {
+	out := make([]Model, 0, len(s.models))
+	for _, m := range s.cfg.models {
+		out = append(out, s.models[m.Name])
+	}
+	return out
+}
+
+func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
+	data := []map[string]any{}
+	for _, m := range s.sortedModels() {
+		data = append(data, map[string]any{"id": m.Name, "object": "model", "created": 1677610602, "owned_by": m.Provider})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": data, "object": "list"})
+}
+
+func (s *Server) modelInfo(w http.ResponseWriter, _ *http.Request) {
+	data := []map[string]any{}
+	for _, m := range s.sortedModels() {
+		data = append(data, map[string]any{
+			"model_name":     m.Name,
+			"litellm_params": map[string]any{"model": m.Upstream},
+			"model_info": map[string]any{
+				"id": m.ID, "db_model": false, "key": m.Upstream, "mode": "chat",
+				"max_tokens": m.MaxOutputTokens, "max_input_tokens": m.MaxInputTokens, "max_output_tokens": m.MaxOutputTokens,
+				"input_cost_per_token": m.InputCostPerToken, "output_cost_per_token": m.OutputCostPerToken,
+				"litellm_provider": m.Provider, "supports_function_calling": true,
+			},
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": data})
+}
+
+func (s *Server) liveliness(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, "I'm alive!")
+}
+
+func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	msg := s.unhealth
+	s.mu.Unlock()
+	if msg != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"detail": "Service Unhealthy (" + msg + ")"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status": "connected", "db": "connected", "cache": nil, "litellm_version": s.cfg.version,
+		"success_callbacks": []string{}, "use_aiohttp_transport": true,
+		"last_updated": pyISO(s.now(), false),
+	})
+}
+
+func (s *Server) customerInfo(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("end_user_id")
+	if id == "" {
+		writeValidationError(w, "missing", "end_user_id", "Field required", "", nil)
+		return
+	}
+	s.mu.Lock()
+	c, ok := s.store.customers[id]
+	s.mu.Unlock()
+	if !ok {
+		writeProxyError(w, http.StatusNotFound, "End User Id="+id+" does not exist in db", "not_found", "end_user_id")
+		return
+	}
+	// model_dump(exclude_none=True): null fields are left out.
+	writeJSON(w, http.StatusOK, map[string]any{"user_id": id, "blocked": false, "spend": c.spend})
+}
+
+// Customers returns the end users the fake has seen (LiteLLM creates them as
+// attributed requests arrive), sorted.
+func (s *Server) Customers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.store.customers))
+	for id := range s.store.customers {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,410 @@
+// Package litellmtest provides a fake LiteLLM proxy for tests, in the spirit of
+// net/http/httptest: NewServer starts it on a loopback port, Close stops it.
+//
+// The fake follows the parts of LiteLLM's documented API that this module uses:
+//
+//   - master-key auth (Authorization: Bearer, x-litellm-api-key, api-key, x-api-key);
+//     errors in LiteLLM's {"error":{"message","type","param","code"}} shape with code a
+//     string, and FastAPI's {"detail":...} shape where LiteLLM produces it (query
+//     validation, readiness).
+//   - POST /v1/chat/completions and /chat/completions, plain and streamed (SSE with an
+//     optional usage chunk and a final "data: [DONE]"); replies are scriptable with
+//     WithReply, and the default reply echoes the marker found in the last user message.
+//   - the response headers x-litellm-call-id, x-litellm-response-cost and
+//     x-litellm-model-id.
+//   - attribution: x-litellm-customer-id, then x-litellm-end-user-id, then the body's
+//     "user" set the row's end_user; x-litellm-spend-logs-metadata (JSON) replaces the
+//     body's metadata.spend_logs_metadata and is silently ignored when it is not JSON.
+//   - spend rows, written after a batch-write delay (WithBatchWriteDelay) like LiteLLM's
+//     proxy_batch_write_at, served by GET /spend/logs/v2 (paginated, total capped at
+//     10,000) and the legacy GET /spend/logs.
+//   - /v1/models, /model/info, /health/liveliness, /health/readiness, /customer/info.
+//
+// Faults can be injected at run time (FailNext, MalformNext, SetLatency,
+// DropStreamAfter, ErrorStreamAfter, IgnoreEndUserFilter, SetUnhealthy), and many
+// synthetic spend rows can be preloaded quickly (Synthesize) for benchmarks.
+//
+// Every request is recorded (Requests) so a test can assert on what the upstream saw.
+package litellmtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultMasterKey is the master key of a server created without WithMasterKey.
+const DefaultMasterKey = "sk-litellmtest-master"
+
+// Model is one model the fake serves.
+type Model struct {
+	// Name is the public model name clients send ("model_name" in LiteLLM's config).
+	Name string
+	// Upstream is the provider model ("litellm_params.model"), stored as the spend
+	// row's model. Empty means Name.
+	Upstream string
+	// Provider is the LiteLLM provider ("openai", "anthropic", ...); also owned_by.
+	Provider string
+	// ID is the deployment id returned in x-litellm-model-id. Empty means a stable
+	// hash of Name.
+	ID string
+	// MaxInputTokens, MaxOutputTokens describe the model in /model/info.
+	MaxInputTokens, MaxOutputTokens int
+	// InputCostPerToken and OutputCostPerToken price a call in USD.
+	InputCostPerToken, OutputCostPerToken float64
+}
+
+// DefaultModels are served by a server created without WithModels.
+var DefaultModels = []Model{
+	{Name: "gpt-4o-mini", Upstream: "gpt-4o-mini-2024-07-18", Provider: "openai", MaxInputTokens: 128000, MaxOutputTokens: 16384, InputCostPerToken: 0.15e-6, OutputCostPerToken: 0.6e-6},
+	{Name: "claude-haiku", Upstream: "anthropic/claude-3-5-haiku-20241022", Provider: "anthropic", MaxInputTokens: 200000, MaxOutputTokens: 8192, InputCostPerToken: 0.8e-6, OutputCostPerToken: 4e-6},
+}
+
+// ChatRequest is what a reply function sees of a chat completion request.
+type ChatRequest struct {
+	Model    string
+	Messages []Message
+	Stream   bool
+	// EndUser is the attributed end user (after header precedence).
+	EndUser string
+	// Header is the request's header.
+	Header http.Header
+}
+
+// Message is one chat message; non-text content parts are flattened to their text.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Reply is a scripted chat completion.
+type Reply struct {
+	// Content is the assistant's text.
+	Content string
+	// Chunks, if set, are the streamed deltas (their concatenation should equal
+	// Content); otherwise Content is split after each space.
+	Chunks []string
+	// PromptTokens and CompletionTokens override the fake's deterministic counts.
+	PromptTokens, CompletionTokens int
+}
+
+// ReplyFunc scripts the server's chat completions.
+type ReplyFunc func(ChatRequest) Reply
+
+// DefaultReply echoes the marker in the last user message: the text after "MARKER:"
+// up to the next space, as "ECHO:<marker>"; without a marker it answers "ok".
+func DefaultReply(req ChatRequest) Reply {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		m := req.Messages[i]
+		if m.Role != "user" {
+			continue
+		}
+		if _, rest, ok := strings.Cut(m.Content, "MARKER:"); ok {
+			marker, _, _ := strings.Cut(rest, " ")
+			return Reply{Content: "ECHO:" + marker}
+		}
+		break
+	}
+	return Reply{Content: "ok"}
+}
+
+// Option configures a Server.
+type Option func(*config) error
+
+type config struct {
+	masterKey   string
+	models      []Model
+	reply       ReplyFunc
+	chunkDelay  time.Duration
+	batchDelay  time.Duration
+	now         func() time.Time
+	zulu        bool
+	version     string
+	keepHeaders bool
+}
+
+// WithMasterKey sets the master key (default DefaultMasterKey).
+func WithMasterKey(key string) Option {
+	return func(c *config) error {
+		if key == "" {
+			return errors.New("litellmtest: empty master key")
+		}
+		c.masterKey = key
+		return nil
+	}
+}
+
+// WithModels replaces the served models.
+func WithModels(models ...Model) Option {
+	return func(c *config) error {
+		if len(models) == 0 {
+			return errors.New("litellmtest: no models")
+		}
+		seen := map[string]bool{}
+		for _, m := range models {
+			if m.Name == "" || seen[m.Name] {
+				return fmt.Errorf("litellmtest: model name %q empty or repeated", m.Name)
+			}
+			seen[m.Name] = true
+		}
+		c.models = append([]Model(nil), models...)
+		return nil
+	}
+}
+
+// WithReply scripts the chat completions (default DefaultReply).
+func WithReply(f ReplyFunc) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("litellmtest: nil reply func")
+		}
+		c.reply = f
+		return nil
+	}
+}
+
+// WithChunkDelay waits d before each streamed chunk, so a test can watch chunks
+// arrive one by one.
+func WithChunkDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return errors.New("litellmtest: negative chunk delay")
+		}
+		c.chunkDelay = d
+		return nil
+	}
+}
+
+// WithBatchWriteDelay makes spend rows visible only d after their call ended, like
+// LiteLLM's proxy_batch_write_at (10 s by default there, 0 here).
+func WithBatchWriteDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return errors.New("litellmtest: negative batch write delay")
+		}
+		c.batchDelay = d
+		return nil
+	}
+}
+
+// WithClock sets the server's clock (default time.Now). Row timestamps and the
+// batch-write delay use it.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return errors.New("litellmtest: nil clock")
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// WithZuluTimestamps writes row timestamps as "...Z" instead of Python's
+// isoformat "+00:00" (both occur in LiteLLM deployments).
+func WithZuluTimestamps() Option {
+	return func(c *config) error { c.zulu = true; return nil }
+}
+
+// Server is a running fake LiteLLM.
+type Server struct {
+	// URL is the base URL, e.g. "http://127.0.0.1:41234", once serving.
+	URL string
+
+	cfg     config
+	handler http.Handler
+	models  map[string]Model
+
+	mu       sync.Mutex
+	reqs     []RecordedRequest
+	store    rowStore
+	faults   []*fault
+	latency  time.Duration
+	dropAt   int // next stream: drop after this many chunks (-1 none)
+	errAt    int // next stream: error after this many chunks (-1 none)
+	ignoreEU bool
+	unhealth string
+
+	srv      *http.Server
+	lis      net.Listener
+	closeOne sync.Once
+}
+
+// RecordedRequest is one request as the fake received it.
+type RecordedRequest struct {
+	Time     time.Time
+	Method   string
+	Path     string
+	RawQuery string
+	Header   http.Header
+	Body     []byte
+}
+
+// Query parses the request's query string.
+func (r RecordedRequest) Query() url.Values {
+	q, _ := url.ParseQuery(r.RawQuery)
+	return q
+}
+
+// New returns a fake that is not yet serving; use Serve or Handler. Errors come from
+// invalid options.
+func New(opts ...Option) (*Server, error) {
+	cfg := config{masterKey: DefaultMasterKey, models: DefaultModels, reply: DefaultReply, now: time.Now, version: "1.75.0"}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{cfg: cfg, models: map[string]Model{}, dropAt: -1, errAt: -1}
+	for _, m := range cfg.models {
+		if m.Upstream == "" {
+			m.Upstream = m.Name
+		}
+		if m.Provider == "" {
+			m.Provider = "openai"
+		}
+		if m.ID == "" {
+			sum := sha256.Sum256([]byte("deployment/" + m.Name))
+			m.ID = hex.EncodeToString(sum[:])
+		}
+		s.models[m.Name] = m
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// NewServer starts a fake on a random loopback port. It panics if an option is
+// invalid or no port can be had, like httptest.NewServer.
+func NewServer(opts ...Option) *Server {
+	s, err := New(opts...)
+	if err != nil {
+		panic(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("litellmtest: listen: %v", err))
+	}
+	go func() { _ = s.Serve(l) }()
+	return s
+}
+
+// Serve serves on l until Close; it sets URL from l's address and returns
+// http.ErrServerClosed after Close.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.srv != nil {
+		s.mu.Unlock()
+		return errors.New("litellmtest: already serving")
+	}
+	s.srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	s.lis = l
+	s.URL = "http://" + l.Addr().String()
+	srv := s.srv
+	s.mu.Unlock()
+	return srv.Serve(l)
+}
+
+// Handler returns the fake as an http.Handler (for httptest.NewServer or a custom
+// listener).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close stops the server and closes open connections, streams included.
+func (s *Server) Close() {
+	s.closeOne.Do(func() {
+		s.mu.Lock()
+		srv := s.srv
+		s.mu.Unlock()
+		if srv != nil {
+			_ = srv.Close()
+		}
+	})
+}
+
+// MasterKey returns the master key clients must present.
+func (s *Server) MasterKey() string { return s.cfg.masterKey }
+
+// Requests returns a copy of every request received so far, in arrival order.
+func (s *Server) Requests() []RecordedRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]RecordedRequest(nil), s.reqs...)
+}
+
+// RequestCount counts the requests whose path equals path.
+func (s *Server) RequestCount(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.reqs {
+		if r.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetRequests forgets the recorded requests.
+func (s *Server) ResetRequests() {
+	s.mu.Lock()
+	s.reqs = nil
+	s.mu.Unlock()
+}
+
+// HashKey returns how LiteLLM stores an API key in spend rows: the hex SHA-256 of
+// the key.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// newUUID returns a random RFC 4122 version 4 UUID, as LiteLLM's call ids are.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func (s *Server) now() time.Time { return s.cfg.now().UTC() }
+
+// record keeps a copy of the request and restores its body for the handler.
+func (s *Server) record(r *http.Request) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(r.Body, 32<<20))
+		_ = r.Body.Close()
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.mu.Lock()
+	s.reqs = append(s.reqs, RecordedRequest{
+		Time: s.now(), Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery,
+		Header: r.Header.Clone(), Body: body,
+	})
+	s.mu.Unlock()
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,383 @@
+package litellm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// MaxPageSize is the largest page LiteLLM's /spend/logs/v2 serves.
+const MaxPageSize = 1000
+
+// SpendLog is one row of LiteLLM's spend log. Decoding tolerates fields it does not
+// know, numbers sent as strings, nulls, and timestamps ending in "Z" or "+00:00",
+// with or without fractions (or without a zone, read as UTC).
+type SpendLog struct {
+	// RequestID is the response body's id ("chatcmpl-..."), the row's key.
+	RequestID string
+	// LitellmCallID is the x-litellm-call-id response header, stored by newer
+	// LiteLLM builds; empty on older ones.
+	LitellmCallID    string
+	CallType         string
+	APIKey           string // hex SHA-256 of the key used
+	Spend            float64
+	PromptTokens     int64
+	CompletionTokens int64
+	TotalTokens      int64
+	StartTime        time.Time
+	EndTime          time.Time
+	Model            string
+	ModelID          string
+	ModelGroup       string
+	Provider         string // custom_llm_provider
+	User             string
+	EndUser          string
+	TeamID           string
+	SessionID        string
+	Status           string
+	// Metadata is the row's metadata object as raw JSON; SpendLogsMetadata its
+	// spend_logs_metadata member (the x-litellm-spend-logs-metadata a call carried).
+	Metadata          json.RawMessage
+	SpendLogsMetadata json.RawMessage
+}
+
+// UnmarshalJSON decodes one row.
+func (l *SpendLog) UnmarshalJSON(b []byte) error {
+	if !json.Valid(b) {
+		return malformed("spend log", "invalid JSON")
+	}
+	return l.decode(b)
+}
+
+// decode fills l from a valid JSON object.
+func (l *SpendLog) decode(b []byte) error {
+	b = b[skipWS(b, 0):]
+	if len(b) == 0 || b[0] != '{' {
+		return malformed("spend log", "row is not an object")
+	}
+	*l = SpendLog{}
+	var err error
+	eachMember(b, func(k, v []byte) bool {
+		switch string(k) {
+		case "request_id":
+			l.RequestID = strVal(v)
+		case "litellm_call_id":
+			l.LitellmCallID = strVal(v)
+		case "call_type":
+			l.CallType = strVal(v)
+		case "api_key":
+			l.APIKey = strVal(v)
+		case "spend":
+			l.Spend, _ = numVal(v)
+		case "prompt_tokens":
+			l.PromptTokens, _ = intVal(v)
+		case "completion_tokens":
+			l.CompletionTokens, _ = intVal(v)
+		case "total_tokens":
+			l.TotalTokens, _ = intVal(v)
+		case "startTime":
+			l.StartTime, err = parseTime(v)
+		case "endTime":
+			var e error
+			if l.EndTime, e = parseTime(v); e != nil {
+				err = e
+			}
+		case "model":
+			l.Model = strVal(v)
+		case "model_id":
+			l.ModelID = strVal(v)
+		case "model_group":
+			l.ModelGroup = strVal(v)
+		case "custom_llm_provider":
+			l.Provider = strVal(v)
+		case "user":
+			l.User = strVal(v)
+		case "end_user":
+			l.EndUser = strVal(v)
+		case "team_id":
+			l.TeamID = strVal(v)
+		case "session_id":
+			l.SessionID = strVal(v)
+		case "status":
+			l.Status = strVal(v)
+		case "metadata":
+			if md := objectOf(v); md != nil {
+				l.Metadata = append(json.RawMessage(nil), md...)
+				eachMember(md, func(mk, mv []byte) bool {
+					if keyIs(mk, "spend_logs_metadata") {
+						if slm := objectOf(mv); slm != nil {
+							l.SpendLogsMetadata = append(json.RawMessage(nil), slm...)
+						}
+						return false
+					}
+					return true
+				})
+			}
+		}
+		return err == nil
+	})
+	return err
+}
+
+// timeLayouts are the timestamp forms LiteLLM deployments return.
+var timeLayouts = []string{
+	time.RFC3339Nano,                // 2025-01-02T03:04:05.123456+00:00, ...Z
+	"2006-01-02T15:04:05.999999999", // naive, UTC
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999",
+}
+
+func parseTime(v []byte) (time.Time, error) {
+	s := strVal(v)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range timeLayouts {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, malformed("spend log", "timestamp %q", s)
+}
+
+// RunAttempt reads run_id and attempt from the row's spend_logs_metadata; ok is false
+// when either is missing. attempt may be a number or a numeric string.
+func (l *SpendLog) RunAttempt() (runID string, attempt int, ok bool) {
+	return runAttempt(l.SpendLogsMetadata)
+}
+
+func runAttempt(slm []byte) (runID string, attempt int, ok bool) {
+	var haveRun, haveAttempt bool
+	eachMember(slm, func(k, v []byte) bool {
+		switch {
+		case keyIs(k, "run_id"):
+			if len(v) > 0 && v[0] == '"' {
+				runID, haveRun = strVal(v), true
+			}
+		case keyIs(k, "attempt"):
+			if n, good := intVal(v); good {
+				attempt, haveAttempt = int(n), true
+			}
+		}
+		return true // Python's json keeps the last duplicate; so do we
+	})
+	return runID, attempt, haveRun && haveAttempt
+}
+
+// HashKey returns the form LiteLLM stores keys in spend rows and filters on: the hex
+// SHA-256 of the key.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// SpendLogsQuery selects rows of /spend/logs/v2. Start and End are required; the
+// window is inclusive at both ends and sent in UTC at second precision (Start rounded
+// down, End rounded up, so no row of the window is lost to rounding).
+type SpendLogsQuery struct {
+	Start, End time.Time
+	// EndUser filters on end_user. Some deployments ignore it: check the rows.
+	EndUser string
+	// RequestID filters on request_id.
+	RequestID string
+	// APIKeyHash filters on the key's hash (HashKey), not the key.
+	APIKeyHash string
+	// Model filters on the row's model; UserID on its user (key owner).
+	Model, UserID string
+	// Status filters on status ("success" or "failure").
+	Status string
+	// PageSize is the page size, 1 to MaxPageSize (0 means MaxPageSize).
+	PageSize int
+}
+
+func (q *SpendLogsQuery) values() (url.Values, int, error) {
+	if q.Start.IsZero() || q.End.IsZero() {
+		return nil, 0, port.Invalid("spend logs query needs Start and End")
+	}
+	if q.End.Before(q.Start) {
+		return nil, 0, port.Invalid("spend logs query ends (%s) before it starts (%s)", q.End, q.Start)
+	}
+	size := q.PageSize
+	if size == 0 {
+		size = MaxPageSize
+	}
+	if size < 1 || size > MaxPageSize {
+		return nil, 0, port.Invalid("page size %d out of range [1, %d]", size, MaxPageSize)
+	}
+	start := q.Start.UTC().Truncate(time.Second)
+	end := q.End.UTC()
+	if t := end.Truncate(time.Second); !t.Equal(end) {
+		end = t.Add(time.Second)
+	}
+	v := url.Values{}
+	v.Set("start_date", start.Format(time.DateTime))
+	v.Set("end_date", end.Format(time.DateTime))
+	v.Set("page_size", strconv.Itoa(size))
+	for k, val := range map[string]string{"end_user": q.EndUser, "request_id": q.RequestID, "api_key": q.APIKeyHash,
+		"model": q.Model, "user_id": q.UserID, "status_filter": q.Status} {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	return v, size, nil
+}
+
+// pageInfo is a /spend/logs/v2 envelope without its rows.
+type pageInfo struct {
+	rows, total, totalPages int
+	capped                  bool
+}
+
+// spendPages walks /spend/logs/v2 page by page, calling row with each raw row (valid
+// JSON, only valid during the call) until row returns false or the rows run out. It
+// keeps paging past total_pages while total_is_capped is set, and stops at an empty
+// or short page. It returns how many requests it made.
+func (c *Client) spendPages(ctx context.Context, q SpendLogsQuery, row func(raw []byte) bool) (requests int, err error) {
+	const path = "/spend/logs/v2"
+	vals, size, err := q.values()
+	if err != nil {
+		return 0, err
+	}
+	var prevFirst []byte
+	for page := 1; ; page++ {
+		vals.Set("page", strconv.Itoa(page))
+		var info pageInfo
+		stop := false
+		requests++
+		err := c.get(ctx, path, vals, func(body []byte) error {
+			if !json.Valid(body) {
+				return malformed(path, "page %d is not valid JSON", page)
+			}
+			var data []byte
+			seen := false
+			eachMember(body, func(k, v []byte) bool {
+				switch string(k) {
+				case "data":
+					data, seen = v, true
+				case "total":
+					n, _ := intVal(v)
+					info.total = int(n)
+				case "total_pages":
+					n, _ := intVal(v)
+					info.totalPages = int(n)
+				case "total_is_capped":
+					info.capped = string(v) == "true"
+				}
+				return true
+			})
+			if !seen || len(data) == 0 || data[0] != '[' {
+				return malformed(path, "page %d has no data array", page)
+			}
+			first := true
+			eachElem(data, func(v []byte) bool {
+				info.rows++
+				if first {
+					// A server that ignores "page" would have us loop forever.
+					if prevFirst != nil && bytes.Equal(prevFirst, v) {
+						err = malformed(path, "page %d repeats page %d", page, page-1)
+						return false
+					}
+					prevFirst = append(prevFirst[:0], v...)
+					first = false
+				}
+				if !row(v) {
+					stop = true
+					return false
+				}
+				return true
+			})
+			return err
+		})
+		if err != nil {
+			return requests, err
+		}
+		c.log.Debug("litellm: spend logs page", "page", page, "rows", info.rows, "total", info.total, "capped", info.capped)
+		switch {
+		case stop, info.rows == 0, info.rows < size:
+			return requests, nil
+		case !info.capped && info.totalPages > 0 && page >= info.totalPages:
+			return requests, nil
+		}
+	}
+}
+
+// SpendLogsV2 returns every row of /spend/logs/v2 matching q, newest first, paging
+// to the end (also past a capped total). Errors: port.ErrInvalidSpec for a bad query,
+// *APIError for LiteLLM's errors, ErrMalformed for undecodable pages,
+// port.ErrUnavailable when LiteLLM cannot be reached.
+func (c *Client) SpendLogsV2(ctx context.Context, q SpendLogsQuery) ([]SpendLog, error) {
+	var out []SpendLog
+	var derr error
+	_, err := c.spendPages(ctx, q, func(raw []byte) bool {
+		var l SpendLog
+		if err := l.decode(raw); err != nil {
+			derr = err
+			return false
+		}
+		out = append(out, l)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return out, fmt.Errorf("litellm: spend logs v2: %w", err)
+	}
+	return out, nil
+}
+
+// SpendLogsByRequestID looks one row up through the legacy /spend/logs endpoint,
+// which works on LiteLLM releases without /spend/logs/v2. Errors wrap port.ErrNotFound
+// when LiteLLM has no such row (it answers [null]), and otherwise as SpendLogsV2.
+func (c *Client) SpendLogsByRequestID(ctx context.Context, requestID string) (*SpendLog, error) {
+	const path = "/spend/logs"
+	if requestID == "" {
+		return nil, port.Invalid("empty request id")
+	}
+	var found *SpendLog
+	err := c.get(ctx, path, url.Values{"request_id": {requestID}}, func(body []byte) error {
+		if !json.Valid(body) {
+			return malformed(path, "invalid JSON")
+		}
+		b := body[skipWS(body, 0):]
+		var derr error
+		visit := func(v []byte) bool {
+			if isNull(v) || len(v) == 0 || v[0] != '{' {
+				return true
+			}
+			var l SpendLog
+			if derr = l.decode(v); derr != nil {
+				return false
+			}
+			if l.RequestID == requestID {
+				found = &l
+				return false
+			}
+			return true
+		}
+		switch {
+		case len(b) > 0 && b[0] == '[':
+			eachElem(b, visit)
+		case len(b) > 0 && b[0] == '{':
+			visit(b)
+		default:
+			return malformed(path, "neither an array nor an object")
+		}
+		return derr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("litellm: spend log %s: %w", requestID, err)
+	}
+	if found == nil {
+		return nil, fmt.Errorf("litellm: spend log %s: %w", requestID, port.ErrNotFound)
+	}
+	return found, nil
+}
