@@ -57,8 +57,14 @@ func (l *SpendLog) UnmarshalJSON(b []byte) error {
 	return l.decode(b)
 }
 
-// decode fills l from a valid JSON object.
-func (l *SpendLog) decode(b []byte) error {
+// decode fills l from a valid JSON object, copying what it keeps.
+func (l *SpendLog) decode(b []byte) error { return l.decodeRaw(b, true) }
+
+// decodeLean is decode for a row that is read and dropped at once: Metadata and
+// SpendLogsMetadata alias b instead of being copied.
+func (l *SpendLog) decodeLean(b []byte) error { return l.decodeRaw(b, false) }
+
+func (l *SpendLog) decodeRaw(b []byte, copyRaw bool) error {
 	b = b[skipWS(b, 0):]
 	if len(b) == 0 || b[0] != '{' {
 		return malformed("spend log", "row is not an object")
@@ -110,11 +116,17 @@ func (l *SpendLog) decode(b []byte) error {
 			l.Status = strVal(v)
 		case "metadata":
 			if md := objectOf(v); md != nil {
-				l.Metadata = append(json.RawMessage(nil), md...)
+				l.Metadata = md
+				if copyRaw {
+					l.Metadata = append(json.RawMessage(nil), md...)
+				}
 				eachMember(md, func(mk, mv []byte) bool {
 					if keyIs(mk, "spend_logs_metadata") {
 						if slm := objectOf(mv); slm != nil {
-							l.SpendLogsMetadata = append(json.RawMessage(nil), slm...)
+							l.SpendLogsMetadata = slm
+							if copyRaw {
+								l.SpendLogsMetadata = append(json.RawMessage(nil), slm...)
+							}
 						}
 						return false
 					}

@@ -85,6 +85,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// Models returns the served models with their defaults filled in (Upstream,
+// Provider, deployment ID), in configuration order.
+func (s *Server) Models() []Model { return s.sortedModels() }
+
 func (s *Server) sortedModels() []Model {
 	out := make([]Model, 0, len(s.models))
 	for _, m := range s.cfg.models {

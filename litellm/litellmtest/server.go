@@ -236,7 +236,6 @@ type Server struct {
 	unhealth string
 
 	srv      *http.Server
-	lis      net.Listener
 	closeOne sync.Once
 }
 
@@ -294,24 +293,33 @@ func NewServer(opts ...Option) *Server {
 	if err != nil {
 		panic(fmt.Sprintf("litellmtest: listen: %v", err))
 	}
-	go func() { _ = s.Serve(l) }()
+	srv, err := s.attach(l)
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(l) }()
 	return s
 }
 
-// Serve serves on l until Close; it sets URL from l's address and returns
-// http.ErrServerClosed after Close.
+// Serve serves on l until Close; it sets URL from l's address before it accepts
+// connections and returns http.ErrServerClosed after Close.
 func (s *Server) Serve(l net.Listener) error {
+	srv, err := s.attach(l)
+	if err != nil {
+		return err
+	}
+	return srv.Serve(l)
+}
+
+func (s *Server) attach(l net.Listener) (*http.Server, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.srv != nil {
-		s.mu.Unlock()
-		return errors.New("litellmtest: already serving")
+		return nil, errors.New("litellmtest: already serving")
 	}
 	s.srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
-	s.lis = l
 	s.URL = "http://" + l.Addr().String()
-	srv := s.srv
-	s.mu.Unlock()
-	return srv.Serve(l)
+	return s.srv, nil
 }
 
 // Handler returns the fake as an http.Handler (for httptest.NewServer or a custom
