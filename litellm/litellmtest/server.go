@@ -10,8 +10,9 @@
 //   - POST /v1/chat/completions and /chat/completions, plain and streamed (SSE with an
 //     optional usage chunk and a final "data: [DONE]"); replies are scriptable with
 //     WithReply, and the default reply echoes the marker found in the last user message.
-//   - the response headers x-litellm-call-id, x-litellm-response-cost and
-//     x-litellm-model-id.
+//   - the response headers x-litellm-call-id (a UUID, distinct from the body's
+//     "chatcmpl-" id) and x-litellm-model-id; x-litellm-response-cost on non-streamed
+//     responses (a stream's cost is only known after its headers are sent).
 //   - attribution: x-litellm-customer-id, then x-litellm-end-user-id, then the body's
 //     "user" set the row's end_user; x-litellm-spend-logs-metadata (JSON) replaces the
 //     body's metadata.spend_logs_metadata and is silently ignored when it is not JSON.

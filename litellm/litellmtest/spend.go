@@ -1,6 +1,7 @@
 package litellmtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -323,7 +324,8 @@ func (s *Server) spendLogsV2(w http.ResponseWriter, r *http.Request) {
 	if matched > SpendCountCap {
 		total, capped = SpendCountCap, true
 	}
-	var b strings.Builder
+	var b bytes.Buffer
+	b.Grow(64 + len(data)*(len(s.firstRowJSON())+16))
 	b.WriteString(`{"data":[`)
 	for i, d := range data {
 		if i > 0 {
@@ -335,7 +337,15 @@ func (s *Server) spendLogsV2(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&b, `],"total":%d,"page":%d,"page_size":%d,"total_pages":%d,"total_is_capped":%t}`,
 		total, page, size, (total+size-1)/size, capped)
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(b.String()))
+	_, _ = w.Write(b.Bytes())
+}
+
+// firstRowJSON sizes response buffers; the caller holds s.mu.
+func (s *Server) firstRowJSON() []byte {
+	if len(s.store.rows) == 0 {
+		return nil
+	}
+	return s.store.rows[0].json
 }
 
 // parseBool reads a FastAPI bool query parameter.
