@@ -83,7 +83,11 @@ type marker struct {
 // failure to create files or listen, wrapping port.ErrInternal. All arrive in a
 // *port.OpError.
 func (m *Manager) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, error) {
-	return m.start(ctx, spec)
+	p, err := m.start(ctx, spec)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return p, nil
 }
 
 // StartProxy is Start returning the concrete type, for hosts that want Proxy.Audit.

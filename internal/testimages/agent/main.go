@@ -84,7 +84,7 @@ func main() {
 			fmt.Printf("[%s]\n", a)
 		}
 	case "scan":
-		scan(args[0])
+		scan(strings.Join(args, ""))
 	case "http":
 		httpGet(args[0])
 	case "chat":

@@ -1,0 +1,497 @@
+package porttest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// ProxyHarness is what TestProxyManager needs from a proxy adapter.
+type ProxyHarness struct {
+	// Manager is the adapter under test. Its proxies must reach an upstream on the
+	// host's loopback.
+	Manager port.ProxyManager
+	// Runner runs the sandboxes that use the proxies; it must be configured with the
+	// in-sandbox bridge.
+	Runner port.SandboxRunner
+	// Image is the probe agent image.
+	Image string
+	// Budget says whether the manager enforces port.Budget; if not, it must refuse a
+	// spec with a budget with port.ErrUnsupported.
+	Budget bool
+	// Kill ends a running proxy abruptly, as a crash would.
+	Kill func(ctx context.Context, p port.Proxy) error
+	// Leftovers lists what the manager still holds for a run (containers, directories).
+	Leftovers func(ctx context.Context, runID string) ([]string, error)
+}
+
+// TestProxyManager runs the proxy conformance suite: real sandboxes calling a fake
+// LiteLLM (litellmtest) through the adapter's per-run proxy and the bridge, with every
+// claim asserted where it matters (headers at the upstream, secrets in the sandbox).
+func TestProxyManager(t *testing.T, h ProxyHarness) {
+	if h.Manager == nil || h.Runner == nil || h.Image == "" || h.Kill == nil || h.Leftovers == nil {
+		t.Fatal("porttest: ProxyHarness needs Manager, Runner, Image, Kill and Leftovers")
+	}
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, ProxyHarness)
+	}{
+		{"ChatAttributionAtUpstream", testChatAttribution},
+		{"StreamChunksOneByOne", testStreamOneByOne},
+		{"KeyNowhereInSandbox", testKeyNowhere},
+		{"RunsCannotReachEachOther", testRunIsolation},
+		{"HealthAndNotFound", testHealthAndNotFound},
+		{"CallBudget", testCallBudget},
+		{"ProxyKilledMidStream", testProxyKilled},
+		{"BadInputStartsNothing", testProxyBadInput},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t, h)
+		})
+	}
+}
+
+// upstream is a fake LiteLLM behind an optional gate on streamed chunks.
+type upstream struct {
+	fake *litellmtest.Server
+	http *httptest.Server
+	gate func(k int) // called before streamed event k is written
+}
+
+func newUpstream(t *testing.T, opts ...litellmtest.Option) *upstream {
+	fake, err := litellmtest.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstream{fake: fake}
+	u.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fake.Handler().ServeHTTP(&gatedWriter{ResponseWriter: w, gate: u.gate}, r)
+	}))
+	t.Cleanup(func() { u.http.Close(); fake.Close() })
+	return u
+}
+
+// gatedWriter calls gate before each SSE event after the first, so a test can hold the
+// stream until the agent has acknowledged what it got.
+type gatedWriter struct {
+	http.ResponseWriter
+	gate func(int)
+	n    int
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	if g.gate != nil && bytes.HasPrefix(p, []byte("data: ")) {
+		g.gate(g.n)
+		g.n++
+	}
+	return g.ResponseWriter.Write(p)
+}
+
+func (g *gatedWriter) Flush() {
+	if f, ok := g.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func randomKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "sk-canary-" + hex.EncodeToString(b)
+}
+
+func proxySpec(runID string, u *upstream) port.ProxySpec {
+	return port.ProxySpec{
+		RunID: runID, Attempt: 1, Upstream: u.http.URL, APIKey: u.fake.MasterKey(),
+		Attribution: port.Attribution{BillingAccountID: "acct-" + runID, UserID: "user-7", GraphID: "sandbox:agent", SessionID: "sess-" + runID},
+	}
+}
+
+// started starts a proxy and registers its Stop and the leftover check.
+func started(t *testing.T, h ProxyHarness, spec port.ProxySpec) (port.Proxy, func() []port.AuditRecord) {
+	t.Helper()
+	p, err := h.Manager.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	var once sync.Once
+	var audit []port.AuditRecord
+	stop := func() []port.AuditRecord {
+		once.Do(func() {
+			var err error
+			audit, err = p.Stop(context.Background())
+			if err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+			left, err := h.Leftovers(context.Background(), spec.RunID)
+			if err != nil || len(left) > 0 {
+				t.Errorf("after Stop, run %s left %v (%v)", spec.RunID, left, err)
+			}
+		})
+		return audit
+	}
+	t.Cleanup(func() { stop() })
+	return p, stop
+}
+
+func (h ProxyHarness) sandbox(t *testing.T, p port.Proxy, runID, workspace string, argv ...string) *port.RunResult {
+	t.Helper()
+	sock := p.Socket()
+	res, err := h.Runner.RunOnce(context.Background(), port.RunSpec{
+		RunID: runID, Image: h.Image, Argv: append([]string{"/agent"}, argv...), LLM: &sock,
+		WorkspaceDir: workspace, Limits: port.Limits{Timeout: 2 * time.Minute},
+	})
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	t.Logf("sandbox %v: exit %d\nstdout: %s\nstderr: %s", argv, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+	return res
+}
+
+func chatRequests(u *upstream) []litellmtest.RecordedRequest {
+	var out []litellmtest.RecordedRequest
+	for _, r := range u.fake.Requests() {
+		if strings.HasSuffix(r.Path, "/chat/completions") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func testChatAttribution(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	spec := proxySpec(RunID("attr"), u)
+	p, stop := started(t, h, spec)
+	res := h.sandbox(t, p, spec.RunID, "", "chat", "gpt-4o-mini", "MARKER:attr41", "--spoof")
+	// litellmtest's default reply echoes MARKER:x as ECHO:x.
+	if res.ExitCode != 0 || !strings.HasPrefix(string(res.Stdout), "status 200") || !strings.Contains(string(res.Stdout), "ECHO:attr41") {
+		t.Fatalf("the agent's call failed: %s %s", res.Stdout, res.Stderr)
+	}
+	reqs := chatRequests(u)
+	if len(reqs) != 1 {
+		t.Fatalf("upstream saw %d chat requests, want 1", len(reqs))
+	}
+	hd := reqs[0].Header
+	if got := hd.Get("Authorization"); got != "Bearer "+spec.APIKey {
+		t.Errorf("upstream Authorization = %q, want the proxy's key", got)
+	}
+	if got := hd.Get("X-Litellm-End-User-Id"); got != spec.Attribution.BillingAccountID {
+		t.Errorf("upstream end user = %q, want %q", got, spec.Attribution.BillingAccountID)
+	}
+	var md map[string]any
+	if err := json.Unmarshal([]byte(hd.Get("X-Litellm-Spend-Logs-Metadata")), &md); err != nil {
+		t.Fatalf("metadata header %q: %v", hd.Get("X-Litellm-Spend-Logs-Metadata"), err)
+	}
+	want := map[string]any{"run_id": spec.RunID, "attempt": float64(1), "user_id": "user-7", "graph_id": "sandbox:agent", "session_id": spec.Attribution.SessionID}
+	for k, v := range want {
+		if md[k] != v {
+			t.Errorf("metadata %s = %v, want %v (all: %v)", k, md[k], v, md)
+		}
+	}
+	for _, name := range []string{"X-Litellm-Customer-Id", "X-Api-Key", "Cookie"} {
+		if v := hd.Get(name); v != "" {
+			t.Errorf("spoofed %s reached the upstream: %q", name, v)
+		}
+	}
+	for name, vals := range hd {
+		for _, v := range vals {
+			if strings.Contains(v, "forged") || strings.Contains(v, "victim") {
+				t.Errorf("spoofed value reached the upstream in %s: %q", name, v)
+			}
+		}
+	}
+	audit := stop()
+	if len(audit) != 1 {
+		t.Fatalf("audit has %d records, want 1: %+v", len(audit), audit)
+	}
+	a := audit[0]
+	if a.Status != 200 || a.RunID != spec.RunID || a.CallID == "" || a.Method != "POST" || !strings.HasSuffix(a.Path, "/chat/completions") {
+		t.Errorf("audit record = %+v", a)
+	}
+	rows := waitSpendRows(t, u, 1)
+	if rows[0].EndUser != spec.Attribution.BillingAccountID {
+		t.Errorf("spend row end_user = %q", rows[0].EndUser)
+	}
+	if a.CallID != rows[0].LitellmCallID && a.RequestID != rows[0].RequestID {
+		t.Errorf("audit ids (%q, %q) match no spend row (%q, %q)", a.CallID, a.RequestID, rows[0].LitellmCallID, rows[0].RequestID)
+	}
+}
+
+func waitSpendRows(t *testing.T, u *upstream, n int) []litellmtest.SpendRow {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rows := u.fake.SpendRows()
+		if len(rows) >= n {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream has %d spend rows, want %d", len(rows), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitFile waits for path to exist, or for stop.
+func waitFile(path string, stop <-chan struct{}) bool {
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-stop:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func ackDir(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func testStreamOneByOne(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t, litellmtest.WithReply(func(litellmtest.ChatRequest) litellmtest.Reply {
+		return litellmtest.Reply{Content: "one two three four", Chunks: []string{"one ", "two ", "three ", "four"}}
+	}))
+	ws := ackDir(t)
+	done := make(chan struct{})
+	defer close(done)
+	var held int
+	u.gate = func(k int) {
+		// Event k is written only once the agent, inside the sandbox, has written its
+		// acknowledgement of event k-1: any buffering on the way deadlocks this test.
+		if k > 0 && waitFile(filepath.Join(ws, fmt.Sprintf("chunk-%d", k-1)), done) {
+			held++
+		}
+	}
+	spec := proxySpec(RunID("stream"), u)
+	p, stop := started(t, h, spec)
+	res := h.sandbox(t, p, spec.RunID, ws, "stream", "gpt-4o-mini", "marker-stream", port.WorkspacePath)
+	if res.ExitCode != 0 {
+		t.Fatalf("stream failed: %s", res.Stderr)
+	}
+	out := string(res.Stdout)
+	for _, w := range []string{`"one "`, `"two "`, `"three "`, `"four"`, "data: [DONE]"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stream lacks %s:\n%s", w, out)
+		}
+	}
+	if held < 5 {
+		t.Errorf("only %d events were held for acknowledgement", held)
+	}
+	audit := stop()
+	if len(audit) != 1 || !audit[0].Streamed || audit[0].Status != 200 {
+		t.Errorf("audit = %+v, want one streamed call", audit)
+	}
+}
+
+func testKeyNowhere(t *testing.T, h ProxyHarness) {
+	key := randomKey()
+	u := newUpstream(t, litellmtest.WithMasterKey(key))
+	spec := proxySpec(RunID("canary"), u)
+	p, stop := started(t, h, spec)
+	// The agent makes a call first, so the key has been used while the scan runs.
+	if res := h.sandbox(t, p, spec.RunID, "", "chat", "gpt-4o-mini", "marker-canary"); res.ExitCode != 0 {
+		t.Fatalf("call failed: %s", res.Stderr)
+	}
+	// The key goes in as two halves the agent joins in memory, so the scan's own
+	// command line does not hold it.
+	res := h.sandbox(t, p, spec.RunID, "", "scan", key[:len(key)/2], key[len(key)/2:])
+	if res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "clean" {
+		t.Errorf("the key is visible in the sandbox: %s", res.Stdout)
+	}
+	// Control: the same scan does find a secret that is there.
+	sock := p.Socket()
+	ctl, err := h.Runner.RunOnce(context.Background(), port.RunSpec{
+		RunID: spec.RunID, Image: h.Image, LLM: &sock, Env: map[string]string{"PLANTED": key},
+		Argv: []string{"/agent", "scan", key[:len(key)/2], key[len(key)/2:]},
+	})
+	if err != nil || ctl.ExitCode != 5 || !strings.Contains(string(ctl.Stdout), "found in env") {
+		t.Errorf("the scan missed a planted secret: %v %+v", err, ctl)
+	}
+	if len(stop()) != 1 {
+		t.Error("the call was not audited")
+	}
+}
+
+func testRunIsolation(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	specA, specB := proxySpec(RunID("iso-a"), u), proxySpec(RunID("iso-b"), u)
+	pa, _ := started(t, h, specA)
+	pb, _ := started(t, h, specB)
+	b := pb.Socket()
+	bPath := b.HostDir
+	if bPath == "" {
+		bPath = b.Volume
+	}
+	res := h.sandbox(t, pa, specA.RunID, "", "cat", "/proc/self/mountinfo")
+	if strings.Contains(string(res.Stdout), filepath.Base(bPath)) {
+		t.Errorf("run B's socket directory is mounted in run A:\n%s", res.Stdout)
+	}
+	if b.HostDir != "" {
+		res = h.sandbox(t, pa, specA.RunID, "", "stat", filepath.Join(b.HostDir, port.LLMSocketName))
+		if !strings.Contains(string(res.Stdout), "missing") {
+			t.Errorf("run A sees run B's socket: %s", res.Stdout)
+		}
+	}
+	res, err := h.Runner.RunOnce(context.Background(), port.RunSpec{
+		RunID: specA.RunID, Image: h.Image, Argv: []string{"/agent", "write", port.LLMSocketDir + "/planted", "x"},
+		LLM: ptr(pa.Socket()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 4 {
+		t.Errorf("the sandbox could write into its socket directory: exit %d %s", res.ExitCode, res.Stdout)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func testHealthAndNotFound(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	spec := proxySpec(RunID("health"), u)
+	p, stop := started(t, h, spec)
+	res := h.sandbox(t, p, spec.RunID, "", "http", "http://127.0.0.1:8080/health")
+	if !strings.HasPrefix(string(res.Stdout), "status 200") || !strings.Contains(string(res.Stdout), spec.RunID) {
+		t.Errorf("/health: %s", res.Stdout)
+	}
+	for _, path := range []string{"/spend/logs", "/key/generate", "/"} {
+		res = h.sandbox(t, p, spec.RunID, "", "http", "http://127.0.0.1:8080"+path)
+		if !strings.HasPrefix(string(res.Stdout), "status 404") {
+			t.Errorf("%s: %s, want 404", path, res.Stdout)
+		}
+	}
+	for _, r := range u.fake.Requests() {
+		t.Errorf("a refused request reached the upstream: %s %s", r.Method, r.Path)
+	}
+	for _, a := range stop() {
+		if a.Status == 200 && a.Path != "/health" {
+			t.Errorf("audit shows a forwarded call: %+v", a)
+		}
+	}
+}
+
+func testCallBudget(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	spec := proxySpec(RunID("budget"), u)
+	spec.Budget = port.Budget{MaxCalls: 2}
+	if !h.Budget {
+		_, err := h.Manager.Start(context.Background(), spec)
+		if !errors.Is(err, port.ErrUnsupported) {
+			t.Fatalf("a manager without budgets accepted one: %v", err)
+		}
+		if left, _ := h.Leftovers(context.Background(), spec.RunID); len(left) > 0 {
+			t.Errorf("refused start left %v", left)
+		}
+		return
+	}
+	p, stop := started(t, h, spec)
+	res := h.sandbox(t, p, spec.RunID, "", "calls", "3", "gpt-4o-mini")
+	if got := strings.Count(string(res.Stdout), "status 200"); got != 2 {
+		t.Errorf("%d calls succeeded, want 2:\n%s", got, res.Stdout)
+	}
+	if !strings.Contains(string(res.Stdout), "status 429") || !strings.Contains(string(res.Stdout), "budget") {
+		t.Errorf("call 3 was not refused with a budget error:\n%s", res.Stdout)
+	}
+	if n := len(chatRequests(u)); n != 2 {
+		t.Errorf("upstream saw %d calls, want 2", n)
+	}
+	audit := stop()
+	blocked := 0
+	for _, a := range audit {
+		if a.Blocked != "" {
+			blocked++
+		}
+	}
+	if len(audit) != 3 || blocked != 1 {
+		t.Errorf("audit = %+v, want 3 records with 1 blocked", audit)
+	}
+}
+
+func testProxyKilled(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t, litellmtest.WithReply(func(litellmtest.ChatRequest) litellmtest.Reply {
+		return litellmtest.Reply{Content: "a b c", Chunks: []string{"a ", "b ", "c"}}
+	}))
+	ws := ackDir(t)
+	spec := proxySpec(RunID("killed"), u)
+	p, stop := started(t, h, spec)
+	killed := make(chan struct{})
+	var once sync.Once
+	u.gate = func(k int) {
+		if k == 1 {
+			// The agent has the first event; now the proxy dies mid-stream.
+			waitFile(filepath.Join(ws, "chunk-0"), killed)
+			once.Do(func() {
+				if err := h.Kill(context.Background(), p); err != nil {
+					t.Errorf("kill: %v", err)
+				}
+				close(killed)
+			})
+		}
+	}
+	sock := p.Socket()
+	start := time.Now()
+	res, err := h.Runner.RunOnce(context.Background(), port.RunSpec{
+		RunID: spec.RunID, Image: h.Image, Argv: []string{"/agent", "stream", "gpt-4o-mini", "m", port.WorkspacePath},
+		LLM: &sock, WorkspaceDir: ws, Limits: port.Limits{Timeout: 2 * time.Minute},
+	})
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if res.ExitCode != 3 || !strings.Contains(string(res.Stderr), "stream broken") && !strings.Contains(string(res.Stderr), "llm call failed") {
+		t.Errorf("the agent did not see a clear failure: exit %d stdout %s stderr %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if d := time.Since(start); d > 90*time.Second {
+		t.Errorf("the run took %v after the proxy died", d)
+	}
+	_, _ = p.Stop(context.Background())
+	stop()
+}
+
+func testProxyBadInput(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	for name, mut := range map[string]func(*port.ProxySpec){
+		"run id with slash":    func(s *port.ProxySpec) { s.RunID = "../x" },
+		"CRLF in account":      func(s *port.ProxySpec) { s.Attribution.BillingAccountID = "a\r\nX-Injected: 1" },
+		"LF in session":        func(s *port.ProxySpec) { s.Attribution.SessionID = "s\nx" },
+		"oversized trace id":   func(s *port.ProxySpec) { s.Attribution.ExistingTraceID = strings.Repeat("t", 5000) },
+		"quote in key":         func(s *port.ProxySpec) { s.APIKey = `k"; return 200; #` },
+		"upstream with creds":  func(s *port.ProxySpec) { s.Upstream = "http://user:pass@127.0.0.1:1" },
+		"upstream not http":    func(s *port.ProxySpec) { s.Upstream = "file:///etc/passwd" },
+		"reserved label":       func(s *port.ProxySpec) { s.Labels = map[string]string{port.LabelOwner: "x"} },
+		"missing billing user": func(s *port.ProxySpec) { s.Attribution.BillingAccountID = "" },
+	} {
+		spec := proxySpec(RunID("bad"), u)
+		mut(&spec)
+		p, err := h.Manager.Start(context.Background(), spec)
+		if !errors.Is(err, port.ErrInvalidSpec) || p != nil {
+			t.Errorf("%s: err = %v, want ErrInvalidSpec and no proxy", name, err)
+		}
+		if port.ValidateRunID(spec.RunID) == nil {
+			if left, _ := h.Leftovers(context.Background(), spec.RunID); len(left) > 0 {
+				t.Errorf("%s: refused start left %v", name, left)
+			}
+		}
+	}
+}
