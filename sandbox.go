@@ -76,7 +76,8 @@ type Request struct {
 	Argv  []string
 	Env   map[string]string
 	// WorkspaceDir is an existing host directory, mounted at /workspace; the messages
-	// are written to .cogni/messages.json in it.
+	// are written to .cogni/messages.json in it. The sandbox user (uid 1001 by
+	// default) must be able to enter it, and to write in it if the agent writes.
 	WorkspaceDir string
 	Messages     []Message
 	// Model is passed to the agent in COGNI_MODEL.

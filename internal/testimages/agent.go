@@ -38,18 +38,16 @@ func BuildStatic(ctx context.Context, pkg string) ([]byte, error) {
 	return os.ReadFile(out)
 }
 
-// AgentImage returns the probe agent image: /agent (the entrypoint), /agent-suid (the
-// same binary, setuid root, to prove no-new-privileges), /etc/passwd with the sandbox
-// user 1001, and empty mount points.
-func AgentImage(agent []byte) Image {
+// StaticImage is a minimal image for a static binary: /agent (the entrypoint), the
+// sandbox user 1001 in /etc/passwd, and empty mount points.
+func StaticImage(name string, bin []byte) Image {
 	dir := func(p string, mode fs.FileMode) File { return File{Path: p, Mode: mode, Dir: true} }
 	return Image{
-		Name:       AgentImageName,
+		Name:       name,
 		Entrypoint: []string{"/agent"},
 		Env:        []string{"PATH=/"},
 		Files: []File{
-			{Path: "/agent", Mode: 0o755, Data: agent},
-			{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: agent},
+			{Path: "/agent", Mode: 0o755, Data: bin},
 			dir("/etc", 0o755),
 			{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/agent\nsandbox:x:1001:1001:sandbox:/workspace:/agent\n")},
 			{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nsandbox:x:1001:\n")},
@@ -57,6 +55,14 @@ func AgentImage(agent []byte) Image {
 			dir("/proc", 0o755), dir("/sys", 0o755), dir("/dev", 0o755),
 		},
 	}
+}
+
+// AgentImage returns the probe agent image: StaticImage plus /agent-suid (the same
+// binary, setuid root, to prove no-new-privileges).
+func AgentImage(agent []byte) Image {
+	img := StaticImage(AgentImageName, agent)
+	img.Files = append(img.Files, File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: agent})
+	return img
 }
 
 var agentOnce struct {
