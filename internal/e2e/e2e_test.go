@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/adapters/containerd"
+	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/litellm"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/port/porttest"
+)
+
+func dockerRunner(t *testing.T, bridgeBin string) (port.SandboxRunner, string) {
+	ctx := context.Background()
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err == nil {
+		_, err = cli.Ping(ctx, client.PingOptions{})
+	}
+	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
+	t.Cleanup(func() { cli.Close() })
+	ref, archive, err := testimages.AgentArchive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
+		t.Fatal(err)
+	}
+	r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner("e2e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, ref
+}
+
+func containerdRunner(t *testing.T, bridgeBin string) (port.SandboxRunner, string) {
+	ctx := context.Background()
+	r, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner("e2e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	perr := r.Ping(ctx)
+	testenv.Need(t, "containerd", perr == nil, "no containerd reachable")
+	ref, archive, err := testimages.AgentArchive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+		t.Fatal(err)
+	}
+	return r, ref
+}
+
+func TestReconciledRunDocker(t *testing.T)     { testReconciledRun(t, dockerRunner) }
+func TestReconciledRunContainerd(t *testing.T) { testReconciledRun(t, containerdRunner) }
+
+// testReconciledRun: an agent makes N calls through the proxy; the reconciled totals
+// equal what the fake LiteLLM billed for this run, and nothing of a concurrent run of
+// the same account is counted.
+func testReconciledRun(t *testing.T, newRunner func(*testing.T, string) (port.SandboxRunner, string)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, image := newRunner(t, bin)
+	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(500 * time.Millisecond))
+	defer fake.Close()
+	base, err := os.MkdirTemp("", "e2e-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	proxies, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxies.Shutdown(context.Background())
+	lc, err := litellm.New(litellm.WithBaseURL(fake.URL), litellm.WithMasterKey(fake.MasterKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := litellm.NewReconciler(lc, litellm.WithPollInterval(100*time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Another run of the same account, billed in the same window, must not be counted.
+	other := porttest.RunID("other")
+	fake.AddSpendRows(litellmtest.SpendRow{
+		RequestID: "chatcmpl-other", LitellmCallID: "call-other", EndUser: "acct-e2e", Model: "gpt-4o-mini",
+		Spend: 1.5, TotalTokens: 1000, PromptTokens: 600, CompletionTokens: 400,
+		StartTime: time.Now(), EndTime: time.Now(),
+		Metadata: map[string]any{"spend_logs_metadata": map[string]any{"run_id": other, "attempt": 0}},
+	})
+
+	const calls = 4
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runID := porttest.RunID("e2e")
+	res, err := sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
+		Argv:         []string{"/agent", "calls", "4", "gpt-4o-mini"},
+		WorkspaceDir: ws, Model: "gpt-4o-mini",
+		Attribution: port.Attribution{BillingAccountID: "acct-e2e", UserID: "u1"},
+		Reconcile:   true,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v (result %+v)", err, res)
+	}
+	if got := strings.Count(string(res.Run.Stdout), "status 200"); got != calls {
+		t.Fatalf("%d of %d calls succeeded: %s %s", got, calls, res.Run.Stdout, res.Run.Stderr)
+	}
+	if len(res.Audit) != calls {
+		t.Fatalf("audit has %d records, want %d", len(res.Audit), calls)
+	}
+	// What the fake billed for this run.
+	var want port.Usage
+	for _, r := range fake.SpendRows() {
+		md, _ := r.Metadata["spend_logs_metadata"].(map[string]any)
+		if md["run_id"] != runID {
+			continue
+		}
+		want.Calls++
+		want.PromptTokens += int64(r.PromptTokens)
+		want.CompletionTokens += int64(r.CompletionTokens)
+		want.TotalTokens += int64(r.TotalTokens)
+		want.Spend += r.Spend
+	}
+	got := res.Usage.Total
+	if want.Calls != calls || got.Calls != want.Calls || got.TotalTokens != want.TotalTokens ||
+		got.PromptTokens != want.PromptTokens || got.CompletionTokens != want.CompletionTokens || math.Abs(got.Spend-want.Spend) > 1e-12 {
+		t.Errorf("reconciled %+v, billed %+v", got, want)
+	}
+	if len(res.Usage.Missing) != 0 {
+		t.Errorf("missing calls: %v", res.Usage.Missing)
+	}
+	keys := map[string]bool{}
+	for _, f := range res.Usage.Facts {
+		if !strings.HasPrefix(f.IdempotencyKey, runID+"/0/") || keys[f.IdempotencyKey] {
+			t.Errorf("bad or duplicate idempotency key %q", f.IdempotencyKey)
+		}
+		keys[f.IdempotencyKey] = true
+	}
+}
