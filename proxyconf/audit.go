@@ -1,0 +1,280 @@
+package proxyconf
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// ErrMalformedAudit reports an audit log line that is not a record the rendered nginx
+// configuration writes. Errors from ParseAuditLog match it with errors.Is.
+var ErrMalformedAudit = errors.New("malformed audit log line")
+
+// MaxAuditLineBytes bounds one audit log line. nginx's lines are far shorter: the only
+// client-controlled field, the path, is bounded by nginx's header buffers.
+const MaxAuditLineBytes = 64 << 10
+
+// AuditLineError reports one malformed line of an audit log. It unwraps to
+// ErrMalformedAudit and to the cause (a *json.SyntaxError, say).
+type AuditLineError struct {
+	// Line is the 1-based line number.
+	Line int
+	// Err says what is wrong with it.
+	Err error
+}
+
+// Error implements error.
+func (e *AuditLineError) Error() string {
+	return fmt.Sprintf("proxyconf: audit log line %d: %v", e.Line, e.Err)
+}
+
+// Unwrap returns ErrMalformedAudit and the cause.
+func (e *AuditLineError) Unwrap() []error { return []error{ErrMalformedAudit, e.Err} }
+
+// auditLine is one line as the llmproxy_audit log_format writes it: every value a
+// string, "" or "-" when nginx had none.
+type auditLine struct {
+	Time                 string `json:"time"`
+	Msec                 string `json:"msec"`
+	RunID                string `json:"run_id"`
+	Attempt              string `json:"attempt"`
+	Method               string `json:"method"`
+	Path                 string `json:"path"`
+	Status               string `json:"status"`
+	RequestLength        string `json:"request_length"`
+	BytesSent            string `json:"bytes_sent"`
+	BodyBytesSent        string `json:"body_bytes_sent"`
+	RequestTime          string `json:"request_time"`
+	UpstreamStatus       string `json:"upstream_status"`
+	UpstreamConnectTime  string `json:"upstream_connect_time"`
+	UpstreamHeaderTime   string `json:"upstream_header_time"`
+	UpstreamResponseTime string `json:"upstream_response_time"`
+	CallID               string `json:"call_id"`
+	ResponseCost         string `json:"response_cost"`
+	ModelID              string `json:"model_id"`
+	ModelGroup           string `json:"model_group"`
+	ContentType          string `json:"content_type"`
+	Blocked              string `json:"blocked"`
+	Error                string `json:"error"`
+}
+
+// ParseAuditLog reads the JSON-lines audit log a RenderNginx configuration writes and
+// returns one port.AuditRecord per line, in order.
+//
+// Record fields map as follows: Time is the request's start (nginx logs at the end, so
+// the logged time minus request_time), Latency is request_time, TTFB the upstream's
+// header time, ReqBytes the whole request (request line, headers and body, as nginx
+// counts it), RespBytes the response body, Model LiteLLM's x-litellm-model-group and
+// Streamed whether the upstream answered text/event-stream. nginx's "-" means empty.
+// Timings have millisecond resolution.
+//
+// A last line without its newline is a write cut short (nginx was killed mid-line); it
+// is kept if it parses and dropped silently if not. Any other malformed line is skipped
+// and reported: the records of every good line are returned together with an error
+// joining one *AuditLineError per bad line (errors.Is(err, ErrMalformedAudit)), since
+// the calls behind the good lines are still billable. A read error is returned with the
+// records read before it.
+func ParseAuditLog(r io.Reader) ([]port.AuditRecord, error) {
+	br := bufio.NewReader(r)
+	var (
+		recs []port.AuditRecord
+		errs []error
+	)
+	for n := 1; ; n++ {
+		line, err := readLine(br)
+		complete := err == nil
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, errLineTooLong) {
+			return recs, errors.Join(append(errs, fmt.Errorf("proxyconf: reading audit log: %w", err))...)
+		}
+		if errors.Is(err, errLineTooLong) {
+			errs = append(errs, &AuditLineError{Line: n, Err: err})
+			continue
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			rec, perr := parseAuditLine(line)
+			switch {
+			case perr == nil:
+				recs = append(recs, rec)
+			case complete:
+				errs = append(errs, &AuditLineError{Line: n, Err: perr})
+			}
+		}
+		if !complete {
+			return recs, errors.Join(errs...)
+		}
+	}
+}
+
+var errLineTooLong = fmt.Errorf("line longer than %d bytes", MaxAuditLineBytes)
+
+// readLine returns the next line without its newline; io.EOF marks a last line that
+// had none (possibly empty). A line over MaxAuditLineBytes is consumed and reported as
+// errLineTooLong.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > MaxAuditLineBytes+1 {
+			line = nil
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			return nil, errLineTooLong
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return line, err
+		}
+	}
+}
+
+func parseAuditLine(b []byte) (port.AuditRecord, error) {
+	var l auditLine
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&l); err != nil {
+		return port.AuditRecord{}, err
+	}
+	if dec.More() {
+		return port.AuditRecord{}, errors.New("trailing data after the JSON object")
+	}
+	var rec port.AuditRecord
+	if l.RunID == "" {
+		return rec, errors.New("no run_id")
+	}
+	var err error
+	num := func(field, s string) int64 {
+		if err != nil {
+			return 0
+		}
+		var v int64
+		v, err = strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			err = fmt.Errorf("%s %q is not a non-negative integer", field, s)
+		}
+		return v
+	}
+	rec.RunID = l.RunID
+	rec.Attempt = int(num("attempt", l.Attempt))
+	rec.Status = int(num("status", l.Status))
+	rec.ReqBytes = num("request_length", l.RequestLength)
+	rec.RespBytes = num("body_bytes_sent", l.BodyBytesSent)
+	if err != nil {
+		return rec, err
+	}
+	if rec.Latency, err = seconds("request_time", l.RequestTime); err != nil {
+		return rec, err
+	}
+	if rec.TTFB, err = seconds("upstream_header_time", last(l.UpstreamHeaderTime)); err != nil {
+		return rec, err
+	}
+	end, err := logTime(l.Msec, l.Time)
+	if err != nil {
+		return rec, err
+	}
+	rec.Time = end.Add(-rec.Latency).UTC()
+	rec.Method = l.Method
+	rec.Path = l.Path
+	rec.CallID = dash(l.CallID)
+	rec.ResponseCost = dash(l.ResponseCost)
+	rec.Model = dash(l.ModelGroup)
+	if mt, _, perr := mime.ParseMediaType(dash(l.ContentType)); perr == nil {
+		rec.Streamed = mt == "text/event-stream"
+	}
+	rec.Blocked = dash(l.Blocked)
+	switch dash(l.Error) {
+	case "":
+	case "upstream_unavailable":
+		rec.Error = "upstream: could not be reached or failed before answering (upstream status " + orDash(last(l.UpstreamStatus)) + ")"
+	case "upstream_timeout":
+		rec.Error = "upstream: timed out before answering"
+	default:
+		rec.Error = l.Error
+	}
+	return rec, nil
+}
+
+// dash maps nginx's "no value" to empty.
+func dash(s string) string {
+	if s == "-" {
+		return ""
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// last returns the last of nginx's per-upstream values ("0.1, 0.2 : 0.3" after retries
+// and internal redirects): the attempt that produced the response.
+func last(s string) string {
+	if i := strings.LastIndexAny(s, ",:"); i >= 0 {
+		s = s[i+1:]
+	}
+	return dash(strings.TrimSpace(s))
+}
+
+// seconds parses nginx's "1.234" (seconds with milliseconds).
+func seconds(field, s string) (time.Duration, error) {
+	s = dash(s)
+	if s == "" {
+		return 0, nil
+	}
+	if strings.ContainsAny(s, "+-eE") {
+		return 0, fmt.Errorf("%s %q is not a duration in seconds", field, s)
+	}
+	d, err := time.ParseDuration(s + "s")
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s %q is not a duration in seconds", field, s)
+	}
+	return d, nil
+}
+
+// logTime is the moment nginx logged the request: msec ("1700000000.123") when present,
+// else the ISO 8601 time (whole seconds).
+func logTime(msec, iso string) (time.Time, error) {
+	if msec = dash(msec); msec != "" {
+		sec, frac, _ := strings.Cut(msec, ".")
+		s, err1 := strconv.ParseInt(sec, 10, 64)
+		var ns int64
+		var err2 error
+		if frac != "" {
+			if len(frac) > 9 {
+				frac = frac[:9]
+			}
+			ns, err2 = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+		}
+		if err1 != nil || err2 != nil || s < 0 || ns < 0 {
+			return time.Time{}, fmt.Errorf("msec %q is not a Unix time", msec)
+		}
+		return time.Unix(s, ns), nil
+	}
+	if iso = dash(iso); iso != "" {
+		t, err := time.Parse(time.RFC3339, iso)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("time %q is not ISO 8601: %w", iso, err)
+		}
+		return t, nil
+	}
+	return time.Time{}, errors.New("no time")
+}
