@@ -317,6 +317,9 @@ func duration(field string, d, def time.Duration) (string, error) {
 	case d > 7*24*time.Hour:
 		return "", port.Invalid("nginx config: %s %v is over a week", field, d)
 	}
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s", nil
+	}
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms", nil
 }
 
