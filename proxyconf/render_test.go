@@ -139,9 +139,16 @@ func TestRenderNginxContent(t *testing.T) {
 	require.Len(t, ret, 1)
 	assert.Equal(t, "404", ret[0].Args[0])
 	assert.JSONEq(t, `{"error":{"message":"the LLM proxy serves /v1/... only","type":"not_found","param":null,"code":"404"}}`, ret[0].Args[1])
-	health := find(ds, "location", "=")
-	require.Len(t, health, 1)
-	assert.Equal(t, []string{"=", "/health"}, health[0].Args)
+	var exact []string
+	for _, loc := range find(ds, "location", "=") {
+		exact = append(exact, loc.Args[1])
+		ret := find(loc.Block, "return", "")
+		require.Len(t, ret, 1)
+		if loc.Args[1] == "/v1" {
+			assert.Equal(t, "404", ret[0].Args[0], "/v1 is not redirected to /v1/")
+		}
+	}
+	assert.Equal(t, []string{"/health", "/v1"}, exact)
 
 	// The log format never names a request header or a body.
 	var format strings.Builder
