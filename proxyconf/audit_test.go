@@ -1,0 +1,186 @@
+package proxyconf_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// Lines as nginx writes them with the llmproxy_audit format (escape=json: a variable
+// with no value is written as "", and nginx itself writes "-" for missing upstream
+// timings).
+const (
+	lineCall = `{"time":"2026-11-22T10:00:01+00:00","msec":"1795341601.250","run_id":"run-1","attempt":"2","method":"POST","path":"/v1/chat/completions","status":"200","request_length":"812","bytes_sent":"402","body_bytes_sent":"59","request_time":"1.500","upstream_status":"200","upstream_connect_time":"0.000","upstream_header_time":"0.120","upstream_response_time":"1.499","call_id":"call-abc","response_cost":"0.00042","model_id":"dep-1","model_group":"gpt-4o","content_type":"text/event-stream; charset=utf-8","blocked":"","error":""}`
+	lineBlocked = `{"time":"2026-11-22T10:00:02+00:00","msec":"1795341602.000","run_id":"run-1","attempt":"2","method":"GET","path":"/key/generate","status":"404","request_length":"90","bytes_sent":"250","body_bytes_sent":"103","request_time":"0.000","upstream_status":"","upstream_connect_time":"","upstream_header_time":"","upstream_response_time":"","call_id":"","response_cost":"","model_id":"","model_group":"","content_type":"","blocked":"path_not_allowed","error":""}`
+	lineDown = `{"time":"2026-11-22T10:00:03+00:00","msec":"","run_id":"run-1","attempt":"2","method":"POST","path":"/v1/chat/completions","status":"502","request_length":"100","bytes_sent":"300","body_bytes_sent":"112","request_time":"0.003","upstream_status":"502, 502","upstream_connect_time":"-, -","upstream_header_time":"-, -","upstream_response_time":"0.001, 0.002","call_id":"","response_cost":"","model_id":"","model_group":"","content_type":"","blocked":"","error":"upstream_unavailable"}`
+)
+
+func TestParseAuditLog(t *testing.T) {
+	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked + "\n\n" + lineDown + "\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []port.AuditRecord{
+		{
+			Time: time.Unix(1795341601, 250e6).Add(-1500 * time.Millisecond).UTC(), RunID: "run-1", Attempt: 2,
+			Method: "POST", Path: "/v1/chat/completions", Status: 200, ReqBytes: 812, RespBytes: 59,
+			Model: "gpt-4o", Streamed: true, CallID: "call-abc", ResponseCost: "0.00042",
+			Latency: 1500 * time.Millisecond, TTFB: 120 * time.Millisecond,
+		},
+		{
+			Time: time.Unix(1795341602, 0).UTC(), RunID: "run-1", Attempt: 2, Method: "GET", Path: "/key/generate",
+			Status: 404, ReqBytes: 90, RespBytes: 103, Blocked: "path_not_allowed",
+		},
+		{
+			// No msec: the ISO time (whole seconds) is used.
+			Time: time.Date(2026, 11, 22, 10, 0, 3, 0, time.UTC).Add(-3 * time.Millisecond), RunID: "run-1", Attempt: 2,
+			Method: "POST", Path: "/v1/chat/completions", Status: 502, ReqBytes: 100, RespBytes: 112,
+			Latency: 3 * time.Millisecond,
+			Error:   "upstream: could not be reached or failed before answering (upstream status 502)",
+		},
+	}, recs)
+}
+
+func TestParseAuditLogTruncatedLastLine(t *testing.T) {
+	// nginx killed mid-write: the partial last line is dropped without an error.
+	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked[:57]))
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, "call-abc", recs[0].CallID)
+
+	// A last line complete but for its newline is kept.
+	recs, err = proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked))
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	assert.Equal(t, "path_not_allowed", recs[1].Blocked)
+}
+
+func TestParseAuditLogMalformed(t *testing.T) {
+	badStatus := strings.Replace(lineBlocked, `"status":"404"`, `"status":"4x4"`, 1)
+	noRun := strings.Replace(lineBlocked, `"run_id":"run-1"`, `"run_id":""`, 1)
+	badTime := strings.Replace(lineDown, `"time":"2026-11-22T10:00:03+00:00"`, `"time":"yesterday"`, 1)
+	badDur := strings.Replace(lineCall, `"request_time":"1.500"`, `"request_time":"-1"`, 1)
+	in := strings.Join([]string{lineCall, `{"time":`, badStatus, noRun, "not json", badTime, badDur, lineBlocked + " {}", lineDown}, "\n") + "\n"
+
+	recs, err := proxyconf.ParseAuditLog(strings.NewReader(in))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, proxyconf.ErrMalformedAudit)
+	// The good lines' records come back with the error: those calls are billable.
+	require.Len(t, recs, 2)
+	assert.Equal(t, "call-abc", recs[0].CallID)
+	assert.Equal(t, 502, recs[1].Status)
+
+	var lines []int
+	var causes []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var le *proxyconf.AuditLineError
+		require.ErrorAs(t, e, &le)
+		lines = append(lines, le.Line)
+		causes = append(causes, le.Err.Error())
+		assert.Contains(t, le.Error(), fmt.Sprintf("audit log line %d: ", le.Line))
+	}
+	assert.Equal(t, []int{2, 3, 4, 5, 6, 7, 8}, lines)
+	assert.Equal(t, "unexpected EOF", causes[0])
+	assert.Equal(t, `status "4x4" is not a non-negative integer`, causes[1])
+	assert.Equal(t, "no run_id", causes[2])
+	assert.Contains(t, causes[4], `time "yesterday" is not ISO 8601`)
+	assert.Equal(t, `request_time "-1" is not a duration in seconds`, causes[5])
+	assert.Equal(t, "trailing data after the JSON object", causes[6])
+	var syn *json.SyntaxError
+	assert.ErrorAs(t, err, &syn, "the JSON cause is reachable")
+}
+
+func TestParseAuditLogLongLine(t *testing.T) {
+	long := `{"path":"` + strings.Repeat("a", proxyconf.MaxAuditLineBytes) + `"}`
+	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + long + "\n" + lineBlocked + "\n"))
+	var le *proxyconf.AuditLineError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, 2, le.Line)
+	assert.ErrorContains(t, err, "longer than")
+	require.Len(t, recs, 2, "parsing resumes after the long line")
+	assert.Equal(t, "path_not_allowed", recs[1].Blocked)
+}
+
+func TestParseAuditLogEmptyAndReadError(t *testing.T) {
+	recs, err := proxyconf.ParseAuditLog(strings.NewReader(""))
+	require.NoError(t, err)
+	assert.Empty(t, recs)
+
+	boom := errors.New("disk gone")
+	recs, err = proxyconf.ParseAuditLog(io.MultiReader(strings.NewReader(lineCall+"\n"), iotest.ErrReader(boom)))
+	require.ErrorIs(t, err, boom)
+	assert.NotErrorIs(t, err, proxyconf.ErrMalformedAudit)
+	require.Len(t, recs, 1, "records read before the failure are kept")
+}
+
+// TestParseAuditLogSmallReads checks lines split across many reads.
+func TestParseAuditLogSmallReads(t *testing.T) {
+	in := lineCall + "\n" + lineBlocked + "\n"
+	recs, err := proxyconf.ParseAuditLog(bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16))
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	assert.Equal(t, "call-abc", recs[0].CallID)
+
+	// A line longer than the reader's buffer but under the limit.
+	path := "/" + strings.Repeat("p", 10000)
+	big := strings.Replace(lineBlocked, `"path":"/key/generate"`, `"path":"`+path+`"`, 1)
+	recs, err = proxyconf.ParseAuditLog(strings.NewReader(big + "\n" + lineCall + "\n"))
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	assert.Equal(t, path, recs[0].Path)
+	assert.Equal(t, "call-abc", recs[1].CallID)
+}
+
+func ExampleParseAuditLog() {
+	log := bytes.NewBufferString(lineCall + "\n" + lineBlocked + "\n")
+	recs, err := proxyconf.ParseAuditLog(log)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range recs {
+		fmt.Printf("%s %s -> %d call=%q cost=%q streamed=%v blocked=%q\n", r.Method, r.Path, r.Status, r.CallID, r.ResponseCost, r.Streamed, r.Blocked)
+	}
+	// Output:
+	// POST /v1/chat/completions -> 200 call="call-abc" cost="0.00042" streamed=true blocked=""
+	// GET /key/generate -> 404 call="" cost="" streamed=false blocked="path_not_allowed"
+}
+
+func ExampleRenderNginx() {
+	policy, err := proxyconf.NewPolicy(port.ProxySpec{
+		RunID: "run-1", Attempt: 0, APIKey: "sk-example",
+		Attribution: port.Attribution{BillingAccountID: "acct-$1", GraphID: "sandbox:agent"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	conf, err := proxyconf.RenderNginx(proxyconf.NginxConfig{Policy: policy, Upstream: "http://litellm:4000"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Run it with: nginx <proxyconf.NginxArgs(path)...>
+	for _, line := range strings.Split(string(conf), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "listen ") || strings.HasPrefix(line, "proxy_set_header X-Litellm") || strings.HasPrefix(line, "proxy_pass_request_headers") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// proxy_pass_request_headers off;
+	// proxy_set_header X-Litellm-End-User-Id "acct-${llmproxy_dollar}1";
+	// proxy_set_header X-Litellm-Spend-Logs-Metadata "{\"run_id\":\"run-1\",\"attempt\":0,\"graph_id\":\"sandbox:agent\"}";
+	// listen "unix:/llm-sock/llm.sock";
+}
