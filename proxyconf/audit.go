@@ -74,8 +74,12 @@ type auditLine struct {
 // the logged time minus request_time), Latency is request_time, TTFB the upstream's
 // header time, ReqBytes the whole request (request line, headers and body, as nginx
 // counts it), RespBytes the response body, Model LiteLLM's x-litellm-model-group and
-// Streamed whether the upstream answered text/event-stream. nginx's "-" means empty.
-// Timings have millisecond resolution.
+// Streamed whether the upstream answered text/event-stream. Error is set when nginx
+// could not get an answer from the upstream (HTTP 502 or 504 from nginx itself) or the
+// client went away first (nginx's 499); a stream the upstream cut short after its
+// headers cannot be told apart in nginx's log. nginx's "-" means empty. Timings have
+// millisecond resolution, and RespBytes of a chunked response includes the chunk
+// framing.
 //
 // A last line without its newline is a write cut short (nginx was killed mid-line); it
 // is kept if it parses and dropped silently if not. Any other malformed line is skipped
@@ -206,6 +210,10 @@ func parseAuditLine(b []byte) (port.AuditRecord, error) {
 		rec.Error = "upstream: timed out before answering"
 	default:
 		rec.Error = l.Error
+	}
+	if rec.Status == 499 && rec.Error == "" {
+		// nginx's own code for a client that closed the connection before the response.
+		rec.Error = "client went away before the response was complete"
 	}
 	return rec, nil
 }

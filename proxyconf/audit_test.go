@@ -52,6 +52,16 @@ func TestParseAuditLog(t *testing.T) {
 	}, recs)
 }
 
+func TestParseAuditLogClientGone(t *testing.T) {
+	line := strings.Replace(lineCall, `"status":"200"`, `"status":"499"`, 1)
+	recs, err := proxyconf.ParseAuditLog(strings.NewReader(line + "\n"))
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, 499, recs[0].Status)
+	assert.Equal(t, "client went away before the response was complete", recs[0].Error)
+	assert.Equal(t, "call-abc", recs[0].CallID, "the call still happened upstream")
+}
+
 func TestParseAuditLogTruncatedLastLine(t *testing.T) {
 	// nginx killed mid-write: the partial last line is dropped without an error.
 	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked[:57]))

@@ -158,7 +158,21 @@ type nginxData struct {
 }
 
 // RenderNginx renders the nginx configuration of one per-run proxy. It does no I/O.
-// Errors wrap port.ErrInvalidSpec and name the offending field.
+// Errors wrap port.ErrInvalidSpec and name the offending field. Run the result with
+// NginxArgs; it needs only nginx's core, proxy, rewrite and geo modules.
+//
+// # What is served
+//
+// The proxy listens on SocketPath only. GET /health is answered by nginx with
+// {"status":"ok","run_id":"..."} and not audited. /v1/... and the bare OpenAI paths
+// SDKs use when their base URL lacks /v1 (/chat/completions, /completions,
+// /embeddings, /models, /moderations, /responses and below) go to the upstream as
+// /v1/..., with GET, HEAD, POST and DELETE only (else 405). Paths are normalized by
+// nginx first and the normalized path is what the upstream sees, so dot segments
+// cannot reach LiteLLM's admin API. Everything else is a JSON 404. Responses are
+// streamed unbuffered, upstream errors pass through, a failed upstream gives a JSON
+// 502 or 504, and nothing is retried (a retried call would be billed twice). Every
+// request but /health gets one audit line; refused ones carry a Blocked reason.
 //
 // # Header handling: an allowlist
 //

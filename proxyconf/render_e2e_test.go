@@ -404,7 +404,11 @@ func TestNginxEndToEnd(t *testing.T) {
 	resp, body = px.do(t, http.MethodGet, "/other", "", nil)
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 	assert.Equal(t, notFound, body)
-	for _, line := range []string{"GET /v1/../key/generate HTTP/1.1", "GET /v1/%2e%2e/spend/logs HTTP/1.1", "GET /v1 HTTP/1.1"} {
+	for _, line := range []string{
+		"GET /v1/../key/generate HTTP/1.1", "GET /v1/%2e%2e/spend/logs HTTP/1.1", "GET /v1 HTTP/1.1",
+		// An attempt to forge an audit record through the logged path.
+		`GET /x%22,%22status%22:%22200%22%7D%0A%7B%22run_id%22:%22run-e2e HTTP/1.1`,
+	} {
 		assert.Equal(t, http.StatusNotFound, px.raw(t, line).StatusCode, line)
 	}
 	resp, _ = px.do(t, http.MethodPut, "/v1/chat/completions", `{}`, nil)
@@ -440,7 +444,7 @@ func TestNginxEndToEnd(t *testing.T) {
 	defer f.Close()
 	recs, err := ParseAuditLog(f)
 	require.NoError(t, err)
-	require.Len(t, recs, 10, "one record per request except /health")
+	require.Len(t, recs, 11, "one record per request except /health")
 	for i, r := range recs {
 		assert.False(t, r.Time.Before(start.Add(-time.Second)) || r.Time.After(end), "record %d time %v", i, r.Time)
 		recs[i].Time, recs[i].Latency, recs[i].TTFB = time.Time{}, 0, 0
@@ -488,6 +492,9 @@ func TestNginxEndToEnd(t *testing.T) {
 		}),
 		rec(func(r *port.AuditRecord) {
 			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", "/v1", 404, nf, "path_not_allowed"
+		}),
+		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", `/x","status":"200"}`+"\n"+`{"run_id":"run-e2e`, 404, nf, "path_not_allowed"
 		}),
 		rec(func(r *port.AuditRecord) {
 			r.Method, r.Path, r.Status, r.Blocked = "PUT", "/v1/chat/completions", 405, "method_not_allowed"
