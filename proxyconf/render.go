@@ -198,7 +198,8 @@ type nginxData struct {
 // nginx adapter refuses a spec with a Budget with port.ErrUnsupported (the in-process
 // proxy enforces it). It cannot read request bodies either, so an audit record's Model
 // is LiteLLM's x-litellm-model-group response header when present, and TTFB is the time
-// to the upstream's response header, not to its first streamed chunk.
+// to the upstream's response header, not to its first streamed chunk; RequestID (the
+// response body's id) stays empty, so reconciliation matches on CallID.
 func RenderNginx(cfg NginxConfig) ([]byte, error) {
 	d, err := cfg.data()
 	if err != nil {
