@@ -106,6 +106,9 @@ func layerTar(files []File) ([]byte, error) {
 		if f.Mode&fs.ModeSetuid != 0 {
 			h.Mode |= 0o4000
 		}
+		if f.Mode&fs.ModeSticky != 0 {
+			h.Mode |= 0o1000
+		}
 		if f.Dir {
 			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
 		} else {

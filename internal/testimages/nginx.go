@@ -65,11 +65,13 @@ func NginxImage(ctx context.Context) (Image, error) {
 		addDirs(target)
 		files = append(files, File{Path: target, Mode: mode, Data: data})
 	}
-	for _, d := range []string{"/tmp", "/etc/llmproxy", "/var/log/llmproxy", "/llm-sock"} {
+	for _, d := range []string{"/etc/llmproxy", "/var/log/llmproxy", "/llm-sock"} {
 		if !dirs[d] {
 			addDirs(d + "/x")
 		}
 	}
+	// World-writable like any /tmp: Docker gives the tmpfs mounted here this mode.
+	files = append(files, File{Path: "/tmp", Mode: 0o777 | fs.ModeSticky, Dir: true})
 	addDirs("/etc/passwd")
 	files = append(files,
 		File{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/usr/sbin/nologin\nnginx:x:101:101:nginx:/nonexistent:/usr/sbin/nologin\n")},

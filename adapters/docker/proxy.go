@@ -1,0 +1,367 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// Paths inside the proxy container.
+const (
+	proxyConfDir  = "/etc/llmproxy"
+	proxyLogDir   = "/var/log/llmproxy"
+	proxyConfFile = proxyConfDir + "/nginx.conf"
+	proxyAuditLog = proxyLogDir + "/audit.log"
+	proxyMetaFile = "owner.json"
+)
+
+// ProxyManager runs one nginx container per run as its LLM proxy (port.ProxyManager).
+//
+// The run's directory on the host holds three subdirectories: sock (bind-mounted into
+// the proxy and, read-only, into the sandbox at /llm-sock), conf (the rendered
+// configuration with the key; 0600, mounted read-only into the proxy only) and log (the
+// audit log; proxy only). Stop deletes the whole directory.
+//
+// nginx cannot count calls, so a ProxySpec with a Budget is refused with
+// port.ErrUnsupported; use the in-process proxy (adapters/inproc) for budgets.
+type ProxyManager struct {
+	cfg config
+}
+
+var (
+	_ port.ProxyManager = (*ProxyManager)(nil)
+	_ port.Sweeper      = (*ProxyManager)(nil)
+)
+
+// NewProxyManager returns a ProxyManager. It does no I/O.
+func NewProxyManager(opts ...Option) (*ProxyManager, error) {
+	cfg := defaultConfig()
+	if err := cfg.apply(opts); err != nil {
+		return nil, opErr("NewProxyManager", "", err)
+	}
+	if err := cfg.connect(); err != nil {
+		return nil, opErr("NewProxyManager", "", err)
+	}
+	return &ProxyManager{cfg: cfg}, nil
+}
+
+// Close releases the SDK client (unless it was passed in with WithClient).
+func (m *ProxyManager) Close() error { return m.cfg.api.Close() }
+
+// nginxProxy is one running proxy container.
+type nginxProxy struct {
+	m     *ProxyManager
+	runID string
+	id    string // container
+	dir   string // per-run host directory
+
+	once  sync.Once
+	audit []port.AuditRecord
+	err   error
+}
+
+// Start implements port.ProxyManager.
+func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.Proxy, err error) {
+	if spec.Budget != (port.Budget{}) {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot enforce a call or token budget; use the in-process proxy", port.ErrUnsupported))
+	}
+	if err := port.ValidateLabels(spec.Labels); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
+	pol, err := proxyconf.NewPolicy(spec)
+	if err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
+	conf, err := proxyconf.RenderNginx(proxyconf.NginxConfig{
+		Policy:       pol,
+		Upstream:     spec.Upstream,
+		SocketPath:   port.LLMSocketDir + "/" + port.LLMSocketName,
+		AuditLogPath: proxyAuditLog,
+		RuntimeDir:   "/tmp",
+	})
+	if err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
+	now := time.Now()
+	dir, uid, gid, err := m.makeDir(spec.RunID, conf, now)
+	if err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
+	p := &nginxProxy{m: m, runID: spec.RunID, dir: dir}
+	defer func() {
+		if err != nil {
+			_, _ = p.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+
+	// Docker gives a tmpfs the mode of the image's directory under it (nginx images
+	// have a 1777 /tmp), whatever mode= says.
+	tmpfs := "rw,noexec,nosuid,nodev,size=67108864"
+	pids := int64(64)
+	created, err := m.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: "agentsandbox-proxy-" + spec.RunID + "-" + randHex(4),
+		Config: &container.Config{
+			Image:      m.cfg.proxy.image,
+			User:       fmt.Sprintf("%d:%d", uid, gid),
+			Entrypoint: append([]string{"nginx"}, proxyconf.NginxArgs(proxyConfFile)...),
+			Cmd:        []string{},
+			Labels:     labels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:    container.NetworkMode(m.cfg.proxy.network),
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges:true"},
+			ReadonlyRootfs: true,
+			Tmpfs:          map[string]string{"/tmp": tmpfs, "/run": tmpfs, "/var/cache/nginx": tmpfs},
+			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m"}},
+			Resources:      container.Resources{Memory: 128 << 20, MemorySwap: 128 << 20, PidsLimit: &pids},
+			Mounts: []mount.Mount{
+				{Type: mount.TypeBind, Source: filepath.Join(dir, "sock"), Target: port.LLMSocketDir},
+				{Type: mount.TypeBind, Source: filepath.Join(dir, "conf"), Target: proxyConfDir, ReadOnly: true},
+				{Type: mount.TypeBind, Source: filepath.Join(dir, "log"), Target: proxyLogDir},
+			},
+		},
+	})
+	if err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("create proxy container: %w", classify(err)))
+	}
+	p.id = created.ID
+	if _, err := m.cfg.api.ContainerStart(ctx, p.id, client.ContainerStartOptions{}); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: start proxy container: %w", port.ErrUnavailable, err))
+	}
+	if err := p.waitReady(ctx); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
+	m.cfg.logger.Debug("proxy ready", "run_id", spec.RunID, "container", short(p.id))
+	return p, nil
+}
+
+// proxyUser is the uid:gid the proxy runs as: nginx's conventional 101 when the host
+// process is root (it then owns the run's files), else the host process's own, so the
+// 0600 configuration is readable without privileges.
+func proxyUser() (int, int) {
+	if os.Geteuid() == 0 {
+		return 101, 101
+	}
+	return os.Getuid(), os.Getgid()
+}
+
+// makeDir creates the run's host directory: sock (0755), conf (0700) with the
+// configuration (0600), log (0700), all owned by the proxy user, and the owner record
+// a sweep reads.
+func (m *ProxyManager) makeDir(runID string, conf []byte, now time.Time) (dir string, uid, gid int, err error) {
+	uid, gid = proxyUser()
+	base := filepath.Join(m.cfg.proxy.baseDir, m.cfg.owner)
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", 0, 0, fmt.Errorf("proxy base dir: %w", err)
+	}
+	dir, err = os.MkdirTemp(base, runID+"-")
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("proxy run dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", 0, 0, err
+	}
+	meta, _ := json.Marshal(map[string]string{"owner": m.cfg.owner, "run_id": runID, "created_at": now.UTC().Format(time.RFC3339Nano)})
+	if err := os.WriteFile(filepath.Join(dir, proxyMetaFile), meta, 0o600); err != nil {
+		return "", 0, 0, err
+	}
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{"sock", 0o755}, {"conf", 0o700}, {"log", 0o700}} {
+		p := filepath.Join(dir, d.name)
+		if err := os.Mkdir(p, d.mode); err != nil {
+			return "", 0, 0, err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return "", 0, 0, err
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return "", 0, 0, err
+		}
+	}
+	cf := filepath.Join(dir, "conf", "nginx.conf")
+	if err := os.WriteFile(cf, conf, 0o600); err != nil {
+		return "", 0, 0, err
+	}
+	if err := os.Lchown(cf, uid, gid); err != nil {
+		return "", 0, 0, err
+	}
+	return dir, uid, gid, nil
+}
+
+// waitReady polls /health through the socket with a growing backoff (50ms to 800ms)
+// until it answers or the ready timeout passes; on failure the error carries the
+// proxy's last log lines.
+func (p *nginxProxy) waitReady(ctx context.Context) error {
+	sock := filepath.Join(p.dir, "sock", port.LLMSocketName)
+	hc := unixClient(sock)
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, p.m.cfg.proxy.readyTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://proxy/health", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(p.runID)) {
+				return nil
+			}
+			err = fmt.Errorf("/health answered %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+		}
+		last = err
+		if ins, ierr := p.m.cfg.api.ContainerInspect(ctx, p.id, client.ContainerInspectOptions{}); ierr == nil && ins.Container.State != nil && !ins.Container.State.Running {
+			return fmt.Errorf("%w: proxy exited with code %d before it was ready; last log lines:\n%s", port.ErrUnavailable, ins.Container.State.ExitCode, p.logTail())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: proxy not ready after %v (%v); last log lines:\n%s", port.ErrUnavailable, p.m.cfg.proxy.readyTimeout, last, p.logTail())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 800*time.Millisecond)
+	}
+}
+
+func (p *nginxProxy) logTail() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rc, err := p.m.cfg.api.ContainerLogs(ctx, p.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return "(logs unavailable: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 64<<10))
+	return strings.TrimSpace(out.String())
+}
+
+// Socket implements port.Proxy.
+func (p *nginxProxy) Socket() port.LLMSocket { return port.LLMSocket{HostDir: filepath.Join(p.dir, "sock")} }
+
+// Stop implements port.Proxy: nginx is asked to quit gracefully (finishing in-flight
+// requests within a grace period), then the container is removed, the audit log read
+// and the run's directory, configuration and key included, deleted.
+func (p *nginxProxy) Stop(ctx context.Context) ([]port.AuditRecord, error) {
+	p.once.Do(func() { p.audit, p.err = p.stop(ctx) })
+	return p.audit, p.err
+}
+
+func (p *nginxProxy) stop(ctx context.Context) ([]port.AuditRecord, error) {
+	var errs []error
+	if p.id != "" {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.m.cfg.cleanupTimeout)
+		defer cancel()
+		grace := 5
+		if _, err := p.m.cfg.api.ContainerStop(cctx, p.id, client.ContainerStopOptions{Signal: "SIGQUIT", Timeout: &grace}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+			p.m.cfg.logger.Warn("stopping proxy failed", "run_id", p.runID, "err", err)
+		}
+		if _, err := p.m.cfg.api.ContainerRemove(cctx, p.id, client.ContainerRemoveOptions{Force: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove proxy container: %w", err))
+		}
+	}
+	var audit []port.AuditRecord
+	if f, err := os.Open(filepath.Join(p.dir, "log", "audit.log")); err == nil {
+		audit, err = proxyconf.ParseAuditLog(f)
+		f.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("audit log: %w", err))
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("audit log: %w", err))
+	}
+	for i := range audit {
+		audit[i].RunID = p.runID
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return audit, opErr("Proxy.Stop", p.runID, err)
+	}
+	return audit, nil
+}
+
+// Sweep removes proxy containers and run directories of this manager's owner left by a
+// host process that died (see Runner.Sweep). Implements port.Sweeper.
+func (m *ProxyManager) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
+	rep, err := sweep(ctx, m.cfg, opts)
+	if err != nil {
+		return rep, err
+	}
+	base := filepath.Join(m.cfg.proxy.baseDir, m.cfg.owner)
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return rep, nil
+		}
+		return rep, opErr("Sweep", opts.RunID, err)
+	}
+	cutoff := time.Now().Add(-opts.OlderThan)
+	for _, e := range entries {
+		dir := filepath.Join(base, e.Name())
+		var meta struct{ Owner, RunID, CreatedAt string }
+		b, err := os.ReadFile(filepath.Join(dir, proxyMetaFile))
+		if err != nil || json.Unmarshal(b, &struct {
+			Owner     *string `json:"owner"`
+			RunID     *string `json:"run_id"`
+			CreatedAt *string `json:"created_at"`
+		}{&meta.Owner, &meta.RunID, &meta.CreatedAt}) != nil || meta.Owner != m.cfg.owner {
+			continue // not a directory this library made
+		}
+		if opts.RunID != "" && meta.RunID != opts.RunID {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, meta.CreatedAt); err == nil && t.After(cutoff) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "dir:"+dir)
+		if !opts.DryRun {
+			if err := os.RemoveAll(dir); err != nil {
+				rep.Errors = append(rep.Errors, err)
+			}
+		}
+	}
+	return rep, nil
+}
+
+func unixClient(sock string) *http.Client {
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+

@@ -1,0 +1,142 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/port/porttest"
+)
+
+var nginxImage struct {
+	once sync.Once
+	ref  string
+	err  error
+}
+
+// proxyEnv returns a ProxyManager on the locally built nginx image and a Runner with
+// the bridge, both owned by owner, and the per-run base directory.
+func proxyEnv(t testing.TB, owner string) (*ProxyManager, *Runner, string, string) {
+	t.Helper()
+	cli, agent := dockerEnv(t)
+	testenv.NeedCommand(t, "nginx", "nginx")
+	ctx := context.Background()
+	nginxImage.once.Do(func() {
+		ref, archive, err := testimages.NginxArchive(ctx)
+		if err == nil {
+			err = testimages.EnsureDocker(ctx, cli, ref, archive)
+		}
+		nginxImage.ref, nginxImage.err = ref, err
+	})
+	if nginxImage.err != nil {
+		t.Fatalf("nginx image: %v", nginxImage.err)
+	}
+	base, err := os.MkdirTemp("", "proxytest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	m, err := NewProxyManager(WithClient(cli), WithOwner(owner), WithProxyImage(nginxImage.ref), WithProxyBaseDir(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := bridge.BuildBinary(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunner(WithClient(cli), WithOwner(owner), WithBridge(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, r, agent, base
+}
+
+func TestProxyManagerConformance(t *testing.T) {
+	m, r, agent, base := proxyEnv(t, "porttest")
+	cli, _ := dockerEnv(t)
+	labelled := leftovers(cli)
+	porttest.TestProxyManager(t, porttest.ProxyHarness{
+		Manager: m, Runner: r, Image: agent, Budget: false,
+		Kill: func(ctx context.Context, p port.Proxy) error {
+			_, err := cli.ContainerKill(ctx, p.(*nginxProxy).id, client.ContainerKillOptions{Signal: "SIGKILL"})
+			return err
+		},
+		Leftovers: func(ctx context.Context, runID string) ([]string, error) {
+			out, err := labelled(ctx, runID)
+			entries, _ := os.ReadDir(filepath.Join(base, "porttest"))
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), runID+"-") {
+					out = append(out, "dir:"+e.Name())
+				}
+			}
+			return out, err
+		},
+	})
+}
+
+// The configuration holding the key is readable by the proxy user only, and is gone
+// after Stop.
+func TestProxyConfigPrivateAndDeleted(t *testing.T) {
+	m, _, _, _ := proxyEnv(t, "conf")
+	p, err := m.Start(context.Background(), port.ProxySpec{
+		RunID: porttest.RunID("conf"), Upstream: "http://127.0.0.1:9", APIKey: "sk-private-1",
+		Attribution: port.Attribution{BillingAccountID: "acct"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p.Socket().HostDir)
+	conf := filepath.Join(dir, "conf", "nginx.conf")
+	fi, err := os.Stat(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("config mode %v, want 0600", fi.Mode().Perm())
+	}
+	if cd, _ := os.Stat(filepath.Dir(conf)); cd.Mode().Perm() != 0o700 {
+		t.Errorf("config dir mode %v, want 0700", cd.Mode().Perm())
+	}
+	b, _ := os.ReadFile(conf)
+	if !strings.Contains(string(b), "sk-private-1") {
+		t.Fatal("the config does not hold the key; the test proves nothing")
+	}
+	if _, err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run dir survives Stop: %v", err)
+	}
+}
+
+// A proxy that cannot start reports its last log lines and leaves nothing behind.
+func TestProxyStartFailureReportsLogs(t *testing.T) {
+	m, _, _, base := proxyEnv(t, "broken")
+	m.cfg.proxy.image = env.image // the probe agent: "nginx" is not in it
+	m.cfg.proxy.readyTimeout = 5 * time.Second
+	runID := porttest.RunID("broken")
+	_, err := m.Start(context.Background(), port.ProxySpec{
+		RunID: runID, Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"},
+	})
+	if !errors.Is(err, port.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	cli, _ := dockerEnv(t)
+	if left, _ := leftovers(cli)(context.Background(), runID); len(left) > 0 {
+		t.Errorf("failed start left %v", left)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(base, "broken")); len(entries) > 0 {
+		t.Errorf("failed start left directories: %v", entries)
+	}
+}
