@@ -263,7 +263,9 @@ func (p *nginxProxy) logTail() string {
 }
 
 // Socket implements port.Proxy.
-func (p *nginxProxy) Socket() port.LLMSocket { return port.LLMSocket{HostDir: filepath.Join(p.dir, "sock")} }
+func (p *nginxProxy) Socket() port.LLMSocket {
+	return port.LLMSocket{HostDir: filepath.Join(p.dir, "sock")}
+}
 
 // Stop implements port.Proxy: nginx is asked to quit gracefully (finishing in-flight
 // requests within a grace period), then the container is removed, the audit log read
@@ -363,5 +365,3 @@ func unixClient(sock string) *http.Client {
 		},
 	}
 }
-
-
