@@ -3,13 +3,13 @@ package containerd
 import (
 	"context"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/port/porttest"
@@ -64,19 +64,10 @@ func BenchmarkRunOverhead(b *testing.B) {
 		}
 		tcli = append(tcli, time.Since(t0))
 	}
-	c50, c95 := pct(tc)
-	d50, d95 := pct(td)
-	l50, l95 := pct(tcli)
-	for name, v := range map[string]time.Duration{"ctr-p50-ms": c50, "ctr-p95-ms": c95, "dockerlib-p50-ms": d50, "dockerlib-p95-ms": d95, "cli-p50-ms": l50, "cli-p95-ms": l95} {
-		b.ReportMetric(float64(v)/1e6, name)
-	}
-	b.ReportMetric(float64(c50)/float64(l50), "ctr/cli-p50-ratio")
-	b.ReportMetric(float64(c50)/float64(d50), "ctr/dockerlib-p50-ratio")
+	c50 := benchutil.Report(b, "ctr", tc)
+	d50 := benchutil.Report(b, "dockerlib", td)
+	l50 := benchutil.Report(b, "cli", tcli)
+	benchutil.Ratio(b, "ctr/cli-p50-ratio", c50, l50)
+	benchutil.Ratio(b, "ctr/dockerlib-p50-ratio", c50, d50)
 	b.ReportMetric(0, "ns/op")
-}
-
-func pct(d []time.Duration) (p50, p95 time.Duration) {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2], s[min(len(s)-1, len(s)*95/100)]
 }

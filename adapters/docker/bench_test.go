@@ -3,10 +3,10 @@ package docker
 import (
 	"context"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/port/porttest"
 )
@@ -42,23 +42,8 @@ func BenchmarkRunOnceVsCLI(b *testing.B) {
 		cmd = append(cmd, time.Since(t0))
 	}
 	b.StopTimer()
-	reportPair(b, "lib", lib, "cli", cmd)
-}
-
-// reportPair reports p50/p95 of two alternated samples and the ratio of their medians.
-func reportPair(b *testing.B, an string, a []time.Duration, bn string, bs []time.Duration) {
-	pa50, pa95 := percentiles(a)
-	pb50, pb95 := percentiles(bs)
-	b.ReportMetric(float64(pa50)/1e6, an+"-p50-ms")
-	b.ReportMetric(float64(pa95)/1e6, an+"-p95-ms")
-	b.ReportMetric(float64(pb50)/1e6, bn+"-p50-ms")
-	b.ReportMetric(float64(pb95)/1e6, bn+"-p95-ms")
-	b.ReportMetric(float64(pa50)/float64(pb50), an+"/"+bn+"-p50-ratio")
-	b.ReportMetric(0, "ns/op") // the per-op figure mixes both sides; the metrics above are the result
-}
-
-func percentiles(d []time.Duration) (p50, p95 time.Duration) {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2], s[min(len(s)-1, len(s)*95/100)]
+	l50 := benchutil.Report(b, "lib", lib)
+	c50 := benchutil.Report(b, "cli", cmd)
+	benchutil.Ratio(b, "lib/cli-p50-ratio", l50, c50)
+	b.ReportMetric(0, "ns/op") // the per-op time mixes both sides; the metrics above are the result
 }
