@@ -2,14 +2,19 @@ package containerd
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/port/porttest"
@@ -18,8 +23,34 @@ import (
 // BenchmarkRunOverhead alternates, for a trivial command, the containerd runner, the
 // Docker runner and the `docker run` CLI, so all three see the same machine noise, and
 // reports medians, p95s and the ratios of medians (target: containerd <= 0.6x the CLI).
-func BenchmarkRunOverhead(b *testing.B) {
-	ctr, image := runnerEnv(b, WithOwner("bench"))
+func BenchmarkRunOverhead(b *testing.B) { benchRunOverhead(b, false) }
+
+// BenchmarkRunOverheadWithProxy is BenchmarkRunOverhead with an in-process proxy started
+// and stopped around each library run and the bridge as the sandbox's entrypoint (the
+// CLI side stays a plain run: it has no proxy to start).
+func BenchmarkRunOverheadWithProxy(b *testing.B) { benchRunOverhead(b, true) }
+
+func benchRunOverhead(b *testing.B, withProxy bool) {
+	var opts []Option
+	var dopts []docker.Option
+	var pm *inproc.Manager
+	if withProxy {
+		bin, err := bridge.BuildBinary(context.Background(), filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts, dopts = append(opts, WithBridge(bin)), append(dopts, docker.WithBridge(bin))
+		base, err := os.MkdirTemp("", "bench-inproc")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(base)
+		if pm, err = inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("bench")); err != nil {
+			b.Fatal(err)
+		}
+		defer pm.Shutdown(context.Background())
+	}
+	ctr, image := runnerEnv(b, append(opts, WithOwner("bench"))...)
 	ctx := context.Background()
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -35,7 +66,7 @@ func BenchmarkRunOverhead(b *testing.B) {
 	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 		b.Fatal(err)
 	}
-	dr, err := docker.NewRunner(docker.WithClient(cli), docker.WithOwner("bench"))
+	dr, err := docker.NewRunner(append(dopts, docker.WithClient(cli), docker.WithOwner("bench"))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,19 +74,34 @@ func BenchmarkRunOverhead(b *testing.B) {
 	if err != nil {
 		b.Skip("docker CLI not found")
 	}
-	spec := func() port.RunSpec {
-		return port.RunSpec{RunID: porttest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}
+	// libRun is one library run: with the proxy, its start and stop are included.
+	libRun := func(r port.SandboxRunner) error {
+		spec := port.RunSpec{RunID: porttest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}
+		if pm != nil {
+			p, err := pm.Start(ctx, port.ProxySpec{RunID: spec.RunID, Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
+			if err != nil {
+				return err
+			}
+			defer p.Stop(ctx)
+			sock := p.Socket()
+			spec.LLM = &sock
+		}
+		res, err := r.RunOnce(ctx, spec)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		return err
 	}
 	var tc, td, tcli []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if res, err := ctr.RunOnce(ctx, spec()); err != nil || res.ExitCode != 0 {
-			b.Fatalf("containerd: %v %+v", err, res)
+		if err := libRun(ctr); err != nil {
+			b.Fatalf("containerd: %v", err)
 		}
 		tc = append(tc, time.Since(t0))
 		t0 = time.Now()
-		if res, err := dr.RunOnce(ctx, spec()); err != nil || res.ExitCode != 0 {
-			b.Fatalf("docker: %v %+v", err, res)
+		if err := libRun(dr); err != nil {
+			b.Fatalf("docker: %v", err)
 		}
 		td = append(td, time.Since(t0))
 		t0 = time.Now()
