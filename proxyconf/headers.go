@@ -148,3 +148,38 @@ func (p *Policy) Apply(h http.Header) {
 		h[ih.Name] = []string{ih.Value}
 	}
 }
+
+// passedResponse are LiteLLM's response headers a sandbox may see: the call's id, cost
+// and deployment, which an agent may log or show.
+var passedResponse = map[string]bool{
+	"X-Litellm-Call-Id":       true,
+	"X-Litellm-Response-Cost": true,
+	"X-Litellm-Model-Id":      true,
+	"X-Litellm-Model-Group":   true,
+}
+
+// IsResponseHeaderHidden reports whether an upstream response header is withheld from
+// the sandbox: every x-litellm-* header but the call id, cost and model ids, and the
+// provider headers LiteLLM relays as llm_provider-*. They describe the shared key (its
+// total spend, budget and limits) and the deployment behind it (provider base URLs,
+// organisation ids), which no single run should learn.
+func IsResponseHeaderHidden(name string) bool {
+	c := http.CanonicalHeaderKey(name)
+	if passedResponse[c] {
+		return false
+	}
+	return strings.HasPrefix(c, "X-Litellm-") || strings.HasPrefix(strings.ToLower(c), "llm_provider-")
+}
+
+// HiddenResponseHeaders names the hidden response headers LiteLLM is known to send, for
+// configurations that cannot match a prefix (nginx); IsResponseHeaderHidden is the rule.
+func HiddenResponseHeaders() []string {
+	return []string{
+		"X-Litellm-Key-Spend", "X-Litellm-Key-Max-Budget", "X-Litellm-Key-Tpm-Limit", "X-Litellm-Key-Rpm-Limit",
+		"X-Litellm-Model-Api-Base", "X-Litellm-Model-Region", "X-Litellm-Version", "X-Litellm-Cache-Key",
+		"X-Litellm-Response-Duration-Ms", "X-Litellm-Overhead-Duration-Ms", "X-Litellm-Callback-Duration-Ms",
+		"X-Litellm-Attempted-Retries", "X-Litellm-Attempted-Fallbacks", "X-Litellm-Applied-Guardrails",
+		"X-Litellm-Response-Cost-Original", "X-Litellm-Response-Cost-Discount-Amount", "X-Litellm-Timeout",
+		"X-Litellm-Semantic-Similarity",
+	}
+}

@@ -86,3 +86,20 @@ func TestIsStripped(t *testing.T) {
 		}
 	}
 }
+
+func TestResponseHeaderPolicy(t *testing.T) {
+	for name, hidden := range map[string]bool{
+		"x-litellm-call-id": false, "X-Litellm-Response-Cost": false, "x-litellm-model-id": false,
+		"x-litellm-key-spend": true, "x-litellm-model-api-base": true, "llm_provider-openai-organization": true,
+		"content-type": false, "x-ratelimit-remaining-requests": false,
+	} {
+		if got := IsResponseHeaderHidden(name); got != hidden {
+			t.Errorf("IsResponseHeaderHidden(%q) = %v, want %v", name, got, hidden)
+		}
+	}
+	for _, h := range HiddenResponseHeaders() {
+		if !IsResponseHeaderHidden(h) {
+			t.Errorf("listed %q is not hidden by the rule", h)
+		}
+	}
+}

@@ -154,6 +154,7 @@ type nginxData struct {
 	Forwarded      []forwardedHeader
 	Injected       []Header
 	PassHeaders    []string
+	HiddenHeaders  []string
 	HealthBody     string
 }
 
@@ -222,10 +223,11 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 		return nil, err
 	}
 	d := &nginxData{
-		RunID:       p.runID,
-		Forwarded:   forwarded,
-		Injected:    p.Injected(),
-		PassHeaders: passedResponseHeaders,
+		RunID:         p.runID,
+		Forwarded:     forwarded,
+		Injected:      p.Injected(),
+		PassHeaders:   passedResponseHeaders,
+		HiddenHeaders: HiddenResponseHeaders(),
 	}
 	for _, h := range d.Injected {
 		if !headerNameRe.MatchString(h.Name) {

@@ -106,6 +106,8 @@ func (u *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.Set("X-Litellm-Call-Id", "call-"+strconv.Itoa(n))
 		h.Set("X-Litellm-Response-Cost", "0.000123")
+		h.Set("X-Litellm-Key-Spend", "1234.5")
+		h.Set("X-Litellm-Model-Api-Base", "http://10.0.0.7:8000/v1")
 		h.Set("Content-Type", "application/json")
 		io.WriteString(w, chatBody)
 	}
@@ -319,6 +321,8 @@ func TestNginxEndToEnd(t *testing.T) {
 	assert.Equal(t, "call-1", resp.Header.Get("X-Litellm-Call-Id"), "the call id reaches the client")
 	assert.Equal(t, "0.000123", resp.Header.Get("X-Litellm-Response-Cost"))
 	assert.Equal(t, "deployment-1", resp.Header.Get("X-Litellm-Model-Id"))
+	assert.Empty(t, resp.Header.Get("X-Litellm-Key-Spend"), "the shared key's spend is hidden")
+	assert.Empty(t, resp.Header.Get("X-Litellm-Model-Api-Base"), "the deployment's address is hidden")
 
 	seen := up.requests()
 	require.Len(t, seen, 1)

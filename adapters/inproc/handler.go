@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // Header names read from upstream responses.
@@ -166,6 +167,11 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	c.rec.CallID = clip(resp.Header.Get(headerCallID), 256)
 	c.rec.ResponseCost = clip(resp.Header.Get(headerResponseCost), 64)
+	for name := range resp.Header {
+		if proxyconf.IsResponseHeaderHidden(name) {
+			delete(resp.Header, name)
+		}
+	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	c.rec.Streamed = mt == "text/event-stream"
 	t := &respTap{rc: resp.Body, p: p, sc: newJSONFields(scanLimit, "id", "usage", "error")}

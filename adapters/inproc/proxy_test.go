@@ -57,6 +57,8 @@ func newUpstream(t testing.TB) *upstream {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("x-litellm-call-id", "call-0001")
+		w.Header().Set("x-litellm-key-spend", "1234.5")
+		w.Header().Set("llm_provider-openai-organization", "org-secret")
 		w.Header().Set("x-litellm-response-cost", "0.000123")
 		_, _ = io.WriteString(w, completionBody)
 	}))
@@ -175,6 +177,8 @@ func TestSpoofedHeadersNeverReachUpstream(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, completionBody, body)
 	assert.Equal(t, "call-0001", resp.Header.Get("x-litellm-call-id"), "LiteLLM's call id is passed back")
+	assert.Empty(t, resp.Header.Get("x-litellm-key-spend"), "the shared key's spend is hidden")
+	assert.Empty(t, resp.Header.Get("llm_provider-openai-organization"), "provider headers are hidden")
 
 	reqs := up.requests()
 	require.Len(t, reqs, 1)
