@@ -1,8 +1,11 @@
 package port
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // LabelPrefix is reserved: every container, volume, snapshot or directory the library
@@ -73,6 +76,36 @@ func ValidateLabels(labels map[string]string) error {
 		if len(v) > 1024 || strings.ContainsAny(v, "\x00\r\n") {
 			return Invalid("label %q has a value over 1024 bytes or with control characters", k)
 		}
+	}
+	return nil
+}
+
+// ResourceLabels returns the labels of a resource the library creates: the caller's
+// extra labels (validated with ValidateLabels beforehand) plus the reserved ones.
+func ResourceLabels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
+	l := make(map[string]string, len(extra)+4)
+	for k, v := range extra {
+		l[k] = v
+	}
+	l[LabelOwner] = owner
+	l[LabelRunID] = runID
+	l[LabelKind] = kind
+	l[LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
+	return l
+}
+
+// ValidateBridge checks that path is an absolute path to an executable regular file,
+// as the runners' bridge options require. Errors wrap ErrInvalidSpec.
+func ValidateBridge(path string) error {
+	if !filepath.IsAbs(path) {
+		return Invalid("bridge path %q is not absolute", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Invalid("bridge binary: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return Invalid("bridge binary %s is not an executable file", path)
 	}
 	return nil
 }

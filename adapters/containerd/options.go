@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"log/slog"
-	"os"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -103,15 +102,8 @@ func WithLogger(l *slog.Logger) Option {
 // and made the entrypoint of runs with an LLM socket (see the docker adapter's WithBridge).
 func WithBridge(path string) Option {
 	return func(c *config) error {
-		if !filepath.IsAbs(path) {
-			return port.Invalid("bridge path %q is not absolute", path)
-		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			return port.Invalid("bridge binary: %v", err)
-		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-			return port.Invalid("bridge binary %s is not an executable file", path)
+		if err := port.ValidateBridge(path); err != nil {
+			return err
 		}
 		c.bridgePath = path
 		return nil

@@ -106,7 +106,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	id := containerID(spec.RunID)
-	lbls := labels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
+	lbls := port.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
@@ -337,18 +337,6 @@ func containerID(runID string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return "agentsandbox-" + runID + "-" + hex.EncodeToString(b[:])
-}
-
-func labels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
-	l := make(map[string]string, len(extra)+4)
-	for k, v := range extra {
-		l[k] = v
-	}
-	l[port.LabelOwner] = owner
-	l[port.LabelRunID] = runID
-	l[port.LabelKind] = kind
-	l[port.LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
-	return l
 }
 
 func parseUser(u string) (uint32, uint32) {

@@ -3,7 +3,6 @@ package docker
 import (
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -13,19 +12,6 @@ import (
 
 // bridgeTarget is where the bridge binary is mounted inside a sandbox.
 const bridgeTarget = "/.agentsandbox/bridge"
-
-// labels returns the reserved labels plus the caller's.
-func labels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
-	l := make(map[string]string, len(extra)+4)
-	for k, v := range extra {
-		l[k] = v
-	}
-	l[port.LabelOwner] = owner
-	l[port.LabelRunID] = runID
-	l[port.LabelKind] = kind
-	l[port.LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
-	return l
-}
 
 // envList renders env sorted, so container configs are deterministic.
 func envList(env map[string]string) []string {

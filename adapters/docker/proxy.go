@@ -123,7 +123,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 			User:       fmt.Sprintf("%d:%d", uid, gid),
 			Entrypoint: append([]string{"nginx"}, proxyconf.NginxArgs(proxyConfFile)...),
 			Cmd:        []string{},
-			Labels:     labels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
+			Labels:     port.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    container.NetworkMode(m.cfg.proxy.network),

@@ -74,7 +74,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	cfg, hc := sandboxConfig(spec, entrypoint, labels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
+	cfg, hc := sandboxConfig(spec, entrypoint, port.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
 	})

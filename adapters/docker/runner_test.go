@@ -66,7 +66,7 @@ func TestSweepRemovesOnlyOwnOldResources(t *testing.T) {
 	ctx := context.Background()
 	runID := porttest.RunID("sweep")
 	mk := func(owner string, age time.Duration) string {
-		lbls := labels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
+		lbls := port.ResourceLabels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
 		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 			Config:     &container.Config{Image: image, Entrypoint: []string{"/agent", "sleep", "60"}, Labels: lbls},
 			HostConfig: &container.HostConfig{NetworkMode: "none"},
