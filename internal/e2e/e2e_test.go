@@ -24,7 +24,7 @@ import (
 	"github.com/agentsandbox/sandbox/port/porttest"
 )
 
-func dockerRunner(t *testing.T, bridgeBin string) (port.SandboxRunner, string) {
+func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
 	ctx := context.Background()
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err == nil {
@@ -46,7 +46,7 @@ func dockerRunner(t *testing.T, bridgeBin string) (port.SandboxRunner, string) {
 	return r, ref
 }
 
-func containerdRunner(t *testing.T, bridgeBin string) (port.SandboxRunner, string) {
+func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
 	ctx := context.Background()
 	r, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner("e2e"))
 	if err != nil {
@@ -71,7 +71,7 @@ func TestReconciledRunContainerd(t *testing.T) { testReconciledRun(t, containerd
 // testReconciledRun: an agent makes N calls through the proxy; the reconciled totals
 // equal what the fake LiteLLM billed for this run, and nothing of a concurrent run of
 // the same account is counted.
-func testReconciledRun(t *testing.T, newRunner func(*testing.T, string) (port.SandboxRunner, string)) {
+func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin, err := bridge.BuildBinary(ctx, t.TempDir())

@@ -93,6 +93,16 @@ func main() {
 		for i := 0; i < atoi(args[0]); i++ {
 			chat(args[1], fmt.Sprintf("call-%d", i), false)
 		}
+	case "hold":
+		// One call, then stay alive until the barrier file appears: lets a test hold
+		// many sandboxes (and their proxies) alive at the same moment.
+		chat(args[1], args[2], false)
+		for {
+			if _, err := os.Stat(args[0]); err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	case "stream":
 		stream(args[0], args[1], args[2])
 	default:
