@@ -1,10 +1,25 @@
 #!/usr/bin/env bash
 # Runs the benchmarks recorded in docs/benchmarks.md. Each benchmark alternates the
-# things it compares within one run and reports ratios of medians, so machine noise
-# hits both sides alike. Pass a regexp to run a subset: scripts/bench.sh RunOverhead
+# things it compares within one loop and reports quantiles and ratios from that same
+# run, so machine noise hits every side alike. Needs the daemons (make bench starts them).
+# Pass a regexp to run a subset of the benchmark names, e.g. scripts/bench.sh Proxy
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pattern=${1:-.}
-count=${BENCH_COUNT:-30x}
-go test -run '^$' -bench "$pattern" -benchtime "$count" -benchmem \
-  ./adapters/... ./litellm/... ./openclaw/... 2>&1 | grep -E '^(Benchmark|ok|FAIL|PASS|goos|cpu)' || true
+filter=${1:-.}
+
+run() { # package, benchmark regexp, iterations
+  if [[ "$2" =~ $filter ]]; then
+    go test -run '^$' -bench "^($2)\$" -benchtime "$3" -benchmem -timeout 60m "$1" 2>&1 |
+      grep -E '^(Benchmark|FAIL|panic|ok )|at once|largest' || true
+  fi
+}
+
+run ./adapters/docker RunOnceVsCLI 30x
+run ./adapters/containerd 'RunOverhead|RunOverheadWithProxy' 30x
+run ./adapters/docker 'ProxyLatency|ProxyTTFT' 2000x
+run ./adapters/docker ProxyStartup 30x
+run ./adapters/inproc 'AddedLatency|TimeToFirstToken|StartStop' 2000x
+run ./adapters/inproc ConcurrentRuns500 3x
+run ./litellm Reconcile50of100k 20x
+run ./openclaw/gateway AgentStream 5x
+run ./internal/e2e ConcurrentSandboxes 1x
