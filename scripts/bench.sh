@@ -9,7 +9,7 @@ filter=${1:-.}
 
 run() { # package, benchmark regexp, iterations
   if [[ "$2" =~ $filter ]]; then
-    go test -run '^$' -bench "^($2)\$" -benchtime "$3" -benchmem -timeout 60m "$1" 2>&1 |
+    go test -run '^$' -bench "^Benchmark($2)\$" -benchtime "$3" -benchmem -timeout 60m "$1" 2>&1 |
       grep -E '^(Benchmark|FAIL|panic|ok )|at once|largest' || true
   fi
 }
