@@ -1,0 +1,85 @@
+package billing
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// DefaultMaxRequestBytes bounds a request body. OpenClaw's requests carry the whole
+// conversation and tool schemas (about 50 KB for a fresh session), so the bound is
+// generous.
+const DefaultMaxRequestBytes = 32 << 20
+
+// Option configures a Router. Options validate their arguments; NewRouter returns
+// the first error, wrapping port.ErrInvalidSpec.
+type Option func(*config) error
+
+type config struct {
+	logger          *slog.Logger
+	transport       http.RoundTripper
+	maxRequestBytes int64
+	fallback        *Run
+}
+
+func defaultConfig() config {
+	return config{
+		logger:          slog.New(slog.DiscardHandler),
+		transport:       http.DefaultTransport,
+		maxRequestBytes: DefaultMaxRequestBytes,
+	}
+}
+
+// WithLogger sets the logger (default: discard). Tokens and keys are never logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return port.Invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithTransport sets the transport to the upstream (default http.DefaultTransport).
+func WithTransport(rt http.RoundTripper) Option {
+	return func(c *config) error {
+		if rt == nil {
+			return port.Invalid("nil transport")
+		}
+		c.transport = rt
+		return nil
+	}
+}
+
+// WithMaxRequestBytes bounds a request body (default DefaultMaxRequestBytes).
+func WithMaxRequestBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return port.Invalid("max request bytes %d is not positive", n)
+		}
+		c.maxRequestBytes = n
+		return nil
+	}
+}
+
+// WithFallback bills calls that carry no live run token to an explicit fallback
+// run instead of refusing them. It weakens fail-closed on purpose, for deployments
+// that prefer a flagged bill to a failed call: such calls are counted in
+// Stats.Fallback, logged at warning level and recorded in the fallback
+// registration's audit (Router.Fallback), and LiteLLM sees them under the
+// fallback's run_id, so they are never billed to nobody. The fallback run's
+// attribution is validated like any run's; its budget applies to all such calls.
+func WithFallback(run Run) Option {
+	return func(c *config) error {
+		if err := port.ValidateRunID(run.RunID); err != nil {
+			return err
+		}
+		if run.Attribution.BillingAccountID == "" {
+			return port.Invalid("fallback needs a billing account id")
+		}
+		c.fallback = &run
+		return nil
+	}
+}

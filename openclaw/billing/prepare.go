@@ -1,0 +1,444 @@
+package billing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/sandbox/openclaw"
+	"github.com/agentsandbox/sandbox/openclaw/gateway"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Requester is the part of *gateway.Client a Preparer uses: one request, one
+// response payload, gateway failures as *gateway.GatewayError.
+type Requester interface {
+	Request(ctx context.Context, method string, params any) (json.RawMessage, error)
+}
+
+var _ Requester = (*gateway.Client)(nil)
+
+// DefaultProviderPrefix starts the name of every per-run provider a Preparer adds.
+const DefaultProviderPrefix = "sbx-run-"
+
+// placeholderAPIKey is the apiKey of per-run providers. OpenClaw sends it as
+// Authorization; the router strips it and injects the real key, which never
+// reaches the gateway.
+const placeholderAPIKey = "agentsandbox-router-injects-the-key"
+
+// Retry bounds for gateway writes.
+const (
+	maxConflictRetries = 8
+	reloadPoll         = 250 * time.Millisecond
+	maxReloadPolls     = 40
+	defaultRetryAfter  = time.Second
+)
+
+// Preparer prepares runs on a shared OpenClaw gateway for a Router: for each run it
+// adds a provider whose baseUrl carries the run's token (config.patch, which the
+// gateway hot-reloads) and points the run's session at it (sessions.patch model).
+// Every LLM call of that session then reaches the router on the run's path. Release
+// undoes both. Config writes are serialised, so one Preparer per gateway is enough.
+//
+// The gateway rate-limits config writes (30 config.patch a minute per client
+// address in 2026.9.6); Prepare waits out the limit within its context, and Release
+// folds provider removals into the next write.
+type Preparer struct {
+	gw        Requester
+	routerURL string
+	models    map[string]openclaw.Model
+	order     []string
+	prefix    string
+	log       *slog.Logger
+
+	mu      sync.Mutex // one config write at a time: each needs the latest base hash
+	pending map[string]bool
+}
+
+// PreparerOption configures a Preparer.
+type PreparerOption func(*prepConfig) error
+
+type prepConfig struct {
+	prefix string
+	logger *slog.Logger
+}
+
+// WithProviderPrefix sets the prefix of per-run provider names (default
+// DefaultProviderPrefix): lowercase letters, digits and '-', at most 32 bytes.
+func WithProviderPrefix(p string) PreparerOption {
+	return func(c *prepConfig) error {
+		if p == "" || len(p) > 32 || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || p[0] == '-' {
+			return port.Invalid("provider prefix %q: want 1-32 of [a-z0-9-], not starting with '-'", p)
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithPreparerLogger sets the Preparer's logger (default: discard).
+func WithPreparerLogger(l *slog.Logger) PreparerOption {
+	return func(c *prepConfig) error {
+		if l == nil {
+			return port.Invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// NewPreparer returns a Preparer that prepares runs on the gateway gw. routerURL is
+// how the gateway reaches the Router ("http://127.0.0.1:4100"); models are the
+// models each per-run provider offers (validated with openclaw.NewModel's rules).
+// It does no I/O. Errors wrap port.ErrInvalidSpec.
+func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts ...PreparerOption) (*Preparer, error) {
+	cfg := prepConfig{prefix: DefaultProviderPrefix, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if gw == nil {
+		return nil, port.Invalid("nil gateway")
+	}
+	u, err := url.Parse(routerURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, port.Invalid("router URL %q is not an http(s) base URL", routerURL)
+	}
+	if len(models) == 0 {
+		return nil, port.Invalid("no models")
+	}
+	p := &Preparer{
+		gw: gw, routerURL: strings.TrimSuffix(routerURL, "/"), models: map[string]openclaw.Model{},
+		prefix: cfg.prefix, log: cfg.logger, pending: map[string]bool{},
+	}
+	for _, m := range models {
+		if _, err := openclaw.NewModel(m.ID, m.Name, m.ContextWindow, m.MaxTokens); err != nil {
+			return nil, err
+		}
+		if _, dup := p.models[m.ID]; dup {
+			return nil, port.Invalid("model %q listed twice", m.ID)
+		}
+		p.models[m.ID] = m
+		p.order = append(p.order, m.ID)
+	}
+	return p, nil
+}
+
+// Session is a run's session prepared on the gateway.
+type Session struct {
+	// Key is the session's canonical key as the gateway names it
+	// (e.g. "agent:main:<key>"): pass it as the agent request's SessionKey.
+	Key string
+	// Provider is the per-run provider's name.
+	Provider string
+	// ModelRef is "provider/model", the session's model now.
+	ModelRef string
+	// RunID is the run the session bills to.
+	RunID string
+}
+
+// ProviderName is the name of the per-run provider for reg: the prefix and a hash
+// of the token, so the name reveals neither the token nor the run.
+func (p *Preparer) ProviderName(reg *Registration) string {
+	sum := sha256.Sum256([]byte(reg.token))
+	return p.prefix + hex.EncodeToString(sum[:10])
+}
+
+// Prepare readies sessionKey for the run of reg: it adds the run's provider
+// (baseUrl reg.BaseURL(routerURL)) with a config.patch that also removes providers
+// released earlier, waits for the gateway to load it, and sets the session's model
+// to provider/modelID with sessions.patch, checking that the gateway resolved it to
+// that provider. Register the run before Prepare and Stop it after Release.
+//
+// Errors: port.ErrInvalidSpec (empty key, unknown model), a *gateway.GatewayError
+// from the gateway, or ctx's error. On failure nothing stays pointed at the run's
+// provider, and the provider is queued for removal.
+func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, modelID string) (*Session, error) {
+	if reg == nil || reg.fallback {
+		return nil, port.Invalid("prepare needs a registration of a run")
+	}
+	sessionKey = strings.TrimSpace(sessionKey)
+	if sessionKey == "" {
+		return nil, opErr("Prepare", reg.RunID(), port.Invalid("empty session key"))
+	}
+	m, ok := p.models[modelID]
+	if !ok {
+		return nil, opErr("Prepare", reg.RunID(), port.Invalid("model %q is not one of the preparer's models %v", modelID, p.order))
+	}
+	name := p.ProviderName(reg)
+	entry := map[string]any{
+		"baseUrl": reg.BaseURL(p.routerURL),
+		"apiKey":  placeholderAPIKey,
+		"api":     "openai-completions",
+		"models":  []any{modelEntry(m)},
+	}
+	if err := p.writeProviders(ctx, map[string]any{name: entry}); err != nil {
+		return nil, opErr("Prepare", reg.RunID(), err)
+	}
+	ref := name + "/" + modelID
+	key, err := p.pointSession(ctx, sessionKey, ref, name)
+	if err != nil {
+		p.queueRemoval(name)
+		return nil, opErr("Prepare", reg.RunID(), err)
+	}
+	p.log.Debug("billing: session prepared", "run_id", reg.RunID(), "session", key, "provider", name)
+	return &Session{Key: key, Provider: name, ModelRef: ref, RunID: reg.RunID()}, nil
+}
+
+// pointSession sets the session's model, retrying while the gateway has not yet
+// loaded the new provider, and checks the provider it resolved to.
+func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) (string, error) {
+	var lastErr error
+	for i := 0; i < maxReloadPolls; i++ {
+		raw, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": key, "model": ref})
+		if err == nil {
+			var out struct {
+				Key      string `json:"key"`
+				Resolved struct {
+					ModelProvider string `json:"modelProvider"`
+				} `json:"resolved"`
+			}
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return "", fmt.Errorf("sessions.patch: %w: %v", gateway.ErrMalformedFrame, err)
+			}
+			if out.Resolved.ModelProvider != provider {
+				p.clearSession(key)
+				return "", fmt.Errorf("%w: the gateway resolved session %q to provider %q, not %q", port.ErrInternal, key, out.Resolved.ModelProvider, provider)
+			}
+			if out.Key == "" {
+				out.Key = key
+			}
+			return out.Key, nil
+		}
+		var ge *gateway.GatewayError
+		if !errors.As(err, &ge) || ge.Code != gateway.CodeInvalidRequest {
+			return "", err
+		}
+		// The config reload may still be in flight: the model is not known yet.
+		lastErr = err
+		if err := sleep(ctx, reloadPoll); err != nil {
+			return "", err
+		}
+	}
+	return "", lastErr
+}
+
+// clearSession resets a session to the gateway's default model, which reaches the
+// router without a token and so is refused (or billed to the fallback).
+func (p *Preparer) clearSession(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": key, "model": nil}); err != nil {
+		p.log.Warn("billing: could not reset the session's model", "session", key, "err", err)
+	}
+}
+
+// Release points the session back at the gateway's default model and removes the
+// run's provider (folded with any other pending removals into one config write).
+// Stop the run's registration as well: that revokes the token whatever the gateway
+// does. A removal that fails stays queued for the next write (Prepare or Flush).
+func (p *Preparer) Release(ctx context.Context, s *Session) error {
+	if s == nil {
+		return port.Invalid("nil session")
+	}
+	var errs []error
+	if _, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": s.Key, "model": nil}); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Provider != "" {
+		p.queueRemoval(s.Provider)
+	}
+	if err := p.Flush(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return opErr("Release", s.RunID, err)
+	}
+	return nil
+}
+
+// Pending lists the providers queued for removal.
+func (p *Preparer) Pending() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.pending))
+	for n := range p.pending {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Flush removes the providers queued for removal with one config write; it does
+// nothing when none are queued.
+func (p *Preparer) Flush(ctx context.Context) error {
+	return p.writeProviders(ctx, nil)
+}
+
+func (p *Preparer) queueRemoval(name string) {
+	p.mu.Lock()
+	p.pending[name] = true
+	p.mu.Unlock()
+}
+
+// writeProviders adds providers and removes the pending ones with config.patch (a
+// JSON merge patch: null deletes). It re-reads the base hash when another writer
+// got in first and waits out the gateway's write rate limit.
+func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	providers := map[string]any{}
+	removing := make([]string, 0, len(p.pending))
+	for n := range p.pending {
+		if _, readded := add[n]; !readded {
+			providers[n] = nil
+			removing = append(removing, n)
+		}
+	}
+	for n, e := range add {
+		providers[n] = e
+	}
+	if len(providers) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(map[string]any{"models": map[string]any{"providers": providers}})
+	if err != nil {
+		return fmt.Errorf("%w: config patch: %v", port.ErrInternal, err)
+	}
+	for conflicts := 0; ; {
+		hash, err := p.configHash(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = p.gw.Request(ctx, "config.patch", map[string]any{"raw": string(raw), "baseHash": hash})
+		if err == nil {
+			for _, n := range removing {
+				delete(p.pending, n)
+			}
+			return nil
+		}
+		var ge *gateway.GatewayError
+		switch {
+		case !errors.As(err, &ge):
+			return err
+		case ge.Code == gateway.CodeInvalidRequest && strings.Contains(ge.Message, "re-run config.get") && conflicts < maxConflictRetries:
+			conflicts++ // someone else wrote the config since our config.get
+		case ge.Retryable:
+			d := ge.RetryAfter
+			if d <= 0 {
+				d = defaultRetryAfter
+			}
+			p.log.Info("billing: gateway config writes are rate-limited; waiting", "retry_after", d)
+			if err := sleep(ctx, d); err != nil {
+				return fmt.Errorf("waiting for the gateway's config write limit: %w", err)
+			}
+		default:
+			return err
+		}
+	}
+}
+
+func (p *Preparer) configHash(ctx context.Context) (string, error) {
+	raw, err := p.gw.Request(ctx, "config.get", map[string]any{})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Hash string `json:"hash"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out.Hash == "" {
+		return "", fmt.Errorf("config.get: %w: no hash in the response", gateway.ErrMalformedFrame)
+	}
+	return out.Hash, nil
+}
+
+// modelEntry renders a model as an OpenClaw provider model object (the same shape
+// as openclaw's config builder writes; costs are zero because LiteLLM is the
+// billing truth).
+func modelEntry(m openclaw.Model) map[string]any {
+	name := m.Name
+	if name == "" {
+		name = m.ID
+	}
+	input := []any{"text"}
+	if m.Images {
+		input = append(input, "image")
+	}
+	return map[string]any{
+		"id": m.ID, "name": name, "reasoning": m.Reasoning, "input": input,
+		"contextWindow": m.ContextWindow, "maxTokens": m.MaxTokens,
+		"cost": map[string]any{"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ProbeOutboundHeaders reports whether the gateway accepts per-session outbound
+// headers (the original system's patched fork does; upstream OpenClaw rejects the
+// field as an unexpected property). It patches probeKey's session with an empty
+// header map. With such a gateway, PrepareHeaders attributes a session without a
+// per-run provider.
+func ProbeOutboundHeaders(ctx context.Context, gw Requester, probeKey string) (bool, error) {
+	_, err := gw.Request(ctx, "sessions.patch", map[string]any{"key": probeKey, "outboundHeaders": map[string]string{}})
+	if err == nil {
+		return true, nil
+	}
+	if isUnexpectedOutboundHeaders(err) {
+		return false, nil
+	}
+	return false, err
+}
+
+func isUnexpectedOutboundHeaders(err error) bool {
+	var ge *gateway.GatewayError
+	return errors.As(err, &ge) && ge.Code == gateway.CodeInvalidRequest && strings.Contains(ge.Message, "outboundHeaders")
+}
+
+// PrepareHeaders readies a session on a gateway that accepts outboundHeaders (see
+// ProbeOutboundHeaders): it sets the session's model to modelRef (a provider whose
+// baseUrl is the router's plain /v1) and its outbound headers to the run's
+// TokenHeader. On upstream OpenClaw it fails with an error wrapping
+// port.ErrUnsupported; use Prepare there.
+func (p *Preparer) PrepareHeaders(ctx context.Context, reg *Registration, sessionKey, modelRef string) (*Session, error) {
+	if reg == nil || reg.fallback {
+		return nil, port.Invalid("prepare needs a registration of a run")
+	}
+	sessionKey, modelRef = strings.TrimSpace(sessionKey), strings.TrimSpace(modelRef)
+	provider, _, ok := strings.Cut(modelRef, "/")
+	if sessionKey == "" || !ok || provider == "" {
+		return nil, opErr("PrepareHeaders", reg.RunID(), port.Invalid("need a session key and a provider/model reference"))
+	}
+	raw, err := p.gw.Request(ctx, "sessions.patch", map[string]any{
+		"key": sessionKey, "model": modelRef, "outboundHeaders": map[string]string{TokenHeader: reg.token},
+	})
+	if err != nil {
+		if isUnexpectedOutboundHeaders(err) {
+			return nil, opErr("PrepareHeaders", reg.RunID(), fmt.Errorf("%w: the gateway has no per-session outbound headers: %v", port.ErrUnsupported, err))
+		}
+		return nil, opErr("PrepareHeaders", reg.RunID(), err)
+	}
+	var out struct {
+		Key string `json:"key"`
+	}
+	_ = json.Unmarshal(raw, &out)
+	if out.Key == "" {
+		out.Key = sessionKey
+	}
+	return &Session{Key: out.Key, ModelRef: modelRef, RunID: reg.RunID()}, nil
+}
