@@ -317,7 +317,17 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 		if err != nil {
 			return err
 		}
-		_, err = p.gw.Request(ctx, "config.patch", map[string]any{"raw": string(raw), "baseHash": hash})
+		params := map[string]any{"raw": string(raw), "baseHash": hash}
+		if len(removing) > 0 {
+			// The gateway refuses a patch that drops array entries (a removed
+			// provider's models) unless the paths are named as intended.
+			paths := make([]string, len(removing))
+			for i, n := range removing {
+				paths[i] = "models.providers." + n + ".models"
+			}
+			params["replacePaths"] = paths
+		}
+		_, err = p.gw.Request(ctx, "config.patch", params)
 		if err == nil {
 			for _, n := range removing {
 				delete(p.pending, n)
