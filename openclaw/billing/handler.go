@@ -87,7 +87,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.log.Warn("billing: call without a live run token billed to the fallback account", "fallback_run_id", reg.run.RunID)
 	}
 	switch {
-	case !forwardPath(rest):
+	case !forwardPath(rest) || req.URL.RawPath != "":
 		r.refuse(w, c, http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only")
 		return
 	case req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodPost && req.Method != http.MethodDelete:

@@ -263,32 +263,34 @@ func (r *Router) Shutdown(ctx context.Context) error {
 func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fallback bool) {
 	p := req.URL.Path
 	var pathTok string
+	malformed := false
 	if strings.HasPrefix(p, tokenPathPrefix) {
 		tail := p[len(tokenPathPrefix):]
-		i := strings.IndexByte(tail, '/')
-		if i < 0 {
-			return nil, "", false
+		if i := strings.IndexByte(tail, '/'); i >= 0 {
+			pathTok, p = tail[:i], tail[i:]
+		} else {
+			malformed = true
 		}
-		pathTok, p = tail[:i], tail[i:]
 	}
 	hdrTok := req.Header.Get(TokenHeader)
 	tok := pathTok
-	switch {
-	case pathTok != "" && hdrTok != "" && pathTok != hdrTok:
-		return nil, p, false // two different claims: attribute to neither
-	case tok == "":
+	if tok == "" {
 		tok = hdrTok
+	} else if hdrTok != "" && hdrTok != pathTok {
+		malformed = true // two different claims: attribute to neither
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if tok != "" {
-		if reg := r.byToken[tok]; reg != nil && reg.tryEnter() {
+	if !malformed {
+		if reg := r.byToken[tok]; tok != "" && reg != nil && reg.tryEnter() {
 			return reg, p, false
 		}
-	}
-	if r.fallback != nil && r.fallback.tryEnter() {
-		r.fallbackN++
-		return r.fallback, p, true
+		// Only a call that claims nothing (or a dead token) may go to the fallback:
+		// a contradictory claim is refused outright.
+		if r.fallback != nil && r.fallback.tryEnter() {
+			r.fallbackN++
+			return r.fallback, p, true
+		}
 	}
 	r.unattributed++
 	return nil, p, false
