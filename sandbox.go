@@ -80,6 +80,9 @@ type Request struct {
 	// default) must be able to enter it, and to write in it if the agent writes.
 	WorkspaceDir string
 	Messages     []Message
+	// Mounts are extra host directories, read-only unless marked writable: an agent
+	// runtime installed on the host (OpenClaw's package tree, say), reference data.
+	Mounts []port.Mount
 	// Model is passed to the agent in COGNI_MODEL.
 	Model string
 	// Attribution says who pays for the run's LLM calls (required with LLM access).
@@ -135,7 +138,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	}
 	spec := port.RunSpec{
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
-		WorkspaceDir: req.WorkspaceDir, Limits: req.Limits,
+		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
 	}
 	for k, v := range req.Env {
 		spec.Env[k] = v

@@ -179,15 +179,15 @@ func TestMalformed(t *testing.T) {
 
 func TestModelsCatalog(t *testing.T) {
 	s := newFake(t, litellmtest.WithModels(
-		litellmtest.Model{Name: "big", Provider: "openai", MaxInputTokens: 128000, MaxOutputTokens: 16384, InputCostPerToken: 1e-6, OutputCostPerToken: 2e-6},
-		litellmtest.Model{Name: "small", Provider: "anthropic"},
+		litellmtest.Model{Name: "big", Provider: "openai", MaxInputTokens: 128000, MaxOutputTokens: 16384, InputCostPerToken: 1e-6, OutputCostPerToken: 2e-6, Vision: true},
+		litellmtest.Model{Name: "small", Provider: "anthropic", Reasoning: true},
 	))
 	c := newClient(t, s)
 	got, err := c.Models(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, []litellm.ModelInfo{
-		{ID: "big", DisplayName: "big", OwnedBy: "openai", Provider: "openai", ContextWindow: 128000, MaxOutputTokens: 16384, InputCostPerToken: 1e-6, OutputCostPerToken: 2e-6},
-		{ID: "small", DisplayName: "small", OwnedBy: "anthropic", Provider: "anthropic"},
+		{ID: "big", DisplayName: "big", OwnedBy: "openai", Provider: "openai", ContextWindow: 128000, MaxOutputTokens: 16384, InputCostPerToken: 1e-6, OutputCostPerToken: 2e-6, SupportsVision: true},
+		{ID: "small", DisplayName: "small", OwnedBy: "anthropic", Provider: "anthropic", SupportsReasoning: true},
 	}, got)
 
 	s.FailNext("/model/info", 1, http.StatusForbidden, litellmtest.ShapeProxy)

@@ -27,6 +27,9 @@ type ModelInfo struct {
 	// InputCostPerToken and OutputCostPerToken are LiteLLM's prices in USD; 0 when
 	// unknown.
 	InputCostPerToken, OutputCostPerToken float64
+	// SupportsVision and SupportsReasoning are model_info.supports_vision and
+	// supports_reasoning: image input, and separate reasoning output.
+	SupportsVision, SupportsReasoning bool
 }
 
 // Models returns the catalog: every model of /v1/models, with context window, output
@@ -69,6 +72,8 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 				MaxOutputTokens *float64 `json:"max_output_tokens"`
 				InputCost       *float64 `json:"input_cost_per_token"`
 				OutputCost      *float64 `json:"output_cost_per_token"`
+				Vision          bool     `json:"supports_vision"`
+				Reasoning       bool     `json:"supports_reasoning"`
 			} `json:"model_info"`
 		} `json:"data"`
 	}
@@ -127,6 +132,8 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 		if m.OutputCostPerToken == 0 && mi.OutputCost != nil {
 			m.OutputCostPerToken = *mi.OutputCost
 		}
+		m.SupportsVision = m.SupportsVision || mi.Vision
+		m.SupportsReasoning = m.SupportsReasoning || mi.Reasoning
 	}
 	return out, nil
 }

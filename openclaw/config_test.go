@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -28,11 +29,24 @@ func testModels(t testing.TB) []openclaw.Model {
 	}
 }
 
+// catalogModels is a catalog as litellm.Client.Models returns it: one model with
+// every field, one LiteLLM knows nothing about.
+func catalogModels(t testing.TB) []openclaw.Model {
+	t.Helper()
+	m, err := openclaw.ModelsFromLiteLLM([]litellm.ModelInfo{
+		{ID: "gpt-4o-mini", DisplayName: "GPT-4o mini", OwnedBy: "openai", Provider: "openai", ContextWindow: 128000, MaxOutputTokens: 16384, InputCostPerToken: 0.15e-6, OutputCostPerToken: 0.6e-6, SupportsVision: true},
+		{ID: "team/custom-model", DisplayName: "team/custom-model", OwnedBy: "openai"},
+	})
+	require.NoError(t, err)
+	return m
+}
+
 // configCases are the configs checked against golden files and the real CLI.
 func configCases(t testing.TB) map[string][]openclaw.Option {
 	m := testModels(t)
 	return map[string][]openclaw.Option{
-		"sandbox": {openclaw.WithModels(m...)},
+		"sandbox":         {openclaw.WithModels(m...)},
+		"litellm-catalog": {openclaw.WithModels(catalogModels(t)...)},
 		"gateway-token": {
 			openclaw.WithModels(m...),
 			openclaw.WithDefaultModel("openrouter/anthropic/claude-sonnet-4.5"),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned OpenClaw and a Node 24 to run it, both from the npm registry,
-# into a cache directory, and prints the two variables the OpenClaw tests read:
+# into a cache directory, and prints the three variables the OpenClaw tests read:
 #
-#   eval "$(scripts/install-openclaw.sh)" && export OPENCLAW_BIN NODE24_BIN
+#   eval "$(scripts/install-openclaw.sh)" && export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
 #   go test ./openclaw/...   # the real-CLI tests now run instead of skipping
 #
 # (The output is plain KEY=VALUE lines, so it also suits env files; eval alone sets
@@ -10,7 +10,8 @@
 #
 # OPENCLAW_BIN is a launcher script that runs the pinned openclaw with the pinned
 # Node (and puts that Node first on PATH for anything openclaw starts). NODE24_BIN
-# is that node binary. Only these two lines go to stdout; progress goes to stderr.
+# is that node binary. OPENCLAW_DIR is the installed package tree. Only these
+# lines go to stdout; progress goes to stderr.
 #
 # Idempotent: an install that is already complete is reused without touching the
 # network. The install is built in a temporary directory and renamed into place,
@@ -88,4 +89,6 @@ fi
 
 got=$("$node" --version)
 [ "$got" = "v$NODE24_VERSION" ] || { log "node is $got, want v$NODE24_VERSION"; exit 1; }
-printf 'OPENCLAW_BIN=%q\nNODE24_BIN=%q\n' "$launcher" "$node"
+# OPENCLAW_DIR is the package tree (node_modules/openclaw/openclaw.mjs is the CLI) that
+# sandboxed one-shot runs mount read-only.
+printf 'OPENCLAW_BIN=%q\nNODE24_BIN=%q\nOPENCLAW_DIR=%q\n' "$launcher" "$node" "$dir"

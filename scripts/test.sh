@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [ -x scripts/install-openclaw.sh ]; then
   eval "$(bash scripts/install-openclaw.sh)"
-  export OPENCLAW_BIN NODE24_BIN
+  export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
 fi
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
 

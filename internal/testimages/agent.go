@@ -51,7 +51,7 @@ func StaticImage(name string, bin []byte) Image {
 			dir("/etc", 0o755),
 			{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/agent\nsandbox:x:1001:1001:sandbox:/workspace:/agent\n")},
 			{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nsandbox:x:1001:\n")},
-			dir("/tmp", 0o1777), dir("/run", 0o755), dir("/workspace", 0o755), dir("/llm-sock", 0o755),
+			dir("/tmp", 0o777|fs.ModeSticky), dir("/run", 0o755), dir("/workspace", 0o755), dir("/llm-sock", 0o755),
 			dir("/proc", 0o755), dir("/sys", 0o755), dir("/dev", 0o755),
 		},
 	}

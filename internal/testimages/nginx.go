@@ -23,56 +23,14 @@ func NginxImage(ctx context.Context) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("testimages: nginx not installed: %w", err)
 	}
-	bin, err = filepath.EvalSymlinks(bin)
+	files, err := hostBinary(ctx, bin, "/usr/sbin/nginx")
 	if err != nil {
 		return Image{}, err
 	}
-	out, err := exec.CommandContext(ctx, "ldd", bin).Output()
-	if err != nil {
-		return Image{}, fmt.Errorf("testimages: ldd %s: %w", bin, err)
-	}
-	paths := []string{bin}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		for _, f := range strings.Fields(sc.Text()) {
-			if strings.HasPrefix(f, "/") {
-				paths = append(paths, f)
-			}
-		}
-	}
-	files := []File{}
-	dirs := map[string]bool{}
-	addDirs := func(p string) {
-		for d := filepath.Dir(p); d != "/" && !dirs[d]; d = filepath.Dir(d) {
-			dirs[d] = true
-			files = append(files, File{Path: d, Mode: 0o755, Dir: true})
-		}
-	}
-	for _, p := range paths {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return Image{}, err
-		}
-		data, err := os.ReadFile(real)
-		if err != nil {
-			return Image{}, err
-		}
-		mode := fs.FileMode(0o755)
-		target := p
-		if p == bin {
-			target = "/usr/sbin/nginx"
-		}
-		addDirs(target)
-		files = append(files, File{Path: target, Mode: mode, Data: data})
-	}
-	for _, d := range []string{"/etc/llmproxy", "/var/log/llmproxy", "/llm-sock"} {
-		if !dirs[d] {
-			addDirs(d + "/x")
-		}
-	}
+	files = withDirs(files, "/etc/llmproxy", "/var/log/llmproxy", "/llm-sock")
 	// World-writable like any /tmp: Docker gives the tmpfs mounted here this mode.
 	files = append(files, File{Path: "/tmp", Mode: 0o777 | fs.ModeSticky, Dir: true})
-	addDirs("/etc/passwd")
+	files = withDirs(files, "/etc")
 	files = append(files,
 		File{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/usr/sbin/nologin\nnginx:x:101:101:nginx:/nonexistent:/usr/sbin/nologin\n")},
 		File{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnginx:x:101:\n")},
@@ -83,6 +41,66 @@ func NginxImage(ctx context.Context) (Image, error) {
 		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		Files:      files,
 	}, nil
+}
+
+// hostBinary packs a dynamically linked host binary as target, with the shared
+// libraries ldd reports at their host paths and every parent directory.
+func hostBinary(ctx context.Context, bin, target string) ([]File, error) {
+	bin, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, "ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("testimages: ldd %s: %w", bin, err)
+	}
+	paths := []string{bin}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		for _, f := range strings.Fields(sc.Text()) {
+			if strings.HasPrefix(f, "/") {
+				paths = append(paths, f)
+			}
+		}
+	}
+	var files []File
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, err
+		}
+		data, err := os.ReadFile(real)
+		if err != nil {
+			return nil, err
+		}
+		if p == bin {
+			p = target
+		}
+		files = withDirs(files, filepath.Dir(p))
+		files = append(files, File{Path: p, Mode: 0o755, Data: data})
+	}
+	return files, nil
+}
+
+// withDirs adds each directory and its parents (mode 0755) that files lacks.
+func withDirs(files []File, dirs ...string) []File {
+	have := map[string]bool{"/": true}
+	for _, f := range files {
+		if f.Dir {
+			have[f.Path] = true
+		}
+	}
+	for _, d := range dirs {
+		var missing []string
+		for ; !have[d]; d = filepath.Dir(d) {
+			have[d] = true
+			missing = append(missing, d)
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			files = append(files, File{Path: missing[i], Mode: 0o755, Dir: true})
+		}
+	}
+	return files
 }
 
 // NginxArchive builds the nginx image archive.

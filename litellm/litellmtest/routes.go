@@ -116,6 +116,7 @@ func (s *Server) modelInfo(w http.ResponseWriter, _ *http.Request) {
 				"max_tokens": m.MaxOutputTokens, "max_input_tokens": m.MaxInputTokens, "max_output_tokens": m.MaxOutputTokens,
 				"input_cost_per_token": m.InputCostPerToken, "output_cost_per_token": m.OutputCostPerToken,
 				"litellm_provider": m.Provider, "supports_function_calling": true,
+				"supports_vision": m.Vision, "supports_reasoning": m.Reasoning,
 			},
 		})
 	}

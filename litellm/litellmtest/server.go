@@ -64,6 +64,8 @@ type Model struct {
 	MaxInputTokens, MaxOutputTokens int
 	// InputCostPerToken and OutputCostPerToken price a call in USD.
 	InputCostPerToken, OutputCostPerToken float64
+	// Vision and Reasoning are /model/info's supports_vision and supports_reasoning.
+	Vision, Reasoning bool
 }
 
 // DefaultModels are served by a server created without WithModels.
