@@ -25,6 +25,17 @@ import (
 )
 
 func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
+	return dockerRunnerFor(t, bridgeBin, testimages.AgentArchive)
+}
+
+func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
+	return containerdRunnerFor(t, bridgeBin, testimages.AgentArchive)
+}
+
+// imageFunc builds an image archive and its reference.
+type imageFunc func(context.Context) (ref string, archive []byte, err error)
+
+func dockerRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.SandboxRunner, string) {
 	ctx := context.Background()
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err == nil {
@@ -32,7 +43,7 @@ func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
 	}
 	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
 	t.Cleanup(func() { cli.Close() })
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := image(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +57,7 @@ func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
 	return r, ref
 }
 
-func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
+func containerdRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.SandboxRunner, string) {
 	ctx := context.Background()
 	r, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner("e2e"))
 	if err != nil {
@@ -55,7 +66,7 @@ func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, strin
 	t.Cleanup(func() { r.Close() })
 	perr := r.Ping(ctx)
 	testenv.Need(t, "containerd", perr == nil, "no containerd reachable")
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := image(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

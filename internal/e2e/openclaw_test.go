@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/litellm"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/openclaw"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/port/porttest"
+)
+
+// The real `openclaw agent --local --json` in a network=none sandbox: its only way
+// out is the bridge to the run's proxy, which forwards to the fake LiteLLM with the
+// key and the run's attribution. Node comes from the image, the pinned OpenClaw
+// package tree from a read-only mount (scripts/install-openclaw.sh installs both).
+func TestOpenClawOneShotDocker(t *testing.T) { testOpenClawOneShot(t, dockerRunnerFor) }
+func TestOpenClawOneShotContainerd(t *testing.T) {
+	testOpenClawOneShot(t, containerdRunnerFor)
+}
+
+var oneShotMarker = regexp.MustCompile(`MARKER=([A-Z]+)`)
+
+// markerReply answers "ANSWER-<marker>" for the marker found anywhere in the
+// conversation: OpenClaw wraps the prompt, so no position is assumed.
+func markerReply(req litellmtest.ChatRequest) litellmtest.Reply {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if m := oneShotMarker.FindStringSubmatch(req.Messages[i].Content); m != nil {
+			return litellmtest.Reply{Content: "ANSWER-" + m[1], PromptTokens: 21, CompletionTokens: 4}
+		}
+	}
+	return litellmtest.Reply{Content: "NO-MARKER"}
+}
+
+func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
+	appDir, nodeBin := os.Getenv("OPENCLAW_DIR"), os.Getenv("NODE24_BIN")
+	testenv.Need(t, "openclaw", appDir != "" && nodeBin != "",
+		`OPENCLAW_DIR and NODE24_BIN are not set (eval "$(scripts/install-openclaw.sh)" && export OPENCLAW_DIR NODE24_BIN)`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
+		return testimages.NodeArchive(ctx, nodeBin)
+	})
+	fake := litellmtest.NewServer(litellmtest.WithReply(markerReply))
+	defer fake.Close()
+	base, err := os.MkdirTemp("", "e2e-openclaw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	proxies, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxies.Shutdown(context.Background())
+	lc, err := litellm.New(litellm.WithBaseURL(fake.URL), litellm.WithMasterKey(fake.MasterKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := litellm.NewReconciler(lc, litellm.WithPollInterval(100*time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The config's models are LiteLLM's catalog, as a host would build it.
+	catalog, err := lc.Models(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, err := openclaw.ModelsFromLiteLLM(catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	runID := porttest.RunID("openclaw")
+	one := openclaw.OneShot{
+		SessionID: runID,
+		Timeout:   150 * time.Second,
+		Command:   []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"},
+	}
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prompt := "Reply with the code word. MARKER=SANDBOXED `id` $(touch /workspace/pwned) \"q\" 'q'"
+	if err := one.Prepare(ws, cfg, openclaw.Files{Agents: "You are a test agent. AGENTSMARK"}, prompt); err != nil {
+		t.Fatal(err)
+	}
+	// Node and OpenClaw start in about a second on a quiet machine; the limits leave room
+	// for a loaded CI machine and OpenClaw's own memory use.
+	spec := port.RunSpec{Limits: port.Limits{Timeout: 4 * time.Minute, MemoryBytes: 1 << 30}}
+	if err := one.Apply(&spec); err != nil {
+		t.Fatal(err)
+	}
+	attr := port.Attribution{BillingAccountID: "acct-openclaw", UserID: "user-1", GraphID: "graph-1"}
+	res, runErr := sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
+		Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws,
+		Mounts:      []port.Mount{{Source: appDir, Target: testimages.AppDir}},
+		Attribution: attr, Limits: spec.Limits, Reconcile: true,
+	})
+	if res == nil || res.Run == nil {
+		t.Fatalf("Run: %v", runErr)
+	}
+	out, err := openclaw.ParseRun(res.Run, runErr)
+	if err != nil {
+		t.Fatalf("openclaw: %v\nstdout: %s\nstderr: %s", err, tail(res.Run.Stdout), tail(res.Run.Stderr))
+	}
+	if got := out.Text(); got != "ANSWER-SANDBOXED" {
+		t.Errorf("answer %q, want ANSWER-SANDBOXED", got)
+	}
+	if res.Text != "ANSWER-SANDBOXED" {
+		t.Errorf("facade text %q", res.Text)
+	}
+	if m := out.Meta.AgentMeta; m.Provider != openclaw.DefaultProvider || m.Model != "gpt-4o-mini" {
+		t.Errorf("agent meta %+v", m)
+	}
+	if _, err := os.Stat(ws + "/pwned"); err == nil {
+		t.Error("the prompt was run by a shell")
+	}
+
+	// At the upstream: every chat call carried the key and this run's attribution,
+	// and the prompt arrived verbatim with the workspace instructions.
+	var chats int
+	for _, r := range fake.Requests() {
+		if !strings.HasSuffix(r.Path, "/chat/completions") {
+			continue
+		}
+		chats++
+		if got := r.Header.Get("Authorization"); got != "Bearer "+fake.MasterKey() {
+			t.Errorf("upstream saw Authorization %q", got)
+		}
+		if got := r.Header.Get("X-Litellm-End-User-Id"); got != attr.BillingAccountID {
+			t.Errorf("upstream saw end user %q", got)
+		}
+		var md map[string]any
+		if err := json.Unmarshal([]byte(r.Header.Get("X-Litellm-Spend-Logs-Metadata")), &md); err != nil || md["run_id"] != runID {
+			t.Errorf("upstream saw spend metadata %q (%v)", r.Header.Get("X-Litellm-Spend-Logs-Metadata"), err)
+		}
+		var body struct {
+			Model string `json:"model"`
+		}
+		_ = json.Unmarshal(r.Body, &body)
+		if body.Model != "gpt-4o-mini" {
+			t.Errorf("upstream saw model %q", body.Model)
+		}
+		if !strings.Contains(string(r.Body), "AGENTSMARK") {
+			t.Error("AGENTS.md did not reach the system prompt")
+		}
+		var all strings.Builder
+		var msgs struct {
+			Messages []struct {
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		_ = json.Unmarshal(r.Body, &msgs)
+		for _, m := range msgs.Messages {
+			var s string
+			if json.Unmarshal(m.Content, &s) != nil {
+				s = string(m.Content)
+			}
+			all.WriteString(s)
+		}
+		if !strings.Contains(all.String(), prompt) {
+			t.Error("the prompt did not arrive byte for byte")
+		}
+	}
+	if chats == 0 {
+		t.Fatal("no chat completion reached the upstream")
+	}
+	t.Logf("answer %q after %d LLM call(s); sandbox ran %v, OpenClaw's turn %v", out.Text(), chats, res.Run.Duration, out.Meta.Duration())
+
+	// The proxy audited each call, and the bill is reconciled from LiteLLM's rows.
+	if len(res.Audit) != chats {
+		t.Errorf("audit has %d records, upstream saw %d calls", len(res.Audit), chats)
+	}
+	if res.Usage == nil || res.Usage.Total.Calls != chats || res.Usage.Total.PromptTokens != int64(21*chats) || res.Usage.Total.CompletionTokens != int64(4*chats) {
+		t.Errorf("reconciled usage %+v for %d calls", res.Usage, chats)
+	}
+}
+
+func tail(b []byte) string {
+	const n = 3000
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
