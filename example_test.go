@@ -9,6 +9,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/litellm"
+	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -57,4 +58,65 @@ func ExampleSandbox_Run() {
 	}
 	fmt.Println(res.Text)
 	fmt.Printf("%d LLM calls, $%.4f\n", res.Usage.Total.Calls, res.Usage.Total.Spend)
+}
+
+// An OpenClaw one-shot run in a sandbox: the config's models come from LiteLLM's
+// catalog, the prompt travels in a workspace file, the OpenClaw install is mounted
+// read-only, and the --json envelope is parsed into a typed result.
+func ExampleSandbox_Run_openClaw() {
+	ctx := context.Background()
+	runner, err := docker.NewRunner(docker.WithOwner("my-service"), docker.WithBridge("/opt/agentsandbox/sandbox-bridge"))
+	if err != nil {
+		panic(err)
+	}
+	proxies, err := inproc.New(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
+	if err != nil {
+		panic(err)
+	}
+	lc, err := litellm.New(litellm.WithBaseURL("http://litellm:4000"), litellm.WithMasterKey("sk-master"))
+	if err != nil {
+		panic(err)
+	}
+	catalog, err := lc.Models(ctx)
+	if err != nil {
+		panic(err)
+	}
+	models, err := openclaw.ModelsFromLiteLLM(catalog)
+	if err != nil {
+		panic(err)
+	}
+	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...))
+	if err != nil {
+		panic(err)
+	}
+	ws := "/srv/runs/run-43" // an existing directory the sandbox user can enter
+	one := openclaw.OneShot{SessionID: "run-43", Command: []string{"node", "/opt/openclaw/node_modules/openclaw/openclaw.mjs"}}
+	if err := one.Prepare(ws, cfg, openclaw.Files{Agents: "You review pull requests."}, "Review the diff in ./pr.diff."); err != nil {
+		panic(err)
+	}
+	spec := port.RunSpec{Limits: port.Limits{Timeout: 15 * time.Minute, MemoryBytes: 1 << 30}}
+	if err := one.Apply(&spec); err != nil { // argv, env, and a limit that leaves the agent room
+		panic(err)
+	}
+	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: "http://litellm:4000", APIKey: "sk-master"}))
+	if err != nil {
+		panic(err)
+	}
+	res, err := sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: "run-43",
+		Image: "my-node24:1.0", Argv: spec.Argv, Env: spec.Env, Limits: spec.Limits,
+		WorkspaceDir: ws,
+		Mounts:       []port.Mount{{Source: "/opt/openclaw-2026.9.6", Target: "/opt/openclaw"}},
+		Attribution:  port.Attribution{BillingAccountID: "acct-7"},
+	})
+	var run *port.RunResult
+	if res != nil {
+		run = res.Run
+	}
+	out, err := openclaw.ParseRun(run, err)
+	if err != nil {
+		fmt.Println("openclaw failed:", err) // *openclaw.CLIError, *AgentError, *ExitError or the runner's error
+		return
+	}
+	fmt.Println(out.Text())
 }
