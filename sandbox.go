@@ -152,6 +152,10 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if req.WorkspaceDir == "" {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalid("workspace dir is required"))
 	}
+	// Missing host directories are bad input: refuse them before a proxy holds the key.
+	if err := spec.CheckHostPaths(); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
 	if err := writeMessages(req.WorkspaceDir, req.Messages); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}

@@ -67,6 +67,8 @@ func TestRunEndToEndWithFakes(t *testing.T) {
 	}
 	req := request(t)
 	req.Reconcile = true
+	app := t.TempDir()
+	req.Mounts = []port.Mount{{Source: app, Target: "/opt/app"}}
 	res, err := s.Run(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,8 @@ func TestRunEndToEndWithFakes(t *testing.T) {
 	if res.Text != "hello\nworld" || res.Envelope == nil {
 		t.Errorf("text = %q", res.Text)
 	}
-	if r.got.Env[EnvModel] != "m1" || r.got.LLM == nil || r.got.LLM.HostDir != "/run/llm-1" {
+	if r.got.Env[EnvModel] != "m1" || r.got.LLM == nil || r.got.LLM.HostDir != "/run/llm-1" ||
+		len(r.got.Mounts) != 1 || r.got.Mounts[0] != (port.Mount{Source: app, Target: "/opt/app"}) {
 		t.Errorf("runner spec = %+v", r.got)
 	}
 	if p.spec.APIKey != "sk-1" || p.spec.Attribution.BillingAccountID != "acct" || p.stopped != 1 {
@@ -102,11 +105,15 @@ func TestRunRejectsBadInputBeforeStarting(t *testing.T) {
 	p := &fakeProxy{}
 	s, _ := New(&fakeRunner{}, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
 	for name, mut := range map[string]func(*Request){
-		"bad run id":      func(r *Request) { r.RunID = "a/b" },
-		"no workspace":    func(r *Request) { r.WorkspaceDir = "" },
-		"bad env":         func(r *Request) { r.Env = map[string]string{"1X": "y"} },
-		"tiny memory":     func(r *Request) { r.Limits.MemoryBytes = 1024 },
-		"reconcile, none": func(r *Request) { r.Reconcile = true },
+		"bad run id":        func(r *Request) { r.RunID = "a/b" },
+		"no workspace":      func(r *Request) { r.WorkspaceDir = "" },
+		"bad env":           func(r *Request) { r.Env = map[string]string{"1X": "y"} },
+		"tiny memory":       func(r *Request) { r.Limits.MemoryBytes = 1024 },
+		"reconcile, none":   func(r *Request) { r.Reconcile = true },
+		"relative mount":    func(r *Request) { r.Mounts = []port.Mount{{Source: "app", Target: "/opt/app"}} },
+		"reserved mount":    func(r *Request) { r.Mounts = []port.Mount{{Source: t.TempDir(), Target: port.WorkspacePath}} },
+		"missing mount":     func(r *Request) { r.Mounts = []port.Mount{{Source: "/nonexistent-mount-src", Target: "/opt/app"}} },
+		"missing workspace": func(r *Request) { r.WorkspaceDir = "/nonexistent-workspace" },
 	} {
 		req := request(t)
 		mut(&req)
