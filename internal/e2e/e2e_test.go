@@ -35,6 +35,36 @@ func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, strin
 // imageFunc builds an image archive and its reference.
 type imageFunc func(context.Context) (ref string, archive []byte, err error)
 
+// newStack is the facade as a host composes it: in-process per-run proxies in front of
+// the fake LiteLLM, and a reconciler reading its spend logs. Everything is released
+// when the test ends.
+func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server) (*sandbox.Sandbox, *litellm.Client) {
+	t.Helper()
+	base, err := os.MkdirTemp("", "e2e-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	proxies, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxies.Shutdown(context.Background()) })
+	lc, err := litellm.New(litellm.WithBaseURL(fake.URL), litellm.WithMasterKey(fake.MasterKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := litellm.NewReconciler(lc, litellm.WithPollInterval(100*time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, lc
+}
+
 func dockerRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.SandboxRunner, string) {
 	ctx := context.Background()
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -92,28 +122,7 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 	runner, image := newRunner(t, bin)
 	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(500 * time.Millisecond))
 	defer fake.Close()
-	base, err := os.MkdirTemp("", "e2e-proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	proxies, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxies.Shutdown(context.Background())
-	lc, err := litellm.New(litellm.WithBaseURL(fake.URL), litellm.WithMasterKey(fake.MasterKey()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := litellm.NewReconciler(lc, litellm.WithPollInterval(100*time.Millisecond, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, _ := newStack(t, runner, fake)
 
 	// Another run of the same account, billed in the same window, must not be counted.
 	other := porttest.RunID("other")

@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
-	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
@@ -59,28 +57,7 @@ func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageF
 	})
 	fake := litellmtest.NewServer(litellmtest.WithReply(markerReply))
 	defer fake.Close()
-	base, err := os.MkdirTemp("", "e2e-openclaw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	proxies, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxies.Shutdown(context.Background())
-	lc, err := litellm.New(litellm.WithBaseURL(fake.URL), litellm.WithMasterKey(fake.MasterKey()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := litellm.NewReconciler(lc, litellm.WithPollInterval(100*time.Millisecond, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, lc := newStack(t, runner, fake)
 
 	// The config's models are LiteLLM's catalog, as a host would build it.
 	catalog, err := lc.Models(ctx)
