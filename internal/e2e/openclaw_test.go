@@ -41,13 +41,28 @@ func markerReply(req litellmtest.ChatRequest) litellmtest.Reply {
 	return litellmtest.Reply{Content: "NO-MARKER"}
 }
 
-func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
-	appDir, nodeBin := os.Getenv("OPENCLAW_DIR"), os.Getenv("NODE24_BIN")
+// openClawInstall returns the pinned OpenClaw install and its Node, or skips (fails
+// in CI) when scripts/install-openclaw.sh has not provided them.
+func openClawInstall(t testing.TB) (appDir, nodeBin string) {
+	appDir, nodeBin = os.Getenv("OPENCLAW_DIR"), os.Getenv("NODE24_BIN")
 	testenv.Need(t, "openclaw", appDir != "" && nodeBin != "",
 		`OPENCLAW_DIR and NODE24_BIN are not set (eval "$(scripts/install-openclaw.sh)" && export OPENCLAW_DIR NODE24_BIN)`)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	return appDir, nodeBin
+}
 
+// openClawStack runs OpenClaw one-shot through the facade on one runtime.
+type openClawStack struct {
+	sb     *sandbox.Sandbox
+	image  string
+	appDir string
+	cfg    *openclaw.Config // built from the fake LiteLLM's catalog
+}
+
+func newOpenClawStack(t testing.TB, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), fake *litellmtest.Server) *openClawStack {
+	t.Helper()
+	appDir, nodeBin := openClawInstall(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	bin, err := bridge.BuildBinary(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -55,10 +70,7 @@ func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageF
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
-	fake := litellmtest.NewServer(litellmtest.WithReply(markerReply))
-	defer fake.Close()
 	sb, lc := newStack(t, runner, fake)
-
 	// The config's models are LiteLLM's catalog, as a host would build it.
 	catalog, err := lc.Models(ctx)
 	if err != nil {
@@ -72,37 +84,53 @@ func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageF
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &openClawStack{sb: sb, image: image, appDir: appDir, cfg: cfg}
+}
 
-	runID := porttest.RunID("openclaw")
+// run prepares a fresh workspace and runs `openclaw agent --local --json` in a sandbox.
+func (s *openClawStack) run(ctx context.Context, t testing.TB, runID string, attr port.Attribution, files openclaw.Files, prompt string, reconcile bool) (ws string, res *sandbox.Result, runErr error) {
+	t.Helper()
 	one := openclaw.OneShot{
 		SessionID: runID,
 		Timeout:   150 * time.Second,
 		Command:   []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"},
 	}
-	ws := t.TempDir()
+	ws = t.TempDir()
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	prompt := "Reply with the code word. MARKER=SANDBOXED `id` $(touch /workspace/pwned) \"q\" 'q'"
-	if err := one.Prepare(ws, cfg, openclaw.Files{Agents: "You are a test agent. AGENTSMARK"}, prompt); err != nil {
+	if err := one.Prepare(ws, s.cfg, files, prompt); err != nil {
 		t.Fatal(err)
 	}
-	// Node and OpenClaw start in about a second on a quiet machine; the limits leave room
-	// for a loaded CI machine and OpenClaw's own memory use.
+	// Node and OpenClaw start in seconds; the limits leave room for a loaded CI machine
+	// and OpenClaw's own memory use.
 	spec := port.RunSpec{Limits: port.Limits{Timeout: 4 * time.Minute, MemoryBytes: 1 << 30}}
 	if err := one.Apply(&spec); err != nil {
 		t.Fatal(err)
 	}
-	attr := port.Attribution{BillingAccountID: "acct-openclaw", UserID: "user-1", GraphID: "graph-1"}
-	res, runErr := sb.Run(ctx, sandbox.Request{
-		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
+	res, runErr = s.sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: s.image,
 		Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws,
-		Mounts:      []port.Mount{{Source: appDir, Target: testimages.AppDir}},
-		Attribution: attr, Limits: spec.Limits, Reconcile: true,
+		Mounts:      []port.Mount{{Source: s.appDir, Target: testimages.AppDir}},
+		Attribution: attr, Limits: spec.Limits, Reconcile: reconcile,
 	})
 	if res == nil || res.Run == nil {
 		t.Fatalf("Run: %v", runErr)
 	}
+	return ws, res, runErr
+}
+
+func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fake := litellmtest.NewServer(litellmtest.WithReply(markerReply))
+	defer fake.Close()
+	stack := newOpenClawStack(t, newRunner, fake)
+
+	runID := porttest.RunID("openclaw")
+	attr := port.Attribution{BillingAccountID: "acct-openclaw", UserID: "user-1", GraphID: "graph-1"}
+	prompt := "Reply with the code word. MARKER=SANDBOXED `id` $(touch /workspace/pwned) \"q\" 'q'"
+	ws, res, runErr := stack.run(ctx, t, runID, attr, openclaw.Files{Agents: "You are a test agent. AGENTSMARK"}, prompt, true)
 	out, err := openclaw.ParseRun(res.Run, runErr)
 	if err != nil {
 		t.Fatalf("openclaw: %v\nstdout: %s\nstderr: %s", err, tail(res.Run.Stdout), tail(res.Run.Stderr))
