@@ -48,7 +48,9 @@ func (g *Registration) BaseURL(routerURL string) string {
 }
 
 // Audit returns a copy of the records of the run's calls completed so far, in
-// completion order. Safe to call at any time, also after Stop.
+// completion order. Safe to call at any time, also after Stop. A call is recorded
+// when its handler ends, which may be just after its client read the last byte;
+// Stop waits for calls in flight, so its records are complete.
 func (g *Registration) Audit() []port.AuditRecord {
 	g.mu.Lock()
 	defer g.mu.Unlock()

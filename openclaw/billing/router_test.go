@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,18 @@ func (f *fixture) register(t *testing.T, runID, account string, budget port.Budg
 		Attribution: port.Attribution{BillingAccountID: account, SessionID: "s-" + runID}})
 	require.NoError(t, err)
 	return reg
+}
+
+// auditOf waits until the run's audit holds n records and returns them. A call is
+// recorded when its handler ends, which can be just after the client has read the
+// whole response; Registration.Stop is what waits for calls in flight.
+func auditOf(t *testing.T, reg *billing.Registration, n int) []port.AuditRecord {
+	t.Helper()
+	var recs []port.AuditRecord
+	require.Eventually(t, func() bool { recs = reg.Audit(); return len(recs) >= n }, 10*time.Second, time.Millisecond,
+		"the audit of %s never held %d records", reg.RunID(), n)
+	require.Len(t, recs, n)
+	return recs
 }
 
 func post(t *testing.T, url, body string, hdr map[string]string) (int, string) {
@@ -92,8 +105,7 @@ func TestRouterAttributesByPathTokenAndOverwritesSpoofs(t *testing.T) {
 	require.Len(t, rows, 1)
 	assert.Equal(t, "acct-a", rows[0].EndUser)
 
-	recs := a.Audit()
-	require.Len(t, recs, 1)
+	recs := auditOf(t, a, 1)
 	assert.Equal(t, "run-a", recs[0].RunID)
 	assert.Equal(t, 2, recs[0].Attempt)
 	assert.Equal(t, "/v1/chat/completions", recs[0].Path)
@@ -145,7 +157,7 @@ func TestRouterHeaderTokenForForkGateways(t *testing.T) {
 	require.Len(t, reqs, 1)
 	assert.Equal(t, "acct-b", reqs[0].Header.Get("X-Litellm-End-User-Id"))
 	assert.Empty(t, reqs[0].Header.Get(billing.TokenHeader), "the token is not forwarded")
-	assert.Len(t, b.Audit(), 1)
+	auditOf(t, b, 1)
 }
 
 func TestRouterStopRevokesToken(t *testing.T) {
@@ -229,12 +241,11 @@ func TestRouterBudgets(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, status)
 
 	assert.Len(t, f.llm.Requests(), 2, "refused calls never reach LiteLLM")
-	recs := tokens.Audit()
-	require.Len(t, recs, 2)
+	recs := auditOf(t, tokens, 2)
 	assert.True(t, recs[0].Streamed)
 	assert.True(t, strings.HasPrefix(recs[0].RequestID, "chatcmpl-"), recs[0].RequestID)
 	assert.Equal(t, "budget_exceeded: max_tokens", recs[1].Blocked)
-	assert.Equal(t, "budget_exceeded: max_calls", calls.Audit()[1].Blocked)
+	assert.Equal(t, "budget_exceeded: max_calls", auditOf(t, calls, 2)[1].Blocked)
 }
 
 func TestRouterRefusesPathsOutsideV1(t *testing.T) {
@@ -250,10 +261,9 @@ func TestRouterRefusesPathsOutsideV1(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, resp.StatusCode, p)
 	}
 	assert.Empty(t, f.llm.Requests())
-	for _, rec := range a.Audit() {
+	for _, rec := range auditOf(t, a, 5) {
 		assert.Equal(t, "path_not_allowed", rec.Blocked)
 	}
-	assert.Len(t, a.Audit(), 5)
 }
 
 func TestRouterFallbackBillsAndFlags(t *testing.T) {
@@ -264,8 +274,7 @@ func TestRouterFallbackBillsAndFlags(t *testing.T) {
 	require.Len(t, reqs, 1)
 	assert.Equal(t, "acct-house", reqs[0].Header.Get("X-Litellm-End-User-Id"))
 	assert.Equal(t, billing.Stats{Fallback: 1}, f.router.Stats())
-	recs := f.router.Fallback().Audit()
-	require.Len(t, recs, 1)
+	recs := auditOf(t, f.router.Fallback(), 1)
 	assert.Equal(t, "unattributed", recs[0].RunID)
 }
 
