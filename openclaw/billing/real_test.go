@@ -93,32 +93,17 @@ func startGateway(t *testing.T, routerURL string) (wsURL, token string) {
 	}
 	port := freePort(t)
 	token = "billing-" + strings.Repeat("t", 24)
-	cfg := map[string]any{
-		"gateway": map[string]any{"mode": "local", "bind": "loopback", "port": port,
-			"auth": map[string]any{"mode": "token", "token": token}},
-		"agents": map[string]any{"defaults": map[string]any{
-			"heartbeat": map[string]any{"every": "0m"},
-			"model":     map[string]any{"primary": "unattributed/" + realModel},
-			"sandbox":   map[string]any{"mode": "off"},
-		}},
-		"models": map[string]any{
-			"mode": "replace", "catalogRefresh": map[string]any{"enabled": false},
-			"providers": map[string]any{"unattributed": map[string]any{
-				"baseUrl": routerURL + "/v1", "apiKey": "unused", "api": "openai-completions",
-				"models": []any{map[string]any{
-					"id": realModel, "name": realModel, "reasoning": false, "input": []string{"text"},
-					"cost":          map[string]any{"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-					"contextWindow": 32000, "maxTokens": 1024,
-				}},
-			}},
-		},
-		"update": map[string]any{"checkOnStart": false},
-		"cron":   map[string]any{"enabled": false},
-	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
+	// The gateway's config is the builder's, with every invariant held.
+	cfg, err := openclaw.NewConfig(
+		openclaw.WithGateway(openclaw.Gateway{Port: port, Bind: "loopback", Token: token}),
+		openclaw.WithProviderName("unattributed"),
+		openclaw.WithBaseURL(routerURL+"/v1"),
+		openclaw.WithModels(openclaw.Model{ID: realModel, ContextWindow: 32000, MaxTokens: 1024}),
+		openclaw.WithWorkspace(filepath.Join(dir, "workspace")),
+	)
 	require.NoError(t, err)
 	cfgPath := filepath.Join(dir, "openclaw.json")
-	require.NoError(t, os.WriteFile(cfgPath, b, 0o600))
+	require.NoError(t, cfg.WriteFile(cfgPath))
 
 	path := os.Getenv("PATH")
 	if node := os.Getenv("NODE24_BIN"); node != "" {
