@@ -32,10 +32,10 @@ const (
 	// address, not "localhost", because the bridge listens on IPv4 loopback only and
 	// Node may try ::1 first.
 	DefaultBaseURL = "http://" + port.BridgeAddr + "/v1"
-	// placeholderAPIKey is the provider's apiKey. OpenClaw requires one; the proxy
+	// PlaceholderAPIKey is the provider's apiKey. OpenClaw requires one; the proxy
 	// strips the Authorization header and injects the real key, so the value never
 	// matters and no secret is ever written here.
-	placeholderAPIKey = "proxy-injects-auth"
+	PlaceholderAPIKey = "proxy-injects-auth"
 )
 
 // baseDeny are the tools denied in every config (the seed's list): no browser,
@@ -378,7 +378,7 @@ func (c *config) base() map[string]any {
 			"providers": map[string]any{
 				c.provider: map[string]any{
 					"baseUrl": c.baseURL,
-					"apiKey":  placeholderAPIKey,
+					"apiKey":  PlaceholderAPIKey,
 					"api":     "openai-completions",
 					"models":  models,
 				},

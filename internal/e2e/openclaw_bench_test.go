@@ -30,7 +30,7 @@ func BenchmarkOpenClawOneShot(b *testing.B) {
 		b.Run(rt.name, func(b *testing.B) {
 			// The host CLI has no proxy to inject the key, so the fake accepts the
 			// config's placeholder key: both sides then reach the same upstream.
-			fake := litellmtest.NewServer(litellmtest.WithReply(markerReply), litellmtest.WithMasterKey(placeholderKey(b)))
+			fake := litellmtest.NewServer(litellmtest.WithReply(markerReply), litellmtest.WithMasterKey(openclaw.PlaceholderAPIKey))
 			defer fake.Close()
 			stack := newOpenClawStack(b, rt.new, fake)
 			launcher := os.Getenv("OPENCLAW_BIN")
@@ -107,18 +107,4 @@ func hostOneShot(ctx context.Context, b *testing.B, launcher, llmURL, prompt str
 		b.Fatalf("host run: %v", err)
 	}
 	return res.Text()
-}
-
-// placeholderKey is the API key a generated config carries (the proxy replaces it).
-func placeholderKey(b *testing.B) string {
-	cfg, err := openclaw.NewConfig(openclaw.WithModels(openclaw.Model{ID: "m", ContextWindow: 1000, MaxTokens: 100}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	v, _ := cfg.Lookup("models.providers." + openclaw.DefaultProvider + ".apiKey")
-	key, _ := v.(string)
-	if key == "" {
-		b.Fatal("the generated config has no provider key")
-	}
-	return key
 }
