@@ -6,27 +6,20 @@ package billing_test
 // LiteLLM; everything listens on loopback.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/openclawtest"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/billing"
@@ -36,125 +29,16 @@ import (
 
 const realModel = "gpt-4o-mini" // served by litellmtest's default models
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var markerRE = regexp.MustCompile(`MARKER=([A-Z]+)`)
-
-// markerReply answers "ANSWER-<marker>" for the one marker found anywhere in the
-// conversation (OpenClaw wraps the user message, so no position is assumed).
-func markerReply(req litellmtest.ChatRequest) litellmtest.Reply {
-	found := map[string]bool{}
-	for _, m := range req.Messages {
-		for _, s := range markerRE.FindAllStringSubmatch(m.Content, -1) {
-			found[s[1]] = true
-		}
-	}
-	if len(found) != 1 {
-		return litellmtest.Reply{Content: "CONFUSED"}
-	}
-	for m := range found {
-		return litellmtest.Reply{Content: "ANSWER-" + m}
-	}
-	return litellmtest.Reply{}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startGateway starts `openclaw gateway` whose only provider, and so the default
 // model, is the router's plain /v1: without a run token every call is refused.
 func startGateway(t *testing.T, routerURL string) (wsURL, token string) {
 	t.Helper()
-	bin := os.Getenv("OPENCLAW_BIN")
-	testenv.Need(t, "openclaw", bin != "", "OPENCLAW_BIN is not set (scripts/install-openclaw.sh installs openclaw and prints it)")
-	dir := t.TempDir()
-	for _, d := range []string{"state", "home", "tmp"} {
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o700))
-	}
-	port := freePort(t)
-	token = "billing-" + strings.Repeat("t", 24)
-	// The gateway's config is the builder's, with every invariant held.
-	cfg, err := openclaw.NewConfig(
-		openclaw.WithGateway(openclaw.Gateway{Port: port, Bind: "loopback", Token: token}),
+	gw := openclawtest.StartGateway(t,
 		openclaw.WithProviderName("unattributed"),
 		openclaw.WithBaseURL(routerURL+"/v1"),
 		openclaw.WithModels(openclaw.Model{ID: realModel, ContextWindow: 32000, MaxTokens: 1024}),
-		openclaw.WithWorkspace(filepath.Join(dir, "workspace")),
 	)
-	require.NoError(t, err)
-	cfgPath := filepath.Join(dir, "openclaw.json")
-	require.NoError(t, cfg.WriteFile(cfgPath))
-
-	path := os.Getenv("PATH")
-	if node := os.Getenv("NODE24_BIN"); node != "" {
-		path = filepath.Dir(node) + string(os.PathListSeparator) + path
-	}
-	logs := &syncBuffer{}
-	cmd := exec.Command(bin, "gateway", "--port", fmt.Sprint(port), "--bind", "loopback")
-	cmd.Env = append(os.Environ(),
-		"PATH="+path,
-		"OPENCLAW_CONFIG_PATH="+cfgPath,
-		"OPENCLAW_STATE_DIR="+filepath.Join(dir, "state"),
-		"HOME="+filepath.Join(dir, "home"),
-		"TMPDIR="+filepath.Join(dir, "tmp"),
-		"OPENCLAW_DISABLE_BONJOUR=1",
-		"OPENCLAW_NO_AUTO_UPDATE=1",
-		"OPENCLAW_SKIP_CHANNELS=1",
-	)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("openclaw gateway output:\n%s", logs.String())
-		}
-	})
-	wsURL = fmt.Sprintf("ws://127.0.0.1:%d", port)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	for {
-		c, err := gateway.Dial(ctx, wsURL, gateway.WithToken(token), gateway.WithRetry(1, 0))
-		if err == nil {
-			_ = c.Close()
-			return wsURL, token
-		}
-		select {
-		case <-exited:
-			t.Fatalf("openclaw gateway exited during start-up: %v\n%s", err, logs.String())
-		case <-ctx.Done():
-			t.Fatalf("openclaw gateway not ready: %v\n%s", err, logs.String())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return gw.URL, gw.Token
 }
 
 type runOutcome struct {
@@ -179,7 +63,7 @@ func TestRealGatewayPerRunAttribution(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real openclaw gateway")
 	}
-	llm := litellmtest.NewServer(litellmtest.WithReply(markerReply))
+	llm := litellmtest.NewServer(litellmtest.WithReply(openclawtest.MarkerReply))
 	t.Cleanup(llm.Close)
 
 	router, err := billing.NewRouter(llm.URL, llm.MasterKey())
@@ -268,7 +152,7 @@ func TestRealGatewayPerRunAttribution(t *testing.T) {
 		if !strings.HasSuffix(rq.Path, "/chat/completions") {
 			continue
 		}
-		m := markerRE.FindAllSubmatch(rq.Body, -1)
+		m := openclawtest.MarkerRE.FindAllSubmatch(rq.Body, -1)
 		require.NotEmpty(t, m, "request without a marker reached LiteLLM")
 		var owner *side
 		for _, s := range sides {

@@ -3,231 +3,71 @@ package gateway_test
 // Tests against the real `openclaw gateway` process. They need OPENCLAW_BIN (a
 // runnable openclaw launcher) and, when `node` on PATH is older than 24,
 // NODE24_BIN; scripts/install-openclaw.sh provides both. The gateway gets its own
-// config, state and home directories and talks only to loopback: its LLM
-// provider is a fake OpenAI-compatible server started by the test.
+// config (the project's builder), state and home directories and talks only to
+// loopback: its LLM provider is the fake LiteLLM started by the test.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/openclawtest"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
 )
 
-// realGateway is a running openclaw gateway owned by one test.
-type realGateway struct {
-	URL   string
-	Token string
-	log   *syncBuffer
-}
+// The models the gateway's config lists, both served by litellmtest's defaults.
+const (
+	defaultModel  = "gpt-4o-mini"
+	overrideModel = "claude-haiku"
+)
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// markerRE finds the per-session marker the test puts in its messages.
-var markerRE = regexp.MustCompile(`MARKER=([A-Z]+)`)
-
-// fakeLLM is a minimal OpenAI-compatible chat completions server. It answers
-// with "ANSWER-<marker>" for the marker found anywhere in the request (OpenClaw
-// wraps the user message, so no position is assumed), streaming or not.
-func fakeLLM(t *testing.T) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
-			http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error","code":"404"}}`, http.StatusNotFound)
-			return
-		}
-		markers := map[string]bool{}
-		for _, m := range markerRE.FindAllSubmatch(body, -1) {
-			markers[string(m[1])] = true
-		}
-		answer := "CONFUSED"
-		if len(markers) == 1 {
-			for m := range markers {
-				answer = "ANSWER-" + m
-			}
-		}
-		var req struct {
-			Model  string `json:"model"`
-			Stream bool   `json:"stream"`
-		}
-		_ = json.Unmarshal(body, &req)
-		id := fmt.Sprintf("chatcmpl-fake-%d", time.Now().UnixNano())
-		if !req.Stream {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(map[string]any{
-				"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
-				"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
-					"message": map[string]any{"role": "assistant", "content": answer}}},
-				"usage": map[string]any{"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-			})
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		chunk := func(delta map[string]any, finish any) {
-			b, _ := json.Marshal(map[string]any{
-				"id": id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": req.Model,
-				"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}},
-			})
-			fmt.Fprintf(w, "data: %s\n\n", b)
-			w.(http.Flusher).Flush()
-		}
-		chunk(map[string]any{"role": "assistant", "content": ""}, nil)
-		for _, part := range []string{answer[:len(answer)/2], answer[len(answer)/2:]} {
-			chunk(map[string]any{"content": part}, nil)
-		}
-		chunk(map[string]any{}, "stop")
-		fmt.Fprint(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// gatewayConfig is the smallest config that starts offline on loopback with
-// token auth, heartbeats and cron off, and one provider: the fake LLM.
-func gatewayConfig(port int, token, llmURL string) map[string]any {
-	return map[string]any{
-		"gateway": map[string]any{
-			"mode": "local", "bind": "loopback", "port": port,
-			"auth": map[string]any{"mode": "token", "token": token},
-		},
-		"agents": map[string]any{"defaults": map[string]any{
-			"heartbeat": map[string]any{"every": "0m"},
-			"model":     map[string]any{"primary": "fake/fake-model"},
-			"sandbox":   map[string]any{"mode": "off"},
-		}},
-		"models": map[string]any{
-			"mode":           "replace",
-			"catalogRefresh": map[string]any{"enabled": false},
-			"providers": map[string]any{"fake": map[string]any{
-				"baseUrl": llmURL + "/v1", "apiKey": "unused", "api": "openai-completions",
-				"models": []any{map[string]any{
-					"id": "fake-model", "name": "Fake", "reasoning": false, "input": []string{"text"},
-					"cost":          map[string]any{"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-					"contextWindow": 32000, "maxTokens": 1024,
-				}},
-			}},
-		},
-		"update": map[string]any{"checkOnStart": false},
-		"cron":   map[string]any{"enabled": false},
-	}
-}
-
-// startRealGateway writes a config into a temp dir, starts `openclaw gateway`
-// and waits until it completes a handshake.
-func startRealGateway(t *testing.T, llmURL string) *realGateway {
-	t.Helper()
-	bin := os.Getenv("OPENCLAW_BIN")
-	testenv.Need(t, "openclaw", bin != "", "OPENCLAW_BIN is not set (scripts/install-openclaw.sh installs openclaw and prints it)")
-
-	dir := t.TempDir()
-	for _, d := range []string{"state", "home", "tmp"} {
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o700))
-	}
-	port := freePort(t)
-	gw := &realGateway{URL: fmt.Sprintf("ws://127.0.0.1:%d", port), Token: "test-" + strings.Repeat("k", 24), log: &syncBuffer{}}
-	cfg, err := json.MarshalIndent(gatewayConfig(port, gw.Token, llmURL), "", "  ")
-	require.NoError(t, err)
-	cfgPath := filepath.Join(dir, "openclaw.json")
-	require.NoError(t, os.WriteFile(cfgPath, cfg, 0o600))
-
-	path := os.Getenv("PATH")
-	if node := os.Getenv("NODE24_BIN"); node != "" {
-		path = filepath.Dir(node) + string(os.PathListSeparator) + path // the launcher runs `node`
-	}
-	cmd := exec.Command(bin, "gateway", "--port", fmt.Sprint(port), "--bind", "loopback")
-	cmd.Env = append(os.Environ(),
-		"PATH="+path,
-		"OPENCLAW_CONFIG_PATH="+cfgPath,
-		"OPENCLAW_STATE_DIR="+filepath.Join(dir, "state"),
-		"HOME="+filepath.Join(dir, "home"),
-		"TMPDIR="+filepath.Join(dir, "tmp"),
-		"OPENCLAW_DISABLE_BONJOUR=1",
-		"OPENCLAW_NO_AUTO_UPDATE=1",
-		"OPENCLAW_SKIP_CHANNELS=1",
+// startRealGateway starts the real gateway with a generated config whose provider
+// is the fake LiteLLM. The fake accepts the config's placeholder key: the gateway
+// client, not key injection, is under test here (openclaw/billing puts its router
+// between them).
+func startRealGateway(t *testing.T) (*openclawtest.Gateway, *litellmtest.Server) {
+	llm := litellmtest.NewServer(litellmtest.WithReply(openclawtest.MarkerReply), litellmtest.WithMasterKey(openclaw.PlaceholderAPIKey))
+	t.Cleanup(llm.Close)
+	gw := openclawtest.StartGateway(t,
+		openclaw.WithBaseURL(llm.URL+"/v1"),
+		openclaw.WithModels(
+			openclaw.Model{ID: defaultModel, ContextWindow: 128000, MaxTokens: 16384},
+			openclaw.Model{ID: overrideModel, ContextWindow: 200000, MaxTokens: 8192},
+		),
+		openclaw.WithDefaultModel(defaultModel),
 	)
-	cmd.Stdout, cmd.Stderr = gw.log, gw.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		// SIGTERM lets the gateway stop its own helpers; SIGKILL the group we
-		// created if it does not finish in time.
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("openclaw gateway output:\n%s", gw.log.String())
-		}
-	})
+	return gw, llm
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	for {
-		c, err := gateway.Dial(ctx, gw.URL, gateway.WithToken(gw.Token), gateway.WithRetry(1, 0))
-		if err == nil {
-			_ = c.Close()
-			return gw
+// modelsByMarker maps each marker that reached the fake LiteLLM to the models its
+// chat completions asked for.
+func modelsByMarker(t *testing.T, llm *litellmtest.Server) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range llm.Requests() {
+		if !strings.HasSuffix(r.Path, "/chat/completions") {
+			continue
 		}
-		select {
-		case <-exited:
-			t.Fatalf("openclaw gateway exited during start-up: %v\n%s", err, gw.log.String())
-		case <-ctx.Done():
-			t.Fatalf("openclaw gateway not ready: %v\n%s", err, gw.log.String())
-		case <-time.After(250 * time.Millisecond):
+		var body struct {
+			Model string `json:"model"`
+		}
+		require.NoError(t, json.Unmarshal(r.Body, &body))
+		for _, m := range openclawtest.MarkerRE.FindAllSubmatch(r.Body, -1) {
+			out[string(m[1])] = append(out[string(m[1])], body.Model)
 		}
 	}
+	return out
 }
 
 func TestRealGateway(t *testing.T) {
-	llm := fakeLLM(t)
-	gw := startRealGateway(t, llm.URL)
+	gw, llm := startRealGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 
@@ -254,14 +94,26 @@ func TestRealGateway(t *testing.T) {
 		assert.Equal(t, gateway.DetailAuthTokenMismatch, ge.DetailCode)
 	})
 
-	t.Run("sessions.patch", func(t *testing.T) {
+	t.Run("sessions.patch model reaches the upstream", func(t *testing.T) {
 		c, err := gateway.Dial(ctx, gw.URL, gateway.WithToken(gw.Token))
 		require.NoError(t, err)
 		defer c.Close()
-		res, err := c.SessionsPatch(ctx, "patch-test", gateway.SessionPatch{Model: "fake/fake-model"})
+		res, err := c.SessionsPatch(ctx, "patch-test", gateway.SessionPatch{Model: openclaw.DefaultProvider + "/" + overrideModel})
 		require.NoError(t, err)
 		assert.Equal(t, "agent:main:patch-test", res.Key)
-		assert.Equal(t, "fake-model", res.Model)
+		assert.Equal(t, overrideModel, res.Model)
+
+		r, err := c.Agent(ctx, gateway.AgentRequest{Message: "Reply with the code word only. MARKER=PATCHED", SessionKey: "patch-test", Timeout: 90 * time.Second})
+		require.NoError(t, err)
+		out, err := r.Wait(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "ok", out.Status)
+		assert.Equal(t, "ANSWER-PATCHED", out.Text)
+		models := modelsByMarker(t, llm)["PATCHED"]
+		require.NotEmpty(t, models, "the patched session's call reached the fake LiteLLM")
+		for _, m := range models {
+			assert.Equal(t, overrideModel, m, "the session's model override is what the upstream was asked for")
+		}
 	})
 
 	t.Run("two sessions isolated", func(t *testing.T) {
@@ -322,6 +174,12 @@ func TestRealGateway(t *testing.T) {
 			assert.Equal(t, "ANSWER-"+mine, o.res.StreamedText, "chat deltas of the run are delivered")
 			for _, s := range o.seen {
 				assert.NotContains(t, s, "ANSWER-"+theirs, mine)
+				assert.NotContains(t, s, gateway.HeartbeatToken, mine)
+			}
+			models := modelsByMarker(t, llm)[mine]
+			require.NotEmpty(t, models, mine)
+			for _, m := range models {
+				assert.Equal(t, defaultModel, m, "an unpatched session uses the config's default model")
 			}
 		}
 	})
