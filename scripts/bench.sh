@@ -22,5 +22,6 @@ run ./adapters/inproc 'AddedLatency|TimeToFirstToken|StartStop' 2000x
 run ./adapters/inproc ConcurrentRuns500 3x
 run ./litellm Reconcile50of100k 20x
 run ./openclaw/gateway AgentStream 5x
+run ./openclaw/gateway RealGatewayAgent 20x
 run ./internal/e2e OpenClawOneShot 5x
 run ./internal/e2e ConcurrentSandboxes 1x

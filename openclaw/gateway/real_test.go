@@ -33,7 +33,7 @@ const (
 // is the fake LiteLLM. The fake accepts the config's placeholder key: the gateway
 // client, not key injection, is under test here (openclaw/billing puts its router
 // between them).
-func startRealGateway(t *testing.T) (*openclawtest.Gateway, *litellmtest.Server) {
+func startRealGateway(t testing.TB) (*openclawtest.Gateway, *litellmtest.Server) {
 	llm := litellmtest.NewServer(litellmtest.WithReply(openclawtest.MarkerReply), litellmtest.WithMasterKey(openclaw.PlaceholderAPIKey))
 	t.Cleanup(llm.Close)
 	gw := openclawtest.StartGateway(t,
@@ -49,7 +49,7 @@ func startRealGateway(t *testing.T) (*openclawtest.Gateway, *litellmtest.Server)
 
 // modelsByMarker maps each marker that reached the fake LiteLLM to the models its
 // chat completions asked for.
-func modelsByMarker(t *testing.T, llm *litellmtest.Server) map[string][]string {
+func modelsByMarker(t testing.TB, llm *litellmtest.Server) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range llm.Requests() {
 		if !strings.HasSuffix(r.Path, "/chat/completions") {
