@@ -2,27 +2,17 @@ package inproc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/http/httputil"
-	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
-)
-
-// Header names read from upstream responses.
-const (
-	headerCallID       = "X-Litellm-Call-Id"
-	headerResponseCost = "X-Litellm-Response-Cost"
 )
 
 // scanLimit bounds the bytes kept per scanned JSON value (a model name, a response id,
@@ -37,17 +27,8 @@ var barePaths = []string{"/chat/completions", "/completions", "/embeddings", "/m
 // path is not served. Paths must be clean (no dot segments, no doubled slashes, after
 // percent-decoding) so that nothing outside /v1/ can be reached by path tricks.
 func upstreamPath(p string) (string, bool) {
-	if p == "" || p[0] != '/' {
+	if !llmproxy.CleanPath(p) {
 		return "", false
-	}
-	clean := path.Clean(p)
-	if clean != p && clean+"/" != p {
-		return "", false
-	}
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c < 0x21 || c == 0x7f || c == '%' || c == '\\' {
-			return "", false
-		}
 	}
 	if strings.HasPrefix(p, "/v1/") && len(p) > len("/v1/") {
 		return p, true
@@ -58,14 +39,6 @@ func upstreamPath(p string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func allowedMethod(m string) bool {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete:
-		return true
-	}
-	return false
 }
 
 // call is the state of one proxied request, shared with the ReverseProxy hooks through
@@ -85,32 +58,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.enter()
 	defer p.leave()
 	if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.spec.RunID})
+		llmproxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.spec.RunID})
 		return
 	}
 	start := time.Now()
 	c := &call{start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: p.spec.RunID, Attempt: p.spec.Attempt,
-		Method: clip(r.Method, 16), Path: clip(r.URL.Path, 256),
+		Method: llmproxy.Clip(r.Method, 16), Path: llmproxy.Clip(r.URL.Path, 256),
 	}}
 	up, ok := upstreamPath(r.URL.Path)
-	switch {
-	case !ok:
-		p.refuse(w, c, http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only")
+	if !ok {
+		p.refuse(w, c, &llmproxy.NotFound)
 		return
-	case !allowedMethod(r.Method):
-		p.refuse(w, c, http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "method "+r.Method+" is not allowed")
-		return
-	case r.Header.Get("Upgrade") != "":
-		p.refuse(w, c, http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "protocol upgrades are not supported by the LLM proxy")
-		return
-	case r.ContentLength > p.m.cfg.maxRequestBytes:
-		p.refuse(w, c, http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over "+strconv.FormatInt(p.m.cfg.maxRequestBytes, 10)+" bytes")
+	}
+	if ref := llmproxy.Check(r, p.m.cfg.maxRequestBytes); ref != nil {
+		p.refuse(w, c, ref)
 		return
 	}
 	c.rec.Path = up
 	if reason, msg := p.reserve(); reason != "" {
-		p.refuse(w, c, http.StatusTooManyRequests, reason, "budget_exceeded", msg)
+		p.refuse(w, c, &llmproxy.Refusal{Status: http.StatusTooManyRequests, Blocked: reason, Type: "budget_exceeded", Message: msg})
 		return
 	}
 
@@ -118,7 +85,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.req = &reqTap{rc: http.MaxBytesReader(w, r.Body, p.m.cfg.maxRequestBytes), sc: newJSONFields(scanLimit, "model")}
 		r.Body = c.req
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &llmproxy.StatusWriter{ResponseWriter: w}
 	defer func() {
 		v := recover()
 		p.finish(c, sw, v)
@@ -165,15 +132,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
-	c.rec.CallID = clip(resp.Header.Get(headerCallID), 256)
-	c.rec.ResponseCost = clip(resp.Header.Get(headerResponseCost), 64)
-	for name := range resp.Header {
-		if proxyconf.IsResponseHeaderHidden(name) {
-			delete(resp.Header, name)
-		}
-	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	c.rec.Streamed = mt == "text/event-stream"
+	llmproxy.NoteResponse(resp, &c.rec)
 	t := &respTap{rc: resp.Body, p: p, sc: newJSONFields(scanLimit, "id", "usage", "error")}
 	if c.rec.Streamed {
 		t.sse = newSSEFields(t.sc, t.onEvent)
@@ -191,17 +150,14 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		c.upErr = err
 		c.clientGo = r.Context().Err() != nil
 	}
-	status, typ, msg := http.StatusBadGateway, "upstream_error", "the LLM upstream could not be reached"
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) || (c != nil && c.req != nil && c.req.overLimit()) {
-		status, typ, msg = http.StatusRequestEntityTooLarge, "invalid_request_error", "request body too large"
-	}
-	writeError(w, status, typ, msg)
+	status, typ, msg := llmproxy.UpstreamFailure(err, c != nil && c.req != nil && c.req.overLimit())
+	llmproxy.WriteError(w, status, typ, msg)
 }
 
 // refuse answers a call the proxy will not forward and records it as blocked.
-func (p *Proxy) refuse(w http.ResponseWriter, c *call, status int, blocked, typ, msg string) {
-	n := writeError(w, status, typ, msg)
+func (p *Proxy) refuse(w http.ResponseWriter, c *call, ref *llmproxy.Refusal) {
+	n := llmproxy.WriteRefusal(w, ref)
+	status, blocked := ref.Status, ref.Blocked
 	c.rec.Status, c.rec.RespBytes, c.rec.Blocked = status, n, blocked
 	c.rec.Latency = time.Since(c.start)
 	level := slog.LevelDebug // an agent probing paths should not flood the host's logs
@@ -213,11 +169,11 @@ func (p *Proxy) refuse(w http.ResponseWriter, c *call, status int, blocked, typ,
 }
 
 // finish completes and stores the record of a forwarded call. v is a recovered panic.
-func (p *Proxy) finish(c *call, sw *statusWriter, v any) {
+func (p *Proxy) finish(c *call, sw *llmproxy.StatusWriter, v any) {
 	rec := &c.rec
 	rec.Latency = time.Since(c.start)
-	rec.Status = sw.status
-	rec.RespBytes = sw.n
+	rec.Status = sw.Status
+	rec.RespBytes = sw.N
 	if c.req != nil {
 		rec.ReqBytes, rec.Model = c.req.result()
 	}
@@ -228,26 +184,17 @@ func (p *Proxy) finish(c *call, sw *statusWriter, v any) {
 		if t.sse != nil {
 			t.sse.flush()
 		} else {
-			rec.RequestID = clip(t.sc.str("id"), 256)
+			rec.RequestID = llmproxy.Clip(t.sc.str("id"), 256)
 		}
 		if rec.RequestID == "" {
-			rec.RequestID = clip(t.firstID, 256)
+			rec.RequestID = llmproxy.Clip(t.firstID, 256)
 		}
 	}
-	switch {
-	case c.upErr != nil && c.clientGo:
-		rec.Error = "client went away before the upstream answered: " + c.upErr.Error()
-	case c.upErr != nil:
-		rec.Error = "upstream: " + c.upErr.Error()
-	case c.resp != nil && c.resp.err != nil:
-		rec.Error = "upstream response cut: " + c.resp.err.Error()
-	case sw.werr != nil:
-		rec.Error = "client went away: " + sw.werr.Error()
-	case v != nil:
-		rec.Error = "response aborted"
-	case c.resp != nil && c.resp.errEvent != "":
-		rec.Error = c.resp.errEvent
+	o := llmproxy.Outcome{Upstream: c.upErr, ClientGone: c.clientGo, Write: sw.Err, Panicked: v != nil}
+	if c.resp != nil {
+		o.Response, o.StreamError = c.resp.err, c.resp.errEvent
 	}
+	rec.Error = o.Error()
 	if rec.Error != "" {
 		p.log.Warn("inproc: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
@@ -285,7 +232,7 @@ func (t *reqTap) Close() error { return t.rc.Close() }
 func (t *reqTap) result() (int64, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.n, clip(t.sc.str("model"), 256)
+	return t.n, llmproxy.Clip(t.sc.str("model"), 256)
 }
 
 func (t *reqTap) overLimit() bool {
@@ -357,65 +304,4 @@ func (t *respTap) onEvent(sc *jsonFields) {
 	if t.errEvent == "" {
 		t.errEvent = sc.errorSummary()
 	}
-}
-
-// statusWriter records the status and bytes sent to the client. Unwrap lets
-// http.ResponseController (used by ReverseProxy to flush) reach the real writer.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	n      int64
-	werr   error
-}
-
-// WriteHeader implements http.ResponseWriter.
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Write implements http.ResponseWriter.
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.n += int64(n)
-	if err != nil && w.werr == nil {
-		w.werr = err
-	}
-	return n, err
-}
-
-// Unwrap returns the underlying ResponseWriter.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// apiError is the OpenAI/LiteLLM error shape, so agents' SDKs surface the message.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
-func writeError(w http.ResponseWriter, status int, typ, msg string) int64 {
-	return writeJSON(w, status, apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: strconv.Itoa(status)}})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) int64 {
-	b, _ := json.Marshal(v)
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	n, _ := w.Write(b)
-	return int64(n)
 }

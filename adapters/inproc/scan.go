@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 )
 
 // jsonFields scans one JSON object incrementally, as bytes pass through the proxy, and
@@ -263,14 +265,7 @@ func (s *jsonFields) errorSummary() string {
 	}
 	_ = json.Unmarshal(raw, &e)
 	code := strings.Trim(string(e.Code), `"`)
-	return "upstream error event (type=" + clip(e.Type, 64) + ", code=" + clip(code, 32) + ")"
-}
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
+	return llmproxy.ErrorEvent(e.Type, code)
 }
 
 // sseFields runs a jsonFields over the data of each server-sent event in a stream, as

@@ -6,21 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"net/http/httputil"
-	"path"
-	"strconv"
+	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
-)
-
-// Response headers read from LiteLLM.
-const (
-	headerCallID       = "X-Litellm-Call-Id"
-	headerResponseCost = "X-Litellm-Response-Cost"
 )
 
 // scanLineLimit bounds one SSE line or non-streamed body kept for the audit scan
@@ -28,21 +20,10 @@ const (
 const scanLineLimit = 256 << 10
 
 // forwardPath reports whether a path (after the token prefix) may be forwarded: a
-// clean /v1/... path, with no dot segments, doubled slashes, escapes or controls,
-// so nothing outside /v1/ upstream can be reached by path tricks.
+// clean /v1/... path (llmproxy.CleanPath), so nothing outside /v1/ upstream can be
+// reached by path tricks.
 func forwardPath(p string) bool {
-	if len(p) <= len("/v1/") || p[:4] != "/v1/" {
-		return false
-	}
-	if c := path.Clean(p); c != p && c+"/" != p {
-		return false
-	}
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c < 0x21 || c == 0x7f || c == '%' || c == '\\' {
-			return false
-		}
-	}
-	return true
+	return len(p) > len("/v1/") && strings.HasPrefix(p, "/v1/") && llmproxy.CleanPath(p)
 }
 
 // call is the state of one forwarded request, shared with the ReverseProxy hooks
@@ -81,23 +62,17 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	c := &call{reg: reg, fallback: fallback, rest: rest, start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: reg.run.RunID, Attempt: reg.run.Attempt,
-		Method: clip(req.Method, 16), Path: clip(rest, 256),
+		Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(rest, 256),
 	}}
 	if fallback {
 		r.log.Warn("billing: call without a live run token billed to the fallback account", "fallback_run_id", reg.run.RunID)
 	}
-	switch {
-	case !forwardPath(rest) || req.URL.RawPath != "":
-		r.refuse(w, c, http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only")
+	if !forwardPath(rest) || req.URL.RawPath != "" {
+		r.refuse(w, c, &llmproxy.NotFound)
 		return
-	case req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodPost && req.Method != http.MethodDelete:
-		r.refuse(w, c, http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "method "+req.Method+" is not allowed")
-		return
-	case req.Header.Get("Upgrade") != "":
-		r.refuse(w, c, http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "protocol upgrades are not supported by the LLM proxy")
-		return
-	case req.ContentLength > r.cfg.maxRequestBytes:
-		r.refuse(w, c, http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over "+strconv.FormatInt(r.cfg.maxRequestBytes, 10)+" bytes")
+	}
+	if ref := llmproxy.Check(req, r.cfg.maxRequestBytes); ref != nil {
+		r.refuse(w, c, ref)
 		return
 	}
 	// The body is read whole (it is bounded) so the audit can name the model.
@@ -106,9 +81,9 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				r.refuse(w, c, http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over "+strconv.FormatInt(r.cfg.maxRequestBytes, 10)+" bytes")
+				r.refuse(w, c, llmproxy.TooLarge(r.cfg.maxRequestBytes))
 			} else {
-				r.refuse(w, c, http.StatusBadRequest, "request_unreadable", "invalid_request_error", "request body could not be read")
+				r.refuse(w, c, &llmproxy.Refusal{Status: http.StatusBadRequest, Blocked: "request_unreadable", Type: "invalid_request_error", Message: "request body could not be read"})
 			}
 			return
 		}
@@ -117,16 +92,16 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			Model string `json:"model"`
 		}
 		if json.Unmarshal(body, &m) == nil {
-			c.rec.Model = clip(m.Model, 256)
+			c.rec.Model = llmproxy.Clip(m.Model, 256)
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
 	}
 	if reason, msg := reg.reserve(); reason != "" {
-		r.refuse(w, c, http.StatusTooManyRequests, reason, "budget_exceeded", msg)
+		r.refuse(w, c, &llmproxy.Refusal{Status: http.StatusTooManyRequests, Blocked: reason, Type: "budget_exceeded", Message: msg})
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &llmproxy.StatusWriter{ResponseWriter: w}
 	defer func() {
 		v := recover()
 		r.finish(c, sw, v)
@@ -156,16 +131,8 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
-	c.rec.CallID = clip(resp.Header.Get(headerCallID), 256)
-	c.rec.ResponseCost = clip(resp.Header.Get(headerResponseCost), 64)
-	for name := range resp.Header {
-		if proxyconf.IsResponseHeaderHidden(name) {
-			delete(resp.Header, name)
-		}
-	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	c.rec.Streamed = mt == "text/event-stream"
-	c.resp = &respTap{rc: resp.Body, c: c, sse: c.rec.Streamed}
+	streamed := llmproxy.NoteResponse(resp, &c.rec)
+	c.resp = &respTap{rc: resp.Body, c: c, sse: streamed}
 	resp.Body = c.resp
 	return nil
 }
@@ -177,12 +144,14 @@ func (r *Router) errorHandler(w http.ResponseWriter, req *http.Request, err erro
 		c.upErr = err
 		c.clientGo = req.Context().Err() != nil
 	}
-	writeError(w, http.StatusBadGateway, "upstream_error", "the LLM upstream could not be reached")
+	status, typ, msg := llmproxy.UpstreamFailure(err, false)
+	llmproxy.WriteError(w, status, typ, msg)
 }
 
 // refuse answers a call the router will not forward and records it as blocked.
-func (r *Router) refuse(w http.ResponseWriter, c *call, status int, blocked, typ, msg string) {
-	n := writeError(w, status, typ, msg)
+func (r *Router) refuse(w http.ResponseWriter, c *call, ref *llmproxy.Refusal) {
+	n := llmproxy.WriteRefusal(w, ref)
+	status, blocked := ref.Status, ref.Blocked
 	c.rec.Status, c.rec.RespBytes, c.rec.Blocked = status, n, blocked
 	c.rec.Latency = time.Since(c.start)
 	r.log.Debug("billing: call refused", "run_id", c.rec.RunID, "path", c.rec.Path, "status", status, "blocked", blocked)
@@ -190,32 +159,23 @@ func (r *Router) refuse(w http.ResponseWriter, c *call, status int, blocked, typ
 }
 
 // finish completes and stores the record of a forwarded call. v is a recovered panic.
-func (r *Router) finish(c *call, sw *statusWriter, v any) {
+func (r *Router) finish(c *call, sw *llmproxy.StatusWriter, v any) {
 	rec := &c.rec
 	rec.Latency = time.Since(c.start)
-	rec.Status = sw.status
-	rec.RespBytes = sw.n
+	rec.Status = sw.Status
+	rec.RespBytes = sw.N
 	if t := c.resp; t != nil {
 		t.done()
 		if !t.first.IsZero() {
 			rec.TTFB = t.first.Sub(c.start)
 		}
-		rec.RequestID = clip(t.id, 256)
+		rec.RequestID = llmproxy.Clip(t.id, 256)
 	}
-	switch {
-	case c.upErr != nil && c.clientGo:
-		rec.Error = "client went away before the upstream answered: " + c.upErr.Error()
-	case c.upErr != nil:
-		rec.Error = "upstream: " + c.upErr.Error()
-	case c.resp != nil && c.resp.err != nil:
-		rec.Error = "upstream response cut: " + c.resp.err.Error()
-	case sw.werr != nil:
-		rec.Error = "client went away: " + sw.werr.Error()
-	case v != nil:
-		rec.Error = "response aborted"
-	case c.resp != nil && c.resp.errEvent != "":
-		rec.Error = c.resp.errEvent
+	o := llmproxy.Outcome{Upstream: c.upErr, ClientGone: c.clientGo, Write: sw.Err, Panicked: v != nil}
+	if c.resp != nil {
+		o.Response, o.StreamError = c.resp.err, c.resp.errEvent
 	}
+	rec.Error = o.Error()
 	if rec.Error != "" {
 		r.log.Warn("billing: call failed", "run_id", rec.RunID, "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
@@ -305,8 +265,8 @@ func (t *respTap) scanLine() {
 			TotalTokens int64 `json:"total_tokens"`
 		} `json:"usage"`
 		Error *struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
+			Type string          `json:"type"`
+			Code json.RawMessage `json:"code"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(line, &ev) != nil {
@@ -322,7 +282,8 @@ func (t *respTap) scanLine() {
 		t.tokens = ev.Usage.TotalTokens
 	}
 	if ev.Error != nil && t.errEvent == "" {
-		t.errEvent = clip("upstream error: "+ev.Error.Type+": "+ev.Error.Message, 512)
+		// Never the message: it may quote the prompt.
+		t.errEvent = llmproxy.ErrorEvent(ev.Error.Type, strings.Trim(string(ev.Error.Code), `"`))
 	}
 }
 
@@ -333,39 +294,6 @@ func (t *respTap) done() {
 		t.scanLine()
 	}
 }
-
-// statusWriter records the status and bytes sent to the client. Unwrap lets
-// http.ResponseController (used by ReverseProxy to flush) reach the real writer.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	n      int64
-	werr   error
-}
-
-// WriteHeader implements http.ResponseWriter.
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Write implements http.ResponseWriter.
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.n += int64(n)
-	if err != nil && w.werr == nil {
-		w.werr = err
-	}
-	return n, err
-}
-
-// Unwrap returns the underlying ResponseWriter.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func writeJSONStatus(w http.ResponseWriter) {
 	h := w.Header()

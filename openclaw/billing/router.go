@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -298,9 +298,9 @@ func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fall
 
 // refuseUnattributed answers and records a call no live run owns.
 func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request, start time.Time) {
-	n := writeError(w, http.StatusForbidden, "unattributed", "this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
+	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
 	rec := port.AuditRecord{
-		Time: start.UTC(), Method: clip(req.Method, 16), Path: clip(redactPath(req.URL.Path), 256),
+		Time: start.UTC(), Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(redactPath(req.URL.Path), 256),
 		Status: http.StatusForbidden, RespBytes: n, Blocked: "unattributed", Latency: time.Since(start),
 	}
 	// Never log the path: it may hold a (revoked or guessed) token.
@@ -328,35 +328,4 @@ func redactPath(p string) string {
 
 func opErr(op, runID string, err error) error {
 	return &port.OpError{Op: "billing." + op, RunID: runID, Err: err}
-}
-
-// apiError is the OpenAI/LiteLLM error shape, so OpenClaw surfaces the message.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
-func writeError(w http.ResponseWriter, status int, typ, msg string) int64 {
-	b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: fmt.Sprint(status)}})
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", fmt.Sprint(len(b)))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	n, _ := w.Write(b)
-	return int64(n)
-}
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

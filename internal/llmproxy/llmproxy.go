@@ -1,0 +1,224 @@
+// Package llmproxy holds what every LLM-forwarding handler of the project shares:
+// the per-run proxy (adapters/inproc) and the shared gateway router
+// (openclaw/billing). One copy of the request checks, the error shape agents'
+// SDKs understand, the response-header hiding and the audit outcome, so the two
+// cannot drift apart on what is refused, hidden or recorded.
+package llmproxy
+
+import (
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// Response headers LiteLLM sets that go into the audit record.
+const (
+	HeaderCallID       = "X-Litellm-Call-Id"
+	HeaderResponseCost = "X-Litellm-Response-Cost"
+)
+
+// CleanPath reports whether p is an absolute path with nothing that could reach
+// another upstream path by a trick: no dot segments, doubled slashes, percent
+// escapes, backslashes, spaces or control characters.
+func CleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if c := path.Clean(p); c != p && c+"/" != p {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x21 || c == 0x7f || c == '%' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// Refusal is why a request is not forwarded: the HTTP status, the audit's Blocked
+// reason, and the error type and message the agent sees.
+type Refusal struct {
+	Status        int
+	Blocked, Type string
+	Message       string
+}
+
+// Check refuses what no LLM call needs: methods other than GET, HEAD, POST and
+// DELETE, protocol upgrades, and a declared body over maxBody bytes (a body that
+// lies about its length is cut by http.MaxBytesReader later). It returns nil for
+// a request that may go on.
+func Check(r *http.Request, maxBody int64) *Refusal {
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost && r.Method != http.MethodDelete:
+		return &Refusal{http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "method " + Clip(r.Method, 16) + " is not allowed"}
+	case r.Header.Get("Upgrade") != "":
+		return &Refusal{http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "protocol upgrades are not supported by the LLM proxy"}
+	case r.ContentLength > maxBody:
+		return TooLarge(maxBody)
+	}
+	return nil
+}
+
+// TooLarge is the refusal of a request body over maxBody bytes.
+func TooLarge(maxBody int64) *Refusal {
+	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
+}
+
+// NotFound is the refusal of a path the proxy does not serve.
+var NotFound = Refusal{http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only"}
+
+// NoteResponse records LiteLLM's call id and response cost in rec, removes the
+// response headers the sandbox must not see (proxyconf.IsResponseHeaderHidden:
+// the shared key's spend, the deployment behind it), and reports whether the body
+// is an event stream.
+func NoteResponse(resp *http.Response, rec *port.AuditRecord) (streamed bool) {
+	rec.CallID = Clip(resp.Header.Get(HeaderCallID), 256)
+	rec.ResponseCost = Clip(resp.Header.Get(HeaderResponseCost), 64)
+	for name := range resp.Header {
+		if proxyconf.IsResponseHeaderHidden(name) {
+			delete(resp.Header, name)
+		}
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	rec.Streamed = mt == "text/event-stream"
+	return rec.Streamed
+}
+
+// Outcome is what went wrong with a forwarded call, if anything.
+type Outcome struct {
+	// Upstream is the error reaching the upstream before it answered.
+	Upstream error
+	// ClientGone reports that the client left before the upstream answered.
+	ClientGone bool
+	// Response is the error reading the upstream's response body.
+	Response error
+	// Write is the error writing to the client.
+	Write error
+	// Panicked reports a handler that aborted the response.
+	Panicked bool
+	// StreamError is an error the upstream reported inside a 200 response.
+	StreamError string
+}
+
+// Error is the audit record's Error for the outcome: the first cause in the order
+// of the fields, or "" for a call that went through.
+func (o Outcome) Error() string {
+	switch {
+	case o.Upstream != nil && o.ClientGone:
+		return "client went away before the upstream answered: " + o.Upstream.Error()
+	case o.Upstream != nil:
+		return "upstream: " + o.Upstream.Error()
+	case o.Response != nil:
+		return "upstream response cut: " + o.Response.Error()
+	case o.Write != nil:
+		return "client went away: " + o.Write.Error()
+	case o.Panicked:
+		return "response aborted"
+	}
+	return o.StreamError
+}
+
+// ErrorEvent is the audit's summary of an error the upstream reported inside a
+// response: its type and code only, never its message, which may quote the prompt
+// (the audit never holds prompt text).
+func ErrorEvent(typ, code string) string {
+	return "upstream error event (type=" + Clip(typ, 64) + ", code=" + Clip(code, 32) + ")"
+}
+
+// UpstreamFailure is the answer to a call whose upstream could not be reached:
+// 413 when the cause was the request body's limit, else 502.
+func UpstreamFailure(err error, bodyOverLimit bool) (status int, typ, msg string) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || bodyOverLimit {
+		return http.StatusRequestEntityTooLarge, "invalid_request_error", "request body too large"
+	}
+	return http.StatusBadGateway, "upstream_error", "the LLM upstream could not be reached"
+}
+
+// StatusWriter records the status and bytes sent to the client. Unwrap lets
+// http.ResponseController (used by httputil.ReverseProxy to flush) reach the real
+// writer.
+type StatusWriter struct {
+	http.ResponseWriter
+	// Status is the status sent (200 once a body is written without one).
+	Status int
+	// N counts the body bytes written.
+	N int64
+	// Err is the first write error.
+	Err error
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (w *StatusWriter) WriteHeader(code int) {
+	if w.Status == 0 && code >= 200 {
+		w.Status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (w *StatusWriter) Write(b []byte) (int, error) {
+	if w.Status == 0 {
+		w.Status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.N += int64(n)
+	if err != nil && w.Err == nil {
+		w.Err = err
+	}
+	return n, err
+}
+
+// Unwrap returns the underlying ResponseWriter.
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// apiError is the OpenAI/LiteLLM error shape, so agents' SDKs surface the message.
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// WriteError answers with the OpenAI/LiteLLM error shape
+// ({"error":{"message","type","param","code"}}, code the status as a string) and
+// returns the body bytes written.
+func WriteError(w http.ResponseWriter, status int, typ, msg string) int64 {
+	return WriteJSON(w, status, apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: strconv.Itoa(status)}})
+}
+
+// WriteRefusal answers with r as an error and returns the body bytes written.
+func WriteRefusal(w http.ResponseWriter, r *Refusal) int64 {
+	return WriteError(w, r.Status, r.Type, r.Message)
+}
+
+// WriteJSON answers with v as JSON, never cached, and returns the body bytes written.
+func WriteJSON(w http.ResponseWriter, status int, v any) int64 {
+	b, _ := json.Marshal(v)
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	n, _ := w.Write(b)
+	return int64(n)
+}
+
+// Clip cuts s to at most n bytes, for values from the network kept in records.
+func Clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
