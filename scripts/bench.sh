@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${1:-.}
+# The OpenClaw benchmarks run the pinned CLI and gateway (cached after the first install).
+if [ -z "${OPENCLAW_BIN:-}" ]; then
+  eval "$(bash scripts/install-openclaw.sh)"
+  export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
+fi
 
 run() { # package, benchmark regexp, iterations
   if [[ "$2" =~ $filter ]]; then
