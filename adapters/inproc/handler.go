@@ -2,22 +2,15 @@ package inproc
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
 )
-
-// scanLimit bounds the bytes kept per scanned JSON value (a model name, a response id,
-// a usage or error object).
-const scanLimit = 2048
 
 // barePaths are OpenAI API paths that SDKs send without the /v1 prefix when their base
 // URL has none. They (and their sub-paths) are forwarded as /v1/...; see the package doc.
@@ -46,8 +39,8 @@ func upstreamPath(p string) (string, bool) {
 type call struct {
 	start    time.Time
 	rec      port.AuditRecord
-	req      *reqTap
-	resp     *respTap
+	req      *llmproxy.RequestTap
+	resp     *llmproxy.ResponseTap
 	upErr    error
 	clientGo bool // the client went away before the upstream answered
 }
@@ -82,7 +75,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if r.Body != nil && r.Body != http.NoBody {
-		c.req = &reqTap{rc: http.MaxBytesReader(w, r.Body, p.m.cfg.maxRequestBytes), sc: newJSONFields(scanLimit, "model")}
+		c.req = llmproxy.NewRequestTap(http.MaxBytesReader(w, r.Body, p.m.cfg.maxRequestBytes))
 		r.Body = c.req
 	}
 	sw := &llmproxy.StatusWriter{ResponseWriter: w}
@@ -133,12 +126,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	llmproxy.NoteResponse(resp, &c.rec)
-	t := &respTap{rc: resp.Body, p: p, sc: newJSONFields(scanLimit, "id", "usage", "error")}
-	if c.rec.Streamed {
-		t.sse = newSSEFields(t.sc, t.onEvent)
-	}
-	c.resp = t
-	resp.Body = t
+	c.resp = llmproxy.NewResponseTap(resp.Body, c.rec.Streamed, p.addTokens)
+	resp.Body = c.resp
 	return nil
 }
 
@@ -150,7 +139,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		c.upErr = err
 		c.clientGo = r.Context().Err() != nil
 	}
-	status, typ, msg := llmproxy.UpstreamFailure(err, c != nil && c.req != nil && c.req.overLimit())
+	status, typ, msg := llmproxy.UpstreamFailure(err, c != nil && c.req != nil && c.req.OverLimit())
 	llmproxy.WriteError(w, status, typ, msg)
 }
 
@@ -175,133 +164,15 @@ func (p *Proxy) finish(c *call, sw *llmproxy.StatusWriter, v any) {
 	rec.Status = sw.Status
 	rec.RespBytes = sw.N
 	if c.req != nil {
-		rec.ReqBytes, rec.Model = c.req.result()
-	}
-	if t := c.resp; t != nil {
-		if !t.first.IsZero() {
-			rec.TTFB = t.first.Sub(c.start)
-		}
-		if t.sse != nil {
-			t.sse.flush()
-		} else {
-			rec.RequestID = llmproxy.Clip(t.sc.str("id"), 256)
-		}
-		if rec.RequestID == "" {
-			rec.RequestID = llmproxy.Clip(t.firstID, 256)
-		}
+		rec.ReqBytes, rec.Model = c.req.Result()
 	}
 	o := llmproxy.Outcome{Upstream: c.upErr, ClientGone: c.clientGo, Write: sw.Err, Panicked: v != nil}
 	if c.resp != nil {
-		o.Response, o.StreamError = c.resp.err, c.resp.errEvent
+		c.resp.Finish(rec, c.start, &o)
 	}
 	rec.Error = o.Error()
 	if rec.Error != "" {
 		p.log.Warn("inproc: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
 	p.addRecord(*rec, true)
-}
-
-// reqTap counts and scans a request body as the transport reads it (from its own
-// goroutine, hence the lock).
-type reqTap struct {
-	rc io.ReadCloser
-
-	mu      sync.Mutex
-	n       int64
-	sc      *jsonFields
-	tooLong bool
-}
-
-// Read implements io.Reader.
-func (t *reqTap) Read(b []byte) (int, error) {
-	n, err := t.rc.Read(b)
-	t.mu.Lock()
-	t.n += int64(n)
-	t.sc.Write(b[:n])
-	var mbe *http.MaxBytesError
-	if err != nil && errors.As(err, &mbe) {
-		t.tooLong = true
-	}
-	t.mu.Unlock()
-	return n, err
-}
-
-// Close implements io.Closer.
-func (t *reqTap) Close() error { return t.rc.Close() }
-
-func (t *reqTap) result() (int64, string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n, llmproxy.Clip(t.sc.str("model"), 256)
-}
-
-func (t *reqTap) overLimit() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.tooLong
-}
-
-// respTap counts and scans a response body as the ReverseProxy copies it to the client
-// (all in the handler's goroutine).
-type respTap struct {
-	rc        io.ReadCloser
-	p         *Proxy
-	sc        *jsonFields
-	sse       *sseFields
-	first     time.Time
-	err       error
-	firstID   string
-	tokens    int64 // counted against the budget so far
-	haveUsage bool  // a non-streamed body's usage was counted
-	errEvent  string
-}
-
-// Read implements io.Reader.
-func (t *respTap) Read(b []byte) (int, error) {
-	n, err := t.rc.Read(b)
-	if n > 0 {
-		if t.first.IsZero() {
-			t.first = time.Now()
-		}
-		if t.sse != nil {
-			t.sse.Write(b[:n])
-		} else {
-			t.sc.Write(b[:n])
-			if !t.haveUsage {
-				if n, ok := t.sc.tokens(); ok {
-					t.haveUsage = true
-					t.count(n)
-				}
-			}
-		}
-	}
-	if err != nil && err != io.EOF && t.err == nil {
-		t.err = err
-	}
-	return n, err
-}
-
-// Close implements io.Closer.
-func (t *respTap) Close() error { return t.rc.Close() }
-
-// count makes n the call's token total and charges the difference to the run's budget
-// at once, before the bytes that carried it reach the agent: an agent that waits for
-// one answer before the next call cannot slip a call past MaxTokens.
-func (t *respTap) count(n int64) {
-	t.p.addTokens(n - t.tokens)
-	t.tokens = n
-}
-
-// onEvent takes the response id from the first SSE event that has one, the last
-// reported usage (usage is cumulative), and the first error event.
-func (t *respTap) onEvent(sc *jsonFields) {
-	if t.firstID == "" {
-		t.firstID = sc.str("id")
-	}
-	if n, ok := sc.tokens(); ok {
-		t.count(n)
-	}
-	if t.errEvent == "" {
-		t.errEvent = sc.errorSummary()
-	}
 }

@@ -15,10 +15,6 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// scanLineLimit bounds one SSE line or non-streamed body kept for the audit scan
-// (the response id and usage). Longer lines pass through unscanned.
-const scanLineLimit = 256 << 10
-
 // forwardPath reports whether a path (after the token prefix) may be forwarded: a
 // clean /v1/... path (llmproxy.CleanPath), so nothing outside /v1/ upstream can be
 // reached by path tricks.
@@ -34,7 +30,7 @@ type call struct {
 	rest     string
 	start    time.Time
 	rec      port.AuditRecord
-	resp     *respTap
+	resp     *llmproxy.ResponseTap
 	upErr    error
 	clientGo bool
 }
@@ -132,7 +128,7 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	streamed := llmproxy.NoteResponse(resp, &c.rec)
-	c.resp = &respTap{rc: resp.Body, c: c, sse: streamed}
+	c.resp = llmproxy.NewResponseTap(resp.Body, streamed, c.reg.addTokens)
 	resp.Body = c.resp
 	return nil
 }
@@ -164,135 +160,15 @@ func (r *Router) finish(c *call, sw *llmproxy.StatusWriter, v any) {
 	rec.Latency = time.Since(c.start)
 	rec.Status = sw.Status
 	rec.RespBytes = sw.N
-	if t := c.resp; t != nil {
-		t.done()
-		if !t.first.IsZero() {
-			rec.TTFB = t.first.Sub(c.start)
-		}
-		rec.RequestID = llmproxy.Clip(t.id, 256)
-	}
 	o := llmproxy.Outcome{Upstream: c.upErr, ClientGone: c.clientGo, Write: sw.Err, Panicked: v != nil}
 	if c.resp != nil {
-		o.Response, o.StreamError = c.resp.err, c.resp.errEvent
+		c.resp.Finish(rec, c.start, &o)
 	}
 	rec.Error = o.Error()
 	if rec.Error != "" {
 		r.log.Warn("billing: call failed", "run_id", rec.RunID, "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
 	c.reg.leave(*rec, true)
-}
-
-// respTap scans a response body as the ReverseProxy copies it to the client (all in
-// the handler's goroutine): the response id, the reported usage (charged to the
-// run's token budget as soon as it is seen) and an in-stream error.
-type respTap struct {
-	rc       io.ReadCloser
-	c        *call
-	sse      bool
-	first    time.Time
-	err      error
-	line     []byte
-	overflow bool
-	id       string
-	tokens   int64 // charged to the budget so far
-	errEvent string
-	scanned  bool
-}
-
-// Read implements io.Reader.
-func (t *respTap) Read(b []byte) (int, error) {
-	n, err := t.rc.Read(b)
-	if n > 0 {
-		if t.first.IsZero() {
-			t.first = time.Now()
-		}
-		t.write(b[:n])
-	}
-	if err != nil && err != io.EOF && t.err == nil {
-		t.err = err
-	}
-	return n, err
-}
-
-// Close implements io.Closer.
-func (t *respTap) Close() error { return t.rc.Close() }
-
-func (t *respTap) write(b []byte) {
-	if !t.sse {
-		t.keep(b)
-		return
-	}
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			t.keep(b)
-			return
-		}
-		t.keep(b[:i])
-		t.scanLine()
-		b = b[i+1:]
-	}
-}
-
-func (t *respTap) keep(b []byte) {
-	if t.overflow || len(t.line)+len(b) > scanLineLimit {
-		t.overflow = true
-		return
-	}
-	t.line = append(t.line, b...)
-}
-
-// scanLine reads one SSE line ("data: {...}") or, for a plain response, the body.
-func (t *respTap) scanLine() {
-	line, overflow := bytes.TrimSpace(t.line), t.overflow
-	t.line, t.overflow = t.line[:0], false
-	if overflow {
-		return
-	}
-	if t.sse {
-		var ok bool
-		if line, ok = bytes.CutPrefix(line, []byte("data:")); !ok {
-			return
-		}
-		line = bytes.TrimSpace(line)
-	}
-	if len(line) == 0 || line[0] != '{' {
-		return
-	}
-	var ev struct {
-		ID    string `json:"id"`
-		Usage *struct {
-			TotalTokens int64 `json:"total_tokens"`
-		} `json:"usage"`
-		Error *struct {
-			Type string          `json:"type"`
-			Code json.RawMessage `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(line, &ev) != nil {
-		return
-	}
-	if t.id == "" {
-		t.id = ev.ID
-	}
-	if ev.Usage != nil && ev.Usage.TotalTokens > t.tokens {
-		// Usage is cumulative: charge the difference at once, before the bytes that
-		// carried it reach OpenClaw, so the next call already sees the budget.
-		t.c.reg.addTokens(ev.Usage.TotalTokens - t.tokens)
-		t.tokens = ev.Usage.TotalTokens
-	}
-	if ev.Error != nil && t.errEvent == "" {
-		// Never the message: it may quote the prompt.
-		t.errEvent = llmproxy.ErrorEvent(ev.Error.Type, strings.Trim(string(ev.Error.Code), `"`))
-	}
-}
-
-// done scans what is left once the body ended.
-func (t *respTap) done() {
-	if !t.scanned {
-		t.scanned = true
-		t.scanLine()
-	}
 }
 
 func writeJSONStatus(w http.ResponseWriter) {

@@ -1,11 +1,9 @@
-package inproc
+package llmproxy
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
-
-	"github.com/agentsandbox/sandbox/internal/llmproxy"
 )
 
 // jsonFields scans one JSON object incrementally, as bytes pass through the proxy, and
@@ -265,7 +263,7 @@ func (s *jsonFields) errorSummary() string {
 	}
 	_ = json.Unmarshal(raw, &e)
 	code := strings.Trim(string(e.Code), `"`)
-	return llmproxy.ErrorEvent(e.Type, code)
+	return ErrorEvent(e.Type, code)
 }
 
 // sseFields runs a jsonFields over the data of each server-sent event in a stream, as

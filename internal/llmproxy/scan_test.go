@@ -1,4 +1,4 @@
-package inproc
+package llmproxy
 
 import (
 	"encoding/json"

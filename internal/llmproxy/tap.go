@@ -1,0 +1,160 @@
+package llmproxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// scanLimit bounds the bytes kept per scanned JSON value (a model name, a response
+// id, a usage or error object).
+const scanLimit = 2048
+
+// RequestTap counts and scans a request body as the transport reads it (from its
+// own goroutine, hence the lock): its size and "model", without holding the body.
+type RequestTap struct {
+	rc io.ReadCloser
+
+	mu      sync.Mutex
+	n       int64
+	sc      *jsonFields
+	tooLong bool
+}
+
+// NewRequestTap wraps body, which should be an http.MaxBytesReader.
+func NewRequestTap(body io.ReadCloser) *RequestTap {
+	return &RequestTap{rc: body, sc: newJSONFields(scanLimit, "model")}
+}
+
+// Read implements io.Reader.
+func (t *RequestTap) Read(b []byte) (int, error) {
+	n, err := t.rc.Read(b)
+	t.mu.Lock()
+	t.n += int64(n)
+	t.sc.Write(b[:n])
+	var mbe *http.MaxBytesError
+	if err != nil && errors.As(err, &mbe) {
+		t.tooLong = true
+	}
+	t.mu.Unlock()
+	return n, err
+}
+
+// Close implements io.Closer.
+func (t *RequestTap) Close() error { return t.rc.Close() }
+
+// Result returns the bytes read and the request's "model".
+func (t *RequestTap) Result() (int64, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n, Clip(t.sc.str("model"), 256)
+}
+
+// OverLimit reports that the body hit its MaxBytesReader limit.
+func (t *RequestTap) OverLimit() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tooLong
+}
+
+// ResponseTap counts and scans a response body as the ReverseProxy copies it to
+// the client (all in the handler's goroutine): the time of the first byte, the
+// response id, the reported usage and the first in-stream error, for plain JSON
+// responses and server-sent event streams alike, holding at most a few KB per
+// call.
+type ResponseTap struct {
+	rc        io.ReadCloser
+	addTokens func(int64)
+	sc        *jsonFields
+	sse       *sseFields
+	first     time.Time
+	err       error
+	firstID   string
+	tokens    int64 // charged so far
+	haveUsage bool  // a plain body's usage was charged
+	errEvent  string
+}
+
+// NewResponseTap wraps body. addTokens (may be nil) is charged with the call's
+// token usage as soon as the bytes that report it pass, before they reach the
+// client: an agent that waits for one answer before its next call cannot slip a
+// call past a token budget.
+func NewResponseTap(body io.ReadCloser, streamed bool, addTokens func(int64)) *ResponseTap {
+	t := &ResponseTap{rc: body, addTokens: addTokens, sc: newJSONFields(scanLimit, "id", "usage", "error")}
+	if streamed {
+		t.sse = newSSEFields(t.sc, t.onEvent)
+	}
+	return t
+}
+
+// Read implements io.Reader.
+func (t *ResponseTap) Read(b []byte) (int, error) {
+	n, err := t.rc.Read(b)
+	if n > 0 {
+		if t.first.IsZero() {
+			t.first = time.Now()
+		}
+		if t.sse != nil {
+			t.sse.Write(b[:n])
+		} else {
+			t.sc.Write(b[:n])
+			if !t.haveUsage {
+				if n, ok := t.sc.tokens(); ok {
+					t.haveUsage = true
+					t.count(n)
+				}
+			}
+		}
+	}
+	if err != nil && err != io.EOF && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (t *ResponseTap) Close() error { return t.rc.Close() }
+
+// count makes n the call's token total and charges the difference (usage is
+// cumulative across a stream's events).
+func (t *ResponseTap) count(n int64) {
+	if t.addTokens != nil {
+		t.addTokens(n - t.tokens)
+	}
+	t.tokens = n
+}
+
+// onEvent takes the response id from the first SSE event that has one, the last
+// reported usage, and the first error event.
+func (t *ResponseTap) onEvent(sc *jsonFields) {
+	if t.firstID == "" {
+		t.firstID = sc.str("id")
+	}
+	if n, ok := sc.tokens(); ok {
+		t.count(n)
+	}
+	if t.errEvent == "" {
+		t.errEvent = sc.errorSummary()
+	}
+}
+
+// Finish completes rec (time to first byte from start, the response id) and o
+// (a cut response, an in-stream error) once the body has been copied.
+func (t *ResponseTap) Finish(rec *port.AuditRecord, start time.Time, o *Outcome) {
+	if !t.first.IsZero() {
+		rec.TTFB = t.first.Sub(start)
+	}
+	if t.sse != nil {
+		t.sse.flush()
+	} else {
+		rec.RequestID = Clip(t.sc.str("id"), 256)
+	}
+	if rec.RequestID == "" {
+		rec.RequestID = Clip(t.firstID, 256)
+	}
+	o.Response, o.StreamError = t.err, t.errEvent
+}
