@@ -1,8 +1,9 @@
 // Package llmproxy holds what every LLM-forwarding handler of the project shares:
 // the per-run proxy (adapters/inproc) and the shared gateway router
 // (openclaw/billing). One copy of the request checks, the error shape agents'
-// SDKs understand, the response-header hiding and the audit outcome, so the two
-// cannot drift apart on what is refused, hidden or recorded.
+// SDKs understand, the response-header hiding, the body taps that feed the audit
+// and the token budget, and the audit outcome, so the two cannot drift apart on
+// what is refused, hidden, charged or recorded.
 package llmproxy
 
 import (
