@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -205,6 +207,24 @@ func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageF
 	}
 	if res.Usage == nil || res.Usage.Total.Calls != chats || res.Usage.Total.PromptTokens != int64(21*chats) || res.Usage.Total.CompletionTokens != int64(4*chats) {
 		t.Errorf("reconciled usage %+v for %d calls", res.Usage, chats)
+	}
+
+	// LiteLLM refusing the call (a LiteLLM-shaped 400) reaches the host as OpenClaw's
+	// typed CLI error, with the refused call in the proxy's audit.
+	fake.FailNext("/v1/chat/completions", 10, http.StatusBadRequest, litellmtest.ShapeProxy)
+	_, res, runErr = stack.run(ctx, t, porttest.RunID("openclaw-rejected"), attr, openclaw.Files{}, "MARKER=REJECTED hello", false)
+	_, err = openclaw.ParseRun(res.Run, runErr)
+	var ce *openclaw.CLIError
+	if !errors.As(err, &ce) || ce.ExitCode != 1 || !strings.Contains(ce.Message, "LLM request failed") {
+		t.Fatalf("a refused LLM call gave %v (exit %d)\nstdout: %s\nstderr: %s", err, res.Run.ExitCode, tail(res.Run.Stdout), tail(res.Run.Stderr))
+	}
+	if len(res.Audit) == 0 {
+		t.Fatal("the refused call is not in the audit")
+	}
+	for _, rec := range res.Audit {
+		if rec.Status != http.StatusBadRequest || rec.Path != "/v1/chat/completions" {
+			t.Errorf("audit record %+v, want the upstream's 400", rec)
+		}
 	}
 }
 
