@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/proxyconf"
 
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -57,7 +58,7 @@ func New(opts ...Option) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, active: make(map[string]*Proxy)}
 	if cfg.transport == nil {
-		m.ownTransp = newTransport()
+		m.ownTransp = llmproxy.NewTransport()
 		m.cfg.transport = m.ownTransp
 	}
 	return m, nil

@@ -3,11 +3,9 @@ package inproc
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -134,23 +132,5 @@ func WithMaxRequestBytes(n int64) Option {
 		}
 		c.maxRequestBytes = n
 		return nil
-	}
-}
-
-// newTransport is the default upstream transport. It has no ResponseHeaderTimeout: a
-// non-streamed completion sends its headers only when the whole answer is ready.
-// Compression is off so that the audit can read bodies; the proxy also removes the
-// client's Accept-Encoding (otherwise an agent could hide token usage from the budget).
-func newTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          512,
-		MaxIdleConnsPerHost:   128,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
 	}
 }

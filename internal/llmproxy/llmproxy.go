@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"mime"
+	"net"
 	"net/http"
 	"path"
 	"strconv"
+	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
@@ -214,6 +216,27 @@ func WriteJSON(w http.ResponseWriter, status int, v any) int64 {
 	w.WriteHeader(status)
 	n, _ := w.Write(b)
 	return int64(n)
+}
+
+// NewTransport is the default transport to the upstream. It ignores proxy
+// environment variables: the key must not travel through a proxy nobody configured
+// for it. It dials with a 10 s timeout and has no ResponseHeaderTimeout: a
+// non-streamed completion sends its headers only when the whole answer is ready.
+// Compression is off so the taps read bodies as sent; the handlers also remove the
+// client's Accept-Encoding (otherwise an agent could hide token usage from the
+// budget).
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
 }
 
 // Clip cuts s to at most n bytes, for values from the network kept in records.

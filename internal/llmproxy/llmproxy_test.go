@@ -143,3 +143,18 @@ func TestUpstreamFailure(t *testing.T) {
 		t.Errorf("unreachable gave %d %s", s, typ)
 	}
 }
+
+// The key must never go through a proxy taken from the environment, and the taps
+// must see bodies as the upstream sent them.
+func TestNewTransportIgnoresProxyEnvironment(t *testing.T) {
+	t.Setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+	t.Setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+	tr := NewTransport()
+	if tr.Proxy != nil {
+		u, _ := tr.Proxy(httptest.NewRequest(http.MethodPost, "https://litellm.example/v1/chat/completions", nil))
+		t.Errorf("transport uses a proxy: %v", u)
+	}
+	if !tr.DisableCompression || tr.ResponseHeaderTimeout != 0 {
+		t.Errorf("compression off %v, response header timeout %v", tr.DisableCompression, tr.ResponseHeaderTimeout)
+	}
+}

@@ -26,7 +26,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		logger:          slog.New(slog.DiscardHandler),
-		transport:       http.DefaultTransport,
+		transport:       nil, // llmproxy.NewTransport, owned by the Router
 		maxRequestBytes: DefaultMaxRequestBytes,
 	}
 }
@@ -42,7 +42,9 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithTransport sets the transport to the upstream (default http.DefaultTransport).
+// WithTransport sets the transport to the upstream. The default ignores proxy
+// environment variables (the key must not travel through a proxy nobody configured),
+// dials with a 10 s timeout and never times out a slow response.
 func WithTransport(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {

@@ -81,6 +81,8 @@ type Router struct {
 	apiKey   string
 	log      *slog.Logger
 	rp       *httputil.ReverseProxy
+	// ownTransp is the default transport, closed on Shutdown; nil with WithTransport.
+	ownTransp *http.Transport
 
 	mu           sync.Mutex
 	byToken      map[string]*Registration
@@ -123,6 +125,10 @@ func NewRouter(upstream, apiKey string, opts ...Option) (*Router, error) {
 		cfg: cfg, upstream: u, apiKey: apiKey, log: cfg.logger,
 		byToken: map[string]*Registration{},
 		byRun:   map[runKey]*Registration{},
+	}
+	if cfg.transport == nil {
+		r.ownTransp = llmproxy.NewTransport()
+		cfg.transport = r.ownTransp
 	}
 	errLog := slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)
 	r.rp = &httputil.ReverseProxy{
@@ -249,6 +255,9 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
+	if r.ownTransp != nil {
+		defer r.ownTransp.CloseIdleConnections()
+	}
 	if err := r.srv.Shutdown(ctx); err != nil {
 		_ = r.srv.Close()
 		return fmt.Errorf("billing: shutdown: %w", err)
