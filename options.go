@@ -25,14 +25,14 @@ type LLM struct {
 func WithLLM(l LLM) Option {
 	return func(s *Sandbox) error {
 		if l.Proxy == nil {
-			return port.Invalid("llm: proxy manager is nil")
+			return port.Invalidf("llm: proxy manager is nil")
 		}
 		u, err := url.Parse(l.Upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-			return port.Invalid("llm: upstream %q is not an http(s) URL without credentials", l.Upstream)
+			return port.Invalidf("llm: upstream %q is not an http(s) URL without credentials", l.Upstream)
 		}
 		if err := proxyconf.ValidateValue("llm api key", l.APIKey); err != nil || l.APIKey == "" {
-			return port.Invalid("llm: api key is empty or not printable ASCII")
+			return port.Invalidf("llm: api key is empty or not printable ASCII")
 		}
 		s.llm = &l
 		return nil
@@ -44,7 +44,7 @@ func WithLLM(l LLM) Option {
 func WithReconciler(r port.SpendReconciler) Option {
 	return func(s *Sandbox) error {
 		if r == nil {
-			return port.Invalid("reconciler is nil")
+			return port.Invalidf("reconciler is nil")
 		}
 		s.reconciler = r
 		return nil
@@ -55,7 +55,7 @@ func WithReconciler(r port.SpendReconciler) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Sandbox) error {
 		if l == nil {
-			return port.Invalid("logger is nil")
+			return port.Invalidf("logger is nil")
 		}
 		s.logger = l
 		return nil

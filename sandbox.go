@@ -38,7 +38,7 @@ type Sandbox struct {
 // New returns a Sandbox running agents on runner. It does no I/O.
 func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 	if runner == nil {
-		return nil, port.Invalid("runner is nil")
+		return nil, port.Invalidf("runner is nil")
 	}
 	s := &Sandbox{runner: runner, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -134,7 +134,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	if req.Reconcile && (s.reconciler == nil || s.llm == nil) {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalid("reconcile asked for, but no reconciler or LLM access is configured"))
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
 	}
 	spec := port.RunSpec{
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
@@ -150,7 +150,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	if req.WorkspaceDir == "" {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalid("workspace dir is required"))
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("workspace dir is required"))
 	}
 	// Missing host directories are bad input: refuse them before a proxy holds the key.
 	if err := spec.CheckHostPaths(); err != nil {
@@ -241,14 +241,14 @@ func writeMessages(workspace string, msgs []Message) error {
 	}
 	b, err := json.Marshal(msgs)
 	if err != nil {
-		return port.Invalid("messages: %v", err)
+		return port.Invalidf("messages: %v", err)
 	}
 	if len(b) > maxMessages {
-		return port.Invalid("messages are %d bytes, over the limit of %d", len(b), maxMessages)
+		return port.Invalidf("messages are %d bytes, over the limit of %d", len(b), maxMessages)
 	}
 	root, err := os.OpenRoot(workspace)
 	if err != nil {
-		return port.Invalid("workspace: %v", err)
+		return port.Invalidf("workspace: %v", err)
 	}
 	defer root.Close()
 	if err := root.MkdirAll(".cogni", 0o755); err != nil {

@@ -47,10 +47,10 @@ func WithBaseURL(raw string) Option {
 	return func(c *config) error {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return port.Invalid("base url %q is not an absolute http(s) URL", raw)
+			return port.Invalidf("base url %q is not an absolute http(s) URL", raw)
 		}
 		if u.RawQuery != "" || u.Fragment != "" {
-			return port.Invalid("base url %q has a query or fragment", raw)
+			return port.Invalidf("base url %q has a query or fragment", raw)
 		}
 		c.baseURL = raw
 		return nil
@@ -61,7 +61,7 @@ func WithBaseURL(raw string) Option {
 func WithMasterKey(key string) Option {
 	return func(c *config) error {
 		if key == "" || strings.ContainsAny(key, "\r\n") {
-			return port.Invalid("master key is empty or has a line break")
+			return port.Invalidf("master key is empty or has a line break")
 		}
 		c.masterKey = key
 		return nil
@@ -73,7 +73,7 @@ func WithMasterKey(key string) Option {
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {
-			return port.Invalid("nil http client")
+			return port.Invalidf("nil http client")
 		}
 		c.hc = hc
 		return nil
@@ -95,10 +95,10 @@ func WithLogger(l *slog.Logger) Option {
 func WithRetry(max int, minWait, maxWait time.Duration) Option {
 	return func(c *config) error {
 		if max < 0 || max > 100 {
-			return port.Invalid("retry max %d out of range [0, 100]", max)
+			return port.Invalidf("retry max %d out of range [0, 100]", max)
 		}
 		if minWait <= 0 || maxWait < minWait {
-			return port.Invalid("retry waits must satisfy 0 < min (%s) <= max (%s)", minWait, maxWait)
+			return port.Invalidf("retry waits must satisfy 0 < min (%s) <= max (%s)", minWait, maxWait)
 		}
 		c.retryMax, c.minWait, c.maxWait = max, minWait, maxWait
 		return nil
@@ -114,10 +114,10 @@ func New(opts ...Option) (*Client, error) {
 		}
 	}
 	if cfg.baseURL == "" {
-		return nil, &port.OpError{Op: "litellm.New", Err: port.Invalid("base url is required (WithBaseURL)")}
+		return nil, &port.OpError{Op: "litellm.New", Err: port.Invalidf("base url is required (WithBaseURL)")}
 	}
 	if cfg.masterKey == "" {
-		return nil, &port.OpError{Op: "litellm.New", Err: port.Invalid("master key is required (WithMasterKey)")}
+		return nil, &port.OpError{Op: "litellm.New", Err: port.Invalidf("master key is required (WithMasterKey)")}
 	}
 	base, _ := url.Parse(cfg.baseURL)
 	base.Path = strings.TrimRight(base.Path, "/")
@@ -200,7 +200,7 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, fn func
 	u.RawQuery = query.Encode()
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return port.Invalid("request: %v", err)
+		return port.Invalidf("request: %v", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Accept", "application/json")

@@ -199,7 +199,7 @@ type Customer struct {
 // *APIError matching port.ErrNotFound.
 func (c *Client) CustomerInfo(ctx context.Context, endUserID string) (*Customer, error) {
 	if endUserID == "" {
-		return nil, port.Invalid("empty end user id")
+		return nil, port.Invalidf("empty end user id")
 	}
 	var cu Customer
 	err := c.get(ctx, "/customer/info", map[string][]string{"end_user_id": {endUserID}}, func(body []byte) error {

@@ -46,7 +46,7 @@ type reconcilerConfig struct {
 func WithPollInterval(min, max time.Duration) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if min <= 0 || max < min {
-			return port.Invalid("poll interval must satisfy 0 < min (%s) <= max (%s)", min, max)
+			return port.Invalidf("poll interval must satisfy 0 < min (%s) <= max (%s)", min, max)
 		}
 		c.minPoll, c.maxPoll = min, max
 		return nil
@@ -58,7 +58,7 @@ func WithPollInterval(min, max time.Duration) ReconcilerOption {
 func WithClockSkew(d time.Duration) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if d < 0 || d > 24*time.Hour {
-			return port.Invalid("clock skew %s out of range [0, 24h]", d)
+			return port.Invalidf("clock skew %s out of range [0, 24h]", d)
 		}
 		c.skew = d
 		return nil
@@ -69,7 +69,7 @@ func WithClockSkew(d time.Duration) ReconcilerOption {
 func WithPageSize(n int) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if n < 1 || n > MaxPageSize {
-			return port.Invalid("page size %d out of range [1, %d]", n, MaxPageSize)
+			return port.Invalidf("page size %d out of range [1, %d]", n, MaxPageSize)
 		}
 		c.pageSize = n
 		return nil
@@ -88,7 +88,7 @@ func WithReconcilerLogger(l *slog.Logger) ReconcilerOption {
 // port.ErrInvalidSpec.
 func NewReconciler(c *Client, opts ...ReconcilerOption) (*Reconciler, error) {
 	if c == nil {
-		return nil, &port.OpError{Op: "litellm.NewReconciler", Err: port.Invalid("nil client")}
+		return nil, &port.OpError{Op: "litellm.NewReconciler", Err: port.Invalidf("nil client")}
 	}
 	cfg := reconcilerConfig{minPoll: time.Second, maxPoll: 15 * time.Second, skew: 2 * time.Minute, pageSize: MaxPageSize}
 	for _, o := range opts {
@@ -132,10 +132,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 		return nil, fail(err)
 	}
 	if req.Attempt < 0 {
-		return nil, fail(port.Invalid("attempt %d is negative", req.Attempt))
+		return nil, fail(port.Invalidf("attempt %d is negative", req.Attempt))
 	}
 	if !req.Since.IsZero() && !req.Until.IsZero() && req.Until.Before(req.Since) {
-		return nil, fail(port.Invalid("run ends (%s) before it starts (%s)", req.Until, req.Since))
+		return nil, fail(port.Invalidf("run ends (%s) before it starts (%s)", req.Until, req.Since))
 	}
 	st := &run{req: req, ids: map[string]int{}, runBytes: []byte(req.RunID)}
 	for _, c := range req.Calls {

@@ -212,17 +212,17 @@ type SpendLogsQuery struct {
 
 func (q *SpendLogsQuery) values() (url.Values, int, error) {
 	if q.Start.IsZero() || q.End.IsZero() {
-		return nil, 0, port.Invalid("spend logs query needs Start and End")
+		return nil, 0, port.Invalidf("spend logs query needs Start and End")
 	}
 	if q.End.Before(q.Start) {
-		return nil, 0, port.Invalid("spend logs query ends (%s) before it starts (%s)", q.End, q.Start)
+		return nil, 0, port.Invalidf("spend logs query ends (%s) before it starts (%s)", q.End, q.Start)
 	}
 	size := q.PageSize
 	if size == 0 {
 		size = MaxPageSize
 	}
 	if size < 1 || size > MaxPageSize {
-		return nil, 0, port.Invalid("page size %d out of range [1, %d]", size, MaxPageSize)
+		return nil, 0, port.Invalidf("page size %d out of range [1, %d]", size, MaxPageSize)
 	}
 	start := q.Start.UTC().Truncate(time.Second)
 	end := q.End.UTC()
@@ -352,7 +352,7 @@ func (c *Client) SpendLogsV2(ctx context.Context, q SpendLogsQuery) ([]SpendLog,
 func (c *Client) SpendLogsByRequestID(ctx context.Context, requestID string) (*SpendLog, error) {
 	const path = "/spend/logs"
 	if requestID == "" {
-		return nil, port.Invalid("empty request id")
+		return nil, port.Invalidf("empty request id")
 	}
 	var found *SpendLog
 	err := c.get(ctx, path, url.Values{"request_id": {requestID}}, func(body []byte) error {

@@ -76,21 +76,21 @@ func (o OneShot) validate() error {
 		return fmt.Errorf("openclaw one-shot session id: %w", err)
 	}
 	if !agentIDRE.MatchString(o.AgentID) {
-		return port.Invalid("openclaw one-shot agent id %q must match %s", o.AgentID, agentIDRE)
+		return port.Invalidf("openclaw one-shot agent id %q must match %s", o.AgentID, agentIDRE)
 	}
 	if o.Timeout < time.Second || o.Timeout > 48*time.Hour {
-		return port.Invalid("openclaw one-shot timeout %v is not in [1s, 48h]", o.Timeout)
+		return port.Invalidf("openclaw one-shot timeout %v is not in [1s, 48h]", o.Timeout)
 	}
 	if o.Model != "" && (!strings.Contains(o.Model, "/") || strings.HasPrefix(o.Model, "-") || strings.ContainsAny(o.Model, " \t\r\n\x00")) {
-		return port.Invalid("openclaw one-shot model %q is not \"<provider>/<model id>\"", o.Model)
+		return port.Invalidf("openclaw one-shot model %q is not \"<provider>/<model id>\"", o.Model)
 	}
 	for i, a := range o.Command {
 		if a == "" || strings.ContainsRune(a, 0) {
-			return port.Invalid("openclaw one-shot command[%d] is empty or has a NUL byte", i)
+			return port.Invalidf("openclaw one-shot command[%d] is empty or has a NUL byte", i)
 		}
 	}
 	if !path.IsAbs(o.Workspace) {
-		return port.Invalid("openclaw one-shot workspace %q is not absolute", o.Workspace)
+		return port.Invalidf("openclaw one-shot workspace %q is not absolute", o.Workspace)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func (o OneShot) Apply(spec *port.RunSpec) error {
 	}
 	o = o.withDefaults()
 	if limit := spec.WithDefaults().Limits.Timeout; limit <= o.Timeout {
-		return port.Invalid("openclaw one-shot timeout %v must be below the sandbox time limit %v", o.Timeout, limit)
+		return port.Invalidf("openclaw one-shot timeout %v must be below the sandbox time limit %v", o.Timeout, limit)
 	}
 	if spec.Env == nil {
 		spec.Env = map[string]string{}
@@ -187,22 +187,22 @@ func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string
 		return err
 	}
 	if cfg == nil {
-		return port.Invalid("openclaw one-shot: config is nil")
+		return port.Invalidf("openclaw one-shot: config is nil")
 	}
 	if cfg.Gateway() {
-		return port.Invalid("openclaw one-shot: the config is for gateway mode; a gateway never runs in a one-shot sandbox")
+		return port.Invalidf("openclaw one-shot: the config is for gateway mode; a gateway never runs in a one-shot sandbox")
 	}
 	if ws, _ := cfg.Lookup("agents.defaults.workspace"); ws != path.Clean(o.Workspace) {
-		return port.Invalid("openclaw one-shot: config workspace %v is not the one-shot's %q", ws, o.Workspace)
+		return port.Invalidf("openclaw one-shot: config workspace %v is not the one-shot's %q", ws, o.Workspace)
 	}
 	if _, ok := cfg.Lookup("agents.entries." + o.AgentID); !ok {
-		return port.Invalid("openclaw one-shot: agent %q is not in the config", o.AgentID)
+		return port.Invalidf("openclaw one-shot: agent %q is not in the config", o.AgentID)
 	}
 	if err := checkPrompt(prompt); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
-		return port.Invalid("openclaw one-shot: workspace %q is not an existing directory", hostDir)
+		return port.Invalidf("openclaw one-shot: workspace %q is not an existing directory", hostDir)
 	}
 	if _, err := files.render(); err != nil { // before anything is written
 		return err
@@ -232,10 +232,10 @@ func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string
 
 func checkPrompt(p string) error {
 	if strings.TrimSpace(p) == "" {
-		return port.Invalid("openclaw prompt is blank")
+		return port.Invalidf("openclaw prompt is blank")
 	}
 	if len(p) > MaxPromptBytes {
-		return port.Invalid("openclaw prompt is %d bytes, over the limit of %d", len(p), MaxPromptBytes)
+		return port.Invalidf("openclaw prompt is %d bytes, over the limit of %d", len(p), MaxPromptBytes)
 	}
 	return checkText("prompt", p, MaxPromptBytes)
 }

@@ -45,7 +45,7 @@ func WriteWorkspace(dir string, f Files) error {
 		return err
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return port.Invalid("openclaw workspace %q is not an existing directory", dir)
+		return port.Invalidf("openclaw workspace %q is not an existing directory", dir)
 	}
 	for _, w := range files {
 		if w.text == "" {
@@ -81,13 +81,13 @@ func (f Files) render() ([]namedText, error) {
 
 func checkText(name, text string, maxUnits int) error {
 	if !utf8.ValidString(text) {
-		return port.Invalid("openclaw %s is not valid UTF-8", name)
+		return port.Invalidf("openclaw %s is not valid UTF-8", name)
 	}
 	if strings.ContainsRune(text, 0) {
-		return port.Invalid("openclaw %s contains a NUL byte", name)
+		return port.Invalidf("openclaw %s contains a NUL byte", name)
 	}
 	if n := utf16Len(text); n > maxUnits {
-		return port.Invalid("openclaw %s is %d characters, over the limit of %d", name, n, maxUnits)
+		return port.Invalidf("openclaw %s is %d characters, over the limit of %d", name, n, maxUnits)
 	}
 	return nil
 }

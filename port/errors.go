@@ -1,63 +1,38 @@
 package port
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/agentsandbox/sandbox/errdefs"
 
-// Sentinel errors. Adapters wrap them (usually inside an *OpError) so callers can
-// branch with errors.Is without knowing which adapter is in use.
+// Sentinel errors, re-exported from errdefs so code written against the ports needs
+// one import. Each is the same value as its errdefs namesake.
 var (
 	// ErrInvalidSpec reports input rejected before any resource was created.
-	ErrInvalidSpec = errors.New("invalid spec")
+	ErrInvalidSpec = errdefs.ErrInvalidSpec
 	// ErrNotFound reports a missing resource (image, container, volume, run).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errdefs.ErrNotFound
 	// ErrUnavailable reports that a backing service (daemon, proxy, LiteLLM) could not be reached.
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = errdefs.ErrUnavailable
 	// ErrUnsupported reports a capability the adapter does not have.
-	ErrUnsupported = errors.New("unsupported")
+	ErrUnsupported = errdefs.ErrUnsupported
 	// ErrClosed reports use of a resource after it was stopped or closed.
-	ErrClosed = errors.New("closed")
+	ErrClosed = errdefs.ErrClosed
 
 	// ErrTimeout reports a run killed because its time limit or context ended.
-	ErrTimeout = errors.New("timeout")
+	ErrTimeout = errdefs.ErrTimeout
 	// ErrOOMKilled reports a run killed by the kernel for exceeding its memory limit.
-	ErrOOMKilled = errors.New("oom killed")
-	// ErrContainerFailed reports a container that could not be created or started
-	// (missing image, bad entrypoint, runtime refusal).
-	ErrContainerFailed = errors.New("container failed")
+	ErrOOMKilled = errdefs.ErrOOMKilled
+	// ErrContainerFailed reports a container that could not be created or started.
+	ErrContainerFailed = errdefs.ErrContainerFailed
 	// ErrInternal reports any other failure of the adapter or its backend.
-	ErrInternal = errors.New("internal error")
+	ErrInternal = errdefs.ErrInternal
 
 	// ErrBudgetExceeded reports a per-run LLM call or token budget that was used up.
-	ErrBudgetExceeded = errors.New("budget exceeded")
+	ErrBudgetExceeded = errdefs.ErrBudgetExceeded
 	// ErrUnattributed reports audited LLM calls that could not be matched to billing rows.
-	ErrUnattributed = errors.New("unattributed calls")
+	ErrUnattributed = errdefs.ErrUnattributed
 )
 
-// OpError records a failed operation of an adapter: which operation, on which run,
-// and why. It unwraps to its cause, so errors.Is(err, ErrInvalidSpec) and friends work.
-type OpError struct {
-	// Op is the operation, e.g. "docker.RunOnce" or "inproc.Start".
-	Op string
-	// RunID is the run the operation was for, if any.
-	RunID string
-	// Err is the cause; it usually wraps one of the package sentinels.
-	Err error
-}
+// OpError records a failed operation of an adapter; see errdefs.OpError.
+type OpError = errdefs.OpError
 
-// Error implements error.
-func (e *OpError) Error() string {
-	if e.RunID != "" {
-		return fmt.Sprintf("%s (run %s): %v", e.Op, e.RunID, e.Err)
-	}
-	return fmt.Sprintf("%s: %v", e.Op, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *OpError) Unwrap() error { return e.Err }
-
-// Invalid returns an error wrapping ErrInvalidSpec with a reason.
-func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
-}
+// Invalidf returns an error wrapping ErrInvalidSpec with a formatted reason.
+func Invalidf(format string, args ...any) error { return errdefs.Invalidf(format, args...) }

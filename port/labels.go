@@ -47,11 +47,11 @@ var (
 func ValidateRunID(id string) error {
 	switch {
 	case id == "":
-		return Invalid("run id is empty")
+		return Invalidf("run id is empty")
 	case len(id) > MaxRunIDLen:
-		return Invalid("run id is %d bytes, over the limit of %d", len(id), MaxRunIDLen)
+		return Invalidf("run id is %d bytes, over the limit of %d", len(id), MaxRunIDLen)
 	case !runIDRe.MatchString(id):
-		return Invalid("run id %q has characters outside [A-Za-z0-9_.-] or does not start with a letter or digit", id)
+		return Invalidf("run id %q has characters outside [A-Za-z0-9_.-] or does not start with a letter or digit", id)
 	}
 	return nil
 }
@@ -59,7 +59,7 @@ func ValidateRunID(id string) error {
 // ValidateOwner checks an owner label value with the same rules as run IDs.
 func ValidateOwner(owner string) error {
 	if err := ValidateRunID(owner); err != nil {
-		return Invalid("owner: %v", strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
+		return Invalidf("owner: %v", strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
 	}
 	return nil
 }
@@ -68,13 +68,13 @@ func ValidateOwner(owner string) error {
 func ValidateLabels(labels map[string]string) error {
 	for k, v := range labels {
 		if strings.HasPrefix(k, LabelPrefix) {
-			return Invalid("label %q uses the reserved prefix %q", k, LabelPrefix)
+			return Invalidf("label %q uses the reserved prefix %q", k, LabelPrefix)
 		}
 		if len(k) > 128 || !labelRe.MatchString(k) {
-			return Invalid("label key %q is not of the form [A-Za-z0-9][A-Za-z0-9_./-]{0,127}", k)
+			return Invalidf("label key %q is not of the form [A-Za-z0-9][A-Za-z0-9_./-]{0,127}", k)
 		}
 		if len(v) > 1024 || strings.ContainsAny(v, "\x00\r\n") {
-			return Invalid("label %q has a value over 1024 bytes or with control characters", k)
+			return Invalidf("label %q has a value over 1024 bytes or with control characters", k)
 		}
 	}
 	return nil
@@ -98,14 +98,14 @@ func ResourceLabels(owner, runID, kind string, extra map[string]string, now time
 // as the runners' bridge options require. Errors wrap ErrInvalidSpec.
 func ValidateBridge(path string) error {
 	if !filepath.IsAbs(path) {
-		return Invalid("bridge path %q is not absolute", path)
+		return Invalidf("bridge path %q is not absolute", path)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return Invalid("bridge binary: %v", err)
+		return Invalidf("bridge binary: %v", err)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return Invalid("bridge binary %s is not an executable file", path)
+		return Invalidf("bridge binary %s is not an executable file", path)
 	}
 	return nil
 }

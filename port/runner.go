@@ -233,50 +233,50 @@ func (s RunSpec) Validate() error {
 		return err
 	}
 	if s.Image == "" || strings.ContainsAny(s.Image, " \t\r\n\x00") {
-		return Invalid("image %q is empty or has whitespace", s.Image)
+		return Invalidf("image %q is empty or has whitespace", s.Image)
 	}
 	for i, a := range s.Argv {
 		if strings.ContainsRune(a, 0) {
-			return Invalid("argv[%d] contains a NUL byte", i)
+			return Invalidf("argv[%d] contains a NUL byte", i)
 		}
 	}
 	for k, v := range s.Env {
 		if !envKeyRe.MatchString(k) {
-			return Invalid("env key %q is not a valid variable name", k)
+			return Invalidf("env key %q is not a valid variable name", k)
 		}
 		if strings.ContainsRune(v, 0) {
-			return Invalid("env %s contains a NUL byte", k)
+			return Invalidf("env %s contains a NUL byte", k)
 		}
 	}
 	if s.WorkspaceDir != "" && !path.IsAbs(s.WorkspaceDir) {
-		return Invalid("workspace dir %q is not absolute", s.WorkspaceDir)
+		return Invalidf("workspace dir %q is not absolute", s.WorkspaceDir)
 	}
 	for i, m := range s.Mounts {
 		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
-			return Invalid("mount %d: source and target must be absolute", i)
+			return Invalidf("mount %d: source and target must be absolute", i)
 		}
 		t := path.Clean(m.Target)
 		if t == "/" || t == WorkspacePath || t == LLMSocketDir || strings.HasPrefix(t, "/proc") || strings.HasPrefix(t, "/sys") || strings.HasPrefix(t, "/dev") {
-			return Invalid("mount %d: target %q is reserved", i, m.Target)
+			return Invalidf("mount %d: target %q is reserved", i, m.Target)
 		}
 	}
 	if !userRe.MatchString(s.User) {
-		return Invalid("user %q is not numeric uid[:gid]", s.User)
+		return Invalidf("user %q is not numeric uid[:gid]", s.User)
 	}
 	if uid, _, _ := strings.Cut(s.User, ":"); strings.TrimLeft(uid, "0") == "" {
-		return Invalid("user %q is root; sandboxes never run as root", s.User)
+		return Invalidf("user %q is root; sandboxes never run as root", s.User)
 	}
 	if s.Limits.Timeout < 0 || s.Limits.MemoryBytes < 6<<20 || s.Limits.PIDs < 1 || s.Limits.NanoCPUs < 0 || s.Limits.TmpfsBytes < 0 {
-		return Invalid("limits out of range (memory must be at least 6 MiB, pids at least 1)")
+		return Invalidf("limits out of range (memory must be at least 6 MiB, pids at least 1)")
 	}
 	if s.LLM != nil && (s.LLM.HostDir == "") == (s.LLM.Volume == "") {
-		return Invalid("llm socket: exactly one of HostDir and Volume must be set")
+		return Invalidf("llm socket: exactly one of HostDir and Volume must be set")
 	}
 	if s.LLM != nil && s.LLM.HostDir != "" && !path.IsAbs(s.LLM.HostDir) {
-		return Invalid("llm socket dir %q is not absolute", s.LLM.HostDir)
+		return Invalidf("llm socket dir %q is not absolute", s.LLM.HostDir)
 	}
 	if s.OutputLimit < 0 {
-		return Invalid("output limit is negative")
+		return Invalidf("output limit is negative")
 	}
 	return ValidateLabels(s.Labels)
 }
@@ -306,10 +306,10 @@ func (s RunSpec) CheckHostPaths() error {
 func checkDir(what, p string) error {
 	fi, err := os.Stat(p)
 	if err != nil {
-		return Invalid("%s: %v", what, err)
+		return Invalidf("%s: %v", what, err)
 	}
 	if !fi.IsDir() {
-		return Invalid("%s %s is not a directory", what, p)
+		return Invalidf("%s %s is not a directory", what, p)
 	}
 	return nil
 }

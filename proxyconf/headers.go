@@ -76,11 +76,11 @@ var keyRe = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]+$`)
 // ASCII (no CR, LF, NUL or other control characters). Errors wrap port.ErrInvalidSpec.
 func ValidateValue(field, v string) error {
 	if len(v) > MaxValueLen {
-		return port.Invalid("%s is %d bytes, over the limit of %d", field, len(v), MaxValueLen)
+		return port.Invalidf("%s is %d bytes, over the limit of %d", field, len(v), MaxValueLen)
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < 0x20 || c > 0x7e {
-			return port.Invalid("%s has a control or non-ASCII byte 0x%02x at offset %d", field, c, i)
+			return port.Invalidf("%s has a control or non-ASCII byte 0x%02x at offset %d", field, c, i)
 		}
 	}
 	return nil
@@ -93,14 +93,14 @@ func NewPolicy(spec port.ProxySpec) (*Policy, error) {
 		return nil, err
 	}
 	if spec.Attempt < 0 || spec.Attempt > 1_000_000 {
-		return nil, port.Invalid("attempt %d out of range", spec.Attempt)
+		return nil, port.Invalidf("attempt %d out of range", spec.Attempt)
 	}
 	if spec.APIKey == "" || len(spec.APIKey) > MaxKeyLen || !keyRe.MatchString(spec.APIKey) {
-		return nil, port.Invalid("api key is empty, longer than %d bytes, or has characters outside [A-Za-z0-9._~+/=-]", MaxKeyLen)
+		return nil, port.Invalidf("api key is empty, longer than %d bytes, or has characters outside [A-Za-z0-9._~+/=-]", MaxKeyLen)
 	}
 	a := spec.Attribution
 	if a.BillingAccountID == "" {
-		return nil, port.Invalid("billing account id is required")
+		return nil, port.Invalidf("billing account id is required")
 	}
 	for _, f := range []struct{ name, v string }{
 		{"billing account id", a.BillingAccountID}, {"user id", a.UserID}, {"graph id", a.GraphID},
@@ -115,10 +115,10 @@ func NewPolicy(spec port.ProxySpec) (*Policy, error) {
 		ExistingTraceID: a.ExistingTraceID, SessionID: a.SessionID, TraceUserID: a.TraceUserID,
 	})
 	if err != nil {
-		return nil, port.Invalid("metadata: %v", err)
+		return nil, port.Invalidf("metadata: %v", err)
 	}
 	if len(md) > MaxMetadataJSON {
-		return nil, port.Invalid("spend logs metadata is %d bytes, over the limit of %d", len(md), MaxMetadataJSON)
+		return nil, port.Invalidf("spend logs metadata is %d bytes, over the limit of %d", len(md), MaxMetadataJSON)
 	}
 	return &Policy{
 		runID: spec.RunID,

@@ -209,7 +209,7 @@ func RenderNginx(cfg NginxConfig) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := nginxTemplate.Execute(&buf, d); err != nil {
 		// Only a value that escaped validation gets here; refuse it all the same.
-		return nil, port.Invalid("nginx config: %v", err)
+		return nil, port.Invalidf("nginx config: %v", err)
 	}
 	return buf.Bytes(), nil
 }
@@ -217,7 +217,7 @@ func RenderNginx(cfg NginxConfig) ([]byte, error) {
 func (cfg NginxConfig) data() (*nginxData, error) {
 	p := cfg.Policy
 	if p == nil || p.runID == "" || len(p.injected) == 0 {
-		return nil, port.Invalid("nginx config: a policy from NewPolicy is required")
+		return nil, port.Invalidf("nginx config: a policy from NewPolicy is required")
 	}
 	if err := port.ValidateRunID(p.runID); err != nil {
 		return nil, err
@@ -231,12 +231,12 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 	}
 	for _, h := range d.Injected {
 		if !headerNameRe.MatchString(h.Name) {
-			return nil, port.Invalid("nginx config: header name %q", h.Name)
+			return nil, port.Invalidf("nginx config: header name %q", h.Name)
 		}
 		if h.Name == HeaderSpendLogsMetadata {
 			var md SpendLogsMetadata
 			if err := json.Unmarshal([]byte(h.Value), &md); err != nil {
-				return nil, port.Invalid("nginx config: spend logs metadata: %v", err)
+				return nil, port.Invalidf("nginx config: spend logs metadata: %v", err)
 			}
 			d.Attempt = md.Attempt
 		}
@@ -246,7 +246,7 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 		RunID  string `json:"run_id"`
 	}{"ok", p.runID})
 	if err != nil {
-		return nil, port.Invalid("nginx config: health body: %v", err)
+		return nil, port.Invalidf("nginx config: health body: %v", err)
 	}
 	d.HealthBody = string(health) + "\n"
 
@@ -287,7 +287,7 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 	case cfg.MaxBodyBytes == 0:
 		d.MaxBodyBytes = DefaultMaxBodyBytes
 	case cfg.MaxBodyBytes < 0:
-		return nil, port.Invalid("nginx config: max body bytes %d is negative", cfg.MaxBodyBytes)
+		return nil, port.Invalidf("nginx config: max body bytes %d is negative", cfg.MaxBodyBytes)
 	default:
 		d.MaxBodyBytes = cfg.MaxBodyBytes
 	}
@@ -297,14 +297,14 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 	}
 	if d.TLS {
 		if cfg.UpstreamCAFile == "" {
-			return nil, port.Invalid("nginx config: an https upstream needs UpstreamCAFile to verify its certificate")
+			return nil, port.Invalidf("nginx config: an https upstream needs UpstreamCAFile to verify its certificate")
 		}
 		if err := validatePath("upstream CA file", cfg.UpstreamCAFile); err != nil {
 			return nil, err
 		}
 		d.CAFile = cfg.UpstreamCAFile
 	} else if cfg.UpstreamCAFile != "" {
-		return nil, port.Invalid("nginx config: UpstreamCAFile is set but the upstream %q is not https", cfg.Upstream)
+		return nil, port.Invalidf("nginx config: UpstreamCAFile is set but the upstream %q is not https", cfg.Upstream)
 	}
 	return d, nil
 }
@@ -320,7 +320,7 @@ var (
 // read as a variable, a quote or a directive boundary.
 func validatePath(field, p string) error {
 	if len(p) > 1024 || !safePathRe.MatchString(p) || path.Clean(p) != p || p == "/" {
-		return port.Invalid("nginx config: %s %q is not a clean absolute path of [A-Za-z0-9._/-]", field, p)
+		return port.Invalidf("nginx config: %s %q is not a clean absolute path of [A-Za-z0-9._/-]", field, p)
 	}
 	return nil
 }
@@ -330,9 +330,9 @@ func duration(field string, d, def time.Duration) (string, error) {
 	case d == 0:
 		d = def
 	case d < time.Millisecond:
-		return "", port.Invalid("nginx config: %s %v is under a millisecond", field, d)
+		return "", port.Invalidf("nginx config: %s %v is under a millisecond", field, d)
 	case d > 7*24*time.Hour:
-		return "", port.Invalid("nginx config: %s %v is over a week", field, d)
+		return "", port.Invalidf("nginx config: %s %v is over a week", field, d)
 	}
 	if d%time.Second == 0 {
 		return strconv.FormatInt(int64(d/time.Second), 10) + "s", nil
@@ -343,7 +343,7 @@ func duration(field string, d, def time.Duration) (string, error) {
 // setUpstream validates the upstream URL and fills the upstream fields.
 func (d *nginxData) setUpstream(raw string) error {
 	bad := func(why string) error {
-		return port.Invalid("nginx config: upstream %q: %s (want scheme://host[:port])", raw, why)
+		return port.Invalidf("nginx config: upstream %q: %s (want scheme://host[:port])", raw, why)
 	}
 	if raw == "" {
 		return bad("empty")

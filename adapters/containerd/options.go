@@ -46,7 +46,7 @@ var nsRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]{0,75}[A-Za-z0-9])?$`)
 func WithAddress(addr string) Option {
 	return func(c *config) error {
 		if !filepath.IsAbs(addr) {
-			return port.Invalid("containerd address %q is not an absolute socket path", addr)
+			return port.Invalidf("containerd address %q is not an absolute socket path", addr)
 		}
 		c.address = addr
 		return nil
@@ -58,7 +58,7 @@ func WithAddress(addr string) Option {
 func WithNamespace(ns string) Option {
 	return func(c *config) error {
 		if !nsRe.MatchString(ns) {
-			return port.Invalid("namespace %q is not a valid containerd namespace", ns)
+			return port.Invalidf("namespace %q is not a valid containerd namespace", ns)
 		}
 		c.namespace = ns
 		return nil
@@ -69,7 +69,7 @@ func WithNamespace(ns string) Option {
 func WithSnapshotter(name string) Option {
 	return func(c *config) error {
 		if name == "" {
-			return port.Invalid("snapshotter is empty")
+			return port.Invalidf("snapshotter is empty")
 		}
 		c.snapshotter = name
 		return nil
@@ -91,7 +91,7 @@ func WithOwner(owner string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return port.Invalid("logger is nil")
+			return port.Invalidf("logger is nil")
 		}
 		c.logger = l
 		return nil
@@ -115,7 +115,7 @@ func WithBridge(path string) Option {
 func WithCleanupTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalid("cleanup timeout %v is not positive", d)
+			return port.Invalidf("cleanup timeout %v is not positive", d)
 		}
 		c.cleanupTimeout = d
 		return nil

@@ -23,7 +23,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		}
 	}
 	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", "", port.Invalid("OlderThan is negative"))
+		return rep, opErr("Sweep", "", port.Invalidf("OlderThan is negative"))
 	}
 	ctx = r.ns(ctx)
 	filter := fmt.Sprintf(`labels.%q==%q`, port.LabelOwner, r.cfg.owner)

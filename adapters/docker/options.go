@@ -47,7 +47,7 @@ func defaultConfig() config {
 func WithHost(host string) Option {
 	return func(c *config) error {
 		if host == "" {
-			return port.Invalid("docker host is empty")
+			return port.Invalidf("docker host is empty")
 		}
 		c.host = host
 		return nil
@@ -59,7 +59,7 @@ func WithHost(host string) Option {
 func WithClient(cli *client.Client) Option {
 	return func(c *config) error {
 		if cli == nil {
-			return port.Invalid("docker client is nil")
+			return port.Invalidf("docker client is nil")
 		}
 		c.api = borrowed{cli}
 		return nil
@@ -82,7 +82,7 @@ func WithOwner(owner string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return port.Invalid("logger is nil")
+			return port.Invalidf("logger is nil")
 		}
 		c.logger = l
 		return nil
@@ -108,7 +108,7 @@ func WithBridge(path string) Option {
 func WithCleanupTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalid("cleanup timeout %v is not positive", d)
+			return port.Invalidf("cleanup timeout %v is not positive", d)
 		}
 		c.cleanupTimeout = d
 		return nil

@@ -26,7 +26,7 @@ type proxyConfig struct {
 func WithProxyImage(ref string) Option {
 	return func(c *config) error {
 		if ref == "" {
-			return port.Invalid("proxy image is empty")
+			return port.Invalidf("proxy image is empty")
 		}
 		c.proxy.image = ref
 		return nil
@@ -39,7 +39,7 @@ func WithProxyImage(ref string) Option {
 func WithProxyNetwork(name string) Option {
 	return func(c *config) error {
 		if name == "" {
-			return port.Invalid("proxy network is empty")
+			return port.Invalidf("proxy network is empty")
 		}
 		c.proxy.network = name
 		return nil
@@ -51,7 +51,7 @@ func WithProxyNetwork(name string) Option {
 func WithProxyBaseDir(dir string) Option {
 	return func(c *config) error {
 		if !filepath.IsAbs(dir) {
-			return port.Invalid("proxy base dir %q is not absolute", dir)
+			return port.Invalidf("proxy base dir %q is not absolute", dir)
 		}
 		c.proxy.baseDir = dir
 		return nil
@@ -62,7 +62,7 @@ func WithProxyBaseDir(dir string) Option {
 func WithReadyTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalid("ready timeout %v is not positive", d)
+			return port.Invalidf("ready timeout %v is not positive", d)
 		}
 		c.proxy.readyTimeout = d
 		return nil

@@ -178,7 +178,7 @@ func (r *Runner) check(ctx context.Context, spec port.RunSpec) error {
 			return fmt.Errorf("network %q: %w", n, classify(err))
 		}
 		if !nw.Network.Internal {
-			return port.Invalid("network %q is not internal: it has a route out", n)
+			return port.Invalidf("network %q is not internal: it has a route out", n)
 		}
 	}
 	return nil
@@ -197,7 +197,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 			argv = append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
 		}
 		if len(argv) == 0 {
-			return nil, port.Invalid("no argv given and image %q has no entrypoint or cmd", spec.Image)
+			return nil, port.Invalidf("no argv given and image %q has no entrypoint or cmd", spec.Image)
 		}
 	}
 	if spec.LLM != nil && r.cfg.bridgePath != "" {

@@ -28,7 +28,7 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		}
 	}
 	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", "", port.Invalid("OlderThan is negative"))
+		return rep, opErr("Sweep", "", port.Invalidf("OlderThan is negative"))
 	}
 	f := client.Filters{}.Add("label", port.LabelOwner+"="+cfg.owner)
 	if opts.RunID != "" {

@@ -54,7 +54,7 @@ func New(opts ...Option) (*Manager, error) {
 	}
 	// The shortest per-run socket path: <base>/<owner>/<1 char>-<random>/llm.sock.
 	if n := len(cfg.baseDir) + 1 + len(cfg.owner) + 1 + 2 + randSuffixLen + 1 + len(port.LLMSocketName); n > maxSocketPath {
-		return nil, opErr("New", "", port.Invalid("base dir %q with owner %q is too long for unix socket paths (%d > %d bytes)", cfg.baseDir, cfg.owner, n, maxSocketPath))
+		return nil, opErr("New", "", port.Invalidf("base dir %q with owner %q is too long for unix socket paths (%d > %d bytes)", cfg.baseDir, cfg.owner, n, maxSocketPath))
 	}
 	m := &Manager{cfg: cfg, active: make(map[string]*Proxy)}
 	if cfg.transport == nil {
@@ -164,18 +164,18 @@ func validate(spec port.ProxySpec) (*proxyconf.Policy, *url.URL, error) {
 	u, err := url.Parse(spec.Upstream)
 	switch {
 	case err != nil:
-		return nil, nil, port.Invalid("upstream %q is not a URL", spec.Upstream)
+		return nil, nil, port.Invalidf("upstream %q is not a URL", spec.Upstream)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, nil, port.Invalid("upstream %q is not an http or https URL", spec.Upstream)
+		return nil, nil, port.Invalidf("upstream %q is not an http or https URL", spec.Upstream)
 	case u.Host == "" || u.Opaque != "":
-		return nil, nil, port.Invalid("upstream %q has no host", spec.Upstream)
+		return nil, nil, port.Invalidf("upstream %q has no host", spec.Upstream)
 	case u.User != nil:
-		return nil, nil, port.Invalid("upstream URL has user info; pass the key as APIKey")
+		return nil, nil, port.Invalidf("upstream URL has user info; pass the key as APIKey")
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, nil, port.Invalid("upstream %q has a query or fragment", spec.Upstream)
+		return nil, nil, port.Invalidf("upstream %q has a query or fragment", spec.Upstream)
 	}
 	if spec.Budget.MaxCalls < 0 || spec.Budget.MaxTokens < 0 {
-		return nil, nil, port.Invalid("budget is negative")
+		return nil, nil, port.Invalidf("budget is negative")
 	}
 	if err := port.ValidateLabels(spec.Labels); err != nil {
 		return nil, nil, err

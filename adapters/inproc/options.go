@@ -57,7 +57,7 @@ func defaultConfig() config {
 func WithBaseDir(dir string) Option {
 	return func(c *config) error {
 		if !filepath.IsAbs(dir) {
-			return port.Invalid("base dir %q is not absolute", dir)
+			return port.Invalidf("base dir %q is not absolute", dir)
 		}
 		c.baseDir = filepath.Clean(dir)
 		return nil
@@ -82,7 +82,7 @@ func WithOwner(owner string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return port.Invalid("logger is nil")
+			return port.Invalidf("logger is nil")
 		}
 		c.logger = l
 		return nil
@@ -98,7 +98,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithTransport(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {
-			return port.Invalid("transport is nil")
+			return port.Invalidf("transport is nil")
 		}
 		c.transport = rt
 		return nil
@@ -113,7 +113,7 @@ func WithTransport(rt http.RoundTripper) Option {
 func WithSandboxUID(uid int) Option {
 	return func(c *config) error {
 		if uid < 0 {
-			return port.Invalid("sandbox uid %d is negative", uid)
+			return port.Invalidf("sandbox uid %d is negative", uid)
 		}
 		if !peerCredSupported {
 			return fmt.Errorf("%w: peer credential checks (SO_PEERCRED) need Linux", port.ErrUnsupported)
@@ -128,7 +128,7 @@ func WithSandboxUID(uid int) Option {
 func WithMaxRequestBytes(n int64) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return port.Invalid("max request bytes %d is not positive", n)
+			return port.Invalidf("max request bytes %d is not positive", n)
 		}
 		c.maxRequestBytes = n
 		return nil

@@ -38,7 +38,7 @@ func (m *Manager) Sweep(ctx context.Context, opts port.SweepOptions) (port.Sweep
 		}
 	}
 	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", opts.RunID, port.Invalid("OlderThan is negative"))
+		return rep, opErr("Sweep", opts.RunID, port.Invalidf("OlderThan is negative"))
 	}
 	od := m.ownerDir()
 	entries, err := os.ReadDir(od)

@@ -35,7 +35,7 @@ func defaultConfig() config {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return port.Invalid("nil logger")
+			return port.Invalidf("nil logger")
 		}
 		c.logger = l
 		return nil
@@ -48,7 +48,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithTransport(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {
-			return port.Invalid("nil transport")
+			return port.Invalidf("nil transport")
 		}
 		c.transport = rt
 		return nil
@@ -59,7 +59,7 @@ func WithTransport(rt http.RoundTripper) Option {
 func WithMaxRequestBytes(n int64) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return port.Invalid("max request bytes %d is not positive", n)
+			return port.Invalidf("max request bytes %d is not positive", n)
 		}
 		c.maxRequestBytes = n
 		return nil
@@ -79,7 +79,7 @@ func WithFallback(run Run) Option {
 			return err
 		}
 		if run.Attribution.BillingAccountID == "" {
-			return port.Invalid("fallback needs a billing account id")
+			return port.Invalidf("fallback needs a billing account id")
 		}
 		c.fallback = &run
 		return nil

@@ -76,7 +76,7 @@ type prepConfig struct {
 func WithProviderPrefix(p string) PreparerOption {
 	return func(c *prepConfig) error {
 		if p == "" || len(p) > 32 || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || p[0] == '-' {
-			return port.Invalid("provider prefix %q: want 1-32 of [a-z0-9-], not starting with '-'", p)
+			return port.Invalidf("provider prefix %q: want 1-32 of [a-z0-9-], not starting with '-'", p)
 		}
 		c.prefix = p
 		return nil
@@ -87,7 +87,7 @@ func WithProviderPrefix(p string) PreparerOption {
 func WithPreparerLogger(l *slog.Logger) PreparerOption {
 	return func(c *prepConfig) error {
 		if l == nil {
-			return port.Invalid("nil logger")
+			return port.Invalidf("nil logger")
 		}
 		c.logger = l
 		return nil
@@ -106,14 +106,14 @@ func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts .
 		}
 	}
 	if gw == nil {
-		return nil, port.Invalid("nil gateway")
+		return nil, port.Invalidf("nil gateway")
 	}
 	u, err := url.Parse(routerURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, port.Invalid("router URL %q is not an http(s) base URL", routerURL)
+		return nil, port.Invalidf("router URL %q is not an http(s) base URL", routerURL)
 	}
 	if len(models) == 0 {
-		return nil, port.Invalid("no models")
+		return nil, port.Invalidf("no models")
 	}
 	p := &Preparer{
 		gw: gw, routerURL: strings.TrimSuffix(routerURL, "/"), models: map[string]openclaw.Model{},
@@ -124,7 +124,7 @@ func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts .
 			return nil, err
 		}
 		if _, dup := p.models[m.ID]; dup {
-			return nil, port.Invalid("model %q listed twice", m.ID)
+			return nil, port.Invalidf("model %q listed twice", m.ID)
 		}
 		p.models[m.ID] = m
 		p.order = append(p.order, m.ID)
@@ -163,15 +163,15 @@ func (p *Preparer) ProviderName(reg *Registration) string {
 // provider, and the provider is queued for removal.
 func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, modelID string) (*Session, error) {
 	if reg == nil || reg.fallback {
-		return nil, port.Invalid("prepare needs a registration of a run")
+		return nil, port.Invalidf("prepare needs a registration of a run")
 	}
 	sessionKey = strings.TrimSpace(sessionKey)
 	if sessionKey == "" {
-		return nil, opErr("Prepare", reg.RunID(), port.Invalid("empty session key"))
+		return nil, opErr("Prepare", reg.RunID(), port.Invalidf("empty session key"))
 	}
 	m, ok := p.models[modelID]
 	if !ok {
-		return nil, opErr("Prepare", reg.RunID(), port.Invalid("model %q is not one of the preparer's models %v", modelID, p.order))
+		return nil, opErr("Prepare", reg.RunID(), port.Invalidf("model %q is not one of the preparer's models %v", modelID, p.order))
 	}
 	name := p.ProviderName(reg)
 	entry := map[string]any{
@@ -247,7 +247,7 @@ func (p *Preparer) clearSession(key string) {
 // does. A removal that fails stays queued for the next write (Prepare or Flush).
 func (p *Preparer) Release(ctx context.Context, s *Session) error {
 	if s == nil {
-		return port.Invalid("nil session")
+		return port.Invalidf("nil session")
 	}
 	var errs []error
 	if _, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": s.Key, "model": nil}); err != nil {
@@ -427,12 +427,12 @@ func isUnexpectedOutboundHeaders(err error) bool {
 // port.ErrUnsupported; use Prepare there.
 func (p *Preparer) PrepareHeaders(ctx context.Context, reg *Registration, sessionKey, modelRef string) (*Session, error) {
 	if reg == nil || reg.fallback {
-		return nil, port.Invalid("prepare needs a registration of a run")
+		return nil, port.Invalidf("prepare needs a registration of a run")
 	}
 	sessionKey, modelRef = strings.TrimSpace(sessionKey), strings.TrimSpace(modelRef)
 	provider, _, ok := strings.Cut(modelRef, "/")
 	if sessionKey == "" || !ok || provider == "" {
-		return nil, opErr("PrepareHeaders", reg.RunID(), port.Invalid("need a session key and a provider/model reference"))
+		return nil, opErr("PrepareHeaders", reg.RunID(), port.Invalidf("need a session key and a provider/model reference"))
 	}
 	raw, err := p.gw.Request(ctx, "sessions.patch", map[string]any{
 		"key": sessionKey, "model": modelRef, "outboundHeaders": map[string]string{TokenHeader: reg.token},

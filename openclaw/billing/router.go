@@ -113,7 +113,7 @@ func NewRouter(upstream, apiKey string, opts ...Option) (*Router, error) {
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, port.Invalid("upstream %q is not an http(s) base URL without credentials, query or fragment", upstream)
+		return nil, port.Invalidf("upstream %q is not an http(s) base URL without credentials, query or fragment", upstream)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
@@ -174,9 +174,9 @@ func (r *Router) Register(run Run) (*Registration, error) {
 	case r.closed:
 		return nil, opErr("Register", run.RunID, port.ErrClosed)
 	case r.byRun[k] != nil:
-		return nil, opErr("Register", run.RunID, port.Invalid("run %q attempt %d is already registered", run.RunID, run.Attempt))
+		return nil, opErr("Register", run.RunID, port.Invalidf("run %q attempt %d is already registered", run.RunID, run.Attempt))
 	case r.fallback != nil && r.fallback.run.RunID == run.RunID:
-		return nil, opErr("Register", run.RunID, port.Invalid("run id %q is the fallback's", run.RunID))
+		return nil, opErr("Register", run.RunID, port.Invalidf("run id %q is the fallback's", run.RunID))
 	}
 	r.byToken[reg.token] = reg
 	r.byRun[k] = reg
@@ -186,7 +186,7 @@ func (r *Router) Register(run Run) (*Registration, error) {
 
 func (r *Router) newRegistration(run Run) (*Registration, error) {
 	if run.Budget.MaxCalls < 0 || run.Budget.MaxTokens < 0 {
-		return nil, opErr("Register", run.RunID, port.Invalid("negative budget"))
+		return nil, opErr("Register", run.RunID, port.Invalidf("negative budget"))
 	}
 	policy, err := proxyconf.NewPolicy(port.ProxySpec{
 		RunID: run.RunID, Attempt: run.Attempt, APIKey: r.apiKey, Attribution: run.Attribution, Budget: run.Budget,

@@ -248,13 +248,13 @@ func (req AgentRequest) params() (agentParams, error) {
 	}
 	switch {
 	case strings.TrimSpace(req.Message) == "":
-		return p, port.Invalid("agent message is empty")
+		return p, port.Invalidf("agent message is empty")
 	case p.SessionKey == "":
-		return p, port.Invalid("agent session key is required: events are filtered by it")
+		return p, port.Invalidf("agent session key is required: events are filtered by it")
 	case p.AgentID != "" && !ValidAgentID(p.AgentID):
-		return p, port.Invalid("agent id %q", req.AgentID)
+		return p, port.Invalidf("agent id %q", req.AgentID)
 	case req.Timeout < 0:
-		return p, port.Invalid("agent timeout %s is negative", req.Timeout)
+		return p, port.Invalidf("agent timeout %s is negative", req.Timeout)
 	}
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = newUUID()
@@ -521,7 +521,7 @@ func (r *AgentRun) finish(res *AgentResult, err error) {
 func (c *Client) Abort(ctx context.Context, sessionKey, runID string) (bool, error) {
 	sessionKey = strings.TrimSpace(sessionKey)
 	if sessionKey == "" {
-		return false, port.Invalid("abort needs a session key")
+		return false, port.Invalidf("abort needs a session key")
 	}
 	params := struct {
 		SessionKey string `json:"sessionKey"`
@@ -569,7 +569,7 @@ type WaitStatus struct {
 // client, AgentRun.Wait is cheaper. ctx should outlast timeout.
 func (c *Client) AgentWait(ctx context.Context, runID string, timeout time.Duration) (*WaitStatus, error) {
 	if strings.TrimSpace(runID) == "" || timeout < 0 {
-		return nil, port.Invalid("agent.wait needs a run id and a non-negative timeout")
+		return nil, port.Invalidf("agent.wait needs a run id and a non-negative timeout")
 	}
 	params := struct {
 		RunID     string `json:"runId"`
@@ -610,18 +610,18 @@ type SessionPatchResult struct {
 func (c *Client) SessionsPatch(ctx context.Context, key string, patch SessionPatch) (*SessionPatchResult, error) {
 	key = strings.TrimSpace(key)
 	if key == "" {
-		return nil, port.Invalid("sessions.patch needs a session key")
+		return nil, port.Invalidf("sessions.patch needs a session key")
 	}
 	params := map[string]any{"key": key}
 	switch {
 	case patch.ClearModel && patch.Model != "":
-		return nil, port.Invalid("sessions.patch: both Model and ClearModel set")
+		return nil, port.Invalidf("sessions.patch: both Model and ClearModel set")
 	case patch.ClearModel:
 		params["model"] = nil
 	case strings.TrimSpace(patch.Model) != "":
 		params["model"] = strings.TrimSpace(patch.Model)
 	default:
-		return nil, port.Invalid("sessions.patch: nothing to change")
+		return nil, port.Invalidf("sessions.patch: nothing to change")
 	}
 	raw, err := c.Request(ctx, "sessions.patch", params)
 	if err != nil {

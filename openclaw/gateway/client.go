@@ -94,7 +94,7 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return nil, port.Invalid("gateway URL %q must be ws:// or wss:// with a host", rawURL)
+		return nil, port.Invalidf("gateway URL %q must be ws:// or wss:// with a host", rawURL)
 	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
@@ -557,7 +557,7 @@ func (c *Client) dispatchEvent(f *inFrame) {
 // context's error when ctx ends first.
 func (c *Client) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	if method == "" {
-		return nil, port.Invalid("empty method")
+		return nil, port.Invalidf("empty method")
 	}
 	id := c.newID()
 	cl := &call{method: method, ch: make(chan response, 1)}
@@ -593,7 +593,7 @@ func (c *Client) register(id string, cl *call, r *AgentRun) error {
 	}
 	if r != nil {
 		if _, dup := c.runs[r.runID]; dup {
-			return port.Invalid("agent run %q is already running on this connection", r.runID)
+			return port.Invalidf("agent run %q is already running on this connection", r.runID)
 		}
 		c.runs[r.runID] = r
 	}

@@ -71,7 +71,7 @@ type Option func(*config) error
 func WithToken(token string) Option {
 	return func(c *config) error {
 		if strings.TrimSpace(token) != token || token == "" {
-			return port.Invalid("gateway token must be non-empty without surrounding whitespace")
+			return port.Invalidf("gateway token must be non-empty without surrounding whitespace")
 		}
 		c.token = token
 		return nil
@@ -85,7 +85,7 @@ func WithClientInfo(id, version, platform, mode string) Option {
 	return func(c *config) error {
 		for _, f := range []struct{ name, v string }{{"id", id}, {"version", version}, {"platform", platform}, {"mode", mode}} {
 			if strings.TrimSpace(f.v) != f.v {
-				return port.Invalid("client %s %q has surrounding whitespace", f.name, f.v)
+				return port.Invalidf("client %s %q has surrounding whitespace", f.name, f.v)
 			}
 		}
 		if id != "" {
@@ -108,7 +108,7 @@ func WithClientInfo(id, version, platform, mode string) Option {
 func WithRole(role string) Option {
 	return func(c *config) error {
 		if role == "" || strings.TrimSpace(role) != role {
-			return port.Invalid("role %q", role)
+			return port.Invalidf("role %q", role)
 		}
 		c.role = role
 		return nil
@@ -120,7 +120,7 @@ func WithScopes(scopes ...string) Option {
 	return func(c *config) error {
 		for _, s := range scopes {
 			if s == "" || strings.TrimSpace(s) != s {
-				return port.Invalid("scope %q", s)
+				return port.Invalidf("scope %q", s)
 			}
 		}
 		c.scopes = append([]string(nil), scopes...)
@@ -132,7 +132,7 @@ func WithScopes(scopes ...string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return port.Invalid("nil logger")
+			return port.Invalidf("nil logger")
 		}
 		c.logger = l
 		return nil
@@ -144,7 +144,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithReadLimit(n int64) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return port.Invalid("read limit %d must be positive", n)
+			return port.Invalidf("read limit %d must be positive", n)
 		}
 		c.readLimit = n
 		return nil
@@ -155,7 +155,7 @@ func WithReadLimit(n int64) Option {
 func WithDialer(d *websocket.Dialer) Option {
 	return func(c *config) error {
 		if d == nil {
-			return port.Invalid("nil dialer")
+			return port.Invalidf("nil dialer")
 		}
 		c.dialer = d
 		return nil
@@ -170,7 +170,7 @@ func WithDialer(d *websocket.Dialer) Option {
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(c *config) error {
 		if attempts < 1 || backoff < 0 {
-			return port.Invalid("retry attempts %d / backoff %s", attempts, backoff)
+			return port.Invalidf("retry attempts %d / backoff %s", attempts, backoff)
 		}
 		c.attempts, c.backoff = attempts, backoff
 		return nil
@@ -183,7 +183,7 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 func WithLivenessTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalid("liveness timeout %s must be positive", d)
+			return port.Invalidf("liveness timeout %s must be positive", d)
 		}
 		c.liveness = d
 		return nil
@@ -194,7 +194,7 @@ func WithLivenessTimeout(d time.Duration) Option {
 func WithWriteTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalid("write timeout %s must be positive", d)
+			return port.Invalidf("write timeout %s must be positive", d)
 		}
 		c.writeTimeout = d
 		return nil
