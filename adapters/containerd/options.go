@@ -27,6 +27,8 @@ type config struct {
 	logger         *slog.Logger
 	bridgePath     string
 	cleanupTimeout time.Duration
+	// ignoreOOMEvents is for tests: OOM kills must be found without the event.
+	ignoreOOMEvents bool
 }
 
 func defaultConfig() config {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	cgroup1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
+	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	apievents "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
@@ -23,6 +25,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/distribution/reference"
 
+	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -114,7 +117,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	evCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEvents()
 	oomSeen := make(chan struct{})
-	r.watchOOM(evCtx, id, &oomKilled, oomSeen)
+	if !r.cfg.ignoreOOMEvents {
+		r.watchOOM(evCtx, id, &oomKilled, oomSeen)
+	}
 
 	container, err := r.create(ctx, id, spec, img, lbls)
 	if err != nil {
@@ -144,6 +149,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
+		// The task's cgroup counter below is the truth; the bridge's notice is removed.
+		res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
 	}
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
@@ -165,11 +172,22 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 			return fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
 		}
 		res.ExitCode = int(code)
-		if code == 137 {
-			// The OOM event and the exit event race; give the former a moment.
-			select {
-			case <-oomSeen:
-			case <-time.After(time.Second):
+		if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+			return fail(port.CodeContainerFailed, errors.New(reason))
+		}
+		if code == 137 && !oomKilled.Load() {
+			// The /tasks/oom event races the exit (and is dropped when the shim sees the
+			// cgroup gone first), so the counter decides: the shim keeps the task's
+			// cgroup until the task is deleted, which happens only after this.
+			n, err := oomKills(ctx, task)
+			if err != nil {
+				log.Warn("reading the task's OOM counter failed; relying on the OOM event", "err", err)
+				select {
+				case <-oomSeen:
+				case <-time.After(time.Second):
+				}
+			} else if n > 0 {
+				oomKilled.Store(true)
 			}
 		}
 		if oomKilled.Load() {
@@ -290,6 +308,36 @@ func (r *Runner) watchOOM(ctx context.Context, id string, flag *atomic.Bool, see
 	}()
 }
 
+// oomKills returns the number of OOM kills in the task's memory cgroup, from the
+// metrics the shim reads out of memory.oom_control (cgroup v1) or memory.events (v2).
+func oomKills(ctx context.Context, task client.Task) (uint64, error) {
+	m, err := task.Metrics(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("task metrics: %w", classify(err))
+	}
+	if m == nil || m.Data == nil {
+		return 0, errors.New("task metrics: empty")
+	}
+	v, err := typeurl.UnmarshalAny(m.Data)
+	if err != nil {
+		return 0, fmt.Errorf("task metrics: %w", err)
+	}
+	switch st := v.(type) {
+	case *cgroup1stats.Metrics:
+		if st.GetMemoryOomControl() == nil {
+			return 0, errors.New("task metrics: no memory.oom_control")
+		}
+		return st.GetMemoryOomControl().GetOomKill(), nil
+	case *cgroup2stats.Metrics:
+		if st.GetMemoryEvents() == nil {
+			return 0, errors.New("task metrics: no memory.events")
+		}
+		return st.GetMemoryEvents().GetOomKill(), nil
+	default:
+		return 0, fmt.Errorf("task metrics: unknown type %T", v)
+	}
+}
+
 // remove deletes the task (killing it if needed), the container and its snapshot.
 // NotFound is success.
 func (r *Runner) remove(c client.Container, runID string) {
@@ -347,4 +395,12 @@ func parseUser(u string) (uint32, uint32) {
 		gid, _ = strconv.ParseUint(gidS, 10, 32)
 	}
 	return uint32(uid), uint32(gid)
+}
+
+// execFailed reports a command the bridge could not start (see bridge.ExecFailedPrefix).
+func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
+	if !bridged || (exit != bridge.ExitNotFound && exit != bridge.ExitCannotExec) {
+		return "", false
+	}
+	return bridge.ExecFailure(tail)
 }

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/port/porttest"
 )
 
 func TestRunnerConformance(t *testing.T) {
-	r, image := runnerEnv(t, WithOwner("porttest"))
+	// With the bridge as every sandbox's init, as a host runs it.
+	r, image := runnerEnv(t, WithOwner("porttest"), WithBridge(testenv.Bridge(t)))
 	porttest.TestRunner(t, porttest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
 }
 

@@ -41,15 +41,15 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
 	}
+	if bridge != "" {
+		mounts = append(mounts, bind(bridge, bridgeTarget, true))
+	}
 	env := make(map[string]string, len(spec.Env)+1)
 	for k, v := range spec.Env {
 		env[k] = v
 	}
 	if spec.LLM != nil {
 		mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
-		if bridge != "" {
-			mounts = append(mounts, bind(bridge, bridgeTarget, true))
-		}
 		if _, ok := env["OPENAI_API_BASE"]; !ok {
 			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
 		}
@@ -88,14 +88,21 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 	if spec.WorkspaceDir != "" {
 		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
 	}
-	if spec.LLM != nil && bridge != "" {
-		opts = append(opts, wrapWithBridge)
+	if bridge != "" {
+		opts = append(opts, wrapWithBridge(spec.LLM != nil))
 	}
 	return opts
 }
 
-// wrapWithBridge runs the resolved argv behind the in-sandbox bridge.
-func wrapWithBridge(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-	s.Process.Args = append([]string{bridgeTarget, "--"}, s.Process.Args...)
-	return nil
+// wrapWithBridge runs the resolved argv behind the in-sandbox bridge: forwarding to the
+// LLM socket when the run has one, else only as the sandbox's init.
+func wrapWithBridge(forward bool) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		pre := []string{bridgeTarget, "--"}
+		if !forward {
+			pre = []string{bridgeTarget, "-no-forward", "--"}
+		}
+		s.Process.Args = append(pre, s.Process.Args...)
+		return nil
+	}
 }

@@ -69,9 +69,9 @@ func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]strin
 		} else {
 			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.LLM.HostDir, Target: port.LLMSocketDir, ReadOnly: true})
 		}
-		if bridge != "" {
-			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: bridge, Target: bridgeTarget, ReadOnly: true})
-		}
+	}
+	if bridge != "" {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: bridge, Target: bridgeTarget, ReadOnly: true})
 	}
 	cfg := &container.Config{
 		Image:           spec.Image,

@@ -11,13 +11,15 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/port/porttest"
 )
 
 func TestRunnerConformance(t *testing.T) {
 	cli, image := dockerEnv(t)
-	r, err := NewRunner(WithClient(cli), WithOwner("porttest"))
+	// With the bridge, as a host should run it: it makes OOM kills exact on Docker.
+	r, err := NewRunner(WithClient(cli), WithOwner("porttest"), WithBridge(testenv.Bridge(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

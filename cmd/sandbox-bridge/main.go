@@ -1,7 +1,7 @@
 // Command sandbox-bridge is a sandbox's entrypoint: it forwards a loopback TCP address
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
-//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-subreaper] [-v] -- argv...
+//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-subreaper] [-v] -- argv...
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", bridge.DefaultListen, "loopback `address` to listen on")
 	socket := fs.String("socket", bridge.DefaultSocket, "unix `socket` to forward connections to")
+	noForward := fs.Bool("no-forward", false, "do not listen: run the command as its init only (no LLM socket)")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
 	fs.Usage = func() {
@@ -44,11 +46,15 @@ func run(args []string, stderr io.Writer) int {
 	code, err := bridge.Run(context.Background(), bridge.Config{
 		Listen:    *listen,
 		Socket:    *socket,
+		NoForward: *noForward,
 		Argv:      fs.Args(),
 		Subreaper: *subreaper,
 		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, bridge.ErrCommandNotFound), errors.Is(err, bridge.ErrCannotExec):
+		fmt.Fprintf(stderr, "%s%v\n", bridge.ExecFailedPrefix, err)
+	case err != nil:
 		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 	}
 	return code

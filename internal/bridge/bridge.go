@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -71,6 +72,9 @@ type Config struct {
 	// Listen is the TCP address to listen on (default DefaultListen). It must be a
 	// loopback IP literal with a port; port 0 picks a free port (see Ready).
 	Listen string
+	// NoForward runs the child with no listener: for a sandbox without an LLM socket,
+	// where the bridge is only the init (signals, reaping, OOM notice).
+	NoForward bool
 	// Socket is the unix socket connections are forwarded to (default DefaultSocket).
 	// It is dialled per connection, so it need not exist when Run starts.
 	Socket string
@@ -115,15 +119,17 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	log := cfg.Logger
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return ExitBridgeFailed, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
-	}
-	fw := newForwarder(ln, cfg.Socket, log)
-	go fw.serve()
-	defer fw.close()
-	if cfg.Ready != nil {
-		cfg.Ready(ln.Addr())
+	if !cfg.NoForward {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return ExitBridgeFailed, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
+		}
+		fw := newForwarder(ln, cfg.Socket, log)
+		go fw.serve()
+		defer fw.close()
+		if cfg.Ready != nil {
+			cfg.Ready(ln.Addr())
+		}
 	}
 
 	if cfg.Subreaper {
@@ -150,6 +156,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		defer signal.Stop(chld)
 	}
 
+	// The OOM-kill counter before the child exists: a rise by the time it has been
+	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
+	oomBefore, oomKnown := oomKills()
 	if err := cmd.Start(); err != nil {
 		return execFailure(cfg.Argv[0], err)
 	}
@@ -176,6 +185,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		select {
 		case code := <-exited:
 			log.Debug("bridge: child exited", slog.Int("code", code))
+			if code == 128+int(syscall.SIGKILL) && oomKnown {
+				if n, ok := oomKills(); ok && n > oomBefore {
+					_, _ = io.WriteString(cfg.Stderr, OOMNotice)
+				}
+			}
 			return code, ctx.Err()
 		case s := <-sigs:
 			log.Debug("bridge: forwarding signal", slog.String("signal", s.String()))

@@ -7,10 +7,18 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox/internal/bridge"
 )
 
 // Required reports whether part must be present (SANDBOX_REQUIRE names it or "all").
@@ -43,4 +51,46 @@ func NeedCommand(t testing.TB, part, name string) string {
 	p, err := exec.LookPath(name)
 	Need(t, part, err == nil, name+" not found on PATH")
 	return p
+}
+
+// BusyCPUs keeps every CPU of the machine busy from another process until the test
+// ends, so a test can prove that a property does not depend on timing. It uses sh.
+func BusyCPUs(t testing.TB) {
+	t.Helper()
+	for i := 0; i < runtime.NumCPU(); i++ {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting a CPU load: %v", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+}
+
+// Count returns the integer in the environment variable name, or def when it is unset
+// or not a positive integer. Stress tests use it to run longer on request.
+func Count(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+var bridgeBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Bridge builds the sandbox bridge once per test binary and returns its path.
+func Bridge(t testing.TB) string {
+	t.Helper()
+	bridgeBin.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		bridgeBin.path, bridgeBin.err = bridge.BuildBinary(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+	})
+	if bridgeBin.err != nil {
+		t.Fatalf("building the bridge: %v", bridgeBin.err)
+	}
+	return bridgeBin.path
 }
