@@ -48,15 +48,17 @@ func TestRunSpecDefaultsAndValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*RunSpec){
-		"root uid":         func(s *RunSpec) { s.User = "0" },
-		"root uid padded":  func(s *RunSpec) { s.User = "000:1" },
-		"name user":        func(s *RunSpec) { s.User = "nobody" },
-		"NUL in argv":      func(s *RunSpec) { s.Argv = []string{"a\x00b"} },
-		"mount over /dev":  func(s *RunSpec) { s.Mounts = []Mount{{Source: "/tmp", Target: "/dev/x"}} },
-		"mount on root":    func(s *RunSpec) { s.Mounts = []Mount{{Source: "/tmp", Target: "/"}} },
-		"negative cpus":    func(s *RunSpec) { s.Limits.NanoCPUs = -1 },
-		"relative llm dir": func(s *RunSpec) { s.LLM = &LLMSocket{HostDir: "x"} },
-		"negative timeout": func(s *RunSpec) { s.Limits.Timeout = -time.Second },
+		"root uid":            func(s *RunSpec) { s.User = "0" },
+		"root uid padded":     func(s *RunSpec) { s.User = "000:1" },
+		"open files too low":  func(s *RunSpec) { s.Limits.OpenFiles = 3 },
+		"open files too high": func(s *RunSpec) { s.Limits.OpenFiles = MaxOpenFiles + 1 },
+		"name user":           func(s *RunSpec) { s.User = "nobody" },
+		"NUL in argv":         func(s *RunSpec) { s.Argv = []string{"a\x00b"} },
+		"mount over /dev":     func(s *RunSpec) { s.Mounts = []Mount{{Source: "/tmp", Target: "/dev/x"}} },
+		"mount on root":       func(s *RunSpec) { s.Mounts = []Mount{{Source: "/tmp", Target: "/"}} },
+		"negative cpus":       func(s *RunSpec) { s.Limits.NanoCPUs = -1 },
+		"relative llm dir":    func(s *RunSpec) { s.LLM = &LLMSocket{HostDir: "x"} },
+		"negative timeout":    func(s *RunSpec) { s.Limits.Timeout = -time.Second },
 	} {
 		c := s
 		mut(&c)

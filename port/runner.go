@@ -18,6 +18,11 @@ const (
 	DefaultTmpfsBytes  = 64 << 20
 	DefaultOutputLimit = 2 << 20
 	DefaultTimeout     = 10 * time.Minute
+	// DefaultOpenFiles caps a sandbox's open files (RLIMIT_NOFILE), so one run cannot
+	// hold the host's descriptors through the sockets it opens to its proxy.
+	DefaultOpenFiles = 1024
+	// MaxOpenFiles is the largest OpenFiles a spec may ask for.
+	MaxOpenFiles = 1 << 16
 
 	// WorkspacePath is where RunSpec.WorkspaceDir appears inside the sandbox.
 	WorkspacePath = "/workspace"
@@ -92,6 +97,7 @@ type Limits struct {
 	PIDs        int64         // process limit (fork bombs stop here)
 	NanoCPUs    int64         // CPU limit in 1e-9 CPUs; zero means unlimited
 	TmpfsBytes  int64         // size of each of /tmp and /run
+	OpenFiles   int64         // RLIMIT_NOFILE, soft and hard (default DefaultOpenFiles)
 }
 
 // LLMSocket is how a per-run proxy's socket directory reaches a sandbox. Exactly one of
@@ -220,6 +226,9 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.Limits.TmpfsBytes <= 0 {
 		s.Limits.TmpfsBytes = DefaultTmpfsBytes
 	}
+	if s.Limits.OpenFiles <= 0 {
+		s.Limits.OpenFiles = DefaultOpenFiles
+	}
 	if s.OutputLimit <= 0 {
 		s.OutputLimit = DefaultOutputLimit
 	}
@@ -268,6 +277,9 @@ func (s RunSpec) Validate() error {
 	}
 	if s.Limits.Timeout < 0 || s.Limits.MemoryBytes < 6<<20 || s.Limits.PIDs < 1 || s.Limits.NanoCPUs < 0 || s.Limits.TmpfsBytes < 0 {
 		return Invalidf("limits out of range (memory must be at least 6 MiB, pids at least 1)")
+	}
+	if s.Limits.OpenFiles < 16 || s.Limits.OpenFiles > MaxOpenFiles {
+		return Invalidf("open files limit %d out of range [16, %d]", s.Limits.OpenFiles, MaxOpenFiles)
 	}
 	if s.LLM != nil && (s.LLM.HostDir == "") == (s.LLM.Volume == "") {
 		return Invalidf("llm socket: exactly one of HostDir and Volume must be set")

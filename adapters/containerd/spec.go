@@ -75,6 +75,7 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 		oci.WithMemoryLimit(uint64(spec.Limits.MemoryBytes)),
 		oci.WithMemorySwap(spec.Limits.MemoryBytes),
 		oci.WithPidsLimit(spec.Limits.PIDs),
+		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: uint64(spec.Limits.OpenFiles), Soft: uint64(spec.Limits.OpenFiles)}),
 		oci.WithHostname("sandbox"),
 	}
 	if len(argv) > 0 {

@@ -50,6 +50,7 @@ func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]strin
 			MemorySwap: spec.Limits.MemoryBytes,
 			NanoCPUs:   spec.Limits.NanoCPUs,
 			PidsLimit:  &pids,
+			Ulimits:    []*container.Ulimit{{Name: "nofile", Soft: spec.Limits.OpenFiles, Hard: spec.Limits.OpenFiles}},
 		},
 	}
 	if spec.Network.Internal != "" {

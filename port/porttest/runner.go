@@ -59,6 +59,7 @@ var runnerCases = []struct {
 	{"SetuidCannotEscalate", testSetuidCannotEscalate},
 	{"ForkBombContained", testForkBombContained},
 	{"MemoryHogOOMKilled", testMemoryHogOOMKilled},
+	{"OpenFilesLimited", testOpenFilesLimited},
 	{"TimeoutKills", testTimeoutKills},
 	{"CancelKills", testCancelKills},
 	{"ExitCodePassesThrough", testExitCode},
@@ -235,6 +236,27 @@ func testForkBombContained(t *testing.T, s *suite) {
 	}
 	if n >= 64 || !strings.Contains(string(res.Stdout), "fork failed") {
 		t.Errorf("spawned %d processes under a limit of 64: %s", n, res.Stdout)
+	}
+}
+
+// testOpenFilesLimited checks RLIMIT_NOFILE: the default, and a spec's own, soft and
+// hard alike (a hard limit above the soft one could simply be raised by the agent).
+func testOpenFilesLimited(t *testing.T, s *suite) {
+	for _, want := range []int64{port.DefaultOpenFiles, 200} {
+		spec := s.spec("nofile", "cat", "/proc/self/limits")
+		if want != port.DefaultOpenFiles {
+			spec.Limits.OpenFiles = want
+		}
+		res := s.mustComplete(t, spec)
+		var soft, hard int64
+		for _, line := range strings.Split(string(res.Stdout), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+				_, _ = fmt.Sscan(rest, &soft, &hard)
+			}
+		}
+		if soft != want || hard != want {
+			t.Errorf("open files limit soft=%d hard=%d, want %d for both:\n%s", soft, hard, want, res.Stdout)
+		}
 	}
 }
 
