@@ -139,6 +139,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	if err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
+	// Runs before remove: only this task value holds the IO, whose Close removes the
+	// FIFO directory under the daemon's state (a task loaded again has no IO).
+	defer r.deleteTask(task, spec.RunID)
 	collect := func() {
 		done := make(chan struct{})
 		go func() { task.IO().Wait(); close(done) }()
@@ -335,6 +338,22 @@ func oomKills(ctx context.Context, task client.Task) (uint64, error) {
 		return st.GetMemoryEvents().GetOomKill(), nil
 	default:
 		return 0, fmt.Errorf("task metrics: unknown type %T", v)
+	}
+}
+
+// deleteTask deletes a task this process created, killing it if needed, and closes
+// its IO, which removes its FIFOs. NotFound is success.
+func (r *Runner) deleteTask(task client.Task, runID string) {
+	ctx, cancel := r.cleanupCtx()
+	defer cancel()
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		r.cfg.logger.Error("deleting the task failed; removing the container retries", "run_id", runID, "err", err)
+	}
+	if io := task.IO(); io != nil {
+		io.Cancel()
+		if err := io.Close(); err != nil {
+			r.cfg.logger.Warn("closing the task's IO failed", "run_id", runID, "err", err)
+		}
 	}
 }
 
