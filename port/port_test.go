@@ -47,10 +47,17 @@ func TestRunSpecDefaultsAndValidate(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// A negative limit is an error, never silently replaced by the default.
+	neg := RunSpec{RunID: "r", Image: "img", Limits: Limits{Timeout: -time.Second}}.WithDefaults()
+	if err := neg.Validate(); !errors.Is(err, ErrInvalidSpec) || neg.Limits.Timeout != -time.Second {
+		t.Errorf("negative timeout: %v (timeout %v), want ErrInvalidSpec", err, neg.Limits.Timeout)
+	}
 	for name, mut := range map[string]func(*RunSpec){
 		"root uid":            func(s *RunSpec) { s.User = "0" },
 		"root uid padded":     func(s *RunSpec) { s.User = "000:1" },
 		"open files too low":  func(s *RunSpec) { s.Limits.OpenFiles = 3 },
+		"negative memory":     func(s *RunSpec) { s.Limits.MemoryBytes = -1 },
+		"negative output cap": func(s *RunSpec) { s.OutputLimit = -1 },
 		"open files too high": func(s *RunSpec) { s.Limits.OpenFiles = MaxOpenFiles + 1 },
 		"name user":           func(s *RunSpec) { s.User = "nobody" },
 		"NUL in argv":         func(s *RunSpec) { s.Argv = []string{"a\x00b"} },

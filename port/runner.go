@@ -214,22 +214,22 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.User == "" {
 		s.User = DefaultUser
 	}
-	if s.Limits.Timeout <= 0 {
+	if s.Limits.Timeout == 0 {
 		s.Limits.Timeout = DefaultTimeout
 	}
-	if s.Limits.MemoryBytes <= 0 {
+	if s.Limits.MemoryBytes == 0 {
 		s.Limits.MemoryBytes = DefaultMemoryBytes
 	}
-	if s.Limits.PIDs <= 0 {
+	if s.Limits.PIDs == 0 {
 		s.Limits.PIDs = DefaultPIDs
 	}
-	if s.Limits.TmpfsBytes <= 0 {
+	if s.Limits.TmpfsBytes == 0 {
 		s.Limits.TmpfsBytes = DefaultTmpfsBytes
 	}
-	if s.Limits.OpenFiles <= 0 {
+	if s.Limits.OpenFiles == 0 {
 		s.Limits.OpenFiles = DefaultOpenFiles
 	}
-	if s.OutputLimit <= 0 {
+	if s.OutputLimit == 0 {
 		s.OutputLimit = DefaultOutputLimit
 	}
 	return s
@@ -276,7 +276,10 @@ func (s RunSpec) Validate() error {
 		return Invalidf("user %q is root; sandboxes never run as root", s.User)
 	}
 	if s.Limits.Timeout < 0 || s.Limits.MemoryBytes < 6<<20 || s.Limits.PIDs < 1 || s.Limits.NanoCPUs < 0 || s.Limits.TmpfsBytes < 0 {
-		return Invalidf("limits out of range (memory must be at least 6 MiB, pids at least 1)")
+		return Invalidf("limits out of range (no negative values; memory at least 6 MiB, pids at least 1)")
+	}
+	if s.OutputLimit < 0 {
+		return Invalidf("output limit %d is negative", s.OutputLimit)
 	}
 	if s.Limits.OpenFiles < 16 || s.Limits.OpenFiles > MaxOpenFiles {
 		return Invalidf("open files limit %d out of range [16, %d]", s.Limits.OpenFiles, MaxOpenFiles)

@@ -2,8 +2,10 @@ package containerd
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -32,8 +34,13 @@ type config struct {
 }
 
 func defaultConfig() config {
+	addr := DefaultAddress
+	// Honoured like DOCKER_HOST by the Docker adapter, and as ctr does.
+	if a := os.Getenv("CONTAINERD_ADDRESS"); a != "" {
+		addr = strings.TrimPrefix(a, "unix://")
+	}
 	return config{
-		address:        DefaultAddress,
+		address:        addr,
 		namespace:      DefaultNamespace,
 		snapshotter:    DefaultSnapshotter,
 		owner:          port.DefaultOwner,
@@ -44,7 +51,8 @@ func defaultConfig() config {
 
 var nsRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]{0,75}[A-Za-z0-9])?$`)
 
-// WithAddress sets the containerd socket (default DefaultAddress).
+// WithAddress sets the containerd socket (default: $CONTAINERD_ADDRESS, else
+// DefaultAddress).
 func WithAddress(addr string) Option {
 	return func(c *config) error {
 		if !filepath.IsAbs(addr) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,8 +33,9 @@ import (
 
 // Runner runs sandboxes on containerd. It is safe for concurrent use.
 type Runner struct {
-	cfg config
-	cli *client.Client
+	cfg    config
+	cli    *client.Client
+	dialed atomic.Bool // the socket answered once
 }
 
 var (
@@ -62,6 +64,9 @@ func NewRunner(opts ...Option) (*Runner, error) {
 
 // Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
 func (r *Runner) Ping(ctx context.Context) error {
+	if err := r.reachable(); err != nil {
+		return opErr("Ping", "", err)
+	}
 	if _, err := r.cli.Version(r.ns(ctx)); err != nil {
 		return opErr("Ping", "", fmt.Errorf("%w: %w", port.ErrUnavailable, err))
 	}
@@ -82,6 +87,22 @@ func (r *Runner) ns(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, r.cfg.namespace)
 }
 
+// reachable dials the daemon's socket once (until it succeeds), so a wrong address or a
+// stopped daemon fails at once with the address in the error, instead of after gRPC
+// has retried until the caller's deadline.
+func (r *Runner) reachable() error {
+	if r.dialed.Load() {
+		return nil
+	}
+	conn, err := net.DialTimeout("unix", r.cfg.address, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w: containerd at %s: %v", port.ErrUnavailable, r.cfg.address, err)
+	}
+	_ = conn.Close()
+	r.dialed.Store(true)
+	return nil
+}
+
 func (r *Runner) cleanupCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.ns(context.Background()), r.cfg.cleanupTimeout)
 }
@@ -90,6 +111,9 @@ func (r *Runner) cleanupCtx() (context.Context, context.CancelFunc) {
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
 	spec = spec.WithDefaults()
 	if err := r.check(spec); err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	if err := r.reachable(); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	ctx = r.ns(ctx)

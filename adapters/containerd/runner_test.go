@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +64,26 @@ func TestMain(m *testing.M) {
 func TestSweepAfterCrash(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner("crash"))
 	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
+}
+
+// TestWrongAddressFailsFast: a wrong address is a daemon-level error naming the
+// address, at once, not a per-image timeout after gRPC retried for the whole deadline.
+func TestWrongAddressFailsFast(t *testing.T) {
+	const bad = "/nonexistent/containerd.sock"
+	t.Setenv("CONTAINERD_ADDRESS", "unix://"+bad) // honoured like DOCKER_HOST
+	r, err := NewRunner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = r.RunOnce(ctx, port.RunSpec{RunID: "wrong-address", Image: "agentsandbox/none:1", Argv: []string{"/agent"}})
+	if !errors.Is(err, port.ErrUnavailable) || !strings.Contains(err.Error(), bad) {
+		t.Errorf("RunOnce = %v, want ErrUnavailable naming %s", err, bad)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("RunOnce took %v to fail, want at once", d)
+	}
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
+// sandboxHostname is every sandbox's host name.
+const sandboxHostname = "sandbox"
+
 // bridgeTarget is where the bridge binary is mounted inside a sandbox.
 const bridgeTarget = "/.agentsandbox/bridge"
 
@@ -44,7 +47,8 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 	if bridge != "" {
 		mounts = append(mounts, bind(bridge, bridgeTarget, true))
 	}
-	env := make(map[string]string, len(spec.Env)+1)
+	// HOSTNAME as Docker sets it, so an agent sees the same environment on both.
+	env := map[string]string{"HOSTNAME": sandboxHostname}
 	for k, v := range spec.Env {
 		env[k] = v
 	}
@@ -76,7 +80,7 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 		oci.WithMemorySwap(spec.Limits.MemoryBytes),
 		oci.WithPidsLimit(spec.Limits.PIDs),
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: uint64(spec.Limits.OpenFiles), Soft: uint64(spec.Limits.OpenFiles)}),
-		oci.WithHostname("sandbox"),
+		oci.WithHostname(sandboxHostname),
 	}
 	if len(argv) > 0 {
 		// The argv replaces the image's entrypoint and cmd, as with the Docker adapter.

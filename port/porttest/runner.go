@@ -423,6 +423,19 @@ func testEnv(t *testing.T, s *suite) {
 			t.Errorf("env lacks %q: %s", want, res.Stdout)
 		}
 	}
+	// Nothing else but what every runtime adds alike: the image's PATH, HOME for the
+	// sandbox user, and HOSTNAME.
+	for l := range got {
+		name, _, _ := strings.Cut(l, "=")
+		switch name {
+		case "GREETING", "EMPTY", "WITH_EQ", "PATH", "HOME", "HOSTNAME":
+		default:
+			t.Errorf("env has %q, which the spec did not ask for", l)
+		}
+	}
+	if !got["HOSTNAME=sandbox"] {
+		t.Errorf("env lacks HOSTNAME=sandbox: %s", res.Stdout)
+	}
 }
 
 func testMissingImage(t *testing.T, s *suite) {
