@@ -85,16 +85,13 @@ func leftovers(r *Runner) func(context.Context, string) ([]string, error) {
 		}
 		// The task's stdio FIFOs live in a randomly named directory under the daemon's
 		// state, named after the container (agentsandbox-<run>-<hex>-std{out,err}).
-		fifos, err := filepath.Glob(filepath.Join(fifoRoot, "*", containerIDPrefix(runID)+"*"))
+		fifos, err := filepath.Glob(filepath.Join(FIFORoot, "*", containerIDPrefix(runID)+"*"))
 		for _, f := range fifos {
 			out = append(out, "fifo:"+f)
 		}
 		return out, err
 	}
 }
-
-// fifoRoot is where containerd puts task FIFO directories by default.
-const fifoRoot = "/run/containerd/fifo"
 
 // containerIDPrefix is the start of every container ID of runID (see containerID).
 func containerIDPrefix(runID string) string { return "agentsandbox-" + runID + "-" }

@@ -3,10 +3,15 @@ package containerd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd/v2/client"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -55,8 +60,12 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	porttest.CrashChildMain(func() (port.SandboxRunner, error) {
-		return NewRunner(WithNamespace(testNamespace), WithOwner("crash"))
+	porttest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
+		opts := []Option{WithNamespace(testNamespace), WithOwner("crash")}
+		if bridge != "" {
+			opts = append(opts, WithBridge(bridge))
+		}
+		return NewRunner(opts...)
 	})
 	os.Exit(m.Run())
 }
@@ -64,6 +73,36 @@ func TestMain(m *testing.M) {
 func TestSweepAfterCrash(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner("crash"))
 	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
+}
+
+func TestDeadlineWithoutHost(t *testing.T) {
+	r, image := runnerEnv(t, WithOwner("crash"))
+	porttest.TestDeadlineWithoutHost(t, porttest.CrashHarness{
+		Sweeper: r, Leftovers: leftovers(r), Image: image, Bridge: testenv.Bridge(t),
+		Running: func(ctx context.Context, runID string) (bool, error) {
+			ctx = r.ns(ctx)
+			cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
+			if err != nil {
+				return false, err
+			}
+			for _, c := range cs {
+				task, err := c.Task(ctx, nil)
+				if errdefs.IsNotFound(err) {
+					continue
+				} else if err != nil {
+					return false, err
+				}
+				st, err := task.Status(ctx)
+				if err != nil {
+					return false, err
+				}
+				if st.Status == client.Running {
+					return true, nil
+				}
+			}
+			return false, nil
+		},
+	})
 }
 
 // TestWrongAddressFailsFast: a wrong address is a daemon-level error naming the

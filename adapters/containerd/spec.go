@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
@@ -11,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -23,7 +25,7 @@ const bridgeTarget = "/.agentsandbox/bridge"
 // specOpts builds the OCI spec of a sandbox. The default spec already gives a new,
 // empty network namespace (runc brings its loopback up) and masks /proc's sensitive
 // paths; these options lock the rest down.
-func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts {
+func specOpts(spec port.RunSpec, img client.Image, bridgePath string) []oci.SpecOpts {
 	uid, gid := parseUser(spec.User)
 	argv := spec.Argv // empty: the image's own entrypoint and cmd
 	tmpfs := func(dst string) specs.Mount {
@@ -44,8 +46,8 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
 	}
-	if bridge != "" {
-		mounts = append(mounts, bind(bridge, bridgeTarget, true))
+	if bridgePath != "" {
+		mounts = append(mounts, bind(bridgePath, bridgeTarget, true))
 	}
 	// HOSTNAME as Docker sets it, so an agent sees the same environment on both.
 	env := map[string]string{"HOSTNAME": sandboxHostname}
@@ -93,21 +95,16 @@ func specOpts(spec port.RunSpec, img client.Image, bridge string) []oci.SpecOpts
 	if spec.WorkspaceDir != "" {
 		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
 	}
-	if bridge != "" {
-		opts = append(opts, wrapWithBridge(spec.LLM != nil))
+	if bridgePath != "" {
+		opts = append(opts, wrapWithBridge(bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())))
 	}
 	return opts
 }
 
-// wrapWithBridge runs the resolved argv behind the in-sandbox bridge: forwarding to the
-// LLM socket when the run has one, else only as the sandbox's init.
-func wrapWithBridge(forward bool) oci.SpecOpts {
+// wrapWithBridge runs the resolved argv behind the in-sandbox bridge (see bridge.Prefix).
+func wrapWithBridge(prefix []string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		pre := []string{bridgeTarget, "--"}
-		if !forward {
-			pre = []string{bridgeTarget, "-no-forward", "--"}
-		}
-		s.Process.Args = append(pre, s.Process.Args...)
+		s.Process.Args = append(prefix, s.Process.Args...)
 		return nil
 	}
 }

@@ -3,6 +3,9 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/leases"
@@ -46,11 +49,21 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 			continue
 		}
 		rep.Removed = append(rep.Removed, "container:"+c.ID())
+		fifos := fifoDirs(c.ID())
+		for _, d := range fifos {
+			rep.Removed = append(rep.Removed, "fifo:"+d)
+		}
 		if opts.DryRun {
 			continue
 		}
 		if err := deleteContainer(ctx, c); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", c.ID(), err))
+			continue
+		}
+		for _, d := range fifos {
+			if err := os.RemoveAll(d); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
+			}
 		}
 	}
 
@@ -93,4 +106,40 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	}
 	r.cfg.logger.Info("sweep done", "owner", r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
+}
+
+// FIFORoot is where containerd's client creates a task's stdio FIFOs, one randomly
+// named directory per task. A host that died mid-run leaves its directory behind;
+// Sweep removes those of the containers it removes (the daemon is local: its socket
+// is a unix socket).
+const FIFORoot = "/run/containerd/fifo"
+
+// fifoDirs lists the FIFO directories holding a container's stdio FIFOs
+// (<FIFORoot>/<random>/<container id>-stdout and -stderr). Only directories whose
+// every entry belongs to the container are returned.
+func fifoDirs(containerID string) []string {
+	matches, _ := filepath.Glob(filepath.Join(FIFORoot, "*", containerID+"-std*"))
+	seen := map[string]bool{}
+	var dirs []string
+	for _, m := range matches {
+		d := filepath.Dir(m)
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		ours := true
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), containerID+"-") {
+				ours = false
+			}
+		}
+		if ours {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }

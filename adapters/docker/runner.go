@@ -217,7 +217,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(bridgeArgv(spec), argv...), nil
+		return append(bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()), argv...), nil
 	}
 	return argv, nil
 }
@@ -245,14 +245,6 @@ func (r *Runner) oomKilled(ctx context.Context, id string) (bool, error) {
 // oomFlagWait bounds the wait for Docker's OOM flag after a SIGKILL exit when no
 // bridge reports the kill (seen up to 0.7 s late on a loaded 2-CPU machine).
 const oomFlagWait = 2 * time.Second
-
-// bridgeArgv is the bridge's part of a sandbox's command line.
-func bridgeArgv(spec port.RunSpec) []string {
-	if spec.LLM == nil {
-		return []string{bridgeTarget, "-no-forward", "--"}
-	}
-	return []string{bridgeTarget, "--"}
-}
 
 // kill stops a container that outlived its run and waits (bounded) for it to exit.
 func (r *Runner) kill(id string, wait client.ContainerWaitResult, log interface{ Warn(string, ...any) }) {

@@ -148,7 +148,13 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	porttest.CrashChildMain(func() (port.SandboxRunner, error) { return NewRunner(WithOwner("crash")) })
+	porttest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
+		opts := []Option{WithOwner("crash")}
+		if bridge != "" {
+			opts = append(opts, WithBridge(bridge))
+		}
+		return NewRunner(opts...)
+	})
 	os.Exit(m.Run())
 }
 
@@ -159,4 +165,21 @@ func TestSweepAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
+}
+
+func TestDeadlineWithoutHost(t *testing.T) {
+	cli, image := dockerEnv(t)
+	r, err := NewRunner(WithClient(cli), WithOwner("crash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	porttest.TestDeadlineWithoutHost(t, porttest.CrashHarness{
+		Sweeper: r, Leftovers: leftovers(cli), Image: image, Bridge: testenv.Bridge(t),
+		Running: func(ctx context.Context, runID string) (bool, error) {
+			list, err := cli.ContainerList(ctx, client.ContainerListOptions{
+				Filters: make(client.Filters).Add("label", port.LabelRunID+"="+runID).Add("status", "running"),
+			})
+			return len(list.Items) > 0, err
+		},
+	})
 }

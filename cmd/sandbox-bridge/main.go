@@ -1,7 +1,7 @@
 // Command sandbox-bridge is a sandbox's entrypoint: it forwards a loopback TCP address
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
-//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-subreaper] [-v] -- argv...
+//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/agentsandbox/sandbox/internal/bridge"
 )
@@ -30,6 +31,8 @@ func run(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", bridge.DefaultListen, "loopback `address` to listen on")
 	socket := fs.String("socket", bridge.DefaultSocket, "unix `socket` to forward connections to")
 	noForward := fs.Bool("no-forward", false, "do not listen: run the command as its init only (no LLM socket)")
+	deadline := fs.Int64("deadline", 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
+	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
 	fs.Usage = func() {
@@ -47,15 +50,26 @@ func run(args []string, stderr io.Writer) int {
 		Listen:    *listen,
 		Socket:    *socket,
 		NoForward: *noForward,
+		Deadline:  deadlineTime(*deadline),
+		KillGrace: *grace,
 		Argv:      fs.Args(),
 		Subreaper: *subreaper,
 		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	})
 	switch {
+	case errors.Is(err, bridge.ErrDeadline):
+		fmt.Fprintf(stderr, "sandbox-bridge: %v; the command was stopped\n", err)
 	case errors.Is(err, bridge.ErrCommandNotFound), errors.Is(err, bridge.ErrCannotExec):
 		fmt.Fprintf(stderr, "%s%v\n", bridge.ExecFailedPrefix, err)
 	case err != nil:
 		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 	}
 	return code
+}
+
+func deadlineTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }

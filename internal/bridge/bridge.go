@@ -58,6 +58,8 @@ var (
 	ErrCommandNotFound = errors.New("bridge: command not found")
 	// ErrCannotExec reports an argv[0] that exists but cannot be executed (exit code 126).
 	ErrCannotExec = errors.New("bridge: command cannot be executed")
+	// ErrDeadline reports a child ended because Config.Deadline passed.
+	ErrDeadline = errors.New("bridge: the sandbox's deadline passed")
 )
 
 // forwardedSignals are passed on to the child. SIGKILL and SIGSTOP cannot be caught;
@@ -96,6 +98,10 @@ type Config struct {
 	// KillGrace is how long the child has after SIGTERM when ctx ends before it gets
 	// SIGKILL (default DefaultKillGrace).
 	KillGrace time.Duration
+	// Deadline, if set, ends the child as ctx ending does (SIGTERM, then SIGKILL after
+	// KillGrace) when the wall clock reaches it: the sandbox's time limit holds even
+	// when the host that should enforce it is gone. Run then returns ErrDeadline.
+	Deadline time.Time
 	// Ready, if set, is called with the listening address once the listener is up and
 	// before the child starts.
 	Ready func(net.Addr)
@@ -177,6 +183,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}()
 	}
 
+	if !cfg.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, ErrDeadline)
+		defer cancel()
+	}
 	var (
 		ctxDone <-chan struct{} = ctx.Done()
 		kill    <-chan time.Time
@@ -190,7 +201,10 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 					_, _ = io.WriteString(cfg.Stderr, OOMNotice)
 				}
 			}
-			return code, ctx.Err()
+			if ctx.Err() != nil {
+				return code, context.Cause(ctx)
+			}
+			return code, nil
 		case s := <-sigs:
 			log.Debug("bridge: forwarding signal", slog.String("signal", s.String()))
 			_ = cmd.Process.Signal(s)

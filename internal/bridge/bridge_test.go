@@ -479,3 +479,36 @@ func TestBuildBinaryIsCachedByContent(t *testing.T) {
 	assert.Contains(t, string(out), "-trimpath=true")
 	assert.Contains(t, string(out), "GOOS=linux")
 }
+
+// TestBinaryDeadlineStopsTheCommand: the sandbox's time limit holds inside it, with no
+// host to enforce it: TERM at the deadline, KILL after the grace, and a notice.
+func TestBinaryDeadlineStopsTheCommand(t *testing.T) {
+	for _, c := range []struct {
+		name, script string
+		want         int
+	}{
+		{"TERM obeyed", `trap 'exit 9' TERM; echo ready; while :; do sleep 0.05; done`, 9},
+		{"TERM ignored", `trap '' TERM; echo ready; while :; do sleep 0.05; done`, 128 + int(syscall.SIGKILL)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			deadline := time.Now().Add(700 * time.Millisecond)
+			cmd, stderr := startBinary(t, []string{"-deadline", fmt.Sprint(deadline.UnixMilli()), "-grace", "300ms"}, c.script)
+			assert.Equal(t, c.want, exitOf(t, cmd), "stderr: %s", stderr.String())
+			late := time.Since(deadline)
+			assert.Greater(t, late, time.Duration(0), "stopped before the deadline")
+			assert.Less(t, late, 5*time.Second, "stopped %v after the deadline", late)
+			assert.Contains(t, stderr.String(), "deadline passed")
+		})
+	}
+}
+
+func TestBinaryNoForwardListensNowhere(t *testing.T) {
+	needSh(t)
+	bin := bridgeBinary(t)
+	port := freePort(t)
+	// The child succeeds only if nothing listens on the bridge's address.
+	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s 2>/dev/null && exit 1; exit 0`, strings.Replace(port, ":", "/", 1))
+	cmd := exec.Command(bin, "-no-forward", "-listen", port, "--", "bash", "-c", script)
+	out, err := cmd.CombinedOutput()
+	assert.NoError(t, err, "something listened on %s with -no-forward: %s", port, out)
+}

@@ -13,8 +13,10 @@ import (
 
 // Environment of the child process of TestSweepAfterCrash.
 const (
-	crashEnv      = "AGENTSANDBOX_PORTTEST_CRASH_RUN"
-	crashImageEnv = "AGENTSANDBOX_PORTTEST_CRASH_IMAGE"
+	crashEnv        = "AGENTSANDBOX_PORTTEST_CRASH_RUN"
+	crashImageEnv   = "AGENTSANDBOX_PORTTEST_CRASH_IMAGE"
+	crashBridgeEnv  = "AGENTSANDBOX_PORTTEST_CRASH_BRIDGE"
+	crashTimeoutEnv = "AGENTSANDBOX_PORTTEST_CRASH_TIMEOUT"
 )
 
 // CrashHarness is what TestSweepAfterCrash needs.
@@ -25,25 +27,36 @@ type CrashHarness struct {
 	Leftovers func(ctx context.Context, runID string) ([]string, error)
 	// Image is the probe agent image.
 	Image string
+	// Bridge is the host path of the sandbox bridge binary the child's runner uses
+	// (TestDeadlineWithoutHost needs it: the bridge enforces the deadline inside).
+	Bridge string
+	// Running reports whether the run's sandbox is still running (for
+	// TestDeadlineWithoutHost).
+	Running func(ctx context.Context, runID string) (bool, error)
 }
 
 // CrashChildMain must be called first thing in the TestMain of an adapter's tests that
-// use TestSweepAfterCrash. In the child process that test starts, it makes a runner
-// with newRunner and starts a run that never ends on its own: the parent kills the
-// process mid-run, like a host that died. Anywhere else it returns at once.
-func CrashChildMain(newRunner func() (port.SandboxRunner, error)) {
+// use TestSweepAfterCrash or TestDeadlineWithoutHost. In the child process those tests
+// start, it makes a runner with newRunner (given the harness's bridge path, possibly
+// empty) and starts a run that would last 10 minutes: the parent kills the process
+// mid-run, like a host that died. Anywhere else it returns at once.
+func CrashChildMain(newRunner func(bridge string) (port.SandboxRunner, error)) {
 	runID := os.Getenv(crashEnv)
 	if runID == "" {
 		return
 	}
-	r, err := newRunner()
+	r, err := newRunner(os.Getenv(crashBridgeEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(3)
 	}
+	timeout, err := time.ParseDuration(os.Getenv(crashTimeoutEnv))
+	if err != nil {
+		timeout = 15 * time.Minute
+	}
 	_, err = r.RunOnce(context.Background(), port.RunSpec{
 		RunID: runID, Image: os.Getenv(crashImageEnv), Argv: []string{"/agent", "sleep", "600"},
-		Limits: port.Limits{Timeout: 15 * time.Minute},
+		Limits: port.Limits{Timeout: timeout},
 	})
 	fmt.Fprintln(os.Stderr, "crash child: the run returned before the parent killed this process:", err)
 	os.Exit(4)
@@ -53,8 +66,58 @@ func CrashChildMain(newRunner func() (port.SandboxRunner, error)) {
 // run and proves that a later Sweep removes everything it left behind.
 func TestSweepAfterCrash(t *testing.T, h CrashHarness) {
 	runID := RunID("crash")
+	crashHost(t, h, runID, 15*time.Minute)
+	ctx := context.Background()
+	left, err := h.Leftovers(ctx, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) == 0 {
+		t.Fatal("killing the host process left nothing behind; the test proves nothing")
+	}
+	t.Logf("left behind by the crash: %v", left)
+	sweep(t, h, runID)
+}
+
+// TestDeadlineWithoutHost kills the host process (a child test binary) in the middle
+// of a run with a 3 s time limit and requires the sandbox to stop by itself soon after
+// the limit: the bridge inside enforces it when nobody outside can.
+func TestDeadlineWithoutHost(t *testing.T, h CrashHarness) {
+	if h.Running == nil || h.Bridge == "" {
+		t.Fatal("CrashHarness.Running and Bridge are required")
+	}
+	const limit = 3 * time.Second
+	runID := RunID("deadline")
+	started := crashHost(t, h, runID, limit)
+	defer sweep(t, h, runID)
+	ctx := context.Background()
+	// The bridge's deadline is limit+DeadlineSlack after the runner built the command,
+	// then TERM, then KILL after the grace: all well within this bound.
+	bound := started.Add(limit + 15*time.Second)
+	for {
+		running, err := h.Running(ctx, runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !running {
+			t.Logf("the sandbox stopped %v after it was seen, with its host dead", time.Since(started).Round(100*time.Millisecond))
+			return
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("the sandbox still runs %v after it was seen, with a %v limit and its host dead", time.Since(started), limit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// crashHost starts a child host process running runID with the given limit, waits
+// until its sandbox exists, and kills the child without warning. It returns when the
+// sandbox was first seen.
+func crashHost(t *testing.T, h CrashHarness, runID string, limit time.Duration) time.Time {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), crashEnv+"="+runID, crashImageEnv+"="+h.Image)
+	cmd.Env = append(os.Environ(), crashEnv+"="+runID, crashImageEnv+"="+h.Image,
+		crashBridgeEnv+"="+h.Bridge, crashTimeoutEnv+"="+limit.String())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +148,7 @@ func TestSweepAfterCrash(t *testing.T, h CrashHarness) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	seen := time.Now()
 	// Let the sandbox get running, then kill the host process without warning.
 	time.Sleep(500 * time.Millisecond)
 	if err := cmd.Process.Kill(); err != nil {
@@ -92,15 +156,13 @@ func TestSweepAfterCrash(t *testing.T, h CrashHarness) {
 	}
 	<-done
 	done <- nil // for the deferred receive
+	return seen
+}
 
-	left, err := h.Leftovers(ctx, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) == 0 {
-		t.Fatal("killing the host process left nothing behind; the test proves nothing")
-	}
-	t.Logf("left behind by the crash: %v", left)
+// sweep removes what runID left and requires nothing to remain.
+func sweep(t *testing.T, h CrashHarness, runID string) {
+	t.Helper()
+	ctx := context.Background()
 	rep, err := h.Sweeper.Sweep(ctx, port.SweepOptions{RunID: runID})
 	if err != nil {
 		t.Fatal(err)
