@@ -1,4 +1,4 @@
-package litellm_test
+package litellmspend_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -73,12 +74,19 @@ func chat(t testing.TB, s *litellmtest.Server, c callSpec) port.AuditRecord {
 	return rec
 }
 
-func newReconciler(t testing.TB, s *litellmtest.Server, opts ...litellm.ReconcilerOption) *litellm.Reconciler {
+func newFake(t *testing.T, opts ...litellmtest.Option) *litellmtest.Server {
+	t.Helper()
+	s := litellmtest.NewServer(opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newReconciler(t testing.TB, s *litellmtest.Server, opts ...litellmspend.Option) *litellmspend.Reconciler {
 	t.Helper()
 	c, err := litellm.New(litellm.WithBaseURL(s.URL), litellm.WithMasterKey(s.MasterKey()),
 		litellm.WithRetry(2, time.Millisecond, 2*time.Millisecond))
 	require.NoError(t, err)
-	r, err := litellm.NewReconciler(c, append([]litellm.ReconcilerOption{litellm.WithPollInterval(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
+	r, err := litellmspend.NewReconciler(c, append([]litellmspend.Option{litellmspend.WithPollInterval(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
 	return r
 }
@@ -320,9 +328,9 @@ func TestReconcileValidates(t *testing.T) {
 	assert.Zero(t, rec.Total)
 	assert.Zero(t, s.RequestCount("/spend/logs/v2"))
 
-	_, err = litellm.NewReconciler(nil)
+	_, err = litellmspend.NewReconciler(nil)
 	assert.ErrorIs(t, err, port.ErrInvalidSpec)
 	c, _ := litellm.New(litellm.WithBaseURL(s.URL), litellm.WithMasterKey("k"))
-	_, err = litellm.NewReconciler(c, litellm.WithPollInterval(0, time.Second))
+	_, err = litellmspend.NewReconciler(c, litellmspend.WithPollInterval(0, time.Second))
 	assert.ErrorIs(t, err, port.ErrInvalidSpec)
 }
