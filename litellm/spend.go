@@ -342,7 +342,7 @@ func (c *Client) walkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 					}
 					if st.Before(minSeen) {
 						checking = false // older than every row passed: new from here on
-					} else if _, dup := seen[id]; dup {
+					} else if _, dup := seen[string(id)]; dup {
 						continue
 					}
 				}
@@ -370,7 +370,9 @@ func (c *Client) walkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 				if st.After(next) {
 					break
 				}
-				seen[id] = st
+				if _, ok := seen[string(id)]; !ok {
+					seen[string(id)] = st
+				}
 			}
 			minSeen = oldest
 			return nil
@@ -428,13 +430,14 @@ func rowStart(v []byte) (time.Time, error) {
 	return st, err
 }
 
-// rowKey reads a raw row's request_id and startTime.
-func rowKey(v []byte) (id string, st time.Time, err error) {
+// rowKey reads a raw row's request_id (as raw JSON, which is all a comparison with
+// another row of the same server needs) and startTime.
+func rowKey(v []byte) (id []byte, st time.Time, err error) {
 	var haveID, haveStart bool
 	eachMember(v, func(k, val []byte) bool {
 		switch string(k) {
 		case "request_id":
-			id, haveID = strVal(val), true
+			id, haveID = val, true
 		case "startTime":
 			st, err = parseTime(val)
 			haveStart = true
