@@ -250,6 +250,20 @@ type RawSpendLog []byte
 // Errors wrap ErrMalformed.
 func (r RawSpendLog) Decode(l *SpendLog) error { return l.decodeLean(r) }
 
+// EndUser returns the row's end_user without decoding the rest of it ("" when it
+// is missing or null).
+func (r RawSpendLog) EndUser() string {
+	var eu string
+	eachMember(r, func(k, v []byte) bool {
+		if string(k) == "end_user" {
+			eu = strVal(v)
+			return false
+		}
+		return true
+	})
+	return eu
+}
+
 // maxStuckPages bounds the offset pages read inside one second without a single
 // new row: only a server that ignores "page" gets there.
 const maxStuckPages = 3

@@ -140,15 +140,19 @@ type billable struct {
 
 // run is the state of one Reconcile.
 type run struct {
-	req      port.ReconcileRequest
-	calls    []billable
-	ids      map[string]int // call id and request id -> index in calls
-	found    int
-	wrong    int // calls with only misattributed rows
-	foreign  int // rows with an audited id but another run or attempt
-	dups     int
-	runBytes []byte
-	row      litellm.SpendLog // reused while decoding
+	req     port.ReconcileRequest
+	calls   []billable
+	ids     map[string]int // call id and request id -> index in calls
+	found   int
+	wrong   int // calls with only misattributed rows
+	foreign int // rows with an audited id but another run or attempt
+	dups    int
+	// probed counts the rows whose end_user was looked at to learn whether the
+	// server applies the end_user filter; otherUser is set once one did not match.
+	probed    int
+	otherUser bool
+	runBytes  []byte
+	row       litellm.SpendLog // reused while decoding
 }
 
 // settled reports whether every call has a row, right or misattributed.
@@ -279,8 +283,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 // poll walks the run's window with the end_user filter, then, if calls are still
 // unsettled, walks their part of the window without it: a row under another end
 // user must be found (and reported) whether or not the server applies the filter.
+//
+// A server that returned another end user's row ignores the filter, so its walk
+// already covered every row of the window and the second walk is skipped.
 func (r *Reconciler) poll(ctx context.Context, q litellm.SpendLogsQuery, st *run) error {
-	if err := r.c.WalkSpendLogs(ctx, q, st.visit); err != nil || st.settled() || q.EndUser == "" {
+	st.probed, st.otherUser = 0, false
+	if err := r.c.WalkSpendLogs(ctx, q, st.visit); err != nil || st.settled() || q.EndUser == "" || st.otherUser {
 		return err
 	}
 	var since, until time.Time
@@ -346,12 +354,19 @@ func (r *Reconciler) window(req port.ReconcileRequest) (time.Time, time.Time) {
 	return since.Add(-r.cfg.skew), until.Add(r.cfg.skew)
 }
 
+// maxProbe is how many rows of a walk are checked for another end user.
+const maxProbe = 8
+
 func (st *run) has(id string) bool { _, ok := st.ids[id]; return ok }
 
 // visit looks at one raw row; it returns false once every call is found. Rows that
 // do not even mention the run id are skipped without decoding, which keeps a page of
 // other users' rows nearly free.
 func (st *run) visit(raw litellm.RawSpendLog) bool {
+	if !st.otherUser && st.probed < maxProbe {
+		st.probed++
+		st.otherUser = raw.EndUser() != st.req.BillingAccountID
+	}
 	if !bytes.Contains(raw, st.runBytes) {
 		return true
 	}

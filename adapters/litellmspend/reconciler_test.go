@@ -372,6 +372,18 @@ func TestReconcileMisattributed(t *testing.T) {
 			rows := rowsOf(s, "run-m")
 			assert.InDelta(t, rows[calls[0].RequestID].Spend+rows[calls[2].RequestID].Spend, rec.Total.Spend, 1e-12,
 				"the other end user's row is never counted")
+
+			unfiltered := 0
+			for _, r := range s.Requests() {
+				if r.Path == "/spend/logs/v2" && r.Query().Get("end_user") == "" {
+					unfiltered++
+				}
+			}
+			if ignore {
+				assert.Zero(t, unfiltered, "the filtered walk already returned every user's rows")
+			} else {
+				assert.Equal(t, 1, unfiltered, "one look without the filter finds the misattributed row")
+			}
 		})
 	}
 }
@@ -413,4 +425,23 @@ func TestReconcileWhileAPageOfNewerRowsArrivesBeforeEachPage(t *testing.T) {
 	assert.Equal(t, calls[0].RequestID, rec.Facts[0].RequestID)
 	assert.Equal(t, calls[1].RequestID, rec.Facts[1].RequestID)
 	assert.LessOrEqual(t, s.RequestCount("/spend/logs/v2"), 10, "one walk: the run's rows sit behind four pages")
+}
+
+// The legacy lookup by request id sees every end user's row: a misattributed call is
+// reported the same way there.
+func TestReconcileMisattributedLegacy(t *testing.T) {
+	s := newFake(t)
+	calls := []port.AuditRecord{
+		chat(t, s, callSpec{endUser: "acct-1", run: "run-lm"}),
+		chat(t, s, callSpec{endUser: "acct-other", run: "run-lm"}),
+	}
+	s.FailNext("/spend/logs/v2", 1000, http.StatusNotFound, litellmtest.ShapeDetailString)
+	rec, err := newReconciler(t, s).Reconcile(context.Background(), request("run-lm", 0, calls...))
+	var me *litellmspend.MisattributedError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, []string{calls[1].CallID}, me.Calls)
+	assert.Equal(t, []string{"acct-other"}, me.EndUsers)
+	require.Len(t, rec.Facts, 1)
+	assert.Equal(t, calls[0].RequestID, rec.Facts[0].RequestID)
+	assert.Equal(t, []string{calls[1].CallID}, rec.Missing)
 }
