@@ -265,7 +265,9 @@ func (r RawSpendLog) EndUser() string {
 }
 
 // maxStuckPages bounds the offset pages read inside one second without a single
-// new row: only a server that ignores "page" gets there.
+// new row. Only a server that ignores "page" gets there, or one that writes a page
+// of rows into that very second before every request; a later walk, once the
+// second has settled, gets past it.
 const maxStuckPages = 3
 
 // WalkSpendLogs calls fn with each row of /spend/logs/v2 matching q, newest first,
@@ -277,25 +279,19 @@ const maxStuckPages = 3
 // cursor], where the cursor is the oldest row seen so far rounded up to the second
 // (the precision of end_date). New rows, which start later, fall outside the
 // window; the rows of the cursor's second that are read again are skipped. Only
-// when a whole page starts within one second does the walk page by offset inside
+// when a whole page lies within one second does the walk page by offset inside
 // that second. A row written late with an older startTime is found when it is in
 // the part of the window still ahead, else by the next walk.
 //
-// Errors: ErrInvalidSpec for a bad query, *APIError for LiteLLM's errors,
-// ErrMalformed for undecodable pages (or a server that ignores "page" while a page
-// of rows shares one second), ErrUnavailable when LiteLLM cannot be reached, and
-// the context's error.
+// Errors: errdefs.ErrInvalidSpec for a bad query, *APIError for LiteLLM's errors,
+// ErrMalformed for undecodable pages (or when, inside one second, three pages in a
+// row bring nothing new), errdefs.ErrUnavailable when LiteLLM cannot be reached,
+// and the context's error.
 func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(row RawSpendLog) bool) error {
-	_, err := c.walkSpendLogs(ctx, q, fn)
-	return err
-}
-
-// walkSpendLogs is WalkSpendLogs reporting how many requests it made.
-func (c *Client) walkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(row RawSpendLog) bool) (requests int, err error) {
 	const path = "/spend/logs/v2"
 	vals, size, err := q.values()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	end, _ := time.Parse(time.DateTime, vals.Get("end_date"))
 	page, stuck := 1, 0
@@ -312,7 +308,6 @@ func (c *Client) walkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 			capped, stop            bool
 			oldest                  time.Time
 		)
-		requests++
 		err := c.get(ctx, path, vals, func(body []byte) error {
 			if !json.Valid(body) {
 				return malformed(path, "page %d is not valid JSON", page)
@@ -392,14 +387,14 @@ func (c *Client) walkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 			return nil
 		})
 		if err != nil {
-			return requests, err
+			return err
 		}
 		c.log.Debug("litellm: spend logs page", "end", end, "page", page, "rows", rows, "new", fresh, "capped", capped)
 		switch {
 		case stop, rows == 0, rows < size:
-			return requests, nil
+			return nil
 		case !capped && totalPages > 0 && page >= totalPages:
-			return requests, nil
+			return nil
 		}
 		if next := ceilSecond(oldest); next.Before(end) {
 			end, page, stuck = next, 1, 0
@@ -408,7 +403,7 @@ func (c *Client) walkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 		// A whole page within the cursor's second: page by offset inside it.
 		if fresh == 0 {
 			if stuck++; stuck >= maxStuckPages {
-				return requests, malformed(path, "page %d of the rows ending %s repeats earlier rows %d times", page, end.Format(time.DateTime), stuck)
+				return malformed(path, "page %d of the rows ending %s repeats earlier rows %d times", page, end.Format(time.DateTime), stuck)
 			}
 		} else {
 			stuck = 0
@@ -471,7 +466,7 @@ func rowKey(v []byte) (id []byte, st time.Time, err error) {
 func (c *Client) SpendLogsV2(ctx context.Context, q SpendLogsQuery) ([]SpendLog, error) {
 	var out []SpendLog
 	var derr error
-	_, err := c.walkSpendLogs(ctx, q, func(raw RawSpendLog) bool {
+	err := c.WalkSpendLogs(ctx, q, func(raw RawSpendLog) bool {
 		var l SpendLog
 		if err := l.decode(raw); err != nil {
 			derr = err
