@@ -292,9 +292,14 @@ func (r *Reconciler) poll(ctx context.Context, q litellm.SpendLogsQuery, st *run
 		return err
 	}
 	var since, until time.Time
+	untimed := false
 	for _, c := range st.calls {
-		if c.found || c.wrong || c.at.IsZero() {
+		if c.found || c.wrong {
 			continue
+		}
+		if c.at.IsZero() {
+			untimed = true // only the run's whole window holds its row for sure
+			break
 		}
 		if since.IsZero() || c.at.Before(since) {
 			since = c.at
@@ -303,7 +308,7 @@ func (r *Reconciler) poll(ctx context.Context, q litellm.SpendLogsQuery, st *run
 			until = c.until
 		}
 	}
-	if !since.IsZero() {
+	if !untimed && !since.IsZero() {
 		// The unsettled calls' own times, widened by the skew, within the run's window.
 		q.Start = later(q.Start, since.Add(-r.cfg.skew))
 		q.End = earlier(q.End, until.Add(r.cfg.skew))
@@ -359,7 +364,7 @@ const maxProbe = 8
 
 func (st *run) has(id string) bool { _, ok := st.ids[id]; return ok }
 
-// visit looks at one raw row; it returns false once every call is found. Rows that
+// visit looks at one raw row; it returns false once every call is settled. Rows that
 // do not even mention the run id are skipped without decoding, which keeps a page of
 // other users' rows nearly free.
 func (st *run) visit(raw litellm.RawSpendLog) bool {
@@ -374,7 +379,7 @@ func (st *run) visit(raw litellm.RawSpendLog) bool {
 		return true // a row we cannot read is not attributable; its call stays missing
 	}
 	st.consider(&st.row)
-	return st.found < len(st.calls)
+	return !st.settled()
 }
 
 // consider counts l for its call if it belongs to the run and its billing account.
