@@ -8,6 +8,7 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
@@ -28,7 +29,7 @@ func ExampleSandbox_Run() {
 	if err != nil {
 		panic(err)
 	}
-	rec, err := litellm.NewReconciler(lc)
+	rec, err := litellmspend.NewReconciler(lc)
 	if err != nil {
 		panic(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // Client talks to a LiteLLM proxy's management API with its master key. It is safe
@@ -47,10 +47,10 @@ func WithBaseURL(raw string) Option {
 	return func(c *config) error {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return port.Invalidf("base url %q is not an absolute http(s) URL", raw)
+			return errdefs.Invalidf("base url %q is not an absolute http(s) URL", raw)
 		}
 		if u.RawQuery != "" || u.Fragment != "" {
-			return port.Invalidf("base url %q has a query or fragment", raw)
+			return errdefs.Invalidf("base url %q has a query or fragment", raw)
 		}
 		c.baseURL = raw
 		return nil
@@ -61,7 +61,7 @@ func WithBaseURL(raw string) Option {
 func WithMasterKey(key string) Option {
 	return func(c *config) error {
 		if key == "" || strings.ContainsAny(key, "\r\n") {
-			return port.Invalidf("master key is empty or has a line break")
+			return errdefs.Invalidf("master key is empty or has a line break")
 		}
 		c.masterKey = key
 		return nil
@@ -73,7 +73,7 @@ func WithMasterKey(key string) Option {
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {
-			return port.Invalidf("nil http client")
+			return errdefs.Invalidf("nil http client")
 		}
 		c.hc = hc
 		return nil
@@ -95,29 +95,29 @@ func WithLogger(l *slog.Logger) Option {
 func WithRetry(max int, minWait, maxWait time.Duration) Option {
 	return func(c *config) error {
 		if max < 0 || max > 100 {
-			return port.Invalidf("retry max %d out of range [0, 100]", max)
+			return errdefs.Invalidf("retry max %d out of range [0, 100]", max)
 		}
 		if minWait <= 0 || maxWait < minWait {
-			return port.Invalidf("retry waits must satisfy 0 < min (%s) <= max (%s)", minWait, maxWait)
+			return errdefs.Invalidf("retry waits must satisfy 0 < min (%s) <= max (%s)", minWait, maxWait)
 		}
 		c.retryMax, c.minWait, c.maxWait = max, minWait, maxWait
 		return nil
 	}
 }
 
-// New returns a client. It does no I/O; errors wrap port.ErrInvalidSpec.
+// New returns a client. It does no I/O; errors wrap errdefs.ErrInvalidSpec.
 func New(opts ...Option) (*Client, error) {
 	cfg := config{retryMax: 4, minWait: 250 * time.Millisecond, maxWait: 5 * time.Second}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return nil, &port.OpError{Op: "litellm.New", Err: err}
+			return nil, &errdefs.OpError{Op: "litellm.New", Err: err}
 		}
 	}
 	if cfg.baseURL == "" {
-		return nil, &port.OpError{Op: "litellm.New", Err: port.Invalidf("base url is required (WithBaseURL)")}
+		return nil, &errdefs.OpError{Op: "litellm.New", Err: errdefs.Invalidf("base url is required (WithBaseURL)")}
 	}
 	if cfg.masterKey == "" {
-		return nil, &port.OpError{Op: "litellm.New", Err: port.Invalidf("master key is required (WithMasterKey)")}
+		return nil, &errdefs.OpError{Op: "litellm.New", Err: errdefs.Invalidf("master key is required (WithMasterKey)")}
 	}
 	base, _ := url.Parse(cfg.baseURL)
 	base.Path = strings.TrimRight(base.Path, "/")
@@ -192,7 +192,7 @@ const maxBody = 64 << 20
 
 // get performs GET path?query and calls fn with the body of a 2xx response. The
 // body is only valid during fn (its buffer is reused). Errors: *APIError for a non-2xx
-// status, port.ErrUnavailable for transport failures after retries, the context's
+// status, errdefs.ErrUnavailable for transport failures after retries, the context's
 // error when ctx ends.
 func (c *Client) get(ctx context.Context, path string, query url.Values, fn func(body []byte) error) error {
 	u := *c.base
@@ -200,7 +200,7 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, fn func
 	u.RawQuery = query.Encode()
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return port.Invalidf("request: %v", err)
+		return errdefs.Invalidf("request: %v", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Accept", "application/json")

@@ -9,15 +9,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/errdefs"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
-	"github.com/agentsandbox/sandbox/port"
 )
 
 func newFake(t *testing.T, opts ...litellmtest.Option) *litellmtest.Server {
@@ -52,7 +53,7 @@ func TestNewValidates(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, err := litellm.New(opts...)
 			assert.Nil(t, c)
-			assert.ErrorIs(t, err, port.ErrInvalidSpec)
+			assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 		})
 	}
 	c, err := litellm.New(litellm.WithBaseURL("http://127.0.0.1:1/prefix/"), litellm.WithMasterKey("k"), litellm.WithLogger(nil))
@@ -78,7 +79,7 @@ func TestAuthErrors(t *testing.T) {
 		assert.Equal(t, "", apiErr.Param, `"None" is LiteLLM's null`)
 		assert.Contains(t, apiErr.Message, "Invalid proxy server token passed")
 		assert.Nil(t, apiErr.Detail)
-		assert.NotErrorIs(t, err, port.ErrUnavailable)
+		assert.NotErrorIs(t, err, errdefs.ErrUnavailable)
 	})
 
 	for _, tc := range []struct {
@@ -124,7 +125,7 @@ func TestRetries(t *testing.T) {
 
 	s.FailNext("/health/readiness", 10, http.StatusServiceUnavailable, litellmtest.ShapeProxy)
 	_, err = c.Readiness(ctx)
-	require.ErrorIs(t, err, port.ErrUnavailable)
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
 	var apiErr *litellm.APIError
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, http.StatusServiceUnavailable, apiErr.StatusCode)
@@ -158,7 +159,7 @@ func TestConnectionRefused(t *testing.T) {
 		litellm.WithRetry(2, time.Millisecond, time.Millisecond))
 	require.NoError(t, err)
 	err = c.Liveliness(context.Background())
-	require.ErrorIs(t, err, port.ErrUnavailable)
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
 	assert.Contains(t, err.Error(), "after 3 attempt(s)")
 	var apiErr *litellm.APIError
 	assert.False(t, errors.As(err, &apiErr), "no response, no APIError")
@@ -210,15 +211,15 @@ func TestHealthAndCustomer(t *testing.T) {
 
 	s.SetUnhealthy("db down")
 	_, err = c.Readiness(ctx)
-	require.ErrorIs(t, err, port.ErrUnavailable)
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
 	var apiErr *litellm.APIError
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, "Service Unhealthy (db down)", apiErr.Message)
 
 	_, err = c.CustomerInfo(ctx, "acct-unknown")
-	require.ErrorIs(t, err, port.ErrNotFound)
+	require.ErrorIs(t, err, errdefs.ErrNotFound)
 
-	chat(t, s, callSpec{endUser: "acct-7", run: "run-c", attempt: 0})
+	chat(t, s, "acct-7", "run-c", 0)
 	cu, err := c.CustomerInfo(ctx, "acct-7")
 	require.NoError(t, err)
 	assert.Equal(t, "acct-7", cu.UserID)
@@ -308,17 +309,17 @@ func TestSpendLogsV2Window(t *testing.T) {
 	assert.Equal(t, "2025-08-01 11:59:05", q.Get("start_date"))
 
 	_, err = c.SpendLogsV2(context.Background(), litellm.SpendLogsQuery{End: at})
-	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 	_, err = c.SpendLogsV2(context.Background(), litellm.SpendLogsQuery{Start: at, End: at.Add(-time.Second)})
-	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 	_, err = c.SpendLogsV2(context.Background(), litellm.SpendLogsQuery{Start: at, End: at, PageSize: 1001})
-	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 }
 
 func TestSpendLogsByRequestID(t *testing.T) {
 	s := newFake(t)
 	c := newClient(t, s)
-	rec := chat(t, s, callSpec{endUser: "acct-1", run: "run-l", attempt: 2})
+	rec := chat(t, s, "acct-1", "run-l", 2)
 	got, err := c.SpendLogsByRequestID(context.Background(), rec.RequestID)
 	require.NoError(t, err)
 	assert.Equal(t, rec.RequestID, got.RequestID)
@@ -327,9 +328,30 @@ func TestSpendLogsByRequestID(t *testing.T) {
 	assert.Equal(t, []any{"run-l", 2, true}, []any{run, attempt, ok})
 
 	_, err = c.SpendLogsByRequestID(context.Background(), "chatcmpl-missing")
-	require.ErrorIs(t, err, port.ErrNotFound)
+	require.ErrorIs(t, err, errdefs.ErrNotFound)
 	assert.Contains(t, err.Error(), "chatcmpl-missing")
 }
 
-// ensure fmt is used in helpers even when tests change.
-var _ = fmt.Sprintf
+// called is what the per-run proxy's audit keeps of a call.
+type called struct{ RequestID, CallID string }
+
+// chat makes one non-streamed call the way the per-run proxy does (injected
+// attribution headers) and returns its ids.
+func chat(t testing.TB, s *litellmtest.Server, endUser, run string, attempt int) called {
+	t.Helper()
+	req, err := http.NewRequest("POST", s.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.MasterKey())
+	req.Header.Set("x-litellm-end-user-id", endUser)
+	req.Header.Set("x-litellm-spend-logs-metadata", fmt.Sprintf(`{"run_id":%q,"attempt":%d}`, run, attempt))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var body struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	return called{RequestID: body.ID, CallID: resp.Header.Get("x-litellm-call-id")}
+}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 var (
@@ -24,8 +24,8 @@ var (
 // its own {"error":{"message","type","param","code"}} and FastAPI's {"detail":...}.
 //
 // errors.Is(err, ErrUnauthorized) holds for 401 and 403, errors.Is(err,
-// port.ErrUnavailable) for 429 and 5xx (returned only after retries), and
-// errors.Is(err, port.ErrNotFound) for 404.
+// errdefs.ErrUnavailable) for 429 and 5xx (returned only after retries), and
+// errors.Is(err, errdefs.ErrNotFound) for 404.
 type APIError struct {
 	// StatusCode is the HTTP status.
 	StatusCode int
@@ -56,14 +56,14 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// Is classifies the error against ErrUnauthorized and the port sentinels.
+// Is classifies the error against ErrUnauthorized and the errdefs sentinels.
 func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrUnauthorized:
 		return e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden
-	case port.ErrUnavailable:
+	case errdefs.ErrUnavailable:
 		return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
-	case port.ErrNotFound:
+	case errdefs.ErrNotFound:
 		return e.StatusCode == http.StatusNotFound
 	}
 	return false
@@ -172,7 +172,7 @@ func snippet(b []byte) string {
 }
 
 // unavailableError is a transport failure (connection refused, reset, timeout)
-// after retries; it is both port.ErrUnavailable and its cause.
+// after retries; it is both errdefs.ErrUnavailable and its cause.
 type unavailableError struct {
 	method, path string
 	attempts     int
@@ -183,7 +183,7 @@ func (e *unavailableError) Error() string {
 	return "litellm: " + e.method + " " + e.path + ": unavailable after " + strconv.Itoa(e.attempts) + " attempt(s): " + e.err.Error()
 }
 
-func (e *unavailableError) Unwrap() []error { return []error{port.ErrUnavailable, e.err} }
+func (e *unavailableError) Unwrap() []error { return []error{errdefs.ErrUnavailable, e.err} }
 
 func malformed(path string, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrMalformed, path, fmt.Sprintf(format, args...))

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // ModelInfo is one entry of the model catalog.
@@ -139,7 +139,7 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 }
 
 // Liveliness checks LiteLLM's public /health/liveliness ("I'm alive!"). Errors:
-// port.ErrUnavailable when it cannot be reached or is failing, ErrMalformed for
+// errdefs.ErrUnavailable when it cannot be reached or is failing, ErrMalformed for
 // another answer.
 func (c *Client) Liveliness(ctx context.Context) error {
 	const path = "/health/liveliness"
@@ -169,7 +169,7 @@ type Readiness struct {
 }
 
 // Readiness reads /health/readiness. An unhealthy proxy answers 503, which is an
-// *APIError matching port.ErrUnavailable.
+// *APIError matching errdefs.ErrUnavailable.
 func (c *Client) Readiness(ctx context.Context) (*Readiness, error) {
 	var r Readiness
 	err := c.get(ctx, "/health/readiness", nil, func(body []byte) error {
@@ -196,10 +196,10 @@ type Customer struct {
 }
 
 // CustomerInfo reads /customer/info for an end user. An unknown end user is an
-// *APIError matching port.ErrNotFound.
+// *APIError matching errdefs.ErrNotFound.
 func (c *Client) CustomerInfo(ctx context.Context, endUserID string) (*Customer, error) {
 	if endUserID == "" {
-		return nil, port.Invalidf("empty end user id")
+		return nil, errdefs.Invalidf("empty end user id")
 	}
 	var cu Customer
 	err := c.get(ctx, "/customer/info", map[string][]string{"end_user_id": {endUserID}}, func(body []byte) error {

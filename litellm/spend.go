@@ -1,7 +1,6 @@
 package litellm
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // MaxPageSize is the largest page LiteLLM's /spend/logs/v2 serves.
@@ -212,17 +211,17 @@ type SpendLogsQuery struct {
 
 func (q *SpendLogsQuery) values() (url.Values, int, error) {
 	if q.Start.IsZero() || q.End.IsZero() {
-		return nil, 0, port.Invalidf("spend logs query needs Start and End")
+		return nil, 0, errdefs.Invalidf("spend logs query needs Start and End")
 	}
 	if q.End.Before(q.Start) {
-		return nil, 0, port.Invalidf("spend logs query ends (%s) before it starts (%s)", q.End, q.Start)
+		return nil, 0, errdefs.Invalidf("spend logs query ends (%s) before it starts (%s)", q.End, q.Start)
 	}
 	size := q.PageSize
 	if size == 0 {
 		size = MaxPageSize
 	}
 	if size < 1 || size > MaxPageSize {
-		return nil, 0, port.Invalidf("page size %d out of range [1, %d]", size, MaxPageSize)
+		return nil, 0, errdefs.Invalidf("page size %d out of range [1, %d]", size, MaxPageSize)
 	}
 	start := q.Start.UTC().Truncate(time.Second)
 	end := q.End.UTC()
@@ -242,93 +241,232 @@ func (q *SpendLogsQuery) values() (url.Values, int, error) {
 	return v, size, nil
 }
 
-// pageInfo is a /spend/logs/v2 envelope without its rows.
-type pageInfo struct {
-	rows, total, totalPages int
-	capped                  bool
+// RawSpendLog is one spend-log row as LiteLLM sent it: a valid JSON object. It is
+// only valid during the WalkSpendLogs callback that received it.
+type RawSpendLog []byte
+
+// Decode fills l from the row without copying it: l.Metadata and
+// l.SpendLogsMetadata alias r, so copy them to keep them past the callback.
+// Errors wrap ErrMalformed.
+func (r RawSpendLog) Decode(l *SpendLog) error { return l.decodeLean(r) }
+
+// EndUser returns the row's end_user without decoding the rest of it ("" when it
+// is missing or null).
+func (r RawSpendLog) EndUser() string {
+	var eu string
+	eachMember(r, func(k, v []byte) bool {
+		if string(k) == "end_user" {
+			eu = strVal(v)
+			return false
+		}
+		return true
+	})
+	return eu
 }
 
-// spendPages walks /spend/logs/v2 page by page, calling row with each raw row (valid
-// JSON, only valid during the call) until row returns false or the rows run out. It
-// keeps paging past total_pages while total_is_capped is set, and stops at an empty
-// or short page. It returns how many requests it made.
-func (c *Client) spendPages(ctx context.Context, q SpendLogsQuery, row func(raw []byte) bool) (requests int, err error) {
+// maxStuckPages bounds the offset pages read inside one second without a single
+// new row. Only a server that ignores "page" gets there, or one that writes a page
+// of rows into that very second before every request; a later walk, once the
+// second has settled, gets past it.
+const maxStuckPages = 3
+
+// WalkSpendLogs calls fn with each row of /spend/logs/v2 matching q, newest first,
+// until fn returns false or the window is exhausted. Each row is passed once.
+//
+// LiteLLM pages by offset over rows ordered by startTime descending, so on a busy
+// proxy every row written between two requests shifts the next page. The walk
+// therefore pages by time: each request asks for the first page of [q.Start,
+// cursor], where the cursor is the oldest row seen so far rounded up to the second
+// (the precision of end_date). New rows, which start later, fall outside the
+// window; the rows of the cursor's second that are read again are skipped. Only
+// when a whole page lies within one second does the walk page by offset inside
+// that second. A row written late with an older startTime is found when it is in
+// the part of the window still ahead, else by the next walk.
+//
+// Errors: errdefs.ErrInvalidSpec for a bad query, *APIError for LiteLLM's errors,
+// ErrMalformed for undecodable pages (or when, inside one second, three pages in a
+// row bring nothing new), errdefs.ErrUnavailable when LiteLLM cannot be reached,
+// and the context's error.
+func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(row RawSpendLog) bool) error {
 	const path = "/spend/logs/v2"
 	vals, size, err := q.values()
 	if err != nil {
-		return 0, err
+		return err
 	}
-	var prevFirst []byte
-	for page := 1; ; page++ {
+	end, _ := time.Parse(time.DateTime, vals.Get("end_date"))
+	page, stuck := 1, 0
+	// seen holds the rows already passed whose startTime is at or before the
+	// cursor: the only rows a later request can return again.
+	seen := map[string]time.Time{}
+	var minSeen time.Time
+	var elems [][]byte
+	for {
+		vals.Set("end_date", end.Format(time.DateTime))
 		vals.Set("page", strconv.Itoa(page))
-		var info pageInfo
-		stop := false
-		requests++
+		var (
+			rows, fresh, totalPages int
+			capped, stop            bool
+			oldest                  time.Time
+		)
 		err := c.get(ctx, path, vals, func(body []byte) error {
 			if !json.Valid(body) {
 				return malformed(path, "page %d is not valid JSON", page)
 			}
 			var data []byte
-			seen := false
+			seenData := false
 			eachMember(body, func(k, v []byte) bool {
 				switch string(k) {
 				case "data":
-					data, seen = v, true
-				case "total":
-					n, _ := intVal(v)
-					info.total = int(n)
+					data, seenData = v, true
 				case "total_pages":
 					n, _ := intVal(v)
-					info.totalPages = int(n)
+					totalPages = int(n)
 				case "total_is_capped":
-					info.capped = string(v) == "true"
+					capped = string(v) == "true"
 				}
 				return true
 			})
-			if !seen || len(data) == 0 || data[0] != '[' {
+			if !seenData || len(data) == 0 || data[0] != '[' {
 				return malformed(path, "page %d has no data array", page)
 			}
-			first := true
+			elems = elems[:0]
 			eachElem(data, func(v []byte) bool {
-				info.rows++
-				if first {
-					// A server that ignores "page" would have us loop forever.
-					if prevFirst != nil && bytes.Equal(prevFirst, v) {
-						err = malformed(path, "page %d repeats page %d", page, page-1)
-						return false
-					}
-					prevFirst = append(prevFirst[:0], v...)
-					first = false
-				}
-				if !row(v) {
-					stop = true
-					return false
-				}
+				elems = append(elems, v)
 				return true
 			})
-			return err
+			rows = len(elems)
+			if rows == 0 {
+				return nil
+			}
+			var err error
+			if oldest, err = rowStart(elems[rows-1]); err != nil {
+				return err
+			}
+			checking := len(seen) > 0
+			for _, v := range elems {
+				if checking {
+					id, st, err := rowKey(v)
+					if err != nil {
+						return err
+					}
+					if st.Before(minSeen) {
+						checking = false // older than every row passed: new from here on
+					} else if _, dup := seen[string(id)]; dup {
+						continue
+					}
+				}
+				fresh++
+				if !fn(RawSpendLog(v)) {
+					stop = true
+					return nil
+				}
+			}
+			// Remember the rows the next request may return again.
+			next := ceilSecond(oldest)
+			if !next.Before(end) {
+				next = end
+			}
+			for k, st := range seen {
+				if st.After(next) {
+					delete(seen, k)
+				}
+			}
+			for i := rows - 1; i >= 0; i-- {
+				id, st, err := rowKey(elems[i])
+				if err != nil {
+					return err
+				}
+				if st.After(next) {
+					break
+				}
+				if _, ok := seen[string(id)]; !ok {
+					seen[string(id)] = st
+				}
+			}
+			minSeen = oldest
+			return nil
 		})
 		if err != nil {
-			return requests, err
+			return err
 		}
-		c.log.Debug("litellm: spend logs page", "page", page, "rows", info.rows, "total", info.total, "capped", info.capped)
+		c.log.Debug("litellm: spend logs page", "end", end, "page", page, "rows", rows, "new", fresh, "capped", capped)
 		switch {
-		case stop, info.rows == 0, info.rows < size:
-			return requests, nil
-		case !info.capped && info.totalPages > 0 && page >= info.totalPages:
-			return requests, nil
+		case stop, rows == 0, rows < size:
+			return nil
+		case !capped && totalPages > 0 && page >= totalPages:
+			return nil
 		}
+		if next := ceilSecond(oldest); next.Before(end) {
+			end, page, stuck = next, 1, 0
+			continue
+		}
+		// A whole page within the cursor's second: page by offset inside it.
+		if fresh == 0 {
+			if stuck++; stuck >= maxStuckPages {
+				return malformed(path, "page %d of the rows ending %s repeats earlier rows %d times", page, end.Format(time.DateTime), stuck)
+			}
+		} else {
+			stuck = 0
+		}
+		page++
 	}
 }
 
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if s := t.Truncate(time.Second); !s.Equal(t) {
+		return s.Add(time.Second)
+	}
+	return t
+}
+
+// rowStart reads a raw row's startTime.
+func rowStart(v []byte) (time.Time, error) {
+	var st time.Time
+	var err error
+	found := false
+	eachMember(v, func(k, val []byte) bool {
+		if string(k) == "startTime" {
+			st, err = parseTime(val)
+			found = true
+			return false
+		}
+		return true
+	})
+	if err == nil && (!found || st.IsZero()) {
+		err = malformed("/spend/logs/v2", "row without startTime")
+	}
+	return st, err
+}
+
+// rowKey reads a raw row's request_id (as raw JSON, which is all a comparison with
+// another row of the same server needs) and startTime.
+func rowKey(v []byte) (id []byte, st time.Time, err error) {
+	var haveID, haveStart bool
+	eachMember(v, func(k, val []byte) bool {
+		switch string(k) {
+		case "request_id":
+			id, haveID = val, true
+		case "startTime":
+			st, err = parseTime(val)
+			haveStart = true
+		}
+		return err == nil && !(haveID && haveStart)
+	})
+	if err == nil && (!haveStart || st.IsZero()) {
+		err = malformed("/spend/logs/v2", "row without startTime")
+	}
+	return id, st, err
+}
+
 // SpendLogsV2 returns every row of /spend/logs/v2 matching q, newest first, paging
-// to the end (also past a capped total). Errors: port.ErrInvalidSpec for a bad query,
+// to the end (also past a capped total) as WalkSpendLogs does. Errors: errdefs.ErrInvalidSpec for a bad query,
 // *APIError for LiteLLM's errors, ErrMalformed for undecodable pages,
-// port.ErrUnavailable when LiteLLM cannot be reached.
+// errdefs.ErrUnavailable when LiteLLM cannot be reached.
 func (c *Client) SpendLogsV2(ctx context.Context, q SpendLogsQuery) ([]SpendLog, error) {
 	var out []SpendLog
 	var derr error
-	_, err := c.spendPages(ctx, q, func(raw []byte) bool {
+	err := c.WalkSpendLogs(ctx, q, func(raw RawSpendLog) bool {
 		var l SpendLog
 		if err := l.decode(raw); err != nil {
 			derr = err
@@ -347,12 +485,12 @@ func (c *Client) SpendLogsV2(ctx context.Context, q SpendLogsQuery) ([]SpendLog,
 }
 
 // SpendLogsByRequestID looks one row up through the legacy /spend/logs endpoint,
-// which works on LiteLLM releases without /spend/logs/v2. Errors wrap port.ErrNotFound
+// which works on LiteLLM releases without /spend/logs/v2. Errors wrap errdefs.ErrNotFound
 // when LiteLLM has no such row (it answers [null]), and otherwise as SpendLogsV2.
 func (c *Client) SpendLogsByRequestID(ctx context.Context, requestID string) (*SpendLog, error) {
 	const path = "/spend/logs"
 	if requestID == "" {
-		return nil, port.Invalidf("empty request id")
+		return nil, errdefs.Invalidf("empty request id")
 	}
 	var found *SpendLog
 	err := c.get(ctx, path, url.Values{"request_id": {requestID}}, func(body []byte) error {
@@ -389,7 +527,7 @@ func (c *Client) SpendLogsByRequestID(ctx context.Context, requestID string) (*S
 		return nil, fmt.Errorf("litellm: spend log %s: %w", requestID, err)
 	}
 	if found == nil {
-		return nil, fmt.Errorf("litellm: spend log %s: %w", requestID, port.ErrNotFound)
+		return nil, fmt.Errorf("litellm: spend log %s: %w", requestID, errdefs.ErrNotFound)
 	}
 	return found, nil
 }

@@ -440,7 +440,10 @@ func (c *Config) FileMode() os.FileMode {
 }
 
 // WriteFile writes the config to name (creating its directory), atomically: a
-// reader sees the old file or the new one, never a partial one.
+// reader sees the old file or the new one, never a partial one. name is a host path
+// the caller owns (a gateway's config directory): its directories are created and
+// followed as they are. A workspace an agent may have used is written with
+// OneShot.Prepare, which never follows what the agent left there.
 func (c *Config) WriteFile(name string) error {
 	return writeFileAtomic(name, c.JSON(), c.FileMode())
 }

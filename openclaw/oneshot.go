@@ -5,7 +5,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,10 +176,19 @@ func (o OneShot) Apply(spec *port.RunSpec) error {
 // The config must be a sandbox-mode config (a gateway never runs in a one-shot
 // sandbox) whose workspace and agent are the one-shot's. The prompt must be
 // non-blank UTF-8 without NUL bytes, at most MaxPromptBytes. Errors wrap
-// port.ErrInvalidSpec for bad input; nothing is written then.
+// port.ErrInvalidSpec for bad input (hostDir not an existing directory included);
+// nothing is written then. Other errors are the file system's.
+//
+// hostDir may be a workspace an agent has used. Prepare never follows, opens or
+// chmods what the agent left: every write stays inside hostDir (through an os.Root),
+// OneShotDir is recreated (what was there, a symlink to a host directory included,
+// is moved aside and removed as far as the host may), and the workspace files are
+// replaced atomically, as WriteWorkspace does. OpenClaw's state from earlier runs
+// goes with OneShotDir: every one-shot starts a fresh session.
 //
 // The state and home directories get mode 0777: the sandbox user is usually not
-// the host user that creates them. Config, prompt and workspace files are 0644.
+// the host user that creates them. Config, prompt and workspace files are 0644 (the
+// config 0600 when it holds a secret).
 func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string) error {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
@@ -201,33 +209,36 @@ func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string
 	if err := checkPrompt(prompt); err != nil {
 		return err
 	}
-	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
+	rendered, err := files.render() // before anything is written
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(hostDir)
+	if err != nil {
 		return port.Invalidf("openclaw one-shot: workspace %q is not an existing directory", hostDir)
 	}
-	if _, err := files.render(); err != nil { // before anything is written
-		return err
-	}
+	defer root.Close()
 
-	d := filepath.Join(hostDir, OneShotDir)
-	if err := os.MkdirAll(d, 0o755); err != nil {
+	if err := makeDir(root, OneShotDir, 0o755); err != nil {
 		return err
 	}
+	d, err := root.OpenRoot(OneShotDir)
+	if err != nil {
+		return fmt.Errorf("openclaw workspace: %w", err)
+	}
+	defer d.Close()
 	for _, sub := range []string{StateDirName, HomeDirName} {
-		p := filepath.Join(d, sub)
-		if err := os.MkdirAll(p, 0o777); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, 0o777); err != nil { // whatever the umask
+		if err := makeDir(d, sub, 0o777); err != nil {
 			return err
 		}
 	}
-	if err := cfg.WriteFile(filepath.Join(d, ConfigFileName)); err != nil {
+	if err := writeFileIn(d, ConfigFileName, cfg.JSON(), cfg.FileMode()); err != nil {
 		return err
 	}
-	if err := WriteWorkspace(hostDir, files); err != nil {
+	if err := writeWorkspace(root, rendered); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(d, PromptFileName), []byte(prompt), 0o644)
+	return writeFileIn(d, PromptFileName, []byte(prompt), 0o644)
 }
 
 func checkPrompt(p string) error {

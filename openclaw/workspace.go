@@ -2,7 +2,6 @@ package openclaw
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -37,21 +36,32 @@ type Files struct {
 // WriteWorkspace writes the non-empty files into dir (which must exist) with mode
 // 0644. It refuses text that is not UTF-8, holds NUL bytes, or is longer than
 // MaxWorkspaceFileChars, with an error wrapping port.ErrInvalidSpec; nothing is
-// written then. Files are replaced atomically, so a symlink planted at a file name
-// is replaced, never followed.
+// written then, nor when dir is not an existing directory (also ErrInvalidSpec).
+//
+// dir may be a workspace an agent has used: every write stays inside it (through an
+// os.Root), and each file is replaced atomically, so whatever an agent left at a
+// file name (a symlink, a hard link, a FIFO, a directory) is replaced, never
+// followed, opened or written through. Other errors are the file system's.
 func WriteWorkspace(dir string, f Files) error {
 	files, err := f.render()
 	if err != nil {
 		return err
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
 		return port.Invalidf("openclaw workspace %q is not an existing directory", dir)
 	}
+	defer root.Close()
+	return writeWorkspace(root, files)
+}
+
+// writeWorkspace writes rendered files into the workspace root.
+func writeWorkspace(root *os.Root, files []namedText) error {
 	for _, w := range files {
 		if w.text == "" {
 			continue
 		}
-		if err := writeFileAtomic(filepath.Join(dir, w.name), []byte(w.text), 0o644); err != nil {
+		if err := writeFileIn(root, w.name, []byte(w.text), 0o644); err != nil {
 			return err
 		}
 	}

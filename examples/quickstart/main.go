@@ -27,6 +27,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm"
@@ -121,7 +122,7 @@ func run(runtime, prompt string, verbose bool) error {
 	if err != nil {
 		return err
 	}
-	reconciler, err := litellm.NewReconciler(lc)
+	reconciler, err := litellmspend.NewReconciler(lc)
 	if err != nil {
 		return err
 	}

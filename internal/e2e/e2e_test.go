@@ -15,6 +15,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
@@ -54,7 +55,7 @@ func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := litellm.NewReconciler(lc, litellm.WithPollInterval(100*time.Millisecond, time.Second))
+	rec, err := litellmspend.NewReconciler(lc, litellmspend.WithPollInterval(100*time.Millisecond, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

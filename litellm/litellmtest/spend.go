@@ -65,6 +65,18 @@ type customer struct{ spend float64 }
 type rowStore struct {
 	rows      []*storedRow
 	customers map[string]*customer
+	// beforePage runs before each /spend/logs/v2 answer (BeforeSpendLogsPage).
+	beforePage func(url.Values)
+}
+
+// BeforeSpendLogsPage sets fn to run before each /spend/logs/v2 request is
+// answered, with the request's query; nil removes it. fn runs without the server's
+// lock, so it may add rows (AddSpendRows): tests use it to write rows between the
+// pages of a walk, as a busy proxy does.
+func (s *Server) BeforeSpendLogsPage(fn func(query url.Values)) {
+	s.mu.Lock()
+	s.store.beforePage = fn
+	s.mu.Unlock()
 }
 
 func newer(a, b *storedRow) bool {
@@ -275,8 +287,21 @@ func (f *rowFilter) match(r *storedRow) bool {
 	return true
 }
 
+// spendLogsV2 follows LiteLLM's ui_view_spend_logs (served as /spend/logs/v2):
+// start_date and end_date are required and bound startTime inclusively (gte, lte);
+// rows come ordered by startTime descending (request_id descending breaks ties in
+// current releases) and are paged by offset, skip = (page-1)*page_size, so rows
+// written between two requests shift the later pages. Releases whose handler has no
+// end_user parameter ignore that filter silently, as FastAPI drops unknown query
+// parameters: IgnoreEndUserFilter reproduces them.
 func (s *Server) spendLogsV2(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	s.mu.Lock()
+	before := s.store.beforePage
+	s.mu.Unlock()
+	if before != nil {
+		before(q)
+	}
 	page, ok := intParam(w, q, "page", 1, 1, 0)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package litellm_test
+package litellmspend_test
 
 import (
 	"bufio"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -73,12 +75,19 @@ func chat(t testing.TB, s *litellmtest.Server, c callSpec) port.AuditRecord {
 	return rec
 }
 
-func newReconciler(t testing.TB, s *litellmtest.Server, opts ...litellm.ReconcilerOption) *litellm.Reconciler {
+func newFake(t *testing.T, opts ...litellmtest.Option) *litellmtest.Server {
+	t.Helper()
+	s := litellmtest.NewServer(opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newReconciler(t testing.TB, s *litellmtest.Server, opts ...litellmspend.Option) *litellmspend.Reconciler {
 	t.Helper()
 	c, err := litellm.New(litellm.WithBaseURL(s.URL), litellm.WithMasterKey(s.MasterKey()),
 		litellm.WithRetry(2, time.Millisecond, 2*time.Millisecond))
 	require.NoError(t, err)
-	r, err := litellm.NewReconciler(c, append([]litellm.ReconcilerOption{litellm.WithPollInterval(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
+	r, err := litellmspend.NewReconciler(c, append([]litellmspend.Option{litellmspend.WithPollInterval(5*time.Millisecond, 20*time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
 	return r
 }
@@ -320,9 +329,119 @@ func TestReconcileValidates(t *testing.T) {
 	assert.Zero(t, rec.Total)
 	assert.Zero(t, s.RequestCount("/spend/logs/v2"))
 
-	_, err = litellm.NewReconciler(nil)
+	_, err = litellmspend.NewReconciler(nil)
 	assert.ErrorIs(t, err, port.ErrInvalidSpec)
 	c, _ := litellm.New(litellm.WithBaseURL(s.URL), litellm.WithMasterKey("k"))
-	_, err = litellm.NewReconciler(c, litellm.WithPollInterval(0, time.Second))
+	_, err = litellmspend.NewReconciler(c, litellmspend.WithPollInterval(0, time.Second))
 	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+}
+
+// A row of the run's call under another end user is reported as misattributed, the
+// same whether the server applies the end_user filter (the row is then only found
+// by the unfiltered look) or returns every user's rows.
+func TestReconcileMisattributed(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("filter ignored %v", ignore), func(t *testing.T) {
+			s := newFake(t)
+			s.IgnoreEndUserFilter(ignore)
+			calls := []port.AuditRecord{
+				chat(t, s, callSpec{endUser: "acct-1", run: "run-m"}),
+				chat(t, s, callSpec{endUser: "acct-evil", run: "run-m"}),
+				chat(t, s, callSpec{endUser: "acct-1", run: "run-m", stream: true}),
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			rec, err := newReconciler(t, s).Reconcile(ctx, request("run-m", 0, calls...))
+			require.ErrorIs(t, err, litellmspend.ErrMisattributed)
+			assert.ErrorIs(t, err, port.ErrUnattributed, "a misattributed call is not billed to the run")
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "a call whose row exists is settled at once")
+			assert.Less(t, time.Since(start), 5*time.Second)
+			var me *litellmspend.MisattributedError
+			require.ErrorAs(t, err, &me)
+			assert.Equal(t, "acct-1", me.BillingAccountID)
+			assert.Equal(t, []string{calls[1].CallID}, me.Calls)
+			assert.Equal(t, []string{"acct-evil"}, me.EndUsers)
+			assert.Contains(t, err.Error(), calls[1].CallID)
+			assert.NotContains(t, err.Error(), "have no billing row", "no call is missing outright")
+
+			assert.Equal(t, []string{calls[1].CallID}, rec.Missing)
+			require.Len(t, rec.Facts, 2)
+			assert.Equal(t, calls[0].RequestID, rec.Facts[0].RequestID)
+			assert.Equal(t, calls[2].RequestID, rec.Facts[1].RequestID)
+			rows := rowsOf(s, "run-m")
+			assert.InDelta(t, rows[calls[0].RequestID].Spend+rows[calls[2].RequestID].Spend, rec.Total.Spend, 1e-12,
+				"the other end user's row is never counted")
+
+			unfiltered := 0
+			for _, r := range s.Requests() {
+				if r.Path == "/spend/logs/v2" && r.Query().Get("end_user") == "" {
+					unfiltered++
+				}
+			}
+			if ignore {
+				assert.Zero(t, unfiltered, "the filtered walk already returned every user's rows")
+			} else {
+				assert.Equal(t, 1, unfiltered, "one look without the filter finds the misattributed row")
+			}
+		})
+	}
+}
+
+// A busy proxy writes exactly a page of newer rows before every page request, so
+// offset paging would see page 2 repeat page 1 forever and never reach the run's
+// older rows. The calls are still billed.
+func TestReconcileWhileAPageOfNewerRowsArrivesBeforeEachPage(t *testing.T) {
+	s := newFake(t)
+	calls := []port.AuditRecord{
+		chat(t, s, callSpec{endUser: "acct-1", run: "run-p"}),
+		chat(t, s, callSpec{endUser: "acct-1", run: "run-p"}),
+	}
+	const size = 5
+	// Other calls of the same end user since the run's, a second apart, so the
+	// filter keeps them; then a page of newer rows before every page request.
+	now := time.Now()
+	s.Synthesize(12, now.Add(time.Second), time.Second, "acct-1")
+	var mu sync.Mutex
+	n := 0
+	s.BeforeSpendLogsPage(func(url.Values) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		rows := make([]litellmtest.SpendRow, size)
+		for i := range rows {
+			at := now.Add(time.Duration(20+n)*time.Second + time.Millisecond + time.Duration(i)*time.Microsecond)
+			rows[i] = litellmtest.SpendRow{RequestID: fmt.Sprintf("chatcmpl-busy-%03d-%d", n, i), StartTime: at, EndTime: at,
+				EndUser: "acct-1", Model: "gpt-4o-mini", Status: "success", Spend: 1}
+		}
+		s.AddSpendRows(rows...)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := newReconciler(t, s, litellmspend.WithPageSize(size)).Reconcile(ctx, request("run-p", 0, calls...))
+	require.NoError(t, err)
+	require.Len(t, rec.Facts, 2)
+	assert.Empty(t, rec.Missing)
+	assert.Equal(t, calls[0].RequestID, rec.Facts[0].RequestID)
+	assert.Equal(t, calls[1].RequestID, rec.Facts[1].RequestID)
+	assert.LessOrEqual(t, s.RequestCount("/spend/logs/v2"), 10, "one walk: the run's rows sit behind four pages")
+}
+
+// The legacy lookup by request id sees every end user's row: a misattributed call is
+// reported the same way there.
+func TestReconcileMisattributedLegacy(t *testing.T) {
+	s := newFake(t)
+	calls := []port.AuditRecord{
+		chat(t, s, callSpec{endUser: "acct-1", run: "run-lm"}),
+		chat(t, s, callSpec{endUser: "acct-other", run: "run-lm"}),
+	}
+	s.FailNext("/spend/logs/v2", 1000, http.StatusNotFound, litellmtest.ShapeDetailString)
+	rec, err := newReconciler(t, s).Reconcile(context.Background(), request("run-lm", 0, calls...))
+	var me *litellmspend.MisattributedError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, []string{calls[1].CallID}, me.Calls)
+	assert.Equal(t, []string{"acct-other"}, me.EndUsers)
+	require.Len(t, rec.Facts, 1)
+	assert.Equal(t, calls[0].RequestID, rec.Facts[0].RequestID)
+	assert.Equal(t, []string{calls[1].CallID}, rec.Missing)
 }

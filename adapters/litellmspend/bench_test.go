@@ -1,4 +1,4 @@
-package litellm_test
+package litellmspend_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -48,7 +49,7 @@ func BenchmarkReconcile50of100k(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := litellm.NewReconciler(c)
+			r, err := litellmspend.NewReconciler(c)
 			if err != nil {
 				b.Fatal(err)
 			}
