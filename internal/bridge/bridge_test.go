@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -379,21 +380,42 @@ func bridgeBinary(t *testing.T) string {
 
 // startBinary runs the bridge binary with a shell script as the child and waits until
 // the script prints "ready".
-func startBinary(t *testing.T, flags []string, script string) (*exec.Cmd, *strings.Builder) {
+func startBinary(t *testing.T, flags []string, script string) (*exec.Cmd, *lockedBuilder) {
 	needSh(t)
 	bin := bridgeBinary(t)
 	args := append(append([]string{"-listen", "127.0.0.1:0"}, flags...), "--", "sh", "-c", script)
 	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := new(lockedBuilder)
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "stderr: %s", stderr.String())
+	if err != nil {
+		_ = cmd.Wait() // the copy of stderr is done then
+		t.Fatalf("reading the child's first line: %v; stderr: %s", err, stderr.String())
+	}
 	require.Equal(t, "ready\n", line)
-	return cmd, &stderr
+	return cmd, stderr
+}
+
+// lockedBuilder is a strings.Builder safe to read while exec's copier writes to it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func exitOf(t *testing.T, cmd *exec.Cmd) int {
@@ -491,6 +513,7 @@ func TestBinaryDeadlineStopsTheCommand(t *testing.T) {
 		{"TERM ignored", `trap '' TERM; echo ready; while :; do sleep 0.05; done`, 128 + int(syscall.SIGKILL)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			bridgeBinary(t) // built before the clock starts
 			deadline := time.Now().Add(700 * time.Millisecond)
 			cmd, stderr := startBinary(t, []string{"-deadline", fmt.Sprint(deadline.UnixMilli()), "-grace", "300ms"}, c.script)
 			assert.Equal(t, c.want, exitOf(t, cmd), "stderr: %s", stderr.String())
