@@ -17,7 +17,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkRunOverhead alternates, for a trivial command, the containerd runner, the
@@ -76,7 +76,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 	}
 	// libRun is one library run: with the proxy, its start and stop are included.
 	libRun := func(r port.SandboxRunner) error {
-		spec := port.RunSpec{RunID: porttest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}
+		spec := port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}
 		if pm != nil {
 			p, err := pm.Start(ctx, port.ProxySpec{RunID: spec.RunID, Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
 			if err != nil {

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 func TestRunnerConformance(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner("porttest"))
-	porttest.TestRunner(t, porttest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
 }
 
 func TestInternalNetworkUnsupported(t *testing.T) {
@@ -52,7 +52,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	porttest.CrashChildMain(func() (port.SandboxRunner, error) {
+	sandboxtest.CrashChildMain(func() (port.SandboxRunner, error) {
 		return NewRunner(WithNamespace(testNamespace), WithOwner("crash"))
 	})
 	os.Exit(m.Run())
@@ -60,5 +60,5 @@ func TestMain(m *testing.M) {
 
 func TestSweepAfterCrash(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner("crash"))
-	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
+	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 func TestRunnerConformance(t *testing.T) {
@@ -21,7 +21,7 @@ func TestRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	porttest.TestRunner(t, porttest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(cli)})
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(cli)})
 }
 
 // panicHandler panics on the first record with the given message, standing in for any
@@ -46,7 +46,7 @@ func TestRunnerRemovesContainerOnPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runID := porttest.RunID("panic")
+	runID := sandboxtest.RunID("panic")
 	func() {
 		defer func() {
 			if v := recover(); v == nil {
@@ -64,7 +64,7 @@ func TestRunnerRemovesContainerOnPanic(t *testing.T) {
 func TestSweepRemovesOnlyOwnOldResources(t *testing.T) {
 	cli, image := dockerEnv(t)
 	ctx := context.Background()
-	runID := porttest.RunID("sweep")
+	runID := sandboxtest.RunID("sweep")
 	mk := func(owner string, age time.Duration) string {
 		lbls := port.ResourceLabels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
 		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
@@ -146,7 +146,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	porttest.CrashChildMain(func() (port.SandboxRunner, error) { return NewRunner(WithOwner("crash")) })
+	sandboxtest.CrashChildMain(func() (port.SandboxRunner, error) { return NewRunner(WithOwner("crash")) })
 	os.Exit(m.Run())
 }
 
@@ -156,5 +156,5 @@ func TestSweepAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
+	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkConcurrentSandboxes finds how many real sandboxes, each with its own
@@ -107,7 +107,7 @@ func concurrentRuns(ctx context.Context, runner port.SandboxRunner, pm *inproc.M
 }
 
 func oneRun(ctx context.Context, runner port.SandboxRunner, pm *inproc.Manager, image string, fake *litellmtest.Server, i int, barrierDir, barrier string) error {
-	runID := porttest.RunID("conc")
+	runID := sandboxtest.RunID("conc")
 	p, err := pm.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct"}})
 	if err != nil {
 		return err

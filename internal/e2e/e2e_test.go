@@ -21,7 +21,7 @@ import (
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
@@ -125,7 +125,7 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 	sb, _ := newStack(t, runner, fake)
 
 	// Another run of the same account, billed in the same window, must not be counted.
-	other := porttest.RunID("other")
+	other := sandboxtest.RunID("other")
 	fake.AddSpendRows(litellmtest.SpendRow{
 		RequestID: "chatcmpl-other", LitellmCallID: "call-other", EndUser: "acct-e2e", Model: "gpt-4o-mini",
 		Spend: 1.5, TotalTokens: 1000, PromptTokens: 600, CompletionTokens: 400,
@@ -138,7 +138,7 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runID := porttest.RunID("e2e")
+	runID := sandboxtest.RunID("e2e")
 	res, err := sb.Run(ctx, sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
 		Argv:         []string{"/agent", "calls", "4", "gpt-4o-mini"},

@@ -18,7 +18,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // inprocHarness is the in-process proxy manager with its leftover check and kill.
@@ -88,7 +88,7 @@ func TestInprocConformanceDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	porttest.TestProxyManager(t, porttest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
 }
 
 func TestInprocConformanceContainerd(t *testing.T) {
@@ -113,5 +113,5 @@ func TestInprocConformanceContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	porttest.TestProxyManager(t, porttest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
 }

@@ -1,4 +1,4 @@
-package porttest
+package sandboxtest
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 // Environment of the child process of TestSweepAfterCrash.
 const (
-	crashEnv      = "AGENTSANDBOX_PORTTEST_CRASH_RUN"
-	crashImageEnv = "AGENTSANDBOX_PORTTEST_CRASH_IMAGE"
+	crashEnv      = "AGENTSANDBOX_SANDBOXTEST_CRASH_RUN"
+	crashImageEnv = "AGENTSANDBOX_SANDBOXTEST_CRASH_IMAGE"
 )
 
 // CrashHarness is what TestSweepAfterCrash needs.

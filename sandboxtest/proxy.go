@@ -1,4 +1,4 @@
-package porttest
+package sandboxtest
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ type ProxyHarness struct {
 // claim asserted where it matters (headers at the upstream, secrets in the sandbox).
 func TestProxyManager(t *testing.T, h ProxyHarness) {
 	if h.Manager == nil || h.Runner == nil || h.Image == "" || h.Kill == nil || h.Leftovers == nil {
-		t.Fatal("porttest: ProxyHarness needs Manager, Runner, Image, Kill and Leftovers")
+		t.Fatal("sandboxtest: ProxyHarness needs Manager, Runner, Image, Kill and Leftovers")
 	}
 	for _, c := range []struct {
 		name string
