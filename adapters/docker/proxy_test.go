@@ -12,7 +12,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
@@ -51,7 +51,7 @@ func proxyEnv(t testing.TB, owner string) (*ProxyManager, *Runner, string, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := bridge.BuildBinary(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+	bin, err := bridge.Build(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
 	if err != nil {
 		t.Fatal(err)
 	}

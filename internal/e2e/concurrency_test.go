@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -29,7 +29,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 	}{{"docker", dockerRunner}, {"containerd", containerdRunner}} {
 		b.Run(rt.name, func(b *testing.B) {
 			ctx := context.Background()
-			bin, err := bridge.BuildBinary(ctx, os.TempDir()+"/agentsandbox-bridge-test")
+			bin, err := bridge.Build(ctx, os.TempDir()+"/agentsandbox-bridge-test")
 			if err != nil {
 				b.Fatal(err)
 			}

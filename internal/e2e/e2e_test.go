@@ -15,7 +15,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm"
@@ -25,11 +25,11 @@ import (
 )
 
 func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
-	return dockerRunnerFor(t, bridgeBin, testimages.AgentArchive)
+	return dockerRunnerFor(t, bridgeBin, sandboxtest.ProbeImage)
 }
 
 func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
-	return containerdRunnerFor(t, bridgeBin, testimages.AgentArchive)
+	return containerdRunnerFor(t, bridgeBin, sandboxtest.ProbeImage)
 }
 
 // imageFunc builds an image archive and its reference.
@@ -115,7 +115,7 @@ func TestReconciledRunContainerd(t *testing.T) { testReconciledRun(t, containerd
 func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,11 +20,12 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // TestDockerSandboxReachesProxy is the whole path with a real sandbox: a container with
@@ -40,10 +41,10 @@ func TestDockerSandboxReachesProxy(t *testing.T) {
 	}
 	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
 	defer cli.Close()
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := sandboxtest.ProbeImage(ctx)
 	require.NoError(t, err)
 	require.NoError(t, testimages.EnsureDocker(ctx, cli, ref, archive))
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	require.NoError(t, err)
 
 	var (
