@@ -1,6 +1,4 @@
-// Package e2e runs the in-process proxy with a real sandbox. It is a package of its own
-// so that the proxy's unit tests never depend on the Docker adapter building.
-package e2e
+package integration
 
 import (
 	"context"
