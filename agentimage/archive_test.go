@@ -109,3 +109,10 @@ func TestArchiveRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildGoReportsTheCompilerError(t *testing.T) {
+	_, err := BuildGo(t.Context(), "./no-such-agent")
+	if err == nil || !strings.Contains(err.Error(), "agentimage: building ./no-such-agent") {
+		t.Errorf("err = %v", err)
+	}
+}
