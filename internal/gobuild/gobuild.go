@@ -21,6 +21,10 @@ func Env() []string {
 
 // Go runs the go command with args in dir (the working directory when dir is empty)
 // and returns its standard output; a failure carries the command's standard error.
+//
+// In a directory of its own (ModuleDir) the module is read-only whatever GOFLAGS says:
+// a caller's -mod=mod must not rewrite this module's go.mod, which may also sit in the
+// read-only module cache.
 func Go(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -28,6 +32,9 @@ func Go(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	}
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Env, cmd.Dir = Env(), dir
+	if dir != "" {
+		cmd.Env = append(cmd.Env, "GOFLAGS="+readOnly(os.Getenv("GOFLAGS")))
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -35,6 +42,17 @@ func Go(ctx context.Context, dir string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("go %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
+}
+
+// readOnly is goflags with any -mod setting replaced by -mod=readonly.
+func readOnly(goflags string) string {
+	var keep []string
+	for _, f := range strings.Fields(goflags) {
+		if !strings.HasPrefix(f, "-mod=") && !strings.HasPrefix(f, "--mod=") {
+			keep = append(keep, f)
+		}
+	}
+	return strings.Join(append(keep, "-mod=readonly"), " ")
 }
 
 // Static compiles the main package pkg, resolved in dir, into the file out: static,
