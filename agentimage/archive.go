@@ -29,6 +29,8 @@ type File struct {
 	Data []byte
 	// Dir makes the entry a directory.
 	Dir bool
+	// Link, if set, makes the entry a symbolic link to Link.
+	Link string
 }
 
 // Image describes a single-layer image for the host's architecture.
@@ -131,9 +133,12 @@ func layerTar(files []File) ([]byte, error) {
 		if f.Mode&fs.ModeSticky != 0 {
 			h.Mode |= 0o1000
 		}
-		if f.Dir {
+		switch {
+		case f.Dir:
 			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
-		} else {
+		case f.Link != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.Link, 0o777
+		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
 		}
 		if err := tw.WriteHeader(h); err != nil {
