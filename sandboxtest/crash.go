@@ -23,7 +23,7 @@ type CrashHarness struct {
 	Sweeper port.Sweeper
 	// Leftovers lists what the adapter holds for a run (see RunnerHarness).
 	Leftovers func(ctx context.Context, runID string) ([]string, error)
-	// Image is the probe agent image.
+	// Image is the probe agent image (ProbeImage), already available to the runner.
 	Image string
 }
 

@@ -27,9 +27,9 @@ type ProxyHarness struct {
 	// host's loopback.
 	Manager port.ProxyManager
 	// Runner runs the sandboxes that use the proxies; it must be configured with the
-	// in-sandbox bridge.
+	// in-sandbox bridge (bridge.Build).
 	Runner port.SandboxRunner
-	// Image is the probe agent image.
+	// Image is the probe agent image (ProbeImage), already available to Runner.
 	Image string
 	// Budget says whether the manager enforces port.Budget; if not, it must refuse a
 	// spec with a budget with port.ErrUnsupported.
