@@ -4,8 +4,9 @@
 // agent as its child. Without it an agent has no way to reach its LLM proxy.
 //
 // Build compiles it from this module's sources with the local Go toolchain and caches
-// the result by content, so a host needs nothing prepared by hand. Hosts without a Go
-// toolchain install the binary instead and pass its path to the runners:
+// the result by content, so a host needs nothing prepared by hand. For hosts without a
+// Go toolchain, build the binary where there is one, ship it, and pass its path to the
+// runners:
 //
 //	CGO_ENABLED=0 go install github.com/agentsandbox/sandbox/cmd/sandbox-bridge@latest
 package bridge
