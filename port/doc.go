@@ -3,7 +3,7 @@
 //
 // Adapters live in sibling packages (adapters/docker, adapters/containerd,
 // adapters/inproc, litellm) and are checked against these interfaces at compile time
-// and, behaviourally, by the conformance suite in port/porttest.
+// and, behaviourally, by the conformance suites in sandboxtest.
 //
 // Every error returned through a port can be classified with errors.Is against the
 // sentinels in this package (ErrInvalidSpec, ErrNotFound, ErrUnavailable, ...); most

@@ -1,11 +1,8 @@
 package port
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 )
 
 // LabelPrefix is reserved: every container, volume, snapshot or directory the library
@@ -56,14 +53,6 @@ func ValidateRunID(id string) error {
 	return nil
 }
 
-// ValidateOwner checks an owner label value with the same rules as run IDs.
-func ValidateOwner(owner string) error {
-	if err := ValidateRunID(owner); err != nil {
-		return Invalidf("owner: %v", strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
-	}
-	return nil
-}
-
 // ValidateLabels rejects caller labels that use the reserved prefix or have unsafe keys.
 func ValidateLabels(labels map[string]string) error {
 	for k, v := range labels {
@@ -76,36 +65,6 @@ func ValidateLabels(labels map[string]string) error {
 		if len(v) > 1024 || strings.ContainsAny(v, "\x00\r\n") {
 			return Invalidf("label %q has a value over 1024 bytes or with control characters", k)
 		}
-	}
-	return nil
-}
-
-// ResourceLabels returns the labels of a resource the library creates: the caller's
-// extra labels (validated with ValidateLabels beforehand) plus the reserved ones.
-func ResourceLabels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
-	l := make(map[string]string, len(extra)+4)
-	for k, v := range extra {
-		l[k] = v
-	}
-	l[LabelOwner] = owner
-	l[LabelRunID] = runID
-	l[LabelKind] = kind
-	l[LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
-	return l
-}
-
-// ValidateBridge checks that path is an absolute path to an executable regular file,
-// as the runners' bridge options require. Errors wrap ErrInvalidSpec.
-func ValidateBridge(path string) error {
-	if !filepath.IsAbs(path) {
-		return Invalidf("bridge path %q is not absolute", path)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Invalidf("bridge binary: %v", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return Invalidf("bridge binary %s is not an executable file", path)
 	}
 	return nil
 }

@@ -74,17 +74,3 @@ func TestRunSpecDefaultsAndValidate(t *testing.T) {
 		}
 	}
 }
-
-func TestResourceLabels(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	l := ResourceLabels("own", "r1", KindProxy, map[string]string{"team": "a"}, now)
-	want := map[string]string{"team": "a", LabelOwner: "own", LabelRunID: "r1", LabelKind: KindProxy, LabelCreatedAt: "2026-01-02T03:04:05Z"}
-	if len(l) != len(want) {
-		t.Fatalf("labels = %v", l)
-	}
-	for k, v := range want {
-		if l[k] != v {
-			t.Errorf("%s = %q, want %q", k, l[k], v)
-		}
-	}
-}

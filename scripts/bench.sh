@@ -28,5 +28,5 @@ run ./adapters/inproc ConcurrentRuns500 3x
 run ./litellm Reconcile50of100k 20x
 run ./openclaw/gateway AgentStream 5x
 run ./openclaw/gateway RealGatewayAgent 20x
-run ./internal/e2e OpenClawOneShot 5x
-run ./internal/e2e ConcurrentSandboxes 1x
+run ./integration OpenClawOneShot 5x
+run ./integration ConcurrentSandboxes 1x

@@ -13,11 +13,11 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkRunOverhead alternates, for a trivial command, the containerd runner, the
@@ -35,7 +35,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 	var dopts []docker.Option
 	var pm *inproc.Manager
 	if withProxy {
-		bin, err := bridge.BuildBinary(context.Background(), filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+		bin, err := bridge.Build(context.Background(), filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
 		b.Skip("no Docker daemon to compare with")
 	}
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := sandboxtest.ProbeImage(ctx)
 	if err != nil || ref != image {
 		b.Fatalf("agent image: %v (%s vs %s)", err, ref, image)
 	}
@@ -76,7 +76,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 	}
 	// libRun is one library run: with the proxy, its start and stop are included.
 	libRun := func(r port.SandboxRunner) error {
-		spec := port.RunSpec{RunID: porttest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}
+		spec := port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}
 		if pm != nil {
 			p, err := pm.Start(ctx, port.ProxySpec{RunID: spec.RunID, Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
 			if err != nil {

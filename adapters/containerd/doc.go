@@ -1,7 +1,7 @@
 // Package containerd adapts a containerd daemon (through
 // github.com/containerd/containerd/v2/client) to the sandbox ports, with the same
 // behaviour and security properties as the Docker adapter, proven by the same
-// conformance suite (port/porttest).
+// conformance suite (sandboxtest).
 //
 // Each sandbox is a container in a namespace of the library's own (default
 // "agentsandbox") with a fresh network namespace and no CNI: loopback only. Capabilities

@@ -12,8 +12,8 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 const testNamespace = "agentsandbox-test"
@@ -41,7 +41,7 @@ func runnerEnv(t testing.TB, opts ...Option) (*Runner, string) {
 			return
 		}
 		env.up = true
-		ref, archive, err := testimages.AgentArchive(ctx)
+		ref, archive, err := sandboxtest.ProbeImage(ctx)
 		if err != nil {
 			env.err = err
 			return

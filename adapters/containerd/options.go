@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -89,7 +90,7 @@ func WithSnapshotter(name string) Option {
 // WithOwner sets the owner label value; sweeps only touch their owner's resources.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
-		if err := port.ValidateOwner(owner); err != nil {
+		if err := adapterutil.ValidateOwner(owner); err != nil {
 			return err
 		}
 		c.owner = owner
@@ -112,7 +113,7 @@ func WithLogger(l *slog.Logger) Option {
 // and made the entrypoint of runs with an LLM socket (see the docker adapter's WithBridge).
 func WithBridge(path string) Option {
 	return func(c *config) error {
-		if err := port.ValidateBridge(path); err != nil {
+		if err := adapterutil.ValidateBridge(path); err != nil {
 			return err
 		}
 		c.bridgePath = path

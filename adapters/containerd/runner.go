@@ -27,6 +27,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -133,7 +134,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	id := containerID(spec.RunID)
-	lbls := port.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
+	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.

@@ -15,13 +15,13 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 func TestRunnerConformance(t *testing.T) {
 	// With the bridge as every sandbox's init, as a host runs it.
 	r, image := runnerEnv(t, WithOwner("porttest"), WithBridge(testenv.Bridge(t)))
-	porttest.TestRunner(t, porttest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
 }
 
 func TestInternalNetworkUnsupported(t *testing.T) {
@@ -60,7 +60,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	porttest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
+	sandboxtest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
 		opts := []Option{WithNamespace(testNamespace), WithOwner("crash")}
 		if bridge != "" {
 			opts = append(opts, WithBridge(bridge))
@@ -72,12 +72,12 @@ func TestMain(m *testing.M) {
 
 func TestSweepAfterCrash(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner("crash"))
-	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
+	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
 }
 
 func TestDeadlineWithoutHost(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner("crash"))
-	porttest.TestDeadlineWithoutHost(t, porttest.CrashHarness{
+	sandboxtest.TestDeadlineWithoutHost(t, sandboxtest.CrashHarness{
 		Sweeper: r, Leftovers: leftovers(r), Image: image, Bridge: testenv.Bridge(t),
 		Running: func(ctx context.Context, runID string) (bool, error) {
 			ctx = r.ns(ctx)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkRunOnceVsCLI alternates RunOnce of a trivial command with `docker run --rm
@@ -29,7 +29,7 @@ func BenchmarkRunOnceVsCLI(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		t0 := time.Now()
-		res, err := r.RunOnce(ctx, port.RunSpec{RunID: porttest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}})
+		res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("RunOnce: %v %+v", err, res)
 		}

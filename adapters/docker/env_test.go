@@ -11,6 +11,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 var env struct {
@@ -37,7 +38,7 @@ func dockerEnv(t testing.TB) (*client.Client, string) {
 			return
 		}
 		env.cli = cli
-		ref, archive, err := testimages.AgentArchive(ctx)
+		ref, archive, err := sandboxtest.ProbeImage(ctx)
 		if err != nil {
 			env.err = err
 			return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -70,7 +71,7 @@ func WithClient(cli *client.Client) Option {
 // so hosts sharing a daemon must use distinct owners.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
-		if err := port.ValidateOwner(owner); err != nil {
+		if err := adapterutil.ValidateOwner(owner); err != nil {
 			return err
 		}
 		c.owner = owner
@@ -95,7 +96,7 @@ func WithLogger(l *slog.Logger) Option {
 // Without it, the image must bring its own bridge.
 func WithBridge(path string) Option {
 	return func(c *config) error {
-		if err := port.ValidateBridge(path); err != nil {
+		if err := adapterutil.ValidateBridge(path); err != nil {
 			return err
 		}
 		c.bridgePath = path

@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -123,7 +124,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 			User:       fmt.Sprintf("%d:%d", uid, gid),
 			Entrypoint: append([]string{"nginx"}, proxyconf.NginxArgs(proxyConfFile)...),
 			Cmd:        []string{},
-			Labels:     port.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
+			Labels:     adapterutil.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    container.NetworkMode(m.cfg.proxy.network),

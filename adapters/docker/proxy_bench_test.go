@@ -16,7 +16,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // The proxy benchmarks put the in-process proxy, the nginx container proxy and a direct
@@ -55,7 +55,7 @@ func setupProxies(b *testing.B) *proxyTargets {
 	}
 	b.Cleanup(func() { _ = im.Shutdown(context.Background()) })
 	spec := func() port.ProxySpec {
-		return port.ProxySpec{RunID: porttest.RunID("bench"), Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct-bench"}}
+		return port.ProxySpec{RunID: sandboxtest.RunID("bench"), Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct-bench"}}
 	}
 	ctx := context.Background()
 	ip, err := im.Start(ctx, spec())
@@ -167,7 +167,7 @@ func BenchmarkProxyStartup(b *testing.B) {
 	defer im.Shutdown(context.Background())
 	ctx := context.Background()
 	spec := func() port.ProxySpec {
-		return port.ProxySpec{RunID: porttest.RunID("bench"), Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}}
+		return port.ProxySpec{RunID: sandboxtest.RunID("bench"), Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}}
 	}
 	var ti, tn []time.Duration
 	for b.Loop() {

@@ -12,11 +12,11 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 var nginxImage struct {
@@ -51,7 +51,7 @@ func proxyEnv(t testing.TB, owner string) (*ProxyManager, *Runner, string, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := bridge.BuildBinary(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+	bin, err := bridge.Build(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestProxyManagerConformance(t *testing.T) {
 	m, r, agent, base := proxyEnv(t, "porttest")
 	cli, _ := dockerEnv(t)
 	labelled := leftovers(cli)
-	porttest.TestProxyManager(t, porttest.ProxyHarness{
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{
 		Manager: m, Runner: r, Image: agent, Budget: false,
 		Kill: func(ctx context.Context, p port.Proxy) error {
 			_, err := cli.ContainerKill(ctx, p.(*nginxProxy).id, client.ContainerKillOptions{Signal: "SIGKILL"})
@@ -90,7 +90,7 @@ func TestProxyManagerConformance(t *testing.T) {
 func TestProxyConfigPrivateAndDeleted(t *testing.T) {
 	m, _, _, _ := proxyEnv(t, "conf")
 	p, err := m.Start(context.Background(), port.ProxySpec{
-		RunID: porttest.RunID("conf"), Upstream: "http://127.0.0.1:9", APIKey: "sk-private-1",
+		RunID: sandboxtest.RunID("conf"), Upstream: "http://127.0.0.1:9", APIKey: "sk-private-1",
 		Attribution: port.Attribution{BillingAccountID: "acct"},
 	})
 	if err != nil {
@@ -125,7 +125,7 @@ func TestProxyStartFailureReportsLogs(t *testing.T) {
 	m, _, _, base := proxyEnv(t, "broken")
 	m.cfg.proxy.image = env.image // the probe agent: "nginx" is not in it
 	m.cfg.proxy.readyTimeout = 5 * time.Second
-	runID := porttest.RunID("broken")
+	runID := sandboxtest.RunID("broken")
 	_, err := m.Start(context.Background(), port.ProxySpec{
 		RunID: runID, Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"},
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -75,7 +76,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	cfg, hc := sandboxConfig(spec, entrypoint, port.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
+	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
 	})

@@ -12,8 +12,9 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 func TestRunnerConformance(t *testing.T) {
@@ -23,7 +24,7 @@ func TestRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	porttest.TestRunner(t, porttest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(cli)})
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(cli)})
 }
 
 // panicHandler panics on the first record with the given message, standing in for any
@@ -48,7 +49,7 @@ func TestRunnerRemovesContainerOnPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runID := porttest.RunID("panic")
+	runID := sandboxtest.RunID("panic")
 	func() {
 		defer func() {
 			if v := recover(); v == nil {
@@ -66,9 +67,9 @@ func TestRunnerRemovesContainerOnPanic(t *testing.T) {
 func TestSweepRemovesOnlyOwnOldResources(t *testing.T) {
 	cli, image := dockerEnv(t)
 	ctx := context.Background()
-	runID := porttest.RunID("sweep")
+	runID := sandboxtest.RunID("sweep")
 	mk := func(owner string, age time.Duration) string {
-		lbls := port.ResourceLabels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
+		lbls := adapterutil.ResourceLabels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
 		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 			Config:     &container.Config{Image: image, Entrypoint: []string{"/agent", "sleep", "60"}, Labels: lbls},
 			HostConfig: &container.HostConfig{NetworkMode: "none"},
@@ -148,7 +149,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	porttest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
+	sandboxtest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
 		opts := []Option{WithOwner("crash")}
 		if bridge != "" {
 			opts = append(opts, WithBridge(bridge))
@@ -164,7 +165,7 @@ func TestSweepAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	porttest.TestSweepAfterCrash(t, porttest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
+	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
 }
 
 func TestDeadlineWithoutHost(t *testing.T) {
@@ -173,7 +174,7 @@ func TestDeadlineWithoutHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	porttest.TestDeadlineWithoutHost(t, porttest.CrashHarness{
+	sandboxtest.TestDeadlineWithoutHost(t, sandboxtest.CrashHarness{
 		Sweeper: r, Leftovers: leftovers(cli), Image: image, Bridge: testenv.Bridge(t),
 		Running: func(ctx context.Context, runID string) (bool, error) {
 			list, err := cli.ContainerList(ctx, client.ContainerListOptions{

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -64,12 +65,12 @@ func WithBaseDir(dir string) Option {
 	}
 }
 
-// WithOwner sets the owner label value (port.ValidateOwner). Sweeps only touch
+// WithOwner sets the owner label value (the rules of port.ValidateRunID). Sweeps only touch
 // directories of their owner, so host processes sharing a base directory must use
 // distinct owners. Default: port.DefaultOwner.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
-		if err := port.ValidateOwner(owner); err != nil {
+		if err := adapterutil.ValidateOwner(owner); err != nil {
 			return err
 		}
 		c.owner = owner

@@ -5,7 +5,8 @@
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
-// Build it static: CGO_ENABLED=0 go build -trimpath ./cmd/sandbox-bridge.
+// Build it static (CGO_ENABLED=0 go build -trimpath ./cmd/sandbox-bridge), or let
+// bridge.Build do it and cache the result.
 package main
 
 import (

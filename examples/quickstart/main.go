@@ -8,7 +8,9 @@
 //     fake LiteLLM of litellm/litellmtest on loopback;
 //   - the run's usage reconciled call by call against LiteLLM's spend logs.
 //
-// Run it with `make demo` (which also installs and starts Docker and containerd).
+// It uses only the library's public API, so it runs unchanged when copied into a
+// module of your own (see the README's "From your own module"). Run it with
+// `make demo` (which also installs and starts Docker and containerd).
 package main
 
 import (
@@ -18,37 +20,43 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"runtime/debug"
 	"time"
-
-	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
-	"github.com/agentsandbox/sandbox/internal/bridge"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/agentimage"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 )
 
-const agentPackage = "github.com/agentsandbox/sandbox/examples/quickstart/agent"
+// agentPackage is the agent next to this program (./agent) as an import path, so the
+// program finds its agent wherever it is copied to.
+func agentPackage() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Path != "" && bi.Path != "command-line-arguments" {
+		return bi.Path + "/agent"
+	}
+	return "./agent"
+}
 
 func main() {
 	runtime := flag.String("runtime", "docker", "container runtime: docker or containerd")
 	prompt := flag.String("prompt", "MARKER:hello-from-the-sandbox Please greet me.", "the user message")
+	agent := flag.String("agent", agentPackage(), "the agent's Go main `package`, built with the go command in the working directory")
 	verbose := flag.Bool("v", false, "log what the library does")
 	flag.Parse()
-	if err := run(*runtime, *prompt, *verbose); err != nil {
+	if err := run(*runtime, *agent, *prompt, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(runtime, prompt string, verbose bool) error {
+func run(runtime, agentPkg, prompt string, verbose bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	logger := slog.New(slog.DiscardHandler)
@@ -65,20 +73,18 @@ func run(runtime, prompt string, verbose bool) error {
 		fmt.Printf("LiteLLM: the embedded fake at %s (set LITELLM_URL and LITELLM_MASTER_KEY for a real one)\n", upstream)
 	}
 
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	cache = filepath.Join(cache, "agentsandbox")
-	bridgeBin, err := bridge.BuildBinary(ctx, cache)
+	// The bridge is the sandbox's entrypoint, forwarding 127.0.0.1:8080 to the run's
+	// proxy; it is built once with the local Go toolchain and cached.
+	bridgeBin, err := bridge.Build(ctx, "")
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
 	}
-	agentBin, err := testimages.BuildStatic(ctx, agentPackage)
+	// The agent: a static binary in a FROM scratch image, loaded with no registry.
+	agentBin, err := agentimage.BuildGo(ctx, agentPkg)
 	if err != nil {
 		return fmt.Errorf("building the agent: %w", err)
 	}
-	image, archive, err := testimages.Archive(testimages.StaticImage("agentsandbox/quickstart-agent", agentBin))
+	image, archive, err := agentimage.Static("agentsandbox/quickstart-agent", agentBin).Archive()
 	if err != nil {
 		return err
 	}
@@ -86,16 +92,12 @@ func run(runtime, prompt string, verbose bool) error {
 	var runner port.SandboxRunner
 	switch runtime {
 	case "docker":
-		cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+		r, err := docker.NewRunner(docker.WithBridge(bridgeBin), docker.WithOwner("quickstart"), docker.WithLogger(logger))
 		if err != nil {
 			return err
 		}
-		defer cli.Close()
-		if err := testimages.EnsureDocker(ctx, cli, image, archive); err != nil {
-			return err
-		}
-		r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner("quickstart"), docker.WithLogger(logger))
-		if err != nil {
+		defer r.Close()
+		if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 			return err
 		}
 		runner = r

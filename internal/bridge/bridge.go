@@ -9,7 +9,8 @@
 //
 // As PID 1 it also does what an init must: it forwards termination signals to the
 // child, reaps orphaned zombies, and exits with the child's exit code (128+n when the
-// child was killed by signal n). cmd/sandbox-bridge is the thin main around Run.
+// child was killed by signal n). cmd/sandbox-bridge is the thin main around Run;
+// the public package bridge builds it for the runners.
 //
 // The package uses only the standard library and golang.org/x/sys, so the binary stays
 // small and static (CGO_ENABLED=0) and fits in a FROM scratch image.

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	bridgebuild "github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -364,7 +365,7 @@ func TestContextEndTerminatesTheChild(t *testing.T) {
 	assert.ErrorIs(t, res.err, context.Canceled)
 }
 
-// bridgeBinary builds cmd/sandbox-bridge once per test binary.
+// bridgeBinary builds cmd/sandbox-bridge (cached by content across test binaries).
 func bridgeBinary(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -373,7 +374,7 @@ func bridgeBinary(t *testing.T) string {
 	dir := filepath.Join(os.TempDir(), "agentsandbox-bridge-test")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin, err := BuildBinary(ctx, dir)
+	bin, err := bridgebuild.Build(ctx, dir)
 	require.NoError(t, err)
 	return bin
 }
@@ -475,33 +476,6 @@ func TestBinaryMissingCommand(t *testing.T) {
 	assert.Equal(t, ExitNotFound, exitOf(t, cmd))
 	assert.Contains(t, stderr.String(), "command not found: no-such-agent-9c1d")
 }
-
-func TestBuildBinaryIsCachedByContent(t *testing.T) {
-	bin := bridgeBinary(t)
-	fi, err := os.Stat(bin)
-	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
-	assert.True(t, strings.HasPrefix(filepath.Base(bin), "sandbox-bridge-"))
-
-	// A new process (modelled by forgetting the in-process memo) finds the same file
-	// and does not rebuild it.
-	buildMu.Lock()
-	clear(built)
-	buildMu.Unlock()
-	again, err := BuildBinary(context.Background(), filepath.Dir(bin))
-	require.NoError(t, err)
-	assert.Equal(t, bin, again)
-	fi2, err := os.Stat(again)
-	require.NoError(t, err)
-	assert.Equal(t, fi.ModTime(), fi2.ModTime(), "not rebuilt")
-
-	out, err := exec.Command("go", "version", "-m", bin).Output()
-	require.NoError(t, err)
-	assert.Contains(t, string(out), "CGO_ENABLED=0")
-	assert.Contains(t, string(out), "-trimpath=true")
-	assert.Contains(t, string(out), "GOOS=linux")
-}
-
 // TestBinaryDeadlineStopsTheCommand: the sandbox's time limit holds inside it, with no
 // host to enforce it: TERM at the deadline, KILL after the grace, and a notice.
 func TestBinaryDeadlineStopsTheCommand(t *testing.T) {

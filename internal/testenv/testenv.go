@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 )
 
 // Required reports whether part must be present (SANDBOX_REQUIRE names it or "all").
@@ -87,7 +87,7 @@ func Bridge(t testing.TB) string {
 	bridgeBin.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		bridgeBin.path, bridgeBin.err = bridge.BuildBinary(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
+		bridgeBin.path, bridgeBin.err = bridge.Build(ctx, filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
 	})
 	if bridgeBin.err != nil {
 		t.Fatalf("building the bridge: %v", bridgeBin.err)

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentsandbox/sandbox/agentimage"
 )
 
 // NginxImageName is the repository of the locally built nginx proxy image.
@@ -18,24 +20,24 @@ const NginxImageName = "agentsandbox/nginx"
 // NginxImage packs the host's nginx binary and the shared libraries it links (as ldd
 // reports them) into an image, so the Docker proxy adapter is tested against a real
 // nginx with no registry. nginx is at /usr/sbin/nginx and on PATH.
-func NginxImage(ctx context.Context) (Image, error) {
+func NginxImage(ctx context.Context) (agentimage.Image, error) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
-		return Image{}, fmt.Errorf("testimages: nginx not installed: %w", err)
+		return agentimage.Image{}, fmt.Errorf("testimages: nginx not installed: %w", err)
 	}
 	files, err := hostBinary(ctx, bin, "/usr/sbin/nginx")
 	if err != nil {
-		return Image{}, err
+		return agentimage.Image{}, err
 	}
 	files = withDirs(files, "/etc/llmproxy", "/var/log/llmproxy", "/llm-sock")
 	// World-writable like any /tmp: Docker gives the tmpfs mounted here this mode.
-	files = append(files, File{Path: "/tmp", Mode: 0o777 | fs.ModeSticky, Dir: true})
+	files = append(files, agentimage.File{Path: "/tmp", Mode: 0o777 | fs.ModeSticky, Dir: true})
 	files = withDirs(files, "/etc")
 	files = append(files,
-		File{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/usr/sbin/nologin\nnginx:x:101:101:nginx:/nonexistent:/usr/sbin/nologin\n")},
-		File{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnginx:x:101:\n")},
+		agentimage.File{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/usr/sbin/nologin\nnginx:x:101:101:nginx:/nonexistent:/usr/sbin/nologin\n")},
+		agentimage.File{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnginx:x:101:\n")},
 	)
-	return Image{
+	return agentimage.Image{
 		Name:       NginxImageName,
 		Entrypoint: []string{"/usr/sbin/nginx", "-g", "daemon off;"},
 		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -45,7 +47,7 @@ func NginxImage(ctx context.Context) (Image, error) {
 
 // hostBinary packs a dynamically linked host binary as target, with the shared
 // libraries ldd reports at their host paths and every parent directory.
-func hostBinary(ctx context.Context, bin, target string) ([]File, error) {
+func hostBinary(ctx context.Context, bin, target string) ([]agentimage.File, error) {
 	bin, err := filepath.EvalSymlinks(bin)
 	if err != nil {
 		return nil, err
@@ -63,7 +65,7 @@ func hostBinary(ctx context.Context, bin, target string) ([]File, error) {
 			}
 		}
 	}
-	var files []File
+	var files []agentimage.File
 	for _, p := range paths {
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil {
@@ -77,13 +79,13 @@ func hostBinary(ctx context.Context, bin, target string) ([]File, error) {
 			p = target
 		}
 		files = withDirs(files, filepath.Dir(p))
-		files = append(files, File{Path: p, Mode: 0o755, Data: data})
+		files = append(files, agentimage.File{Path: p, Mode: 0o755, Data: data})
 	}
 	return files, nil
 }
 
 // withDirs adds each directory and its parents (mode 0755) that files lacks.
-func withDirs(files []File, dirs ...string) []File {
+func withDirs(files []agentimage.File, dirs ...string) []agentimage.File {
 	have := map[string]bool{"/": true}
 	for _, f := range files {
 		if f.Dir {
@@ -97,7 +99,7 @@ func withDirs(files []File, dirs ...string) []File {
 			missing = append(missing, d)
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
-			files = append(files, File{Path: missing[i], Mode: 0o755, Dir: true})
+			files = append(files, agentimage.File{Path: missing[i], Mode: 0o755, Dir: true})
 		}
 	}
 	return files
@@ -109,5 +111,5 @@ func NginxArchive(ctx context.Context) (ref string, archive []byte, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return Archive(img)
+	return img.Archive()
 }

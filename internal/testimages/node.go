@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+
+	"github.com/agentsandbox/sandbox/agentimage"
 )
 
 // NodeImageName is the repository of the Node.js runtime image.
@@ -21,18 +23,18 @@ const AppDir = "/opt/app"
 // runtime image: node at NodeBinary, the sandbox user 1001, and empty mount points.
 // The application is not in the image: it is mounted read-only at AppDir, so an
 // 800 MB package tree is never copied into an archive.
-func NodeImage(ctx context.Context, nodeBin string) (Image, error) {
+func NodeImage(ctx context.Context, nodeBin string) (agentimage.Image, error) {
 	files, err := hostBinary(ctx, nodeBin, NodeBinary)
 	if err != nil {
-		return Image{}, err
+		return agentimage.Image{}, err
 	}
 	files = withDirs(files, "/etc", "/run", "/workspace", "/llm-sock", "/proc", "/sys", "/dev", AppDir)
 	files = append(files,
-		File{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:1001:1001:sandbox:/workspace:/usr/sbin/nologin\n")},
-		File{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nsandbox:x:1001:\n")},
-		File{Path: "/tmp", Mode: 0o777 | fs.ModeSticky, Dir: true},
+		agentimage.File{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:1001:1001:sandbox:/workspace:/usr/sbin/nologin\n")},
+		agentimage.File{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nsandbox:x:1001:\n")},
+		agentimage.File{Path: "/tmp", Mode: 0o777 | fs.ModeSticky, Dir: true},
 	)
-	return Image{
+	return agentimage.Image{
 		Name:       NodeImageName,
 		Entrypoint: []string{NodeBinary},
 		Env:        []string{"PATH=/usr/local/bin"},
@@ -58,7 +60,7 @@ func NodeArchive(ctx context.Context, nodeBin string) (ref string, archive []byt
 	if err != nil {
 		return "", nil, fmt.Errorf("testimages: node image: %w", err)
 	}
-	ref, archive, err = Archive(img)
+	ref, archive, err = img.Archive()
 	if err != nil {
 		return "", nil, err
 	}

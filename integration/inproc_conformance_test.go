@@ -1,4 +1,4 @@
-package e2e
+package integration
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // inprocHarness is the in-process proxy manager with its leftover check and kill.
@@ -72,14 +72,14 @@ func TestInprocConformanceDocker(t *testing.T) {
 		_, err = cli.Ping(ctx, client.PingOptions{})
 	}
 	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := sandboxtest.ProbeImage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,13 +88,13 @@ func TestInprocConformanceDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	porttest.TestProxyManager(t, porttest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
 }
 
 func TestInprocConformanceContainerd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestInprocConformanceContainerd(t *testing.T) {
 	t.Cleanup(func() { runner.Close() }) // after the parallel subtests, unlike a defer
 	perr := runner.Ping(ctx)
 	testenv.Need(t, "containerd", perr == nil, "no containerd reachable")
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := sandboxtest.ProbeImage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +113,5 @@ func TestInprocConformanceContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	porttest.TestProxyManager(t, porttest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Kill: kill, Leftovers: leftovers})
 }

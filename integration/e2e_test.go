@@ -1,4 +1,4 @@
-package e2e
+package integration
 
 import (
 	"bytes"
@@ -16,21 +16,21 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 func dockerRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
-	return dockerRunnerFor(t, bridgeBin, testimages.AgentArchive)
+	return dockerRunnerFor(t, bridgeBin, sandboxtest.ProbeImage)
 }
 
 func containerdRunner(t testing.TB, bridgeBin string) (port.SandboxRunner, string) {
-	return containerdRunnerFor(t, bridgeBin, testimages.AgentArchive)
+	return containerdRunnerFor(t, bridgeBin, sandboxtest.ProbeImage)
 }
 
 // imageFunc builds an image archive and its reference.
@@ -116,7 +116,7 @@ func TestReconciledRunContainerd(t *testing.T) { testReconciledRun(t, containerd
 func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 	sb, _ := newStack(t, runner, fake)
 
 	// Another run of the same account, billed in the same window, must not be counted.
-	other := porttest.RunID("other")
+	other := sandboxtest.RunID("other")
 	fake.AddSpendRows(litellmtest.SpendRow{
 		RequestID: "chatcmpl-other", LitellmCallID: "call-other", EndUser: "acct-e2e", Model: "gpt-4o-mini",
 		Spend: 1.5, TotalTokens: 1000, PromptTokens: 600, CompletionTokens: 400,
@@ -139,7 +139,7 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runID := porttest.RunID("e2e")
+	runID := sandboxtest.RunID("e2e")
 	res, err := sb.Run(ctx, sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
 		Argv:         []string{"/agent", "calls", "4", "gpt-4o-mini"},

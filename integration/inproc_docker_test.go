@@ -1,6 +1,4 @@
-// Package e2e runs the in-process proxy with a real sandbox. It is a package of its own
-// so that the proxy's unit tests never depend on the Docker adapter building.
-package e2e
+package integration
 
 import (
 	"context"
@@ -20,11 +18,12 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // TestDockerSandboxReachesProxy is the whole path with a real sandbox: a container with
@@ -40,10 +39,10 @@ func TestDockerSandboxReachesProxy(t *testing.T) {
 	}
 	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
 	defer cli.Close()
-	ref, archive, err := testimages.AgentArchive(ctx)
+	ref, archive, err := sandboxtest.ProbeImage(ctx)
 	require.NoError(t, err)
 	require.NoError(t, testimages.EnsureDocker(ctx, cli, ref, archive))
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	require.NoError(t, err)
 
 	var (

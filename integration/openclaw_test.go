@@ -1,4 +1,4 @@
-package e2e
+package integration
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // The real `openclaw agent --local --json` in a network=none sandbox: its only way
@@ -65,7 +65,7 @@ func newOpenClawStack(t testing.TB, newRunner func(testing.TB, string, imageFunc
 	appDir, nodeBin := openClawInstall(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bin, err := bridge.BuildBinary(ctx, t.TempDir())
+	bin, err := bridge.Build(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageF
 	defer fake.Close()
 	stack := newOpenClawStack(t, newRunner, fake)
 
-	runID := porttest.RunID("openclaw")
+	runID := sandboxtest.RunID("openclaw")
 	attr := port.Attribution{BillingAccountID: "acct-openclaw", UserID: "user-1", GraphID: "graph-1"}
 	prompt := "Reply with the code word. MARKER=SANDBOXED `id` $(touch /workspace/pwned) \"q\" 'q'"
 	ws, res, runErr := stack.run(ctx, t, runID, attr, openclaw.Files{Agents: "You are a test agent. AGENTSMARK"}, prompt, true)
@@ -212,7 +212,7 @@ func testOpenClawOneShot(t *testing.T, newRunner func(testing.TB, string, imageF
 	// LiteLLM refusing the call (a LiteLLM-shaped 400) reaches the host as OpenClaw's
 	// typed CLI error, with the refused call in the proxy's audit.
 	fake.FailNext("/v1/chat/completions", 10, http.StatusBadRequest, litellmtest.ShapeProxy)
-	_, res, runErr = stack.run(ctx, t, porttest.RunID("openclaw-rejected"), attr, openclaw.Files{}, "MARKER=REJECTED hello", false)
+	_, res, runErr = stack.run(ctx, t, sandboxtest.RunID("openclaw-rejected"), attr, openclaw.Files{}, "MARKER=REJECTED hello", false)
 	_, err = openclaw.ParseRun(res.Run, runErr)
 	var ce *openclaw.CLIError
 	if !errors.As(err, &ce) || ce.ExitCode != 1 || !strings.Contains(ce.Message, "LLM request failed") {

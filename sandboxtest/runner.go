@@ -1,8 +1,4 @@
-// Package porttest is the conformance suite for port adapters, in the manner of
-// testing/fstest: an adapter's tests call TestRunner (or TestProxyManager) with a
-// harness, and the suite proves, from inside real sandboxes, the behaviour and security
-// properties every adapter must share.
-package porttest
+package sandboxtest
 
 import (
 	"context"
@@ -25,7 +21,7 @@ import (
 type RunnerHarness struct {
 	// Runner is the adapter under test.
 	Runner port.SandboxRunner
-	// Image is the probe agent image (internal/testimages), already available to Runner.
+	// Image is the probe agent image (ProbeImage), already available to Runner.
 	Image string
 	// Leftovers lists what the adapter still holds for runID (containers, tasks,
 	// snapshots...). After every run it must be empty.
@@ -35,7 +31,7 @@ type RunnerHarness struct {
 // TestRunner runs the runner conformance suite.
 func TestRunner(t *testing.T, h RunnerHarness) {
 	if h.Runner == nil || h.Image == "" || h.Leftovers == nil {
-		t.Fatal("porttest: RunnerHarness needs Runner, Image and Leftovers")
+		t.Fatal("sandboxtest: RunnerHarness needs Runner, Image and Leftovers")
 	}
 	s := &suite{h: h}
 	for _, c := range runnerCases {

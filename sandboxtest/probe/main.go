@@ -1,6 +1,6 @@
-// Command agent is the probe agent of the conformance suite: a static binary in a
-// scratch image whose subcommands check, from inside a sandbox, what the sandbox allows.
-// Each prints plain lines the tests assert on.
+// Command probe is the probe agent of the conformance suites (package sandboxtest): a
+// static binary in a scratch image whose subcommands check, from inside a sandbox, what
+// the sandbox allows. Each prints plain lines the tests assert on.
 package main
 
 import (

@@ -1,4 +1,4 @@
-package porttest
+package sandboxtest
 
 import (
 	"bytes"
@@ -27,9 +27,9 @@ type ProxyHarness struct {
 	// host's loopback.
 	Manager port.ProxyManager
 	// Runner runs the sandboxes that use the proxies; it must be configured with the
-	// in-sandbox bridge.
+	// in-sandbox bridge (bridge.Build).
 	Runner port.SandboxRunner
-	// Image is the probe agent image.
+	// Image is the probe agent image (ProbeImage), already available to Runner.
 	Image string
 	// Budget says whether the manager enforces port.Budget; if not, it must refuse a
 	// spec with a budget with port.ErrUnsupported.
@@ -45,7 +45,7 @@ type ProxyHarness struct {
 // claim asserted where it matters (headers at the upstream, secrets in the sandbox).
 func TestProxyManager(t *testing.T, h ProxyHarness) {
 	if h.Manager == nil || h.Runner == nil || h.Image == "" || h.Kill == nil || h.Leftovers == nil {
-		t.Fatal("porttest: ProxyHarness needs Manager, Runner, Image, Kill and Leftovers")
+		t.Fatal("sandboxtest: ProxyHarness needs Manager, Runner, Image, Kill and Leftovers")
 	}
 	for _, c := range []struct {
 		name string

@@ -1,4 +1,4 @@
-package e2e
+package integration
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkConcurrentSandboxes finds how many real sandboxes, each with its own
@@ -29,7 +29,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 	}{{"docker", dockerRunner}, {"containerd", containerdRunner}} {
 		b.Run(rt.name, func(b *testing.B) {
 			ctx := context.Background()
-			bin, err := bridge.BuildBinary(ctx, os.TempDir()+"/agentsandbox-bridge-test")
+			bin, err := bridge.Build(ctx, os.TempDir()+"/agentsandbox-bridge-test")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func concurrentRuns(ctx context.Context, runner port.SandboxRunner, pm *inproc.M
 }
 
 func oneRun(ctx context.Context, runner port.SandboxRunner, pm *inproc.Manager, image string, fake *litellmtest.Server, i int, barrierDir, barrier string) error {
-	runID := porttest.RunID("conc")
+	runID := sandboxtest.RunID("conc")
 	p, err := pm.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct"}})
 	if err != nil {
 		return err

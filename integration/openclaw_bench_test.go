@@ -1,4 +1,4 @@
-package e2e
+package integration
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/port/porttest"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkOpenClawOneShot measures what the sandbox adds to a one-shot OpenClaw run:
@@ -52,7 +52,7 @@ func BenchmarkOpenClawOneShot(b *testing.B) {
 				host = append(host, time.Since(start))
 
 				start = time.Now()
-				_, res, runErr := stack.run(ctx, b, porttest.RunID("bench"), port.Attribution{BillingAccountID: "acct-bench"}, openclaw.Files{}, prompt, false)
+				_, res, runErr := stack.run(ctx, b, sandboxtest.RunID("bench"), port.Attribution{BillingAccountID: "acct-bench"}, openclaw.Files{}, prompt, false)
 				out, err := openclaw.ParseRun(res.Run, runErr)
 				if err != nil || out.Text() != "ANSWER-"+marker {
 					b.Fatalf("sandboxed run: %v %q\n%s", err, out.Text(), tail(res.Run.Stderr))
@@ -78,7 +78,7 @@ func hostOneShot(ctx context.Context, b *testing.B, launcher, llmURL, prompt str
 	if err != nil {
 		b.Fatal(err)
 	}
-	one := openclaw.OneShot{SessionID: porttest.RunID("host"), Timeout: 150 * time.Second, Command: []string{launcher}, Workspace: ws}
+	one := openclaw.OneShot{SessionID: sandboxtest.RunID("host"), Timeout: 150 * time.Second, Command: []string{launcher}, Workspace: ws}
 	if err := one.Prepare(ws, cfg, openclaw.Files{}, prompt); err != nil {
 		b.Fatal(err)
 	}

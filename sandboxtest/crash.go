@@ -1,4 +1,4 @@
-package porttest
+package sandboxtest
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 
 // Environment of the child process of TestSweepAfterCrash.
 const (
-	crashEnv        = "AGENTSANDBOX_PORTTEST_CRASH_RUN"
-	crashImageEnv   = "AGENTSANDBOX_PORTTEST_CRASH_IMAGE"
-	crashBridgeEnv  = "AGENTSANDBOX_PORTTEST_CRASH_BRIDGE"
-	crashTimeoutEnv = "AGENTSANDBOX_PORTTEST_CRASH_TIMEOUT"
+	crashEnv        = "AGENTSANDBOX_SANDBOXTEST_CRASH_RUN"
+	crashImageEnv   = "AGENTSANDBOX_SANDBOXTEST_CRASH_IMAGE"
+	crashBridgeEnv  = "AGENTSANDBOX_SANDBOXTEST_CRASH_BRIDGE"
+	crashTimeoutEnv = "AGENTSANDBOX_SANDBOXTEST_CRASH_TIMEOUT"
 )
 
 // CrashHarness is what TestSweepAfterCrash needs.
@@ -25,7 +25,7 @@ type CrashHarness struct {
 	Sweeper port.Sweeper
 	// Leftovers lists what the adapter holds for a run (see RunnerHarness).
 	Leftovers func(ctx context.Context, runID string) ([]string, error)
-	// Image is the probe agent image.
+	// Image is the probe agent image (ProbeImage), already available to the runner.
 	Image string
 	// Bridge is the host path of the sandbox bridge binary the child's runner uses
 	// (TestDeadlineWithoutHost needs it: the bridge enforces the deadline inside).

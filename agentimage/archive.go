@@ -1,7 +1,4 @@
-// Package testimages builds the project's test images locally, with no registry and no
-// Dockerfile: a static Go binary is compiled and packed, with exact modes and owners,
-// into a Docker image archive that both Docker (ImageLoad) and containerd (Import) load.
-package testimages
+package agentimage
 
 import (
 	"archive/tar"
@@ -9,37 +6,64 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
+	"runtime"
 	"sort"
 	"time"
+
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // File is one entry of an image's single layer.
 type File struct {
-	Path     string // absolute path in the image
-	Mode     fs.FileMode
+	// Path is the absolute path in the image.
+	Path string
+	// Mode holds the permission bits plus fs.ModeSetuid and fs.ModeSticky; other
+	// type bits are ignored (Dir says what the entry is).
+	Mode fs.FileMode
+	// UID and GID own the entry; zero (root) unless set.
 	UID, GID int
-	Data     []byte
-	Dir      bool
+	// Data is a regular file's content.
+	Data []byte
+	// Dir makes the entry a directory.
+	Dir bool
+	// Link, if set, makes the entry a symbolic link to Link.
+	Link string
 }
 
-// Image describes a single-layer image.
+// Image describes a single-layer image for the host's architecture.
 type Image struct {
-	Name       string // repository, e.g. "agentsandbox/testagent"
+	// Name is the repository, such as "example.com/my-agent"; the tag is derived
+	// from the content by Archive.
+	Name string
+	// Entrypoint is the image's ENTRYPOINT. A run's argv, when given, replaces it.
 	Entrypoint []string
-	Env        []string
-	User       string
-	Files      []File
+	// Env is the image's environment, as KEY=value.
+	Env []string
+	// User is the default user, as "uid:gid"; empty means root, which the runners
+	// never use (they run every sandbox as a non-root user).
+	User string
+	// Files is the single layer's content. Parent directories are not implied.
+	Files []File
 }
+
+// A repository name as Docker and containerd accept it: lowercase path components
+// with an optional registry host.
+var nameRe = regexp.MustCompile(`^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$`)
 
 var epoch = time.Unix(0, 0).UTC()
 
-// Archive packs img as a Docker image archive (the `docker save` format). The tag is
-// derived from the content, so the same inputs always give the same reference; it
-// returns that reference and the archive bytes.
-func Archive(img Image) (ref string, archive []byte, err error) {
+// Archive packs img as a Docker image archive (the `docker save` format), which both
+// runners' LoadImage methods, `docker load` and `ctr images import` accept. The tag is
+// derived from the content, so the same inputs always give the same reference (and a
+// runtime that has the reference has the content); it returns that reference and the
+// archive bytes. A bad name or file path gives an error wrapping errdefs.ErrInvalidSpec.
+func (img Image) Archive() (ref string, archive []byte, err error) {
+	if !nameRe.MatchString(img.Name) {
+		return "", nil, errdefs.Invalidf("agentimage: image name %q is not a repository name (lowercase, no tag)", img.Name)
+	}
 	layer, err := layerTar(img.Files)
 	if err != nil {
 		return "", nil, err
@@ -47,7 +71,7 @@ func Archive(img Image) (ref string, archive []byte, err error) {
 	layerSum := sha256.Sum256(layer)
 	diffID := "sha256:" + hex.EncodeToString(layerSum[:])
 	cfg, err := json.Marshal(map[string]any{
-		"architecture": "amd64",
+		"architecture": runtime.GOARCH,
 		"os":           "linux",
 		"created":      epoch.Format(time.RFC3339),
 		"config": map[string]any{
@@ -56,7 +80,7 @@ func Archive(img Image) (ref string, archive []byte, err error) {
 			"User":       img.User,
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "agentsandbox testimages"}},
+		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "agentsandbox agentimage"}},
 	})
 	if err != nil {
 		return "", nil, err
@@ -100,7 +124,7 @@ func layerTar(files []File) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
 		if !path.IsAbs(f.Path) {
-			return nil, fmt.Errorf("testimages: path %q is not absolute", f.Path)
+			return nil, errdefs.Invalidf("agentimage: path %q is not absolute", f.Path)
 		}
 		h := &tar.Header{Name: f.Path[1:], Mode: int64(f.Mode.Perm()), Uid: f.UID, Gid: f.GID, ModTime: epoch, Format: tar.FormatPAX}
 		if f.Mode&fs.ModeSetuid != 0 {
@@ -109,9 +133,12 @@ func layerTar(files []File) ([]byte, error) {
 		if f.Mode&fs.ModeSticky != 0 {
 			h.Mode |= 0o1000
 		}
-		if f.Dir {
+		switch {
+		case f.Dir:
 			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
-		} else {
+		case f.Link != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.Link, 0o777
+		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
 		}
 		if err := tw.WriteHeader(h); err != nil {

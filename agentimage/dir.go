@@ -1,0 +1,64 @@
+package agentimage
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/agentsandbox/sandbox/errdefs"
+)
+
+// Dir returns the tree of the host directory src as files under dst in an image, to
+// append to Image.Files: directories, regular files with their content and permission
+// bits (setuid and sticky included), and symbolic links as links. Every entry is owned
+// by root, so the sandbox user can read and execute what the modes allow and change
+// nothing. dst itself is included; its parents are not. Other file types (devices,
+// sockets, pipes) give an error wrapping errdefs.ErrInvalidSpec.
+func Dir(src, dst string) ([]File, error) {
+	if !path.IsAbs(dst) {
+		return nil, errdefs.Invalidf("agentimage: target %q is not absolute", dst)
+	}
+	dst = path.Clean(dst)
+	var files []File
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := path.Join(dst, filepath.ToSlash(rel))
+		if target == "/" {
+			return nil // the root exists in every image
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := info.Mode()
+		f := File{Path: target, Mode: mode.Perm() | mode&(fs.ModeSetuid|fs.ModeSticky)}
+		switch {
+		case mode.IsDir():
+			f.Dir = true
+		case mode&fs.ModeSymlink != 0:
+			if f.Link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case mode.IsRegular():
+			if f.Data, err = os.ReadFile(p); err != nil {
+				return err
+			}
+		default:
+			return errdefs.Invalidf("agentimage: %s is a %v, not a file, directory or link", p, mode.Type())
+		}
+		files = append(files, f)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agentimage: packing %s: %w", src, err)
+	}
+	return files, nil
+}

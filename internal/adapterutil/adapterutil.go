@@ -1,0 +1,51 @@
+// Package adapterutil holds what the adapters share and their callers never need:
+// the labels of created resources and the checks of the adapters' own options.
+package adapterutil
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// ResourceLabels returns the labels of a resource an adapter creates: the caller's
+// extra labels (validated with port.ValidateLabels beforehand) plus the reserved ones.
+func ResourceLabels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
+	l := make(map[string]string, len(extra)+4)
+	for k, v := range extra {
+		l[k] = v
+	}
+	l[port.LabelOwner] = owner
+	l[port.LabelRunID] = runID
+	l[port.LabelKind] = kind
+	l[port.LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
+	return l
+}
+
+// ValidateOwner checks an owner label value with the same rules as run IDs
+// (port.ValidateRunID). The error wraps port.ErrInvalidSpec.
+func ValidateOwner(owner string) error {
+	if err := port.ValidateRunID(owner); err != nil {
+		return port.Invalidf("owner: %v", strings.TrimPrefix(err.Error(), port.ErrInvalidSpec.Error()+": "))
+	}
+	return nil
+}
+
+// ValidateBridge checks that path is an absolute path to an executable regular file,
+// as the runners' bridge options require. Errors wrap port.ErrInvalidSpec.
+func ValidateBridge(path string) error {
+	if !filepath.IsAbs(path) {
+		return port.Invalidf("bridge path %q is not absolute", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return port.Invalidf("bridge binary: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return port.Invalidf("bridge binary %s is not an executable file", path)
+	}
+	return nil
+}

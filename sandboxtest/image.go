@@ -1,0 +1,51 @@
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"sync"
+
+	"github.com/agentsandbox/sandbox/agentimage"
+	"github.com/agentsandbox/sandbox/internal/gobuild"
+)
+
+// ProbeImageName is the repository of the probe agent image.
+const ProbeImageName = "agentsandbox/testagent"
+
+// ProbePackage is the Go main package of the probe agent that the suites run.
+const ProbePackage = "github.com/agentsandbox/sandbox/sandboxtest/probe"
+
+var probe struct {
+	sync.Mutex
+	ref     string
+	archive []byte
+}
+
+// ProbeImage builds the probe agent image the suites need and returns its reference
+// and its image archive, which the adapter under test loads before calling a suite
+// (both runners' LoadImage take it). The image is agentimage.Static around the probe
+// plus /agent-suid, the same binary setuid root, to prove no-new-privileges.
+//
+// It compiles ProbePackage with the go command, from this module's sources when they
+// are on disk (so it works in another module that requires this one), once per
+// process. The reference is derived from the content.
+func ProbeImage(ctx context.Context) (ref string, archive []byte, err error) {
+	probe.Lock()
+	defer probe.Unlock()
+	if probe.ref != "" {
+		return probe.ref, probe.archive, nil
+	}
+	bin, err := gobuild.StaticBytes(ctx, gobuild.ModuleDir(), ProbePackage)
+	if err != nil {
+		return "", nil, fmt.Errorf("sandboxtest: building the probe: %w", err)
+	}
+	img := agentimage.Static(ProbeImageName, bin)
+	img.Files = append(img.Files, agentimage.File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: bin})
+	ref, archive, err = img.Archive()
+	if err != nil {
+		return "", nil, err
+	}
+	probe.ref, probe.archive = ref, archive
+	return ref, archive, nil
+}
