@@ -21,6 +21,9 @@ import (
 // Entrypoint is where Static puts the binary, and the image's entrypoint.
 const Entrypoint = "/agent"
 
+// ImageLabel is set on every image this package builds (value "agentimage").
+const ImageLabel = "dev.agentsandbox.image"
+
 // BuildGo compiles the Go main package pkg (an import path, or a relative path such as
 // "./agent") as a static Linux binary for the host's architecture and returns its
 // bytes. It runs the go command in the working directory, so pkg resolves in the

@@ -78,6 +78,9 @@ func (img Image) Archive() (ref string, archive []byte, err error) {
 			"Entrypoint": img.Entrypoint,
 			"Env":        img.Env,
 			"User":       img.User,
+			// Lets tooling find what this package built (the test suite removes them
+			// before a run, to start as a new machine would).
+			"Labels": map[string]string{ImageLabel: "agentimage"},
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "agentsandbox agentimage"}},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Removes the project's own images, so the next test run builds them from nothing:
-# in Docker, the images labelled dev.agentsandbox.image or named agentsandbox/*; in
+# in Docker, the images labelled dev.agentsandbox.image (every image agentimage builds)
+# or named agentsandbox/*; in
 # containerd, every image in the project's namespaces (agentsandbox*). Nothing else
 # is touched.
 set -euo pipefail

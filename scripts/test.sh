@@ -23,8 +23,12 @@ if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
   # A short path: unix sockets live under TMPDIR and their paths are limited to 108 bytes.
   fresh=$(mktemp -d /tmp/agentsandbox-test.XXXXXX)
   trap 'rm -rf "$fresh"' EXIT
-  mkdir -p "$fresh/cache" "$fresh/tmp"
-  export SANDBOX_CACHE="$fresh/cache" TMPDIR="$fresh/tmp"
+  mkdir -p "$fresh/cache" "$fresh/tmp" "$fresh/xdg"
+  # Go's build and module caches stay; every other user cache (the bridge binaries that
+  # bridge.Build keeps, for one) starts empty.
+  GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE)
+  export GOCACHE GOMODCACHE
+  export SANDBOX_CACHE="$fresh/cache" TMPDIR="$fresh/tmp" XDG_CACHE_HOME="$fresh/xdg"
   bash scripts/remove-images.sh
 fi
 
