@@ -10,5 +10,11 @@
 // comes back with the proxy's audit of every LLM call and, if asked, the run's usage
 // reconciled against LiteLLM's spend logs.
 //
+// The agent contract is small: the messages as JSON in a workspace file
+// (DefaultMessagesFile), the model in an environment variable (DefaultModelEnv), the
+// LLM at http://127.0.0.1:8080 through the sandbox's bridge, and the answer on stdout.
+// The result carries the raw output; an agent with structured output has its own
+// parser (openclaw.ParseRun for OpenClaw).
+//
 // The facade imports only port/; adapters live in adapters/, litellm/ and openclaw/.
 package sandbox

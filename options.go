@@ -3,9 +3,12 @@ package sandbox
 import (
 	"log/slog"
 	"net/url"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // Option configures a Sandbox. Options validate their arguments.
@@ -31,7 +34,8 @@ func WithLLM(l LLM) Option {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 			return port.Invalidf("llm: upstream %q is not an http(s) URL without credentials", l.Upstream)
 		}
-		if err := proxyconf.ValidateValue("llm api key", l.APIKey); err != nil || l.APIKey == "" {
+		// The proxy manager validates the key fully; refuse here what no proxy accepts.
+		if l.APIKey == "" || strings.ContainsFunc(l.APIKey, func(r rune) bool { return r <= ' ' || r > '~' }) {
 			return port.Invalidf("llm: api key is empty or not printable ASCII")
 		}
 		s.llm = &l
@@ -58,6 +62,33 @@ func WithLogger(l *slog.Logger) Option {
 			return port.Invalidf("logger is nil")
 		}
 		s.logger = l
+		return nil
+	}
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// WithModelEnv names the environment variable that carries Request.Model to the agent
+// (default DefaultModelEnv).
+func WithModelEnv(name string) Option {
+	return func(s *Sandbox) error {
+		if !envNameRe.MatchString(name) {
+			return port.Invalidf("model env %q is not an environment variable name", name)
+		}
+		s.modelEnv = name
+		return nil
+	}
+}
+
+// WithMessagesFile sets where a run's messages are written, relative to its workspace
+// and with forward slashes (default DefaultMessagesFile). It is written through the
+// workspace root, so symlinks cannot point it outside the workspace.
+func WithMessagesFile(rel string) Option {
+	return func(s *Sandbox) error {
+		if rel == "" || strings.Contains(rel, `\`) || path.Clean(rel) != rel || !filepath.IsLocal(rel) {
+			return port.Invalidf("messages file %q is not a clean relative path inside the workspace", rel)
+		}
+		s.messagesFile = rel
 		return nil
 	}
 }

@@ -7,20 +7,21 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"strings"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// Agent I/O protocol: where the messages are, and how the model is passed.
+// The agent I/O contract: where a run's messages appear and how its model is passed.
+// These are the defaults; WithMessagesFile and WithModelEnv change them.
 const (
-	// MessagesPath is where the run's messages appear inside the sandbox, as JSON.
-	MessagesPath = port.WorkspacePath + "/" + messagesRel
-	// EnvModel carries the requested model to the agent.
-	EnvModel = "COGNI_MODEL"
+	// DefaultMessagesFile is the messages file, relative to the workspace.
+	DefaultMessagesFile = ".cogni/messages.json"
+	// DefaultModelEnv is the environment variable that carries Request.Model.
+	DefaultModelEnv = "COGNI_MODEL"
 
-	messagesRel = ".cogni/messages.json"
 	maxMessages = 8 << 20
 )
 
@@ -29,10 +30,12 @@ var ErrNotPermitted = errors.New("not permitted")
 
 // Sandbox runs agents end to end. It is safe for concurrent use.
 type Sandbox struct {
-	runner     port.SandboxRunner
-	llm        *LLM
-	reconciler port.SpendReconciler
-	logger     *slog.Logger
+	runner       port.SandboxRunner
+	llm          *LLM
+	reconciler   port.SpendReconciler
+	logger       *slog.Logger
+	messagesFile string
+	modelEnv     string
 }
 
 // New returns a Sandbox running agents on runner. It does no I/O.
@@ -40,7 +43,10 @@ func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 	if runner == nil {
 		return nil, port.Invalidf("runner is nil")
 	}
-	s := &Sandbox{runner: runner, logger: slog.New(slog.DiscardHandler)}
+	s := &Sandbox{
+		runner: runner, logger: slog.New(slog.DiscardHandler),
+		messagesFile: DefaultMessagesFile, modelEnv: DefaultModelEnv,
+	}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -76,14 +82,16 @@ type Request struct {
 	Argv  []string
 	Env   map[string]string
 	// WorkspaceDir is an existing host directory, mounted at /workspace; the messages
-	// are written to .cogni/messages.json in it. The sandbox user (uid 1001 by
-	// default) must be able to enter it, and to write in it if the agent writes.
+	// are written to the messages file in it (DefaultMessagesFile unless
+	// WithMessagesFile says otherwise). The sandbox user (uid 1001 by default) must be
+	// able to enter it, and to write in it if the agent writes.
 	WorkspaceDir string
 	Messages     []Message
 	// Mounts are extra host directories, read-only unless marked writable: an agent
 	// runtime installed on the host (OpenClaw's package tree, say), reference data.
 	Mounts []port.Mount
-	// Model is passed to the agent in COGNI_MODEL.
+	// Model is passed to the agent in the model variable (DefaultModelEnv unless
+	// WithModelEnv says otherwise).
 	Model string
 	// Attribution says who pays for the run's LLM calls (required with LLM access).
 	Attribution port.Attribution
@@ -97,29 +105,16 @@ type Request struct {
 
 // Result is the outcome of a run.
 type Result struct {
-	// Run is the sandbox's outcome (exit code, output, error code).
+	// Run is the sandbox's outcome: exit code, raw stdout and stderr, error code.
+	// Structured output is the agent's own business: parse an OpenClaw run with
+	// openclaw.ParseRun, for instance.
 	Run *port.RunResult
-	// Text is the agent's answer: the envelope's payload texts, or its stdout.
+	// Text is the agent's stdout as text, without surrounding white space.
 	Text string
-	// Envelope is the agent's JSON envelope, when its stdout was one.
-	Envelope *Envelope
 	// Audit is the proxy's record of every LLM call, also after a failed run.
 	Audit []port.AuditRecord
 	// Usage is the reconciled usage, when asked for.
 	Usage *port.Reconciliation
-}
-
-// Envelope is the JSON an agent may print instead of plain text (OpenClaw's --json shape).
-type Envelope struct {
-	Payloads []struct {
-		Text string `json:"text"`
-	} `json:"payloads"`
-	Meta struct {
-		Error *struct {
-			Kind    string `json:"kind"`
-			Message string `json:"message"`
-		} `json:"error"`
-	} `json:"meta"`
 }
 
 // Run executes req end to end and returns its result. The result is non-nil whenever
@@ -144,7 +139,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		spec.Env[k] = v
 	}
 	if req.Model != "" {
-		spec.Env[EnvModel] = req.Model
+		spec.Env[s.modelEnv] = req.Model
 	}
 	if err := spec.WithDefaults().Validate(); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
@@ -156,7 +151,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err := spec.CheckHostPaths(); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
-	if err := writeMessages(req.WorkspaceDir, req.Messages); err != nil {
+	if err := writeMessages(req.WorkspaceDir, s.messagesFile, req.Messages); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	log := s.logger.With("run_id", req.RunID, "attempt", req.Attempt)
@@ -210,7 +205,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if res.Run == nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w: runner returned no result", req.RunID, port.ErrInternal)
 	}
-	res.Text, res.Envelope = parseOutput(res.Run.Stdout)
+	res.Text = strings.TrimSpace(string(res.Run.Stdout))
 	if req.Reconcile {
 		usage, rerr := s.reconciler.Reconcile(ctx, port.ReconcileRequest{
 			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
@@ -229,13 +224,13 @@ func (s *Sandbox) finish(res *Result, req Request, err error) (*Result, error) {
 	if res.Run == nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
-	res.Text, res.Envelope = parseOutput(res.Run.Stdout)
+	res.Text = strings.TrimSpace(string(res.Run.Stdout))
 	return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 }
 
 // writeMessages writes the messages file inside the workspace without following
 // symlinks out of it (an earlier run could have planted one).
-func writeMessages(workspace string, msgs []Message) error {
+func writeMessages(workspace, file string, msgs []Message) error {
 	if msgs == nil {
 		msgs = []Message{}
 	}
@@ -251,25 +246,11 @@ func writeMessages(workspace string, msgs []Message) error {
 		return port.Invalidf("workspace: %v", err)
 	}
 	defer root.Close()
-	if err := root.MkdirAll(".cogni", 0o755); err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	_ = root.Remove(messagesRel)
-	return root.WriteFile(messagesRel, b, 0o644)
-}
-
-// parseOutput returns the agent's answer: the envelope's texts when stdout is one.
-func parseOutput(stdout []byte) (string, *Envelope) {
-	trimmed := strings.TrimSpace(string(stdout))
-	if strings.HasPrefix(trimmed, "{") {
-		var env Envelope
-		if json.Unmarshal([]byte(trimmed), &env) == nil && env.Payloads != nil {
-			texts := make([]string, 0, len(env.Payloads))
-			for _, p := range env.Payloads {
-				texts = append(texts, p.Text)
-			}
-			return strings.Join(texts, "\n"), &env
+	if dir := path.Dir(file); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("workspace: %w", err)
 		}
 	}
-	return trimmed, nil
+	_ = root.Remove(file)
+	return root.WriteFile(file, b, 0o644)
 }

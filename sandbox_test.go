@@ -73,10 +73,10 @@ func TestRunEndToEndWithFakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Text != "hello\nworld" || res.Envelope == nil {
-		t.Errorf("text = %q", res.Text)
+	if want := `{"payloads":[{"text":"hello"},{"text":"world"}],"meta":{}}`; res.Text != want || string(res.Run.Stdout) != want {
+		t.Errorf("text = %q, stdout %q: the facade returns the agent's output as it is", res.Text, res.Run.Stdout)
 	}
-	if r.got.Env[EnvModel] != "m1" || r.got.LLM == nil || r.got.LLM.HostDir != "/run/llm-1" ||
+	if r.got.Env[DefaultModelEnv] != "m1" || r.got.LLM == nil || r.got.LLM.HostDir != "/run/llm-1" ||
 		len(r.got.Mounts) != 1 || r.got.Mounts[0] != (port.Mount{Source: app, Target: "/opt/app"}) {
 		t.Errorf("runner spec = %+v", r.got)
 	}
@@ -166,11 +166,55 @@ func TestMessagesDoNotFollowSymlinks(t *testing.T) {
 	}
 }
 
-func TestPlainStdout(t *testing.T) {
-	if text, env := parseOutput([]byte("  just text\n")); text != "just text" || env != nil {
-		t.Errorf("%q %v", text, env)
+func TestPlainStdoutTrimmed(t *testing.T) {
+	s, _ := New(&fakeRunner{res: &port.RunResult{Stdout: []byte("  just text\n")}})
+	res, err := s.Run(context.Background(), request(t))
+	if err != nil || res.Text != "just text" {
+		t.Errorf("text %q, err %v", res.Text, err)
 	}
-	if text, env := parseOutput([]byte(`{"not":"an envelope"}`)); text != `{"not":"an envelope"}` || env != nil {
-		t.Errorf("%q %v", text, env)
+}
+
+func TestAgentContractOptions(t *testing.T) {
+	r := &fakeRunner{res: &port.RunResult{}}
+	s, err := New(r, WithModelEnv("AGENT_MODEL"), WithMessagesFile("in/msgs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request(t)
+	if _, err := s.Run(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if r.got.Env["AGENT_MODEL"] != "m1" || r.got.Env[DefaultModelEnv] != "" {
+		t.Errorf("env = %v", r.got.Env)
+	}
+	if b, err := os.ReadFile(filepath.Join(req.WorkspaceDir, "in", "msgs.json")); err != nil || string(b) != `[{"role":"user","content":"hi"}]` {
+		t.Errorf("messages = %s, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(req.WorkspaceDir, ".cogni")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("default messages dir made anyway: %v", err)
+	}
+	// A file at the top of the workspace needs no directory.
+	if s, err = New(r, WithMessagesFile("msgs.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []Option{
+		WithModelEnv(""), WithModelEnv("1X"), WithModelEnv("A-B"),
+		WithMessagesFile(""), WithMessagesFile("/abs.json"), WithMessagesFile("../out.json"),
+		WithMessagesFile("a/../../b"), WithMessagesFile("a//b"), WithMessagesFile("dir/"), WithMessagesFile(`a\b`),
+	} {
+		if _, err := New(r, bad); !errors.Is(err, port.ErrInvalidSpec) {
+			t.Errorf("bad option accepted: %v", err)
+		}
+	}
+}
+
+func TestWithLLMRejectsBadKey(t *testing.T) {
+	for _, key := range []string{"", "sk 1", "sk\n1", "sk-é"} {
+		if _, err := New(&fakeRunner{}, WithLLM(LLM{Proxy: &fakeProxy{}, Upstream: "http://127.0.0.1:4000", APIKey: key})); !errors.Is(err, port.ErrInvalidSpec) {
+			t.Errorf("key %q: err = %v", key, err)
+		}
 	}
 }
