@@ -1,4 +1,5 @@
-// Package proxyconf holds what every LLM proxy adapter shares: the header policy (which
-// client headers are stripped, which are injected, and the validation that keeps their
-// values safe) and the renderers for proxy configurations (nginx per run).
+// Package proxyconf holds the header policy every LLM proxy front shares: which client
+// headers are stripped, which are injected, and the validation that keeps their values
+// safe. Each front applies it its own way (the in-process proxy per request, the Docker
+// adapter's nginx renderer in a configuration).
 package proxyconf

@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
@@ -91,7 +92,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	if err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
 	}
-	conf, err := proxyconf.RenderNginx(proxyconf.NginxConfig{
+	conf, err := nginxconf.RenderNginx(nginxconf.NginxConfig{
 		Policy:       pol,
 		Upstream:     spec.Upstream,
 		SocketPath:   port.LLMSocketDir + "/" + port.LLMSocketName,
@@ -122,7 +123,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 		Config: &container.Config{
 			Image:      m.cfg.proxy.image,
 			User:       fmt.Sprintf("%d:%d", uid, gid),
-			Entrypoint: append([]string{"nginx"}, proxyconf.NginxArgs(proxyConfFile)...),
+			Entrypoint: append([]string{"nginx"}, nginxconf.NginxArgs(proxyConfFile)...),
 			Cmd:        []string{},
 			Labels:     adapterutil.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
 		},
@@ -291,7 +292,7 @@ func (p *nginxProxy) stop(ctx context.Context) ([]port.AuditRecord, error) {
 	}
 	var audit []port.AuditRecord
 	if f, err := os.Open(filepath.Join(p.dir, "log", "audit.log")); err == nil {
-		audit, err = proxyconf.ParseAuditLog(f)
+		audit, err = nginxconf.ParseAuditLog(f)
 		f.Close()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("audit log: %w", err))

@@ -1,4 +1,4 @@
-package proxyconf
+package nginxconf
 
 import (
 	"bufio"
@@ -34,7 +34,7 @@ type AuditLineError struct {
 
 // Error implements error.
 func (e *AuditLineError) Error() string {
-	return fmt.Sprintf("proxyconf: audit log line %d: %v", e.Line, e.Err)
+	return fmt.Sprintf("nginxconf: audit log line %d: %v", e.Line, e.Err)
 }
 
 // Unwrap returns ErrMalformedAudit and the cause.
@@ -97,7 +97,7 @@ func ParseAuditLog(r io.Reader) ([]port.AuditRecord, error) {
 		line, err := readLine(br)
 		complete := err == nil
 		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, errLineTooLong) {
-			return recs, errors.Join(append(errs, fmt.Errorf("proxyconf: reading audit log: %w", err))...)
+			return recs, errors.Join(append(errs, fmt.Errorf("nginxconf: reading audit log: %w", err))...)
 		}
 		if errors.Is(err, errLineTooLong) {
 			errs = append(errs, &AuditLineError{Line: n, Err: err})

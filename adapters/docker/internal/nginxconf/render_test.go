@@ -1,4 +1,4 @@
-package proxyconf
+package nginxconf
 
 import (
 	"crypto/ecdsa"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -34,9 +35,9 @@ func typicalSpec() port.ProxySpec {
 	}
 }
 
-func mustPolicy(t testing.TB, spec port.ProxySpec) *Policy {
+func mustPolicy(t testing.TB, spec port.ProxySpec) *proxyconf.Policy {
 	t.Helper()
-	p, err := NewPolicy(spec)
+	p, err := proxyconf.NewPolicy(spec)
 	require.NoError(t, err)
 	return p
 }
@@ -192,7 +193,7 @@ func TestRenderNginxRejects(t *testing.T) {
 	ok := func() NginxConfig { return NginxConfig{Policy: pol, Upstream: "http://127.0.0.1:4000"} }
 	cases := map[string]func(*NginxConfig){
 		"no policy":              func(c *NginxConfig) { c.Policy = nil },
-		"zero policy":            func(c *NginxConfig) { c.Policy = &Policy{} },
+		"zero policy":            func(c *NginxConfig) { c.Policy = &proxyconf.Policy{} },
 		"no upstream":            func(c *NginxConfig) { c.Upstream = "" },
 		"upstream path":          func(c *NginxConfig) { c.Upstream = "http://127.0.0.1:4000/v1" },
 		"upstream query":         func(c *NginxConfig) { c.Upstream = "http://127.0.0.1:4000?x=1" },
@@ -262,7 +263,7 @@ func TestForwardedRequestHeaders(t *testing.T) {
 	names := ForwardedRequestHeaders()
 	assert.Equal(t, []string{"Content-Type", "Accept", "User-Agent", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta"}, names)
 	for _, n := range names {
-		assert.False(t, IsStripped(n), n)
+		assert.False(t, proxyconf.IsStripped(n), n)
 	}
 	names[0] = "Authorization"
 	assert.Equal(t, "Content-Type", ForwardedRequestHeaders()[0], "callers get a copy")

@@ -1,4 +1,4 @@
-package proxyconf
+package nginxconf
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // Defaults of NginxConfig.
@@ -42,7 +43,7 @@ const (
 type NginxConfig struct {
 	// Policy is the validated header policy from NewPolicy: the run, the key and the
 	// attribution to inject.
-	Policy *Policy
+	Policy *proxyconf.Policy
 	// Upstream is the LiteLLM base URL, scheme://host[:port] and nothing else: no user
 	// info, path, query or fragment. host is an IP address or a DNS name.
 	Upstream string
@@ -100,14 +101,14 @@ func init() {
 	// The allowlist and the strip list must never overlap; a change that breaks this
 	// must fail loudly at start-up rather than forward a credential.
 	for _, h := range forwarded {
-		if IsStripped(h.Name) || "http_"+strings.ReplaceAll(strings.ToLower(h.Name), "-", "_") != h.Var {
-			panic("proxyconf: bad forwarded header " + h.Name)
+		if proxyconf.IsStripped(h.Name) || "http_"+strings.ReplaceAll(strings.ToLower(h.Name), "-", "_") != h.Var {
+			panic("nginxconf: bad forwarded header " + h.Name)
 		}
 	}
 }
 
 // ForwardedRequestHeaders lists the client request headers the nginx proxy forwards
-// upstream. Every other client header is dropped, and none of these is one IsStripped
+// upstream. Every other client header is dropped, and none of these is one proxyconf.IsStripped
 // names.
 func ForwardedRequestHeaders() []string {
 	names := make([]string, len(forwarded))
@@ -152,7 +153,7 @@ type nginxData struct {
 	TLS            bool
 	CAFile         string
 	Forwarded      []forwardedHeader
-	Injected       []Header
+	Injected       []proxyconf.Header
 	PassHeaders    []string
 	HiddenHeaders  []string
 	HealthBody     string
@@ -178,7 +179,7 @@ type nginxData struct {
 // # Header handling: an allowlist
 //
 // The proxy must strip every client Authorization and x-litellm-* header (see
-// IsStripped). Stock nginx cannot remove request headers by prefix (that needs Lua), and
+// proxyconf.IsStripped). Stock nginx cannot remove request headers by prefix (that needs Lua), and
 // naming known x-litellm-* headers one by one would let the next header LiteLLM adds
 // through. So the configuration fails closed: proxy_pass_request_headers is off, the few
 // client headers ForwardedRequestHeaders lists are re-added by name, and the three
@@ -186,7 +187,7 @@ type nginxData struct {
 //
 // # Values
 //
-// Every substituted value is validated (by NewPolicy, and here for paths and the
+// Every substituted value is validated (by proxyconf.NewPolicy, and here for paths and the
 // upstream) and written as an nginx double-quoted string with backslash and quote
 // escaped, so ';', '{', '}', '#' and whitespace stay inside one argument. nginx has no
 // escape for '$' in values that may hold variables, so a '$' in a header value is
@@ -216,25 +217,25 @@ func RenderNginx(cfg NginxConfig) ([]byte, error) {
 
 func (cfg NginxConfig) data() (*nginxData, error) {
 	p := cfg.Policy
-	if p == nil || p.runID == "" || len(p.injected) == 0 {
-		return nil, port.Invalidf("nginx config: a policy from NewPolicy is required")
+	if p == nil || p.RunID() == "" || len(p.Injected()) == 0 {
+		return nil, port.Invalidf("nginx config: a policy from proxyconf.NewPolicy is required")
 	}
-	if err := port.ValidateRunID(p.runID); err != nil {
+	if err := port.ValidateRunID(p.RunID()); err != nil {
 		return nil, err
 	}
 	d := &nginxData{
-		RunID:         p.runID,
+		RunID:         p.RunID(),
 		Forwarded:     forwarded,
 		Injected:      p.Injected(),
 		PassHeaders:   passedResponseHeaders,
-		HiddenHeaders: HiddenResponseHeaders(),
+		HiddenHeaders: proxyconf.HiddenResponseHeaders(),
 	}
 	for _, h := range d.Injected {
 		if !headerNameRe.MatchString(h.Name) {
 			return nil, port.Invalidf("nginx config: header name %q", h.Name)
 		}
-		if h.Name == HeaderSpendLogsMetadata {
-			var md SpendLogsMetadata
+		if h.Name == proxyconf.HeaderSpendLogsMetadata {
+			var md proxyconf.SpendLogsMetadata
 			if err := json.Unmarshal([]byte(h.Value), &md); err != nil {
 				return nil, port.Invalidf("nginx config: spend logs metadata: %v", err)
 			}
@@ -244,7 +245,7 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 	health, err := json.Marshal(struct {
 		Status string `json:"status"`
 		RunID  string `json:"run_id"`
-	}{"ok", p.runID})
+	}{"ok", p.RunID()})
 	if err != nil {
 		return nil, port.Invalidf("nginx config: health body: %v", err)
 	}

@@ -1,4 +1,4 @@
-package proxyconf
+package nginxconf
 
 import (
 	"bufio"
@@ -28,6 +28,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // fakeUpstream plays LiteLLM: it records every request it gets and answers with
@@ -341,9 +342,9 @@ func TestNginxEndToEnd(t *testing.T) {
 	assert.Equal(t, []string{"Bearer sk-e2e-master"}, got.Header.Values("Authorization"))
 	assert.Equal(t, []string{"acct-$host"}, got.Header.Values("X-Litellm-End-User-Id"))
 	require.Len(t, got.Header.Values("X-Litellm-Spend-Logs-Metadata"), 1)
-	var md SpendLogsMetadata
+	var md proxyconf.SpendLogsMetadata
 	require.NoError(t, json.Unmarshal([]byte(got.Header.Get("X-Litellm-Spend-Logs-Metadata")), &md))
-	assert.Equal(t, SpendLogsMetadata{
+	assert.Equal(t, proxyconf.SpendLogsMetadata{
 		RunID: "run-e2e", Attempt: 3, UserID: `u"$remote_addr\n`, GraphID: "sandbox:agent", SessionID: "s;{}#${x}",
 	}, md)
 	assert.Equal(t, "application/json", got.Header.Get("Content-Type"))

@@ -1,4 +1,4 @@
-package proxyconf_test
+package nginxconf_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -29,7 +30,7 @@ const (
 )
 
 func TestParseAuditLog(t *testing.T) {
-	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked + "\n\n" + lineDown + "\n"))
+	recs, err := nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked + "\n\n" + lineDown + "\n"))
 	require.NoError(t, err)
 	assert.Equal(t, []port.AuditRecord{
 		{
@@ -54,7 +55,7 @@ func TestParseAuditLog(t *testing.T) {
 
 func TestParseAuditLogClientGone(t *testing.T) {
 	line := strings.Replace(lineCall, `"status":"200"`, `"status":"499"`, 1)
-	recs, err := proxyconf.ParseAuditLog(strings.NewReader(line + "\n"))
+	recs, err := nginxconf.ParseAuditLog(strings.NewReader(line + "\n"))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	assert.Equal(t, 499, recs[0].Status)
@@ -64,13 +65,13 @@ func TestParseAuditLogClientGone(t *testing.T) {
 
 func TestParseAuditLogTruncatedLastLine(t *testing.T) {
 	// nginx killed mid-write: the partial last line is dropped without an error.
-	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked[:57]))
+	recs, err := nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked[:57]))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	assert.Equal(t, "call-abc", recs[0].CallID)
 
 	// A last line complete but for its newline is kept.
-	recs, err = proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked))
+	recs, err = nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	assert.Equal(t, "path_not_allowed", recs[1].Blocked)
@@ -83,9 +84,9 @@ func TestParseAuditLogMalformed(t *testing.T) {
 	badDur := strings.Replace(lineCall, `"request_time":"1.500"`, `"request_time":"-1"`, 1)
 	in := strings.Join([]string{lineCall, `{"time":`, badStatus, noRun, "not json", badTime, badDur, lineBlocked + " {}", lineDown}, "\n") + "\n"
 
-	recs, err := proxyconf.ParseAuditLog(strings.NewReader(in))
+	recs, err := nginxconf.ParseAuditLog(strings.NewReader(in))
 	require.Error(t, err)
-	assert.ErrorIs(t, err, proxyconf.ErrMalformedAudit)
+	assert.ErrorIs(t, err, nginxconf.ErrMalformedAudit)
 	// The good lines' records come back with the error: those calls are billable.
 	require.Len(t, recs, 2)
 	assert.Equal(t, "call-abc", recs[0].CallID)
@@ -94,7 +95,7 @@ func TestParseAuditLogMalformed(t *testing.T) {
 	var lines []int
 	var causes []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var le *proxyconf.AuditLineError
+		var le *nginxconf.AuditLineError
 		require.ErrorAs(t, e, &le)
 		lines = append(lines, le.Line)
 		causes = append(causes, le.Err.Error())
@@ -112,9 +113,9 @@ func TestParseAuditLogMalformed(t *testing.T) {
 }
 
 func TestParseAuditLogLongLine(t *testing.T) {
-	long := `{"path":"` + strings.Repeat("a", proxyconf.MaxAuditLineBytes) + `"}`
-	recs, err := proxyconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + long + "\n" + lineBlocked + "\n"))
-	var le *proxyconf.AuditLineError
+	long := `{"path":"` + strings.Repeat("a", nginxconf.MaxAuditLineBytes) + `"}`
+	recs, err := nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + long + "\n" + lineBlocked + "\n"))
+	var le *nginxconf.AuditLineError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, 2, le.Line)
 	assert.ErrorContains(t, err, "longer than")
@@ -123,21 +124,21 @@ func TestParseAuditLogLongLine(t *testing.T) {
 }
 
 func TestParseAuditLogEmptyAndReadError(t *testing.T) {
-	recs, err := proxyconf.ParseAuditLog(strings.NewReader(""))
+	recs, err := nginxconf.ParseAuditLog(strings.NewReader(""))
 	require.NoError(t, err)
 	assert.Empty(t, recs)
 
 	boom := errors.New("disk gone")
-	recs, err = proxyconf.ParseAuditLog(io.MultiReader(strings.NewReader(lineCall+"\n"), iotest.ErrReader(boom)))
+	recs, err = nginxconf.ParseAuditLog(io.MultiReader(strings.NewReader(lineCall+"\n"), iotest.ErrReader(boom)))
 	require.ErrorIs(t, err, boom)
-	assert.NotErrorIs(t, err, proxyconf.ErrMalformedAudit)
+	assert.NotErrorIs(t, err, nginxconf.ErrMalformedAudit)
 	require.Len(t, recs, 1, "records read before the failure are kept")
 }
 
 // TestParseAuditLogSmallReads checks lines split across many reads.
 func TestParseAuditLogSmallReads(t *testing.T) {
 	in := lineCall + "\n" + lineBlocked + "\n"
-	recs, err := proxyconf.ParseAuditLog(bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16))
+	recs, err := nginxconf.ParseAuditLog(bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	assert.Equal(t, "call-abc", recs[0].CallID)
@@ -145,7 +146,7 @@ func TestParseAuditLogSmallReads(t *testing.T) {
 	// A line longer than the reader's buffer but under the limit.
 	path := "/" + strings.Repeat("p", 10000)
 	big := strings.Replace(lineBlocked, `"path":"/key/generate"`, `"path":"`+path+`"`, 1)
-	recs, err = proxyconf.ParseAuditLog(strings.NewReader(big + "\n" + lineCall + "\n"))
+	recs, err = nginxconf.ParseAuditLog(strings.NewReader(big + "\n" + lineCall + "\n"))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	assert.Equal(t, path, recs[0].Path)
@@ -154,7 +155,7 @@ func TestParseAuditLogSmallReads(t *testing.T) {
 
 func ExampleParseAuditLog() {
 	log := bytes.NewBufferString(lineCall + "\n" + lineBlocked + "\n")
-	recs, err := proxyconf.ParseAuditLog(log)
+	recs, err := nginxconf.ParseAuditLog(log)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -176,12 +177,12 @@ func ExampleRenderNginx() {
 		fmt.Println(err)
 		return
 	}
-	conf, err := proxyconf.RenderNginx(proxyconf.NginxConfig{Policy: policy, Upstream: "http://litellm:4000"})
+	conf, err := nginxconf.RenderNginx(nginxconf.NginxConfig{Policy: policy, Upstream: "http://litellm:4000"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	// Run it with: nginx <proxyconf.NginxArgs(path)...>
+	// Run it with: nginx <nginxconf.NginxArgs(path)...>
 	for _, line := range strings.Split(string(conf), "\n") {
 		line = strings.TrimSpace(line)
 		if strings.HasPrefix(line, "listen ") || strings.HasPrefix(line, "proxy_set_header X-Litellm") || strings.HasPrefix(line, "proxy_pass_request_headers") {
