@@ -13,9 +13,13 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// Option configures a Runner or ProxyManager. Options validate their arguments; an
-// option that only concerns one of them is ignored by the other.
+// Option configures a Runner. Options validate their arguments.
 type Option func(*config) error
+
+// SharedOption configures a Runner or a ProxyManager: it is assignable to both Option
+// and ProxyOption. An option of one type given to the other's constructor does not
+// compile.
+type SharedOption = func(*config) error
 
 type config struct {
 	host           string
@@ -45,7 +49,7 @@ func defaultConfig() config {
 
 // WithHost sets the daemon address (e.g. "unix:///var/run/docker.sock"). The default is
 // taken from the environment (DOCKER_HOST and friends), as the docker CLI does.
-func WithHost(host string) Option {
+func WithHost(host string) SharedOption {
 	return func(c *config) error {
 		if host == "" {
 			return port.Invalidf("docker host is empty")
@@ -57,7 +61,7 @@ func WithHost(host string) Option {
 
 // WithClient uses an existing SDK client instead of making one. The caller keeps
 // ownership: Close does not close it.
-func WithClient(cli *client.Client) Option {
+func WithClient(cli *client.Client) SharedOption {
 	return func(c *config) error {
 		if cli == nil {
 			return port.Invalidf("docker client is nil")
@@ -69,7 +73,7 @@ func WithClient(cli *client.Client) Option {
 
 // WithOwner sets the owner label value. Sweeps only ever touch resources of their owner,
 // so hosts sharing a daemon must use distinct owners.
-func WithOwner(owner string) Option {
+func WithOwner(owner string) SharedOption {
 	return func(c *config) error {
 		if err := adapterutil.ValidateOwner(owner); err != nil {
 			return err
@@ -80,7 +84,7 @@ func WithOwner(owner string) Option {
 }
 
 // WithLogger sets the logger; by default nothing is logged.
-func WithLogger(l *slog.Logger) Option {
+func WithLogger(l *slog.Logger) SharedOption {
 	return func(c *config) error {
 		if l == nil {
 			return port.Invalidf("logger is nil")
@@ -106,7 +110,7 @@ func WithBridge(path string) Option {
 
 // WithCleanupTimeout bounds the removal of a run's container, which uses a fresh
 // context so that a cancelled caller cannot leak it. Default 30s.
-func WithCleanupTimeout(d time.Duration) Option {
+func WithCleanupTimeout(d time.Duration) SharedOption {
 	return func(c *config) error {
 		if d <= 0 {
 			return port.Invalidf("cleanup timeout %v is not positive", d)

@@ -54,10 +54,15 @@ var (
 )
 
 // NewProxyManager returns a ProxyManager. It does no I/O.
-func NewProxyManager(opts ...Option) (*ProxyManager, error) {
+func NewProxyManager(opts ...ProxyOption) (*ProxyManager, error) {
 	cfg := defaultConfig()
-	if err := cfg.apply(opts); err != nil {
-		return nil, opErr("NewProxyManager", "", err)
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, opErr("NewProxyManager", "", err)
+		}
 	}
 	if err := cfg.connect(); err != nil {
 		return nil, opErr("NewProxyManager", "", err)

@@ -13,7 +13,11 @@ const (
 	DefaultProxyNetwork = "host"
 )
 
-// proxyConfig holds the options only the ProxyManager uses; a Runner ignores them.
+// ProxyOption configures a ProxyManager: the With*Proxy* options, WithReadyTimeout,
+// and every SharedOption. Options validate their arguments.
+type ProxyOption func(*config) error
+
+// proxyConfig holds the settings only the ProxyManager uses.
 type proxyConfig struct {
 	image        string
 	network      string
@@ -23,7 +27,7 @@ type proxyConfig struct {
 
 // WithProxyImage sets the nginx image (default "nginx:alpine"). The image must have
 // nginx on PATH; the manager supplies the whole command line and configuration.
-func WithProxyImage(ref string) Option {
+func WithProxyImage(ref string) ProxyOption {
 	return func(c *config) error {
 		if ref == "" {
 			return port.Invalidf("proxy image is empty")
@@ -36,7 +40,7 @@ func WithProxyImage(ref string) Option {
 // WithProxyNetwork sets the network the proxy containers join to reach the upstream
 // (default "host", so an upstream on the host's loopback works). Sandboxes never join
 // it: they reach the proxy only through its socket.
-func WithProxyNetwork(name string) Option {
+func WithProxyNetwork(name string) ProxyOption {
 	return func(c *config) error {
 		if name == "" {
 			return port.Invalidf("proxy network is empty")
@@ -48,7 +52,7 @@ func WithProxyNetwork(name string) Option {
 
 // WithProxyBaseDir sets the host directory under which per-run directories (socket,
 // configuration with the key, audit log) are made. Default: the system temp dir.
-func WithProxyBaseDir(dir string) Option {
+func WithProxyBaseDir(dir string) ProxyOption {
 	return func(c *config) error {
 		if !filepath.IsAbs(dir) {
 			return port.Invalidf("proxy base dir %q is not absolute", dir)
@@ -59,7 +63,7 @@ func WithProxyBaseDir(dir string) Option {
 }
 
 // WithReadyTimeout bounds the wait for a new proxy to answer /health (default 15s).
-func WithReadyTimeout(d time.Duration) Option {
+func WithReadyTimeout(d time.Duration) ProxyOption {
 	return func(c *config) error {
 		if d <= 0 {
 			return port.Invalidf("ready timeout %v is not positive", d)
