@@ -104,8 +104,8 @@ func (r *Runner) reachable() error {
 	return nil
 }
 
-func (r *Runner) cleanupCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.ns(context.Background()), r.cfg.cleanupTimeout)
+func (r *Runner) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.ns(context.WithoutCancel(ctx)), r.cfg.cleanupTimeout)
 }
 
 // RunOnce implements port.SandboxRunner.
@@ -155,7 +155,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	}
 	// Registered before anything else can fail; runs with a fresh context so a
 	// cancelled caller or a panic cannot leak the task, container or snapshot.
-	defer r.remove(container, spec.RunID)
+	defer r.remove(ctx, container, spec.RunID)
 	log.Debug("container created")
 
 	stdout := &capture.Buffer{Max: spec.OutputLimit}
@@ -166,7 +166,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	}
 	// Runs before remove: only this task value holds the IO, whose Close removes the
 	// FIFO directory under the daemon's state (a task loaded again has no IO).
-	defer r.deleteTask(task, spec.RunID)
+	defer r.deleteTask(ctx, task, spec.RunID)
 	collect := func() {
 		done := make(chan struct{})
 		go func() { task.IO().Wait(); close(done) }()
@@ -229,7 +229,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
-		kctx, kcancel := r.cleanupCtx()
+		kctx, kcancel := r.cleanupCtx(ctx)
 		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 			log.Warn("kill failed", "err", err)
 		}
@@ -286,7 +286,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img c
 		return nil, fmt.Errorf("lease: %w", classify(err))
 	}
 	defer func() {
-		cctx, cancel := r.cleanupCtx()
+		cctx, cancel := r.cleanupCtx(ctx)
 		defer cancel()
 		if err := done(cctx); err != nil {
 			r.cfg.logger.Warn("releasing lease failed; it expires in an hour", "err", err)
@@ -301,7 +301,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img c
 	)
 	if err != nil {
 		// A half-made snapshot is labelled; remove it now rather than at the next sweep.
-		cctx, cancel := r.cleanupCtx()
+		cctx, cancel := r.cleanupCtx(ctx)
 		defer cancel()
 		_ = r.cli.SnapshotService(r.cfg.snapshotter).Remove(cctx, id)
 		return nil, fmt.Errorf("create container: %w", classify(err))
@@ -368,8 +368,8 @@ func oomKills(ctx context.Context, task client.Task) (uint64, error) {
 
 // deleteTask deletes a task this process created, killing it if needed, and closes
 // its IO, which removes its FIFOs. NotFound is success.
-func (r *Runner) deleteTask(task client.Task, runID string) {
-	ctx, cancel := r.cleanupCtx()
+func (r *Runner) deleteTask(ctx context.Context, task client.Task, runID string) {
+	ctx, cancel := r.cleanupCtx(ctx)
 	defer cancel()
 	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 		r.cfg.logger.Error("deleting the task failed; removing the container retries", "run_id", runID, "err", err)
@@ -384,8 +384,8 @@ func (r *Runner) deleteTask(task client.Task, runID string) {
 
 // remove deletes the task (killing it if needed), the container and its snapshot.
 // NotFound is success.
-func (r *Runner) remove(c client.Container, runID string) {
-	ctx, cancel := r.cleanupCtx()
+func (r *Runner) remove(ctx context.Context, c client.Container, runID string) {
+	ctx, cancel := r.cleanupCtx(ctx)
 	defer cancel()
 	if err := deleteContainer(ctx, c); err != nil {
 		r.cfg.logger.Error("removing container failed; a Sweep will retry", "run_id", runID, "container", c.ID(), "err", err)

@@ -245,19 +245,19 @@ func (p *nginxProxy) waitReady(ctx context.Context) error {
 		}
 		last = err
 		if ins, ierr := p.m.cfg.api.ContainerInspect(ctx, p.id, client.ContainerInspectOptions{}); ierr == nil && ins.Container.State != nil && !ins.Container.State.Running {
-			return fmt.Errorf("%w: proxy exited with code %d before it was ready; last log lines:\n%s", port.ErrUnavailable, ins.Container.State.ExitCode, p.logTail())
+			return fmt.Errorf("%w: proxy exited with code %d before it was ready; last log lines:\n%s", port.ErrUnavailable, ins.Container.State.ExitCode, p.logTail(ctx))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: proxy not ready after %v (%v); last log lines:\n%s", port.ErrUnavailable, p.m.cfg.proxy.readyTimeout, last, p.logTail())
+			return fmt.Errorf("%w: proxy not ready after %v (%v); last log lines:\n%s", port.ErrUnavailable, p.m.cfg.proxy.readyTimeout, last, p.logTail(ctx))
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 800*time.Millisecond)
 	}
 }
 
-func (p *nginxProxy) logTail() string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (p *nginxProxy) logTail(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	rc, err := p.m.cfg.api.ContainerLogs(ctx, p.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
 	if err != nil {

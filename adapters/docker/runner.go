@@ -90,7 +90,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	id := created.ID
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container.
-	defer r.remove(id, spec.RunID)
+	defer r.remove(ctx, id, spec.RunID)
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", short(id))
 	log.Debug("container created")
 
@@ -175,7 +175,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
-		r.kill(id, wait, log)
+		r.kill(ctx, id, wait, log)
 		collect()
 		return fail(port.CodeTimeout, cause)
 	}
@@ -248,8 +248,8 @@ func (r *Runner) oomKilled(ctx context.Context, id string) (bool, error) {
 const oomFlagWait = 2 * time.Second
 
 // kill stops a container that outlived its run and waits (bounded) for it to exit.
-func (r *Runner) kill(id string, wait client.ContainerWaitResult, log interface{ Warn(string, ...any) }) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.killGrace)
+func (r *Runner) kill(ctx context.Context, id string, wait client.ContainerWaitResult, log interface{ Warn(string, ...any) }) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.killGrace)
 	defer cancel()
 	if _, err := r.cfg.api.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
 		log.Warn("kill failed", "err", err)
@@ -263,8 +263,8 @@ func (r *Runner) kill(id string, wait client.ContainerWaitResult, log interface{
 }
 
 // remove deletes a run's container, forcing it if still running. NotFound is success.
-func (r *Runner) remove(id, runID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+func (r *Runner) remove(ctx context.Context, id, runID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	_, err := r.cfg.api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errors.Is(classify(err), port.ErrNotFound) {

@@ -210,7 +210,7 @@ func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) 
 				return "", fmt.Errorf("sessions.patch: %w: %v", gateway.ErrMalformedFrame, err)
 			}
 			if out.Resolved.ModelProvider != provider {
-				p.clearSession(key)
+				p.clearSession(ctx, key)
 				return "", fmt.Errorf("%w: the gateway resolved session %q to provider %q, not %q", port.ErrInternal, key, out.Resolved.ModelProvider, provider)
 			}
 			if out.Key == "" {
@@ -233,8 +233,8 @@ func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) 
 
 // clearSession resets a session to the gateway's default model, which reaches the
 // router without a token and so is refused (or billed to the fallback).
-func (p *Preparer) clearSession(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (p *Preparer) clearSession(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": key, "model": nil}); err != nil {
 		p.log.Warn("billing: could not reset the session's model", "session", key, "err", err)
