@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -55,6 +56,7 @@ func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	s.logger = s.logger.With(logattr.Component, "sandbox")
 	return s, nil
 }
 
@@ -154,7 +156,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err := writeMessages(req.WorkspaceDir, s.messagesFile, req.Messages); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
-	log := s.logger.With("run_id", req.RunID, "attempt", req.Attempt)
+	log := s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)
 	res = &Result{}
 	started := time.Now()
 
@@ -189,7 +191,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		run, runErr := s.runner.RunOnce(ctx, spec)
 		res.Run = run
 		if serr := stop(); serr != nil {
-			log.Warn("stopping proxy failed", "err", serr)
+			log.Warn("stopping proxy failed", logattr.Err, serr)
 			runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
 		}
 		if runErr != nil {

@@ -1,12 +1,16 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -216,5 +220,23 @@ func TestWithLLMRejectsBadKey(t *testing.T) {
 		if _, err := New(&fakeRunner{}, WithLLM(LLM{Proxy: &fakeProxy{}, Upstream: "http://127.0.0.1:4000", APIKey: key})); !errors.Is(err, port.ErrInvalidSpec) {
 			t.Errorf("key %q: err = %v", key, err)
 		}
+	}
+}
+
+func TestLogsCarryComponentAndRun(t *testing.T) {
+	var buf bytes.Buffer
+	s, err := New(&fakeRunner{res: &port.RunResult{}}, WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), request(t)); err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
+	}
+	if rec[logattr.Component] != "sandbox" || rec[logattr.RunID] != "run-1" {
+		t.Errorf("record %v", rec)
 	}
 }

@@ -26,9 +26,10 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/distribution/reference"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -60,6 +61,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, opErr("NewRunner", "", fmt.Errorf("%w: %v", port.ErrInvalidSpec, err))
 	}
+	cfg.logger = cfg.logger.With(logattr.Component, "containerd.runner")
 	return &Runner{cfg: cfg, cli: cli}, nil
 }
 
@@ -135,7 +137,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	}
 	id := containerID(spec.RunID)
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
-	log := r.cfg.logger.With("run_id", spec.RunID, "container", id)
+	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
 	var oomKilled atomic.Bool
@@ -231,7 +233,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		kctx, kcancel := r.cleanupCtx(ctx)
 		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("kill failed", "err", err)
+			log.Warn("kill failed", logattr.Err, err)
 		}
 		select {
 		case <-statusC:
@@ -289,7 +291,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img c
 		cctx, cancel := r.cleanupCtx(ctx)
 		defer cancel()
 		if err := done(cctx); err != nil {
-			r.cfg.logger.Warn("releasing lease failed; it expires in an hour", "err", err)
+			r.cfg.logger.Warn("releasing lease failed; it expires in an hour", logattr.Err, err)
 		}
 	}()
 	c, err := r.cli.NewContainer(lctx, id,
@@ -388,7 +390,7 @@ func (r *Runner) remove(ctx context.Context, c client.Container, runID string) {
 	ctx, cancel := r.cleanupCtx(ctx)
 	defer cancel()
 	if err := deleteContainer(ctx, c); err != nil {
-		r.cfg.logger.Error("removing container failed; a Sweep will retry", "run_id", runID, "container", c.ID(), "err", err)
+		r.cfg.logger.Error("removing container failed; a Sweep will retry", logattr.RunID, runID, logattr.Container, c.ID(), logattr.Err, err)
 	}
 }
 

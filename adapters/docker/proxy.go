@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -67,6 +68,7 @@ func NewProxyManager(opts ...ProxyOption) (*ProxyManager, error) {
 	if err := cfg.connect(); err != nil {
 		return nil, opErr("NewProxyManager", "", err)
 	}
+	cfg.logger = cfg.logger.With(logattr.Component, "docker.proxy")
 	return &ProxyManager{cfg: cfg}, nil
 }
 
@@ -157,7 +159,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	if err := p.waitReady(ctx); err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
 	}
-	m.cfg.logger.Debug("proxy ready", "run_id", spec.RunID, "container", short(p.id))
+	m.cfg.logger.Debug("proxy ready", logattr.RunID, spec.RunID, logattr.Container, short(p.id))
 	return p, nil
 }
 
@@ -289,7 +291,7 @@ func (p *nginxProxy) stop(ctx context.Context) ([]port.AuditRecord, error) {
 		defer cancel()
 		grace := 5
 		if _, err := p.m.cfg.api.ContainerStop(cctx, p.id, client.ContainerStopOptions{Signal: "SIGQUIT", Timeout: &grace}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
-			p.m.cfg.logger.Warn("stopping proxy failed", "run_id", p.runID, "err", err)
+			p.m.cfg.logger.Warn("stopping proxy failed", logattr.RunID, p.runID, logattr.Err, err)
 		}
 		if _, err := p.m.cfg.api.ContainerRemove(cctx, p.id, client.ContainerRemoveOptions{Force: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("remove proxy container: %w", err))

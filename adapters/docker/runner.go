@@ -16,6 +16,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -38,6 +39,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 	if err := cfg.connect(); err != nil {
 		return nil, opErr("NewRunner", "", err)
 	}
+	cfg.logger = cfg.logger.With(logattr.Component, "docker.runner")
 	return &Runner{cfg: cfg}, nil
 }
 
@@ -91,7 +93,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container.
 	defer r.remove(ctx, id, spec.RunID)
-	log := r.cfg.logger.With("run_id", spec.RunID, "container", short(id))
+	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
 	log.Debug("container created")
 
 	att, err := r.cfg.api.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
@@ -252,7 +254,7 @@ func (r *Runner) kill(ctx context.Context, id string, wait client.ContainerWaitR
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.killGrace)
 	defer cancel()
 	if _, err := r.cfg.api.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
-		log.Warn("kill failed", "err", err)
+		log.Warn("kill failed", logattr.Err, err)
 	}
 	select {
 	case <-wait.Result:
@@ -268,7 +270,7 @@ func (r *Runner) remove(ctx context.Context, id, runID string) {
 	defer cancel()
 	_, err := r.cfg.api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errors.Is(classify(err), port.ErrNotFound) {
-		r.cfg.logger.Error("removing container failed; a Sweep will retry", "run_id", runID, "container", short(id), "err", err)
+		r.cfg.logger.Error("removing container failed; a Sweep will retry", logattr.RunID, runID, logattr.Container, short(id), logattr.Err, err)
 	}
 }
 

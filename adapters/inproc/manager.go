@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/proxyconf"
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
@@ -56,6 +57,7 @@ func New(opts ...Option) (*Manager, error) {
 	if n := len(cfg.baseDir) + 1 + len(cfg.owner) + 1 + 2 + randSuffixLen + 1 + len(port.LLMSocketName); n > maxSocketPath {
 		return nil, opErr("New", "", port.Invalidf("base dir %q with owner %q is too long for unix socket paths (%d > %d bytes)", cfg.baseDir, cfg.owner, n, maxSocketPath))
 	}
+	cfg.logger = cfg.logger.With(logattr.Component, "inproc")
 	m := &Manager{cfg: cfg, active: make(map[string]*Proxy)}
 	if cfg.transport == nil {
 		m.ownTransp = llmproxy.NewTransport()

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
 	"github.com/agentsandbox/sandbox/port"
@@ -117,7 +118,7 @@ func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts .
 	}
 	p := &Preparer{
 		gw: gw, routerURL: strings.TrimSuffix(routerURL, "/"), models: map[string]openclaw.Model{},
-		prefix: cfg.prefix, log: cfg.logger, pending: map[string]bool{},
+		prefix: cfg.prefix, log: cfg.logger.With(logattr.Component, "billing.preparer"), pending: map[string]bool{},
 	}
 	for _, m := range models {
 		if _, err := openclaw.NewModel(m.ID, m.Name, m.ContextWindow, m.MaxTokens); err != nil {

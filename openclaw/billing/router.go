@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -122,7 +123,7 @@ func NewRouter(upstream, apiKey string, opts ...Option) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{
-		cfg: cfg, upstream: u, apiKey: apiKey, log: cfg.logger,
+		cfg: cfg, upstream: u, apiKey: apiKey, log: cfg.logger.With(logattr.Component, "billing.router"),
 		byToken: map[string]*Registration{},
 		byRun:   map[runKey]*Registration{},
 	}
