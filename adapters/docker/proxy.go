@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -36,12 +38,24 @@ const (
 	proxyMetaFile = "owner.json"
 )
 
+// ErrAuditTruncated reports a proxy whose audit held more forwarded calls than the
+// manager keeps (WithMaxAuditRecords): Stop returns the records it kept and an error
+// matching it, since the calls over the limit cannot be billed from the audit.
+var ErrAuditTruncated = errors.New("audit truncated")
+
 // ProxyManager runs one nginx container per run as its LLM proxy (port.ProxyManager).
 //
 // The run's directory on the host holds three subdirectories: sock (bind-mounted into
 // the proxy and, read-only, into the sandbox at /llm-sock), conf (the rendered
-// configuration with the key; 0600, mounted read-only into the proxy only) and log (the
-// audit log; proxy only). Stop deletes the whole directory.
+// configuration with the key; 0600, mounted read-only into the proxy only) and log
+// (proxy only). Stop deletes the whole directory.
+//
+// The audit log is a named pipe in log that the manager reads while the run goes on,
+// keeping at most the configured number of records: nothing of it reaches the disk, and
+// a flooded proxy costs the host bounded memory. nginx waits on a full pipe rather than
+// lose a record. Refused requests beyond an early sample are only counted (and logged
+// by the manager at Info); forwarded calls over the limit make Stop fail with
+// ErrAuditTruncated.
 //
 // nginx cannot count calls, so a ProxySpec with a Budget is refused with
 // port.ErrUnsupported; use the in-process proxy (adapters/inproc) for budgets.
@@ -82,6 +96,14 @@ type nginxProxy struct {
 	id    string // container
 	dir   string // per-run host directory
 
+	// The audit pipe: the manager's read end, and a write end it holds so that the
+	// reader sees no end of file before nginx has opened the pipe (closed in Stop,
+	// once the container is gone).
+	auditR, keeper *os.File
+	done           chan struct{}
+	collectedAudit *nginxconf.Audit
+	collectErr     error
+
 	once  sync.Once
 	audit []port.AuditRecord
 	err   error
@@ -120,6 +142,9 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 			_, _ = p.Stop(context.WithoutCancel(ctx))
 		}
 	}()
+	if err := p.collect(); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
 
 	// Docker gives a tmpfs the mode of the image's directory under it (nginx images
 	// have a 1777 /tmp), whatever mode= says.
@@ -174,8 +199,8 @@ func proxyUser() (int, int) {
 }
 
 // makeDir creates the run's host directory: sock (0755), conf (0700) with the
-// configuration (0600), log (0700), all owned by the proxy user, and the owner record
-// a sweep reads.
+// configuration (0600), log (0700) with the audit pipe (0600), all owned by the proxy
+// user, and the owner record a sweep reads.
 func (m *ProxyManager) makeDir(runID string, conf []byte, now time.Time) (dir string, uid, gid int, err error) {
 	uid, gid = proxyUser()
 	base := filepath.Join(m.cfg.proxy.baseDir, m.cfg.owner)
@@ -212,6 +237,13 @@ func (m *ProxyManager) makeDir(runID string, conf []byte, now time.Time) (dir st
 		if err := os.Lchown(p, uid, gid); err != nil {
 			return "", 0, 0, err
 		}
+	}
+	fifo := filepath.Join(dir, "log", "audit.log")
+	if err := mkfifo(fifo, 0o600); err != nil {
+		return "", 0, 0, fmt.Errorf("audit pipe: %w", err)
+	}
+	if err := os.Lchown(fifo, uid, gid); err != nil {
+		return "", 0, 0, err
 	}
 	cf := filepath.Join(dir, "conf", "nginx.conf")
 	if err := os.WriteFile(cf, conf, 0o600); err != nil {
@@ -297,18 +329,9 @@ func (p *nginxProxy) stop(ctx context.Context) ([]port.AuditRecord, error) {
 			errs = append(errs, fmt.Errorf("remove proxy container: %w", err))
 		}
 	}
-	var audit []port.AuditRecord
-	if f, err := os.Open(filepath.Join(p.dir, "log", "audit.log")); err == nil {
-		audit, err = nginxconf.ParseAuditLog(f)
-		f.Close()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("audit log: %w", err))
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("audit log: %w", err))
-	}
-	for i := range audit {
-		audit[i].RunID = p.runID
+	audit, err := p.collected(ctx)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(p.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
@@ -373,4 +396,68 @@ func unixClient(sock string) *http.Client {
 			DisableKeepAlives: true,
 		},
 	}
+}
+
+// collect opens the audit pipe and reads it until every writer has closed it.
+func (p *nginxProxy) collect() error {
+	fifo := filepath.Join(p.dir, "log", "audit.log")
+	// Non-blocking opens: the read end first (no writer is needed), then the keeper
+	// (a reader exists now). Reads still wait, in the runtime's poller.
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("audit pipe: %w", err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		r.Close()
+		return fmt.Errorf("audit pipe: %w", err)
+	}
+	p.auditR, p.keeper, p.done = r, w, make(chan struct{})
+	go func() {
+		defer close(p.done)
+		p.collectedAudit, p.collectErr = nginxconf.ReadAudit(r, nginxconf.AuditLimits{MaxRecords: p.maxRecords()})
+	}()
+	return nil
+}
+
+// collected ends the audit pipe once nginx is gone and returns the records. It waits
+// at most the cleanup timeout for the rest of the pipe.
+func (p *nginxProxy) collected(ctx context.Context) ([]port.AuditRecord, error) {
+	if p.done == nil {
+		return nil, nil
+	}
+	p.keeper.Close()
+	defer p.auditR.Close()
+	t := time.NewTimer(p.m.cfg.cleanupTimeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		// A writer survived the container (it should not): stop reading.
+		p.auditR.Close()
+		<-p.done
+	}
+	a, err := p.collectedAudit, p.collectErr
+	if err != nil {
+		err = fmt.Errorf("audit log: %w", err)
+	}
+	if a == nil {
+		return nil, err
+	}
+	for i := range a.Records {
+		a.Records[i].RunID = p.runID
+	}
+	log := p.m.cfg.logger.With(logattr.RunID, p.runID)
+	if a.Refused > 0 {
+		log.InfoContext(ctx, "proxy refused requests", "refused", a.Refused)
+	}
+	if a.Dropped > 0 {
+		log.WarnContext(ctx, "audit over its limit", "kept", len(a.Records), "dropped", a.Dropped)
+		err = errors.Join(err, fmt.Errorf("%w: %d forwarded calls over the limit of %d have no record", ErrAuditTruncated, a.Dropped, p.maxRecords()))
+	}
+	return a.Records, err
+}
+
+func (p *nginxProxy) maxRecords() int {
+	return cmp.Or(p.m.cfg.proxy.maxAuditRecords, nginxconf.DefaultMaxRecords)
 }

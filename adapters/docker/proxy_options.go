@@ -23,6 +23,8 @@ type proxyConfig struct {
 	network      string
 	baseDir      string
 	readyTimeout time.Duration
+	// maxAuditRecords bounds the forwarded calls a proxy's audit keeps.
+	maxAuditRecords int
 }
 
 // WithProxyImage sets the nginx image (default "nginx:alpine"). The image must have
@@ -69,6 +71,19 @@ func WithReadyTimeout(d time.Duration) ProxyOption {
 			return port.Invalidf("ready timeout %v is not positive", d)
 		}
 		c.proxy.readyTimeout = d
+		return nil
+	}
+}
+
+// WithMaxAuditRecords bounds the forwarded calls each proxy's audit keeps (default
+// 50,000, far more than any real run makes). Stop fails with ErrAuditTruncated when a
+// run made more.
+func WithMaxAuditRecords(n int) ProxyOption {
+	return func(c *config) error {
+		if n <= 0 {
+			return port.Invalidf("max audit records %d is not positive", n)
+		}
+		c.proxy.maxAuditRecords = n
 		return nil
 	}
 }

@@ -3,6 +3,10 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +19,7 @@ import (
 	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -25,9 +30,10 @@ var nginxImage struct {
 	err  error
 }
 
-// proxyEnv returns a ProxyManager on the locally built nginx image and a Runner with
-// the bridge, both owned by owner, and the per-run base directory.
-func proxyEnv(t testing.TB, owner string) (*ProxyManager, *Runner, string, string) {
+// proxyEnv returns a ProxyManager on the locally built nginx image (with extra
+// options) and a Runner with the bridge, both owned by owner, and the per-run base
+// directory.
+func proxyEnv(t testing.TB, owner string, extra ...ProxyOption) (*ProxyManager, *Runner, string, string) {
 	t.Helper()
 	cli, agent := dockerEnv(t)
 	testenv.NeedCommand(t, "nginx", "nginx")
@@ -47,7 +53,7 @@ func proxyEnv(t testing.TB, owner string) (*ProxyManager, *Runner, string, strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	m, err := NewProxyManager(WithClient(cli), WithOwner(owner), WithProxyImage(nginxImage.ref), WithProxyBaseDir(base))
+	m, err := NewProxyManager(append([]ProxyOption{WithClient(cli), WithOwner(owner), WithProxyImage(nginxImage.ref), WithProxyBaseDir(base)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,4 +145,109 @@ func TestProxyStartFailureReportsLogs(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(base, "broken")); len(entries) > 0 {
 		t.Errorf("failed start left directories: %v", entries)
 	}
+}
+
+// The audit is a pipe, not a file: a proxy flooded with refused requests leaves nothing
+// on disk, the manager keeps a bounded number of records and counts the rest, and
+// forwarded calls over the limit make Stop fail rather than vanish.
+func TestProxyAuditPipeBounded(t *testing.T) {
+	var logs lockedLog
+	m, _, _, _ := proxyEnv(t, "flood", WithMaxAuditRecords(3), WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	fake := litellmtest.NewServer()
+	t.Cleanup(fake.Close)
+	ctx := context.Background()
+	runID := porttest.RunID("flood")
+	p, err := m.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_, _ = p.Stop(ctx)
+		}
+	})
+	hc := unixKeepAlive(filepath.Join(p.Socket().HostDir, port.LLMSocketName))
+	const workers, each, calls = 4, 1000, 5
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				resp, err := hc.Get("http://proxy/key/generate")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 0; i < calls; i++ {
+		resp, err := hc.Post("http://proxy/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d", i, resp.StatusCode)
+		}
+	}
+	logDir := filepath.Join(filepath.Dir(p.Socket().HostDir), "log")
+	entries, err := os.ReadDir(logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if fi, err := e.Info(); err != nil || fi.Mode().Type() != os.ModeNamedPipe {
+			t.Errorf("log dir holds %s (%v): the audit must not reach the disk", e.Name(), fi.Mode())
+		}
+	}
+
+	audit, err := p.Stop(ctx)
+	stopped = true
+	if !errors.Is(err, ErrAuditTruncated) || !strings.Contains(err.Error(), "2 forwarded calls over the limit of 3") {
+		t.Errorf("Stop: %v, want ErrAuditTruncated for 2 calls", err)
+	}
+	var forwarded, refused int
+	for _, r := range audit {
+		switch {
+		case r.Blocked == "path_not_allowed":
+			refused++
+		case r.Blocked == "" && r.Status == http.StatusOK && r.CallID != "":
+			forwarded++
+		default:
+			t.Errorf("unexpected record %+v", r)
+		}
+		if r.RunID != runID {
+			t.Errorf("record of run %q", r.RunID)
+		}
+	}
+	if forwarded != 3 || refused == 0 || refused > 99*9 {
+		t.Errorf("kept %d forwarded and %d refused records, want 3 and a bounded sample", forwarded, refused)
+	}
+	if !strings.Contains(logs.String(), fmt.Sprintf(`"refused":%d`, workers*each)) {
+		t.Errorf("the refused requests were not counted in the log:\n%s", logs.String())
+	}
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

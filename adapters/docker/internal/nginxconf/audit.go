@@ -16,7 +16,7 @@ import (
 )
 
 // ErrMalformedAudit reports an audit log line that is not a record the rendered nginx
-// configuration writes. Errors from ParseAuditLog match it with errors.Is.
+// configuration writes. Errors from ReadAudit match it with errors.Is.
 var ErrMalformedAudit = errors.New("malformed audit log line")
 
 // MaxAuditLineBytes bounds one audit log line. nginx's lines are far shorter: the only
@@ -67,8 +67,45 @@ type auditLine struct {
 	Error                string `json:"error"`
 }
 
-// ParseAuditLog reads the JSON-lines audit log a RenderNginx configuration writes and
-// returns one port.AuditRecord per line, in order.
+// Defaults of AuditLimits.
+const (
+	// DefaultMaxRecords bounds the forwarded calls an Audit keeps: far more than any
+	// real run makes (a runaway agent once made about twenty), few enough to hold.
+	DefaultMaxRecords = 50_000
+	// DefaultMaxRefused bounds the refused requests an Audit keeps as records.
+	DefaultMaxRefused = 1_000
+	// maxLineErrors bounds the malformed lines reported one by one.
+	maxLineErrors = 16
+)
+
+// AuditLimits bound what ReadAudit keeps, so that a flooded log costs bounded memory.
+// Zero fields take the defaults.
+type AuditLimits struct {
+	// MaxRecords bounds the records of forwarded calls (default DefaultMaxRecords).
+	MaxRecords int
+	// MaxRefused bounds the records of refused requests (default DefaultMaxRefused).
+	MaxRefused int
+}
+
+// Audit is what ReadAudit kept of an audit log.
+type Audit struct {
+	// Records are the kept records, in log order.
+	Records []port.AuditRecord
+	// Refused counts every refused request in the log: the ones kept in Records, the
+	// ones over MaxRefused, and the ones nginx only tallied.
+	Refused int
+	// Dropped counts the forwarded calls over MaxRecords: billable calls the Audit has
+	// no record of.
+	Dropped int
+}
+
+// ReadAudit reads the JSON-lines audit log a RenderNginx configuration writes. It
+// streams: memory is bounded by lim and MaxAuditLineBytes, however long the log.
+//
+// The configuration writes a full line per forwarded call, a full line per refused
+// request early in the run (a sample of what the agent tried), and a short tally line
+// for every other refused request. Full lines become records, up to lim; the rest are
+// counted in Audit.Refused and Audit.Dropped.
 //
 // Record fields map as follows: Time is the request's start (nginx logs at the end, so
 // the logged time minus request_time), Latency is request_time, TTFB the upstream's
@@ -83,39 +120,85 @@ type auditLine struct {
 //
 // A last line without its newline is a write cut short (nginx was killed mid-line); it
 // is kept if it parses and dropped silently if not. Any other malformed line is skipped
-// and reported: the records of every good line are returned together with an error
-// joining one *AuditLineError per bad line (errors.Is(err, ErrMalformedAudit)), since
-// the calls behind the good lines are still billable. A read error is returned with the
-// records read before it.
-func ParseAuditLog(r io.Reader) ([]port.AuditRecord, error) {
-	br := bufio.NewReader(r)
+// and reported: the Audit of every good line is returned together with an error
+// joining one *AuditLineError per bad line (the first few, then a count), matching
+// ErrMalformedAudit, since the calls behind the good lines are still billable. A read
+// error is returned with the Audit read before it.
+func ReadAudit(r io.Reader, lim AuditLimits) (*Audit, error) {
+	if lim.MaxRecords <= 0 {
+		lim.MaxRecords = DefaultMaxRecords
+	}
+	if lim.MaxRefused <= 0 {
+		lim.MaxRefused = DefaultMaxRefused
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
 	var (
-		recs []port.AuditRecord
-		errs []error
+		a        Audit
+		calls    int
+		kept     int // refused records kept
+		errs     []error
+		badLines int
 	)
+	bad := func(n int, err error) {
+		if badLines++; badLines <= maxLineErrors {
+			errs = append(errs, &AuditLineError{Line: n, Err: err})
+		}
+	}
+	done := func(err error) (*Audit, error) {
+		if badLines > maxLineErrors {
+			errs = append(errs, fmt.Errorf("%w: %d more malformed lines", ErrMalformedAudit, badLines-maxLineErrors))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nginxconf: reading audit log: %w", err))
+		}
+		return &a, errors.Join(errs...)
+	}
 	for n := 1; ; n++ {
 		line, err := readLine(br)
 		complete := err == nil
 		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, errLineTooLong) {
-			return recs, errors.Join(append(errs, fmt.Errorf("nginxconf: reading audit log: %w", err))...)
+			return done(err)
 		}
 		if errors.Is(err, errLineTooLong) {
-			errs = append(errs, &AuditLineError{Line: n, Err: err})
+			bad(n, err)
 			continue
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
-			rec, perr := parseAuditLine(line)
-			switch {
-			case perr == nil:
-				recs = append(recs, rec)
-			case complete:
-				errs = append(errs, &AuditLineError{Line: n, Err: perr})
+			if isTally(line) {
+				a.Refused++
+			} else if rec, perr := parseAuditLine(line); perr != nil {
+				if complete {
+					bad(n, perr)
+				}
+			} else if rec.Blocked != "" {
+				a.Refused++
+				if kept < lim.MaxRefused {
+					kept++
+					a.Records = append(a.Records, rec)
+				}
+			} else if calls < lim.MaxRecords {
+				calls++
+				a.Records = append(a.Records, rec)
+			} else {
+				a.Dropped++
 			}
 		}
 		if !complete {
-			return recs, errors.Join(errs...)
+			return done(nil)
 		}
 	}
+}
+
+// isTally recognises the short line the configuration writes for a refused request it
+// does not log in full: {"refused":"<reason>"}. It is matched without JSON decoding:
+// a flood is mostly these.
+func isTally(line []byte) bool {
+	reason, ok := bytes.CutPrefix(line, []byte(`{"refused":"`))
+	if !ok {
+		return false
+	}
+	reason, ok = bytes.CutSuffix(reason, []byte(`"}`))
+	return ok && len(reason) > 0 && !bytes.ContainsFunc(reason, func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' })
 }
 
 var errLineTooLong = fmt.Errorf("line longer than %d bytes", MaxAuditLineBytes)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -29,8 +30,14 @@ const (
 	lineDown    = `{"time":"2026-11-22T10:00:03+00:00","msec":"","run_id":"run-1","attempt":"2","method":"POST","path":"/v1/chat/completions","status":"502","request_length":"100","bytes_sent":"300","body_bytes_sent":"112","request_time":"0.003","upstream_status":"502, 502","upstream_connect_time":"-, -","upstream_header_time":"-, -","upstream_response_time":"0.001, 0.002","call_id":"","response_cost":"","model_id":"","model_group":"","content_type":"","blocked":"","error":"upstream_unavailable"}`
 )
 
+// parse reads a log with the default limits, which none of these logs reaches.
+func parse(r io.Reader) ([]port.AuditRecord, error) {
+	a, err := nginxconf.ReadAudit(r, nginxconf.AuditLimits{})
+	return a.Records, err
+}
+
 func TestParseAuditLog(t *testing.T) {
-	recs, err := nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked + "\n\n" + lineDown + "\n"))
+	recs, err := parse(strings.NewReader(lineCall + "\n" + lineBlocked + "\n\n" + lineDown + "\n"))
 	require.NoError(t, err)
 	assert.Equal(t, []port.AuditRecord{
 		{
@@ -55,7 +62,7 @@ func TestParseAuditLog(t *testing.T) {
 
 func TestParseAuditLogClientGone(t *testing.T) {
 	line := strings.Replace(lineCall, `"status":"200"`, `"status":"499"`, 1)
-	recs, err := nginxconf.ParseAuditLog(strings.NewReader(line + "\n"))
+	recs, err := parse(strings.NewReader(line + "\n"))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	assert.Equal(t, 499, recs[0].Status)
@@ -65,13 +72,13 @@ func TestParseAuditLogClientGone(t *testing.T) {
 
 func TestParseAuditLogTruncatedLastLine(t *testing.T) {
 	// nginx killed mid-write: the partial last line is dropped without an error.
-	recs, err := nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked[:57]))
+	recs, err := parse(strings.NewReader(lineCall + "\n" + lineBlocked[:57]))
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	assert.Equal(t, "call-abc", recs[0].CallID)
 
 	// A last line complete but for its newline is kept.
-	recs, err = nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + lineBlocked))
+	recs, err = parse(strings.NewReader(lineCall + "\n" + lineBlocked))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	assert.Equal(t, "path_not_allowed", recs[1].Blocked)
@@ -84,7 +91,7 @@ func TestParseAuditLogMalformed(t *testing.T) {
 	badDur := strings.Replace(lineCall, `"request_time":"1.500"`, `"request_time":"-1"`, 1)
 	in := strings.Join([]string{lineCall, `{"time":`, badStatus, noRun, "not json", badTime, badDur, lineBlocked + " {}", lineDown}, "\n") + "\n"
 
-	recs, err := nginxconf.ParseAuditLog(strings.NewReader(in))
+	recs, err := parse(strings.NewReader(in))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, nginxconf.ErrMalformedAudit)
 	// The good lines' records come back with the error: those calls are billable.
@@ -114,7 +121,7 @@ func TestParseAuditLogMalformed(t *testing.T) {
 
 func TestParseAuditLogLongLine(t *testing.T) {
 	long := `{"path":"` + strings.Repeat("a", nginxconf.MaxAuditLineBytes) + `"}`
-	recs, err := nginxconf.ParseAuditLog(strings.NewReader(lineCall + "\n" + long + "\n" + lineBlocked + "\n"))
+	recs, err := parse(strings.NewReader(lineCall + "\n" + long + "\n" + lineBlocked + "\n"))
 	var le *nginxconf.AuditLineError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, 2, le.Line)
@@ -124,12 +131,12 @@ func TestParseAuditLogLongLine(t *testing.T) {
 }
 
 func TestParseAuditLogEmptyAndReadError(t *testing.T) {
-	recs, err := nginxconf.ParseAuditLog(strings.NewReader(""))
+	recs, err := parse(strings.NewReader(""))
 	require.NoError(t, err)
 	assert.Empty(t, recs)
 
 	boom := errors.New("disk gone")
-	recs, err = nginxconf.ParseAuditLog(io.MultiReader(strings.NewReader(lineCall+"\n"), iotest.ErrReader(boom)))
+	recs, err = parse(io.MultiReader(strings.NewReader(lineCall+"\n"), iotest.ErrReader(boom)))
 	require.ErrorIs(t, err, boom)
 	assert.NotErrorIs(t, err, nginxconf.ErrMalformedAudit)
 	require.Len(t, recs, 1, "records read before the failure are kept")
@@ -138,7 +145,7 @@ func TestParseAuditLogEmptyAndReadError(t *testing.T) {
 // TestParseAuditLogSmallReads checks lines split across many reads.
 func TestParseAuditLogSmallReads(t *testing.T) {
 	in := lineCall + "\n" + lineBlocked + "\n"
-	recs, err := nginxconf.ParseAuditLog(bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16))
+	recs, err := parse(bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	assert.Equal(t, "call-abc", recs[0].CallID)
@@ -146,26 +153,28 @@ func TestParseAuditLogSmallReads(t *testing.T) {
 	// A line longer than the reader's buffer but under the limit.
 	path := "/" + strings.Repeat("p", 10000)
 	big := strings.Replace(lineBlocked, `"path":"/key/generate"`, `"path":"`+path+`"`, 1)
-	recs, err = nginxconf.ParseAuditLog(strings.NewReader(big + "\n" + lineCall + "\n"))
+	recs, err = parse(strings.NewReader(big + "\n" + lineCall + "\n"))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	assert.Equal(t, path, recs[0].Path)
 	assert.Equal(t, "call-abc", recs[1].CallID)
 }
 
-func ExampleParseAuditLog() {
-	log := bytes.NewBufferString(lineCall + "\n" + lineBlocked + "\n")
-	recs, err := nginxconf.ParseAuditLog(log)
+func ExampleReadAudit() {
+	log := bytes.NewBufferString(lineCall + "\n" + lineBlocked + "\n" + `{"refused":"path_not_allowed"}` + "\n")
+	a, err := nginxconf.ReadAudit(log, nginxconf.AuditLimits{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for _, r := range recs {
+	for _, r := range a.Records {
 		fmt.Printf("%s %s -> %d call=%q cost=%q streamed=%v blocked=%q\n", r.Method, r.Path, r.Status, r.CallID, r.ResponseCost, r.Streamed, r.Blocked)
 	}
+	fmt.Printf("%d refused, %d dropped\n", a.Refused, a.Dropped)
 	// Output:
 	// POST /v1/chat/completions -> 200 call="call-abc" cost="0.00042" streamed=true blocked=""
 	// GET /key/generate -> 404 call="" cost="" streamed=false blocked="path_not_allowed"
+	// 2 refused, 0 dropped
 }
 
 func ExampleRenderNginx() {
@@ -194,4 +203,82 @@ func ExampleRenderNginx() {
 	// proxy_set_header X-Litellm-End-User-Id "acct-${llmproxy_dollar}1";
 	// proxy_set_header X-Litellm-Spend-Logs-Metadata "{\"run_id\":\"run-1\",\"attempt\":0,\"graph_id\":\"sandbox:agent\"}";
 	// listen "unix:/llm-sock/llm.sock";
+}
+
+func TestReadAuditLimits(t *testing.T) {
+	call := func(i int) string {
+		return strings.Replace(lineCall, `"call_id":"call-abc"`, fmt.Sprintf(`"call_id":"call-%d"`, i), 1)
+	}
+	tally := `{"refused":"path_not_allowed"}`
+	in := strings.Join([]string{
+		call(1), lineBlocked, tally, call(2), lineBlocked, lineBlocked, call(3), tally, call(4), lineBlocked, call(5), tally,
+	}, "\n") + "\n"
+	a, err := nginxconf.ReadAudit(strings.NewReader(in), nginxconf.AuditLimits{MaxRecords: 3, MaxRefused: 2})
+	require.NoError(t, err)
+	var got []string
+	for _, r := range a.Records {
+		got = append(got, r.CallID+r.Blocked)
+	}
+	assert.Equal(t, []string{"call-1", "path_not_allowed", "call-2", "path_not_allowed", "call-3"}, got, "the first records of each kind, in log order")
+	assert.Equal(t, 7, a.Refused, "every refused request is counted, kept or not")
+	assert.Equal(t, 2, a.Dropped, "forwarded calls over the limit are counted")
+
+	// A tally line is recognised exactly; anything else is a malformed line.
+	for _, bad := range []string{`{"refused":""}`, `{"refused":"Path"}`, `{"refused":"a"} `, `{"refused":"a\"}`} {
+		a, err := nginxconf.ReadAudit(strings.NewReader(bad+"\n"), nginxconf.AuditLimits{})
+		assert.ErrorIs(t, err, nginxconf.ErrMalformedAudit, bad)
+		assert.Zero(t, a.Refused, bad)
+	}
+}
+
+// Malformed lines are reported one by one up to a small number, then counted.
+func TestReadAuditMalformedBounded(t *testing.T) {
+	in := strings.Repeat("not json\n", 10_000) + lineCall + "\n"
+	a, err := nginxconf.ReadAudit(strings.NewReader(in), nginxconf.AuditLimits{})
+	require.ErrorIs(t, err, nginxconf.ErrMalformedAudit)
+	errs := err.(interface{ Unwrap() []error }).Unwrap()
+	assert.Len(t, errs, 17, "16 lines reported, then one count")
+	assert.ErrorContains(t, errs[16], "9984 more malformed lines")
+	require.Len(t, a.Records, 1)
+}
+
+// hugeLog streams n full call lines, each followed by two tally lines, without holding
+// them: the reader under test is the only thing that could keep them.
+type hugeLog struct {
+	n, i int
+	buf  []byte
+}
+
+func (h *hugeLog) Read(p []byte) (int, error) {
+	for len(h.buf) == 0 {
+		if h.i == h.n {
+			return 0, io.EOF
+		}
+		h.i++
+		line := strings.Replace(lineCall, `"call_id":"call-abc"`, fmt.Sprintf(`"call_id":"call-%d"`, h.i), 1)
+		h.buf = []byte(line + "\n" + `{"refused":"path_not_allowed"}` + "\n" + `{"refused":"method_not_allowed"}` + "\n")
+	}
+	n := copy(p, h.buf)
+	h.buf = h.buf[n:]
+	return n, nil
+}
+
+// A log far larger than the limits costs memory for the limits only.
+func TestReadAuditHugeLogBoundedMemory(t *testing.T) {
+	const calls = 12_000 // about 8 MB of log
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	a, err := nginxconf.ReadAudit(&hugeLog{n: calls}, nginxconf.AuditLimits{MaxRecords: 1000})
+	require.NoError(t, err)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	require.Len(t, a.Records, 1000)
+	assert.Equal(t, "call-1000", a.Records[999].CallID)
+	assert.Equal(t, calls-1000, a.Dropped)
+	assert.Equal(t, 2*calls, a.Refused)
+	// Keeping every record would hold over 4 MB; the kept thousand hold under 0.5.
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	assert.Less(t, grown, int64(3<<19), "heap grew by %d bytes", grown)
+	runtime.KeepAlive(a)
 }

@@ -56,7 +56,8 @@ type NginxConfig struct {
 	// file at this path makes nginx fail to start, so remove it first.
 	SocketPath string
 	// AuditLogPath is the JSON-lines audit log (default DefaultAuditLogPath); read it
-	// back with ParseAuditLog.
+	// back with ReadAudit. It may be a named pipe whose reader is already open: nginx
+	// then blocks on a full pipe rather than lose a record.
 	AuditLogPath string
 	// RuntimeDir holds the pid file and nginx's temporary directories (default
 	// DefaultRuntimeDir). It must exist; nginx creates the directories inside it.
@@ -174,7 +175,10 @@ type nginxData struct {
 // cannot reach LiteLLM's admin API. Everything else is a JSON 404. Responses are
 // streamed unbuffered, upstream errors pass through, a failed upstream gives a JSON
 // 502 or 504, and nothing is retried (a retried call would be billed twice). Every
-// request but /health gets one audit line; refused ones carry a Blocked reason.
+// forwarded call gets one audit line. Refused requests get one with a Blocked reason
+// while the connection number and the request's number on it are small (at most 891
+// such lines), and a short tally line after that, so that a flood of refused requests
+// writes about 30 bytes each; /health is not audited. ReadAudit reads both kinds.
 //
 // # Header handling: an allowlist
 //

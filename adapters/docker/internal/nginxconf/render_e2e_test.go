@@ -447,8 +447,9 @@ func TestNginxEndToEnd(t *testing.T) {
 	f, err := os.Open(px.audit)
 	require.NoError(t, err)
 	defer f.Close()
-	recs, err := ParseAuditLog(f)
+	a, err := ReadAudit(f, AuditLimits{})
 	require.NoError(t, err)
+	recs := a.Records
 	require.Len(t, recs, 11, "one record per request except /health")
 	for i, r := range recs {
 		assert.False(t, r.Time.Before(start.Add(-time.Second)) || r.Time.After(end), "record %d time %v", i, r.Time)
@@ -540,8 +541,9 @@ func TestNginxUpstreamDown(t *testing.T) {
 	f, err := os.Open(px.audit)
 	require.NoError(t, err)
 	defer f.Close()
-	recs, err := ParseAuditLog(f)
+	a, err := ReadAudit(f, AuditLimits{})
 	require.NoError(t, err)
+	recs := a.Records
 	require.Len(t, recs, 1)
 	r := recs[0]
 	assert.Equal(t, 502, r.Status)
@@ -550,4 +552,67 @@ func TestNginxUpstreamDown(t *testing.T) {
 	assert.Empty(t, r.CallID)
 	assert.Empty(t, r.Blocked)
 	assert.Equal(t, int64(len(badGateway)), r.RespBytes)
+}
+
+// TestNginxRefusedFloodBoundedLog: an agent flooding its proxy with refused requests
+// makes it write a full line for a small early sample and a short tally line for every
+// other one; forwarded calls still get full lines, and every refused request is counted.
+func TestNginxRefusedFloodBoundedLog(t *testing.T) {
+	bin := testenv.NeedCommand(t, "nginx", "nginx")
+	up := newFakeUpstream(t)
+	spec := typicalSpec()
+	spec.Upstream = up.URL
+	px := startNginx(t, bin, spec, NginxConfig{})
+
+	const workers, each = 8, 1250
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				path := "/key/generate"
+				if i%2 == 1 {
+					path = "/v1/../spend/logs"
+				}
+				resp, err := px.client.Get("http://llm" + path)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound {
+					t.Errorf("%s: %d", path, resp.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	resp, body := px.do(t, http.MethodPost, "/v1/chat/completions", `{"model":"gpt-test"}`, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	px.stop(t)
+
+	fi, err := os.Stat(px.audit)
+	require.NoError(t, err)
+	// Full lines are about 550 bytes here; one per refused request would be 5.5 MB.
+	const refused, maxFull = workers * each, 99 * 9
+	assert.LessOrEqual(t, fi.Size(), int64(maxFull*700+refused*40), "audit log size")
+
+	f, err := os.Open(px.audit)
+	require.NoError(t, err)
+	defer f.Close()
+	a, err := ReadAudit(f, AuditLimits{})
+	require.NoError(t, err)
+	assert.Equal(t, refused, a.Refused, "every refused request is counted")
+	assert.Zero(t, a.Dropped)
+	require.NotEmpty(t, a.Records)
+	assert.LessOrEqual(t, len(a.Records), maxFull+1)
+	last := a.Records[len(a.Records)-1]
+	assert.Equal(t, "call-1", last.CallID, "the forwarded call after the flood has its full record")
+	for _, r := range a.Records[:len(a.Records)-1] {
+		assert.Equal(t, "path_not_allowed", r.Blocked)
+	}
+	t.Logf("%d refused requests: %d bytes of log, %d full records", refused, fi.Size(), len(a.Records)-1)
 }

@@ -83,7 +83,14 @@ func TestRenderNginxContent(t *testing.T) {
 	one("listen", "unix:"+DefaultSocketPath)
 	one("pid", "/tmp/nginx.pid")
 	one("error_log", "stderr", "warn")
-	one("access_log", DefaultAuditLogPath, "llmproxy_audit")
+	var logs [][]string
+	for _, d := range find(ds, "access_log", DefaultAuditLogPath) {
+		logs = append(logs, d.Args)
+	}
+	assert.Equal(t, [][]string{
+		{DefaultAuditLogPath, "llmproxy_audit", "if=$llmproxy_log_full"},
+		{DefaultAuditLogPath, "llmproxy_tally", "if=$llmproxy_log_tally"},
+	}, logs, "full lines and tally lines, each under its condition")
 	one("client_body_temp_path", "/tmp/nginx-client-body")
 	one("proxy_temp_path", "/tmp/nginx-proxy")
 	one("proxy_pass_request_headers", "off")
@@ -98,7 +105,7 @@ func TestRenderNginxContent(t *testing.T) {
 	one("client_max_body_size", "67108864")
 	one("server", "litellm:4000")
 	one("access_log", "off") // for /health only
-	assert.Len(t, find(ds, "access_log", ""), 2)
+	assert.Len(t, find(ds, "access_log", ""), 3)
 	assert.Empty(t, find(ds, "daemon", ""), "daemon off is given on the command line (NginxArgs)")
 	assert.Empty(t, find(ds, "proxy_ssl_verify", ""))
 
