@@ -63,7 +63,8 @@ func ExampleSandbox_Run() {
 
 // An OpenClaw one-shot run in a sandbox: the config's models come from LiteLLM's
 // catalog, the prompt travels in a workspace file, the OpenClaw install is mounted
-// read-only, and the --json envelope is parsed into a typed result.
+// read-only, and OpenClaw's --json envelope is parsed by the openclaw package: the
+// facade hands back the raw output.
 func ExampleSandbox_Run_openClaw() {
 	ctx := context.Background()
 	runner, err := docker.NewRunner(docker.WithOwner("my-service"), docker.WithBridge("/opt/agentsandbox/sandbox-bridge"))

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -104,7 +105,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 			rep.Errors = append(rep.Errors, fmt.Errorf("lease %s: %w", l.ID, err))
 		}
 	}
-	r.cfg.logger.Info("sweep done", "owner", r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
+	r.cfg.logger.Info("sweep done", logattr.Owner, r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -73,7 +74,7 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 			rep.Errors = append(rep.Errors, fmt.Errorf("volume %s: %w", v.Name, classify(err)))
 		}
 	}
-	cfg.logger.Info("sweep done", "owner", cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
+	cfg.logger.Info("sweep done", logattr.Owner, cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
 }
 
