@@ -16,5 +16,6 @@
 // The result carries the raw output; an agent with structured output has its own
 // parser (openclaw.ParseRun for OpenClaw).
 //
-// The facade imports only port/; adapters live in adapters/, litellm/ and openclaw/.
+// The facade imports only port/ (and the module's log attribute keys); adapters live
+// in adapters/, litellm/ and openclaw/.
 package sandbox

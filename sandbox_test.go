@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go/build"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
@@ -238,5 +240,20 @@ func TestLogsCarryComponentAndRun(t *testing.T) {
 	}
 	if rec[logattr.Component] != "sandbox" || rec[logattr.RunID] != "run-1" {
 		t.Errorf("record %v", rec)
+	}
+}
+
+// The facade knows the ports only: no adapter, no proxy configuration, no agent's
+// output format.
+func TestFacadeImportsPortsOnly(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mod = "github.com/agentsandbox/sandbox/"
+	for _, imp := range pkg.Imports {
+		if strings.HasPrefix(imp, mod) && imp != mod+"port" && imp != mod+"internal/logattr" {
+			t.Errorf("the facade imports %s", imp)
+		}
 	}
 }
