@@ -122,7 +122,7 @@ func WithBridge(path string) Option {
 }
 
 // WithCleanupTimeout bounds the removal of a run's task, container and snapshot, which
-// uses a fresh context so a cancelled caller cannot leak them. Default 30s.
+// ignores the caller's cancellation so a cancelled caller cannot leak them. Default 30s.
 func WithCleanupTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

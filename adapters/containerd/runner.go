@@ -155,7 +155,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	// Registered before anything else can fail; runs with a fresh context so a
+	// Registered before anything else can fail; ignores ctx's cancellation so a
 	// cancelled caller or a panic cannot leak the task, container or snapshot.
 	defer r.remove(ctx, container, spec.RunID)
 	log.Debug("container created")

@@ -108,8 +108,8 @@ func WithBridge(path string) Option {
 	}
 }
 
-// WithCleanupTimeout bounds the removal of a run's container, which uses a fresh
-// context so that a cancelled caller cannot leak it. Default 30s.
+// WithCleanupTimeout bounds the removal of a run's container (and a proxy's), which
+// ignores the caller's cancellation so that a cancelled caller cannot leak it. Default 30s.
 func WithCleanupTimeout(d time.Duration) SharedOption {
 	return func(c *config) error {
 		if d <= 0 {

@@ -90,7 +90,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeContainerFailed, err)
 	}
 	id := created.ID
-	// Registered before anything else can fail, and run with a fresh context so a
+	// Registered before anything else can fail, and ignores ctx's cancellation so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container.
 	defer r.remove(ctx, id, spec.RunID)
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
