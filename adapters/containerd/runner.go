@@ -211,7 +211,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 			// cgroup until the task is deleted, which happens only after this.
 			n, err := oomKills(ctx, task)
 			if err != nil {
-				log.Warn("reading the task's OOM counter failed; relying on the OOM event", "err", err)
+				log.Warn("reading the task's OOM counter failed; relying on the OOM event", logattr.Err, err)
 				select {
 				case <-oomSeen:
 				case <-time.After(time.Second):
@@ -374,12 +374,12 @@ func (r *Runner) deleteTask(ctx context.Context, task client.Task, runID string)
 	ctx, cancel := r.cleanupCtx(ctx)
 	defer cancel()
 	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-		r.cfg.logger.Error("deleting the task failed; removing the container retries", "run_id", runID, "err", err)
+		r.cfg.logger.Error("deleting the task failed; removing the container retries", logattr.RunID, runID, logattr.Err, err)
 	}
 	if io := task.IO(); io != nil {
 		io.Cancel()
 		if err := io.Close(); err != nil {
-			r.cfg.logger.Warn("closing the task's IO failed", "run_id", runID, "err", err)
+			r.cfg.logger.Warn("closing the task's IO failed", logattr.RunID, runID, logattr.Err, err)
 		}
 	}
 }
