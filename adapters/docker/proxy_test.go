@@ -156,7 +156,7 @@ func TestProxyAuditPipeBounded(t *testing.T) {
 	fake := litellmtest.NewServer()
 	t.Cleanup(fake.Close)
 	ctx := context.Background()
-	runID := porttest.RunID("flood")
+	runID := sandboxtest.RunID("flood")
 	p, err := m.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct"}})
 	if err != nil {
 		t.Fatal(err)
