@@ -1,9 +1,12 @@
-// Package llmproxy holds what every LLM-forwarding handler of the project shares:
-// the per-run proxy (adapters/inproc) and the shared gateway router
-// (openclaw/billing). One copy of the request checks, the error shape agents'
-// SDKs understand, the response-header hiding, the body taps that feed the audit
-// and the token budget, and the audit outcome, so the two cannot drift apart on
-// what is refused, hidden, charged or recorded.
+// Package llmproxy is the one LLM proxy engine of the project. An Engine checks,
+// routes, meters, forwards and audits calls; a Meter is one run's bookkeeping
+// (budget, audit records, calls in flight, stop). Fronts differ only in how a
+// request finds its run's Meter: a socket per run (adapters/inproc), a token in
+// the path (openclaw/billing), and next a run token on a shared socket or an
+// egress request. Like httputil.ReverseProxy, which it wraps, the Engine is
+// customised through hooks (Config.Route, Config.Rewrite), so what is refused,
+// hidden, charged or recorded is written once. The suite in llmproxytest is run
+// by every front.
 package llmproxy
 
 import (

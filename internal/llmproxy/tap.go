@@ -1,10 +1,7 @@
 package llmproxy
 
 import (
-	"errors"
 	"io"
-	"net/http"
-	"sync"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -13,53 +10,6 @@ import (
 // scanLimit bounds the bytes kept per scanned JSON value (a model name, a response
 // id, a usage or error object).
 const scanLimit = 2048
-
-// RequestTap counts and scans a request body as the transport reads it (from its
-// own goroutine, hence the lock): its size and "model", without holding the body.
-type RequestTap struct {
-	rc io.ReadCloser
-
-	mu      sync.Mutex
-	n       int64
-	sc      *jsonFields
-	tooLong bool
-}
-
-// NewRequestTap wraps body, which should be an http.MaxBytesReader.
-func NewRequestTap(body io.ReadCloser) *RequestTap {
-	return &RequestTap{rc: body, sc: newJSONFields(scanLimit, "model")}
-}
-
-// Read implements io.Reader.
-func (t *RequestTap) Read(b []byte) (int, error) {
-	n, err := t.rc.Read(b)
-	t.mu.Lock()
-	t.n += int64(n)
-	t.sc.Write(b[:n])
-	var mbe *http.MaxBytesError
-	if err != nil && errors.As(err, &mbe) {
-		t.tooLong = true
-	}
-	t.mu.Unlock()
-	return n, err
-}
-
-// Close implements io.Closer.
-func (t *RequestTap) Close() error { return t.rc.Close() }
-
-// Result returns the bytes read and the request's "model".
-func (t *RequestTap) Result() (int64, string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n, Clip(t.sc.str("model"), 256)
-}
-
-// OverLimit reports that the body hit its MaxBytesReader limit.
-func (t *RequestTap) OverLimit() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.tooLong
-}
 
 // ResponseTap counts and scans a response body as the ReverseProxy copies it to
 // the client (all in the handler's goroutine): the time of the first byte, the

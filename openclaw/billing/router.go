@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -80,7 +79,7 @@ type Router struct {
 	upstream *url.URL
 	apiKey   string
 	log      *slog.Logger
-	rp       *httputil.ReverseProxy
+	engine   *llmproxy.Engine
 	// ownTransp is the default transport, closed on Shutdown; nil with WithTransport.
 	ownTransp *http.Transport
 
@@ -131,13 +130,12 @@ func NewRouter(upstream, apiKey string, opts ...Option) (*Router, error) {
 		cfg.transport = r.ownTransp
 	}
 	errLog := slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)
-	r.rp = &httputil.ReverseProxy{
-		Rewrite:        r.rewrite,
-		Transport:      cfg.transport,
-		FlushInterval:  -1, // flush every write: SSE chunks reach OpenClaw as they arrive
-		ModifyResponse: r.modifyResponse,
-		ErrorHandler:   r.errorHandler,
-		ErrorLog:       errLog,
+	r.engine, err = llmproxy.NewEngine(llmproxy.Config{
+		Upstream: u, Transport: cfg.transport, MaxRequestBytes: cfg.maxRequestBytes,
+		Logger: r.log, Rewrite: rewrite,
+	})
+	if err != nil {
+		return nil, err
 	}
 	r.srv = &http.Server{
 		Handler:           r,
@@ -198,7 +196,11 @@ func (r *Router) newRegistration(run Run) (*Registration, error) {
 	if err != nil {
 		return nil, opErr("Register", run.RunID, fmt.Errorf("%w: run token: %v", port.ErrInternal, err))
 	}
-	return &Registration{r: r, run: run, policy: policy, token: tok, idle: make(chan struct{})}, nil
+	meter := llmproxy.NewMeter(llmproxy.MeterConfig{
+		RunID: run.RunID, Attempt: run.Attempt, Policy: policy, Budget: run.Budget,
+		Logger: r.log.With("run_id", run.RunID),
+	})
+	return &Registration{r: r, run: run, policy: policy, token: tok, meter: meter}, nil
 }
 
 // newToken returns 256 random bits, URL-safe: unguessable, and valid in a URL path.
@@ -268,7 +270,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 // lookup resolves a request to its registration. It returns the path to forward
 // (without the token prefix) and whether the call goes to the fallback; reg is nil
 // when the call cannot be attributed. A returned registration has the call counted
-// in flight: the caller must end it with leave.
+// in flight: the caller must end it with Engine.Forward.
 func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fallback bool) {
 	p := req.URL.Path
 	var pathTok string
@@ -291,12 +293,12 @@ func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fall
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !malformed {
-		if reg := r.byToken[tok]; tok != "" && reg != nil && reg.tryEnter() {
+		if reg := r.byToken[tok]; tok != "" && reg != nil && reg.meter.Enter() {
 			return reg, p, false
 		}
 		// Only a call that claims nothing (or a dead token) may go to the fallback:
 		// a contradictory claim is refused outright.
-		if r.fallback != nil && r.fallback.tryEnter() {
+		if r.fallback != nil && r.fallback.meter.Enter() {
 			r.fallbackN++
 			return r.fallback, p, true
 		}
@@ -306,7 +308,8 @@ func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fall
 }
 
 // refuseUnattributed answers and records a call no live run owns.
-func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request, start time.Time) {
+func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
 	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
 	rec := port.AuditRecord{
 		Time: start.UTC(), Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(redactPath(req.URL.Path), 256),

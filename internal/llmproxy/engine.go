@@ -1,0 +1,247 @@
+package llmproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Config configures an Engine. Upstream and Transport are required; the hooks are
+// optional.
+type Config struct {
+	// Upstream is the LiteLLM base URL, without query, fragment or credentials.
+	Upstream *url.URL
+	// Transport reaches the upstream (NewTransport is the usual one).
+	Transport http.RoundTripper
+	// MaxRequestBytes bounds a request body; larger bodies get HTTP 413.
+	MaxRequestBytes int64
+	// Logger receives transport-level errors (default: discard). Call logs go to
+	// the run's Meter logger.
+	Logger *slog.Logger
+
+	// Route maps the path a front resolved (its run selector removed) to the path
+	// forwarded upstream, or refuses it. Nil means the shared rule, ForwardPath.
+	Route func(r *http.Request, path string) (string, *Refusal)
+	// Rewrite, if set, runs after the run's header policy was applied to the
+	// outgoing request, for headers only one front knows about.
+	Rewrite func(pr *httputil.ProxyRequest)
+}
+
+// Engine forwards LLM calls for many runs to one upstream: it checks and routes a
+// request, takes it from its run's budget, applies the run's header policy,
+// forwards it unbuffered, taps the response for the audit and the token budget,
+// and records the outcome in the run's Meter. Fronts differ only in how a request
+// finds its Meter; they hand it to Forward. An Engine is safe for concurrent use.
+//
+// Like httputil.ReverseProxy, which it wraps, an Engine is customised through the
+// hooks of its Config.
+type Engine struct {
+	cfg Config
+	rp  *httputil.ReverseProxy
+}
+
+// NewEngine returns an Engine. Errors wrap port.ErrInvalidSpec.
+func NewEngine(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Upstream == nil || cfg.Upstream.Host == "":
+		return nil, port.Invalidf("engine: no upstream")
+	case cfg.Transport == nil:
+		return nil, port.Invalidf("engine: no transport")
+	case cfg.MaxRequestBytes <= 0:
+		return nil, port.Invalidf("engine: max request bytes %d is not positive", cfg.MaxRequestBytes)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(_ *http.Request, p string) (string, *Refusal) { return ForwardPath(p) }
+	}
+	e := &Engine{cfg: cfg}
+	e.rp = &httputil.ReverseProxy{
+		Rewrite:        e.rewrite,
+		Transport:      cfg.Transport,
+		FlushInterval:  -1, // flush every write: SSE chunks reach the agent as they arrive
+		ModifyResponse: e.modifyResponse,
+		ErrorHandler:   e.errorHandler,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	return e, nil
+}
+
+// ForwardPath is the shared path rule: a clean /v1/... path is forwarded as is.
+func ForwardPath(p string) (string, *Refusal) {
+	if len(p) > len("/v1/") && p[:4] == "/v1/" && CleanPath(p) {
+		return p, nil
+	}
+	return "", &NotFound
+}
+
+// Call is the state of one request of a run, from Forward to its record.
+type Call struct {
+	meter    *Meter
+	start    time.Time
+	rec      port.AuditRecord
+	upPath   string
+	resp     *ResponseTap
+	upErr    error
+	clientGo bool
+}
+
+type ctxKey struct{}
+
+func callFrom(ctx context.Context) *Call {
+	c, _ := ctx.Value(ctxKey{}).(*Call)
+	return c
+}
+
+// Forward serves one request of m's run; path is the request path as the front
+// resolved it (its run selector removed). The caller must have counted the call
+// with m.Enter; Forward ends it, recording it in m's audit, whatever happens. A
+// panic of the response writer (http.ErrAbortHandler) is recorded, then re-raised.
+func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path string) {
+	start := time.Now()
+	c := &Call{meter: m, start: start, rec: port.AuditRecord{
+		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
+		Method: Clip(r.Method, 16), Path: Clip(path, 256),
+	}}
+	// A percent-escaped path is refused whatever it decodes to: upstream routers
+	// may decode it differently (/v1%2Fkey/list).
+	up, ref := "", &NotFound
+	if r.URL.RawPath == "" {
+		up, ref = e.cfg.Route(r, path)
+	}
+	if ref != nil {
+		e.refuse(w, c, ref)
+		return
+	}
+	c.upPath = up
+	c.rec.Path = Clip(up, 256)
+	if ref := Check(r, e.cfg.MaxRequestBytes); ref != nil {
+		e.refuse(w, c, ref)
+		return
+	}
+	// The body is read whole (it is bounded) so the audit can name the model.
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxRequestBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				e.refuse(w, c, TooLarge(e.cfg.MaxRequestBytes))
+			} else {
+				e.refuse(w, c, &Refusal{Status: http.StatusBadRequest, Blocked: "request_unreadable", Type: "invalid_request_error", Message: "request body could not be read"})
+			}
+			return
+		}
+		c.rec.ReqBytes = int64(len(body))
+		var mb struct {
+			Model string `json:"model"`
+		}
+		if json.Unmarshal(body, &mb) == nil {
+			c.rec.Model = Clip(mb.Model, 256)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	if ref := m.reserve(); ref != nil {
+		e.refuse(w, c, ref)
+		return
+	}
+	sw := &StatusWriter{ResponseWriter: w}
+	defer func() {
+		v := recover()
+		e.finish(c, sw, v)
+		if v != nil {
+			panic(v) // http.ErrAbortHandler: the server drops the connection mid-response
+		}
+	}()
+	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
+}
+
+// Refuse answers a request of m's run without forwarding it and records it as
+// blocked, for refusals a front decides before Forward (the caller must have
+// counted the call with m.Enter).
+func (e *Engine) Refuse(w http.ResponseWriter, r *http.Request, m *Meter, path string, ref *Refusal) {
+	start := time.Now()
+	e.refuse(w, &Call{meter: m, start: start, rec: port.AuditRecord{
+		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
+		Method: Clip(r.Method, 16), Path: Clip(path, 256),
+	}}, ref)
+}
+
+// rewrite is the ReverseProxy's Rewrite hook: the upstream URL and the header
+// policy. ReverseProxy has already removed hop-by-hop and X-Forwarded-* headers.
+func (e *Engine) rewrite(pr *httputil.ProxyRequest) {
+	c := callFrom(pr.In.Context())
+	pr.Out.URL.Path, pr.Out.URL.RawPath = c.upPath, ""
+	pr.SetURL(e.cfg.Upstream)
+	c.meter.cfg.Policy.Apply(pr.Out.Header)
+	// Identity encoding keeps the response readable for the audit and the token budget.
+	pr.Out.Header.Del("Accept-Encoding")
+	pr.Out.Header.Del("X-Real-Ip")
+	if e.cfg.Rewrite != nil {
+		e.cfg.Rewrite(pr)
+	}
+}
+
+// modifyResponse notes LiteLLM's headers, hides the shared key's headers and taps
+// the body for the audit and the token budget.
+func (e *Engine) modifyResponse(resp *http.Response) error {
+	c := callFrom(resp.Request.Context())
+	if c == nil {
+		return nil
+	}
+	streamed := NoteResponse(resp, &c.rec)
+	c.resp = NewResponseTap(resp.Body, streamed, c.meter.addTokens)
+	resp.Body = c.resp
+	return nil
+}
+
+// errorHandler answers when the upstream could not be reached or failed before
+// sending response headers.
+func (e *Engine) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if c := callFrom(r.Context()); c != nil {
+		c.upErr = err
+		c.clientGo = r.Context().Err() != nil
+	}
+	status, typ, msg := UpstreamFailure(err, false)
+	WriteError(w, status, typ, msg)
+}
+
+// refuse answers a call that is not forwarded and records it as blocked.
+func (e *Engine) refuse(w http.ResponseWriter, c *Call, ref *Refusal) {
+	n := WriteRefusal(w, ref)
+	c.rec.Status, c.rec.RespBytes, c.rec.Blocked = ref.Status, n, ref.Blocked
+	c.rec.Latency = time.Since(c.start)
+	level := slog.LevelDebug // an agent probing paths should not flood the host's logs
+	if ref.Status == http.StatusTooManyRequests {
+		level = slog.LevelInfo
+	}
+	c.meter.log.Log(context.Background(), level, "llmproxy: call refused", "path", c.rec.Path, "status", ref.Status, "blocked", ref.Blocked)
+	c.meter.leave(c.rec, false)
+}
+
+// finish completes and stores the record of a forwarded call. v is a recovered panic.
+func (e *Engine) finish(c *Call, sw *StatusWriter, v any) {
+	rec := &c.rec
+	rec.Latency = time.Since(c.start)
+	rec.Status = sw.Status
+	rec.RespBytes = sw.N
+	o := Outcome{Upstream: c.upErr, ClientGone: c.clientGo, Write: sw.Err, Panicked: v != nil}
+	if c.resp != nil {
+		c.resp.Finish(rec, c.start, &o)
+	}
+	rec.Error = o.Error()
+	if rec.Error != "" {
+		c.meter.log.Warn("llmproxy: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
+	}
+	c.meter.leave(*rec, true)
+}

@@ -1,0 +1,175 @@
+package llmproxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// MaxRefusedRecords caps the records a Meter keeps of refused calls, so a flood of
+// bad requests cannot grow the host's memory without bound; past it refusals are
+// counted (MeterStats.RefusedDropped).
+const MaxRefusedRecords = 1000
+
+// MeterConfig is what a Meter needs to know about its run.
+type MeterConfig struct {
+	// RunID and Attempt go into every audit record.
+	RunID   string
+	Attempt int
+	// Policy is the run's validated header policy: the key and the attribution.
+	Policy *proxyconf.Policy
+	// Budget caps the run's forwarded calls and tokens; zero fields mean unlimited.
+	Budget port.Budget
+	// Logger receives the run's call logs (default: discard). It should already
+	// carry the run id.
+	Logger *slog.Logger
+}
+
+// MeterStats counts what a Meter saw but did not keep one by one.
+type MeterStats struct {
+	// Records is the number of audit records kept.
+	Records int
+	// Forwarded counts calls forwarded upstream; Refused counts calls refused.
+	Forwarded, Refused int
+	// RefusedDropped counts refused calls past MaxRefusedRecords, not kept.
+	RefusedDropped int
+	// Tokens is the usage charged to the run's token budget so far.
+	Tokens int64
+}
+
+// Meter is one run's bookkeeping: its budget, its audit records and its calls in
+// flight. Every front keeps one Meter per run and hands it to Engine.Forward; the
+// budget and audit rules therefore exist once. A Meter is safe for concurrent use.
+type Meter struct {
+	cfg MeterConfig
+	log *slog.Logger
+
+	mu          sync.Mutex
+	records     []port.AuditRecord
+	refusedKept int
+	stats       MeterStats
+	calls       int   // calls admitted, for Budget.MaxCalls
+	tokens      int64 // usage reported, for Budget.MaxTokens
+	inflight    int
+	stopping    bool
+	idle        chan struct{} // closed once stopping with nothing in flight
+}
+
+// NewMeter returns the meter of one run. It does not validate cfg: the fronts
+// validate their specs (proxyconf.NewPolicy) before making one.
+func NewMeter(cfg MeterConfig) *Meter {
+	l := cfg.Logger
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return &Meter{cfg: cfg, log: l, idle: make(chan struct{})}
+}
+
+// RunID is the run the meter accounts for.
+func (m *Meter) RunID() string { return m.cfg.RunID }
+
+// Attempt is the run's attempt number.
+func (m *Meter) Attempt() int { return m.cfg.Attempt }
+
+// Enter counts a call in flight, unless the meter is stopping. A front calls it
+// when it has found the request's run, before Engine.Forward (which ends the call
+// whatever happens).
+func (m *Meter) Enter() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return false
+	}
+	m.inflight++
+	return true
+}
+
+// leave stores a finished call's record and wakes Stop when it was the last.
+func (m *Meter) leave(rec port.AuditRecord, forwarded bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inflight--
+	if forwarded {
+		m.stats.Forwarded++
+		m.records = append(m.records, rec)
+	} else {
+		m.stats.Refused++
+		if m.refusedKept < MaxRefusedRecords {
+			m.refusedKept++
+			m.records = append(m.records, rec)
+		} else {
+			m.stats.RefusedDropped++
+		}
+	}
+	if m.stopping && m.inflight == 0 {
+		close(m.idle)
+	}
+}
+
+// reserve takes one call from the budget, or returns the refusal.
+func (m *Meter) reserve() *Refusal {
+	b := m.cfg.Budget
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case b.MaxCalls > 0 && m.calls >= b.MaxCalls:
+		return budgetRefusal("budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls))
+	case b.MaxTokens > 0 && m.tokens >= b.MaxTokens:
+		return budgetRefusal("budget_exceeded: max_tokens", fmt.Sprintf("LLM token budget exceeded: this run may use %d tokens and has used %d", b.MaxTokens, m.tokens))
+	}
+	m.calls++
+	return nil
+}
+
+func budgetRefusal(blocked, msg string) *Refusal {
+	return &Refusal{Status: 429, Blocked: blocked, Type: "budget_exceeded", Message: msg}
+}
+
+// addTokens charges reported usage to the token budget.
+func (m *Meter) addTokens(n int64) {
+	m.mu.Lock()
+	m.tokens += n
+	m.mu.Unlock()
+}
+
+// Audit returns a copy of the records of the calls completed so far, in completion
+// order. Safe at any time, also after Stop.
+func (m *Meter) Audit() []port.AuditRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]port.AuditRecord(nil), m.records...)
+}
+
+// Stats returns the meter's counters.
+func (m *Meter) Stats() MeterStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats
+	s.Records, s.Tokens = len(m.records), m.tokens
+	return s
+}
+
+// Stop makes Enter fail from now on and waits until the calls in flight end or
+// ctx does. It returns the audit records either way; the error wraps ctx's when
+// calls were still in flight (they are recorded when they end, and show in later
+// Audit results). Stop is idempotent.
+func (m *Meter) Stop(ctx context.Context) ([]port.AuditRecord, error) {
+	m.mu.Lock()
+	if !m.stopping {
+		m.stopping = true
+		if m.inflight == 0 {
+			close(m.idle)
+		}
+	}
+	m.mu.Unlock()
+	select {
+	case <-m.idle:
+		return m.Audit(), nil
+	case <-ctx.Done():
+		return m.Audit(), fmt.Errorf("calls still in flight: %w", ctx.Err())
+	}
+}
