@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // Config configures an Engine. Upstream and Transport are required; the hooks are
@@ -28,9 +29,6 @@ type Config struct {
 	// the run's Meter logger.
 	Logger *slog.Logger
 
-	// Route maps the path a front resolved (its run selector removed) to the path
-	// forwarded upstream, or refuses it. Nil means the shared rule, ForwardPath.
-	Route func(r *http.Request, path string) (string, *Refusal)
 	// Rewrite, if set, runs after the run's header policy was applied to the
 	// outgoing request, for headers only one front knows about.
 	Rewrite func(pr *httputil.ProxyRequest)
@@ -62,9 +60,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Route == nil {
-		cfg.Route = func(_ *http.Request, p string) (string, *Refusal) { return ForwardPath(p) }
-	}
 	e := &Engine{cfg: cfg}
 	e.rp = &httputil.ReverseProxy{
 		Rewrite:        e.rewrite,
@@ -77,19 +72,39 @@ func NewEngine(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// ForwardPath is the shared path rule: a clean /v1/... path is forwarded as is.
-func ForwardPath(p string) (string, *Refusal) {
-	if len(p) > len("/v1/") && p[:4] == "/v1/" && CleanPath(p) {
-		return p, nil
+// Route finds the inference route of a request path (a front's run selector
+// removed): only a canonical path (CleanPath, and no percent escapes in the
+// request line) on the allowlist proxyconf.Routes, with the route's method, is
+// forwarded. It returns the route and its upstream path, or the refusal.
+func Route(r *http.Request, p string) (proxyconf.Route, string, *Refusal) {
+	if r.URL.RawPath != "" || !CleanPath(p) {
+		return proxyconf.Route{}, "", &NotCanonical
 	}
-	return "", &NotFound
+	rt, up, ok, otherMethod := proxyconf.RouteFor(r.Method, p)
+	switch {
+	case ok:
+		return rt, up, nil
+	case otherMethod:
+		return rt, "", &Refusal{http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "route_allowlist: method " + Clip(r.Method, 16) + " is not allowed on this route"}
+	}
+	return rt, "", &RouteNotAllowed
 }
+
+// NotCanonical refuses a path in a form upstream routers might read differently
+// from the proxy: percent escapes, dot segments, doubled slashes.
+var NotCanonical = Refusal{http.StatusBadRequest, "path_not_canonical", "invalid_request_error",
+	"canonical_path: the LLM proxy forwards canonical paths only (no percent escapes, dot segments or doubled slashes)"}
+
+// RouteNotAllowed refuses a path that is not an inference route.
+var RouteNotAllowed = Refusal{http.StatusNotFound, "route_not_allowed", "not_found",
+	"route_allowlist: the LLM proxy forwards inference routes only: " + proxyconf.RouteList()}
 
 // Call is the state of one request of a run, from Forward to its record.
 type Call struct {
 	meter    *Meter
 	start    time.Time
 	rec      port.AuditRecord
+	route    proxyconf.Route
 	upPath   string
 	resp     *ResponseTap
 	upErr    error
@@ -113,17 +128,12 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
 		Method: Clip(r.Method, 16), Path: Clip(path, 256),
 	}}
-	// A percent-escaped path is refused whatever it decodes to: upstream routers
-	// may decode it differently (/v1%2Fkey/list).
-	up, ref := "", &NotFound
-	if r.URL.RawPath == "" {
-		up, ref = e.cfg.Route(r, path)
-	}
+	rt, up, ref := Route(r, path)
 	if ref != nil {
 		e.refuse(w, c, ref)
 		return
 	}
-	c.upPath = up
+	c.route, c.upPath = rt, up
 	c.rec.Path = Clip(up, 256)
 	if ref := Check(r, e.cfg.MaxRequestBytes); ref != nil {
 		e.refuse(w, c, ref)

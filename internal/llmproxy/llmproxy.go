@@ -29,14 +29,11 @@ const (
 	HeaderResponseCost = "X-Litellm-Response-Cost"
 )
 
-// CleanPath reports whether p is an absolute path with nothing that could reach
-// another upstream path by a trick: no dot segments, doubled slashes, percent
+// CleanPath reports whether p is an absolute path in the one form every router
+// reads the same way: no dot segments, doubled or trailing slashes, percent
 // escapes, backslashes, spaces or control characters.
 func CleanPath(p string) bool {
-	if p == "" || p[0] != '/' {
-		return false
-	}
-	if c := path.Clean(p); c != p && c+"/" != p {
+	if p == "" || p[0] != '/' || path.Clean(p) != p {
 		return false
 	}
 	for i := 0; i < len(p); i++ {
@@ -75,9 +72,6 @@ func Check(r *http.Request, maxBody int64) *Refusal {
 func TooLarge(maxBody int64) *Refusal {
 	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
 }
-
-// NotFound is the refusal of a path the proxy does not serve.
-var NotFound = Refusal{http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only"}
 
 // NoteResponse records LiteLLM's call id and response cost in rec, removes the
 // response headers the sandbox must not see (proxyconf.IsResponseHeaderHidden:

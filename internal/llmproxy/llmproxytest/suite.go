@@ -64,7 +64,9 @@ func Test(t *testing.T, newFront NewFront) {
 		{"BudgetMaxCalls", testMaxCalls},
 		{"BudgetMaxCallsUnderConcurrency", testMaxCallsConcurrent},
 		{"BudgetMaxTokens", testMaxTokens},
-		{"RefusesPathsOutsideV1", testPaths},
+		{"EveryAllowlistedRouteEndToEnd", testRoutes},
+		{"AdminRoutesAreRefused", testAdminRoutes},
+		{"NonCanonicalPathsAreRefused", testNonCanonical},
 		{"RefusedRecordsAreCapped", testRefusedCap},
 		{"StopWaitsForCallsInFlight", testStopWaits},
 	} {
@@ -294,19 +296,121 @@ func testMaxTokens(t *testing.T, nf NewFront) {
 	}
 }
 
-func testPaths(t *testing.T, nf NewFront) {
-	e := newEnv(t, nf, spec("run-paths"))
-	for _, p := range []string{"/spend/logs", "/key/list", "/v1", "/v1/", "/v1/../key/list", "/v1/./models", "/v1//models", "/v1%2Fmodels", "/%76%31/models", "/v1/chat%2fcompletions"} {
+// routeCases call every allowlisted route, in its /v1 and bare forms.
+var routeCases = []struct {
+	method, path, body, want string
+}{
+	{"POST", "/v1/chat/completions", chatBody, `"chat.completion"`},
+	{"POST", "/chat/completions", chatBody, `"chat.completion"`},
+	{"POST", "/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:s"}]}`, "data: [DONE]"},
+	{"POST", "/v1/completions", `{"model":"gpt-4o-mini","prompt":"MARKER:c1 say"}`, `"text":"ECHO:c1"`},
+	{"POST", "/v1/completions", `{"model":"gpt-4o-mini","prompt":"MARKER:c2","stream":true}`, `"object":"text_completion"`},
+	{"POST", "/v1/embeddings", `{"model":"gpt-4o-mini","input":["a","bb"]}`, `"object":"embedding"`},
+	{"POST", "/embeddings", `{"model":"gpt-4o-mini","input":"a"}`, `"object":"embedding"`},
+	{"POST", "/v1/responses", `{"model":"gpt-4o-mini","input":"MARKER:r1 hi"}`, `"text":"ECHO:r1"`},
+	{"POST", "/v1/responses", `{"model":"gpt-4o-mini","input":"MARKER:r2","stream":true}`, "event: response.completed"},
+	{"POST", "/v1/moderations", `{"input":"hello"}`, `"flagged":false`},
+	{"POST", "/v1/messages", `{"model":"claude-haiku","max_tokens":64,"messages":[{"role":"user","content":"MARKER:a1"}]}`, `"text":"ECHO:a1"`},
+	{"POST", "/v1/messages", `{"model":"claude-haiku","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"MARKER:a2"}]}`, "event: message_stop"},
+	{"GET", "/v1/models", "", `"object":"list"`},
+	{"GET", "/models", "", `"object":"list"`},
+	{"GET", "/v1/models/gpt-4o-mini", "", `"id":"gpt-4o-mini"`},
+}
+
+func testRoutes(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-routes"))
+	for i, c := range routeCases {
+		r := Do(t, e.run, c.method, c.path, c.body, nil)
+		if r.Status != 200 || !strings.Contains(r.Body, c.want) {
+			t.Errorf("%s %s: %d %s", c.method, c.path, r.Status, r.Body)
+			continue
+		}
+		reqs := e.up.Requests()
+		if len(reqs) != i+1 {
+			t.Fatalf("%s %s: upstream saw %d requests, want %d", c.method, c.path, len(reqs), i+1)
+		}
+		got := reqs[i]
+		want := c.path
+		if !strings.HasPrefix(want, "/v1/") {
+			want = "/v1" + want
+		}
+		if got.Method != c.method || got.Path != want || got.Header.Get("Authorization") != "Bearer "+e.up.MasterKey() {
+			t.Errorf("%s %s reached the upstream as %s %s", c.method, c.path, got.Method, got.Path)
+		}
+	}
+	recs := AuditN(t, e.run, len(routeCases))
+	for _, rec := range recs {
+		if rec.Blocked != "" || rec.Status != 200 || rec.Error != "" {
+			t.Errorf("record %+v", rec)
+		}
+	}
+}
+
+// AdminRoutes are LiteLLM routes under /v1 (and bare) that manage the proxy or
+// reach other tenants' resources; no front may forward them.
+var AdminRoutes = []struct{ Method, Path string }{
+	{"POST", "/v1/mcp/server"}, {"GET", "/v1/mcp/server"}, {"DELETE", "/v1/mcp/server/x"},
+	{"GET", "/v1/agents"}, {"POST", "/v1/agents"}, {"GET", "/v1/model/info"}, {"GET", "/model/info"},
+	{"GET", "/v1/files"}, {"POST", "/v1/files"}, {"GET", "/v1/files/file-1/content"},
+	{"GET", "/v1/batches"}, {"POST", "/v1/batches"}, {"GET", "/v1/fine_tuning/jobs"},
+	{"GET", "/v1/vector_stores"}, {"POST", "/v1/vector_stores"}, {"GET", "/v1/responses/resp_1"},
+	{"DELETE", "/v1/responses/resp_1"}, {"POST", "/v1/chat/completions/x"}, {"GET", "/key/list"},
+	{"GET", "/spend/logs"}, {"POST", "/v1/threads"}, {"POST", "/v1/images/generations"},
+	{"POST", "/v1/audio/speech"}, {"GET", "/v1"}, {"GET", "/"},
+}
+
+func testAdminRoutes(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-admin"))
+	for _, a := range AdminRoutes {
+		body := ""
+		if a.Method == "POST" {
+			body = `{"model":"gpt-4o-mini"}`
+		}
+		r := Do(t, e.run, a.Method, a.Path, body, nil)
+		typ, code, msg := r.APIError()
+		if r.Status != 404 || typ != "not_found" || code != "404" || !strings.HasPrefix(msg, "route_allowlist: ") {
+			t.Errorf("%s %s: %d %s", a.Method, a.Path, r.Status, r.Body)
+		}
+	}
+	// A known route under another method is refused as such.
+	for _, m := range []string{"GET", "DELETE", "PUT"} {
+		r := Do(t, e.run, m, "/v1/chat/completions", "", nil)
+		if _, _, msg := r.APIError(); r.Status != 405 || !strings.HasPrefix(msg, "route_allowlist: ") {
+			t.Errorf("%s /v1/chat/completions: %d %s", m, r.Status, r.Body)
+		}
+	}
+	if n := len(e.up.Requests()); n != 0 {
+		t.Errorf("upstream saw %d requests, want none", n)
+	}
+	for _, rec := range AuditN(t, e.run, len(AdminRoutes)+3) {
+		if rec.Blocked != "route_not_allowed" && rec.Blocked != "method_not_allowed" {
+			t.Errorf("record %+v", rec)
+		}
+	}
+}
+
+// NonCanonicalPaths are path forms an upstream router may read differently from
+// the proxy; every front refuses them the same way.
+var NonCanonicalPaths = []string{
+	"/v1%2Fkey/list", "/v1/chat%2fcompletions", "/%76%31/models", "/v1/models%2F..%2F..%2Fkey%2Flist",
+	"/v1/", "/v1//models", "/v1/./models", "/v1/models/.", "/v1/../key/list", "/v1/models/..",
+	"/v1/chat/completions/", "/./v1/models", "/v1/models\\..\\x",
+}
+
+func testNonCanonical(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-canon"))
+	for _, p := range NonCanonicalPaths {
 		r := Do(t, e.run, http.MethodGet, p, "", nil)
-		if typ, code, _ := r.APIError(); r.Status != 404 || typ != "not_found" || code != "404" {
+		typ, code, msg := r.APIError()
+		if r.Status != 400 || typ != "invalid_request_error" || code != "400" || !strings.HasPrefix(msg, "canonical_path: ") {
 			t.Errorf("%s: %d %s", p, r.Status, r.Body)
 		}
 	}
 	if n := len(e.up.Requests()); n != 0 {
 		t.Errorf("upstream saw %d requests, want none", n)
 	}
-	for _, rec := range AuditN(t, e.run, 10) {
-		if rec.Blocked != "path_not_allowed" {
+	for _, rec := range AuditN(t, e.run, len(NonCanonicalPaths)) {
+		if rec.Blocked != "path_not_canonical" {
 			t.Errorf("record %+v", rec)
 		}
 	}
