@@ -60,6 +60,7 @@ func Test(t *testing.T, newFront NewFront) {
 		fn   func(*testing.T, NewFront)
 	}{
 		{"ForwardsWithPolicyAndAudits", testForwards},
+		{"HeaderAllowlist", testHeaders},
 		{"StreamsAndChargesUsage", testStream},
 		{"BudgetMaxCalls", testMaxCalls},
 		{"BudgetMaxCallsUnderConcurrency", testMaxCallsConcurrent},
@@ -206,6 +207,37 @@ func testForwards(t *testing.T, nf NewFront) {
 	if r.RunID != "run-fwd" || r.Attempt != 1 || r.Status != 200 || r.Model != "gpt-4o-mini" || r.Path != "/v1/chat/completions" ||
 		r.CallID == "" || !strings.HasPrefix(r.RequestID, "chatcmpl-") || r.Blocked != "" || r.Error != "" || r.ReqBytes != int64(len(chatBody)) {
 		t.Errorf("record = %+v", r)
+	}
+}
+
+// SpoofedHeaders are client headers LiteLLM reads as credentials, attribution,
+// session or trace ids, or passes on to the provider.
+var SpoofedHeaders = []string{
+	"X_litellm_end_user_id", "X-LiteLLM-Customer-Id", "Openai-Organization", "Openai-Project",
+	"Anthropic-Api-Key", "X-Pass-Authorization", "X-Pass-Anything", "X-Litellm-Session-Id",
+	"X-Agent-Session-Id", "X-Mcp-Session-Id", "Api-Key", "X-Goog-Api-Key", "Cookie", "X-Real-Ip",
+	"Proxy-Authorization", "X-Agentsandbox-Run-Token-2",
+}
+
+func testHeaders(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-headers"))
+	h := http.Header{"Anthropic-Version": {"2023-06-01"}, "User-Agent": {"agent/1"}}
+	for _, n := range SpoofedHeaders {
+		h[n] = []string{"spoof"}
+	}
+	if r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", chatBody, h); r.Status != 200 {
+		t.Fatalf("call: %d %s", r.Status, r.Body)
+	}
+	got := e.up.Requests()[0].Header
+	allowed := map[string]bool{"Authorization": true, "X-Litellm-End-User-Id": true, "X-Litellm-Spend-Logs-Metadata": true,
+		"Content-Length": true, "Content-Type": true, "User-Agent": true, "Anthropic-Version": true}
+	for name, v := range got {
+		if !allowed[name] {
+			t.Errorf("upstream received %s: %q", name, v)
+		}
+	}
+	if got.Get("Anthropic-Version") != "2023-06-01" || got.Get("User-Agent") != "agent/1" {
+		t.Errorf("allowlisted headers were lost: %v", got)
 	}
 }
 
