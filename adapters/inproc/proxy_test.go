@@ -194,7 +194,7 @@ func TestSpoofedHeadersNeverReachUpstream(t *testing.T) {
 	require.Len(t, reqs, 1)
 	h := reqs[0].Header
 	assert.Equal(t, "/v1/chat/completions", reqs[0].Path)
-	assert.Equal(t, chatRequest, reqs[0].Body, "the body is forwarded unchanged")
+	assert.JSONEq(t, `{"messages":[{"role":"user","content":"the prompt must never be audited"}],"model":"gpt-test","stream":false,"user":"acct-42"}`, reqs[0].Body, "the body is forwarded with the run's end user")
 	assert.Equal(t, []string{"Bearer " + testKey}, h.Values("Authorization"))
 	assert.Equal(t, []string{"acct-42"}, h.Values(proxyconf.HeaderEndUserID))
 	var md proxyconf.SpendLogsMetadata

@@ -3,7 +3,6 @@ package llmproxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -139,9 +138,11 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		e.refuse(w, c, ref)
 		return
 	}
-	// The body is read whole (it is bounded) so the audit can name the model.
+	// The body is read whole (it is bounded): the body policy parses it.
+	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxRequestBytes))
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxRequestBytes))
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -152,14 +153,24 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 			return
 		}
 		c.rec.ReqBytes = int64(len(body))
-		var mb struct {
-			Model string `json:"model"`
+	}
+	if rt.BodyKeys == nil {
+		body = nil // a GET route takes no body
+	} else {
+		pb, ref := applyBodyPolicy(rt, r.Header.Get("Content-Type"), body, m.cfg.Policy.BillingAccount())
+		if ref != nil {
+			e.refuse(w, c, ref)
+			return
 		}
-		if json.Unmarshal(body, &mb) == nil {
-			c.rec.Model = Clip(mb.Model, 256)
+		if len(pb.dropped) > 0 {
+			m.log.Debug("llmproxy: body keys off the allowlist dropped", "path", c.rec.Path, "keys", pb.dropped)
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
+		body, c.rec.Model = pb.body, pb.model
+	}
+	if body == nil {
+		r.Body, r.ContentLength = http.NoBody, 0
+	} else {
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	}
 	if ref := m.reserve(); ref != nil {
 		e.refuse(w, c, ref)
@@ -194,6 +205,9 @@ func (e *Engine) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Path, pr.Out.URL.RawPath = c.upPath, ""
 	pr.SetURL(e.cfg.Upstream)
 	c.meter.cfg.Policy.Apply(pr.Out.Header)
+	if c.route.BodyKeys != nil {
+		pr.Out.Header.Set("Content-Type", "application/json")
+	}
 	// Identity encoding keeps the response readable for the audit and the token budget.
 	pr.Out.Header.Del("Accept-Encoding")
 	pr.Out.Header.Del("X-Real-Ip")

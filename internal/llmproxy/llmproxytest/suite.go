@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,8 @@ func Test(t *testing.T, newFront NewFront) {
 	}{
 		{"ForwardsWithPolicyAndAudits", testForwards},
 		{"HeaderAllowlist", testHeaders},
+		{"BodyAllowlist", testBodyPolicy},
+		{"NonJSONBodiesAreRefused", testNonJSON},
 		{"StreamsAndChargesUsage", testStream},
 		{"BudgetMaxCalls", testMaxCalls},
 		{"BudgetMaxCallsUnderConcurrency", testMaxCallsConcurrent},
@@ -238,6 +241,110 @@ func testHeaders(t *testing.T, nf NewFront) {
 	}
 	if got.Get("Anthropic-Version") != "2023-06-01" || got.Get("User-Agent") != "agent/1" {
 		t.Errorf("allowlisted headers were lost: %v", got)
+	}
+}
+
+// upstreamBody decodes the i-th request body the upstream received.
+func upstreamBody(t testing.TB, up *litellmtest.Server, i int) map[string]any {
+	t.Helper()
+	reqs := up.Requests()
+	if len(reqs) <= i {
+		t.Fatalf("upstream saw %d requests, want more than %d", len(reqs), i)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(reqs[i].Body, &m); err != nil {
+		t.Fatalf("upstream body %q: %v", reqs[i].Body, err)
+	}
+	return m
+}
+
+func keysOf(m map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func testBodyPolicy(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-body"))
+	hostile := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"MARKER:b1"}],"temperature":0.5,` +
+		`"user":"victim","user":"victim2","metadata":{"user_id":"victim","tags":["x"],"spend_logs_metadata":{"run_id":"other"}},` +
+		`"litellm_metadata":{"user":"victim"},"spend_logs_metadata":{"run_id":"other"},"tags":["t"],"safety_identifier":"victim",` +
+		`"api_key":"sk-other","api_base":"http://attacker.example","base_url":"http://attacker.example","\u0061pi_base":"http://attacker.example",` +
+		`"mock_response":"free","extra_body":{"metadata":{"user_id":"victim"}},"success_callback":["webhook"],"store":true,"service_tier":"priority"}`
+	r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", hostile, nil)
+	if r.Status != 200 || !strings.Contains(r.Body, "ECHO:b1") {
+		t.Fatalf("call: %d %s", r.Status, r.Body)
+	}
+	got := upstreamBody(t, e.up, 0)
+	if ks := keysOf(got); !slices.Equal(ks, []string{"messages", "model", "temperature", "user"}) {
+		t.Errorf("upstream body keys = %v", ks)
+	}
+	if got["user"] != account || got["temperature"] != 0.5 {
+		t.Errorf("upstream body = %v", got)
+	}
+	// Every route with a body policy: attribution fields never pass; OpenAI-style
+	// routes carry the run's account as "user".
+	for _, c := range []struct {
+		path, body string
+		user       bool
+	}{
+		{"/v1/completions", `{"model":"gpt-4o-mini","prompt":"p","user":"victim","metadata":{"user_id":"v"}}`, true},
+		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"p","user":"victim","litellm_metadata":{"user":"v"}}`, true},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"p","user":"victim","metadata":{"user_id":"v"},"previous_response_id":"resp_x","store":true}`, true},
+		{"/v1/moderations", `{"input":"p","user":"victim","metadata":{"user_id":"v"}}`, false},
+		{"/v1/messages", `{"model":"claude-haiku","max_tokens":8,"messages":[{"role":"user","content":"p"}],"metadata":{"user_id":"victim"}}`, false},
+	} {
+		n := len(e.up.Requests())
+		if r := Do(t, e.run, http.MethodPost, c.path, c.body, nil); r.Status != 200 {
+			t.Errorf("%s: %d %s", c.path, r.Status, r.Body)
+			continue
+		}
+		got := upstreamBody(t, e.up, n)
+		for _, k := range []string{"metadata", "litellm_metadata", "previous_response_id", "store"} {
+			if _, ok := got[k]; ok {
+				t.Errorf("%s: %q reached the upstream", c.path, k)
+			}
+		}
+		if u, ok := got["user"]; (c.user && u != account) || (!c.user && ok) {
+			t.Errorf("%s: upstream user = %v", c.path, u)
+		}
+	}
+	// A stream always reports its usage, so the budget and the audit see it.
+	n := len(e.up.Requests())
+	Do(t, e.run, http.MethodPost, "/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"s"}]}`, nil)
+	if so, _ := upstreamBody(t, e.up, n)["stream_options"].(map[string]any); so["include_usage"] != true {
+		t.Errorf("stream_options upstream = %v", so)
+	}
+}
+
+func testNonJSON(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-nonjson"))
+	for _, c := range []struct{ ct, body string }{
+		{"text/plain", chatBody},
+		{"application/x-www-form-urlencoded", "model=gpt-4o-mini&user=victim"},
+		{"application/json", `[1,2]`},
+		{"application/json", `"s"`},
+		{"application/json", `null`},
+		{"application/json", `{"model":"gpt-4o-mini"} {"user":"victim"}`},
+		{"application/json", `{"model":`},
+		{"application/json", ``},
+	} {
+		r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", c.body, http.Header{"Content-Type": {c.ct}})
+		typ, code, msg := r.APIError()
+		if r.Status != 400 || typ != "invalid_request_error" || code != "400" || !strings.HasPrefix(msg, "body_policy: ") {
+			t.Errorf("%s %q: %d %s", c.ct, c.body, r.Status, r.Body)
+		}
+	}
+	if n := len(e.up.Requests()); n != 0 {
+		t.Errorf("upstream saw %d requests, want none", n)
+	}
+	for _, rec := range AuditN(t, e.run, 8) {
+		if rec.Blocked != "body_not_json" {
+			t.Errorf("record %+v", rec)
+		}
 	}
 }
 
