@@ -22,6 +22,7 @@ type config struct {
 	transport       http.RoundTripper
 	sandboxUID      int // -1: no peer check
 	maxRequestBytes int64
+	tokenEstimate   int64 // 0: llmproxy.DefaultTokenEstimate
 }
 
 // DefaultMaxRequestBytes bounds a request body unless WithMaxRequestBytes says otherwise.
@@ -131,6 +132,20 @@ func WithMaxRequestBytes(n int64) Option {
 			return port.Invalidf("max request bytes %d is not positive", n)
 		}
 		c.maxRequestBytes = n
+		return nil
+	}
+}
+
+// WithTokenEstimate sets the completion size reserved from a run's token budget
+// (port.Budget.MaxTokens) for a request that names no max_tokens (default
+// 4096). Calls in flight hold their reservations, so concurrent calls cannot
+// overshoot the budget by more than one call's excess.
+func WithTokenEstimate(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return port.Invalidf("token estimate %d is not positive", n)
+		}
+		c.tokenEstimate = n
 		return nil
 	}
 }

@@ -64,7 +64,7 @@ func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstrea
 	// The only errors are missing fields, which validate and New rule out.
 	p.engine, _ = llmproxy.NewEngine(llmproxy.Config{
 		Upstream: upstream, Transport: m.cfg.transport, MaxRequestBytes: m.cfg.maxRequestBytes,
-		Logger: p.log,
+		Logger: p.log, TokenEstimate: m.cfg.tokenEstimate,
 	})
 	p.srv = &http.Server{
 		Handler:           p,

@@ -24,6 +24,10 @@ type Config struct {
 	Transport http.RoundTripper
 	// MaxRequestBytes bounds a request body; larger bodies get HTTP 413.
 	MaxRequestBytes int64
+	// TokenEstimate is the completion size reserved from a token budget for a
+	// request that names no cap (max_tokens and its kin); the prompt is
+	// estimated from the body's size. Zero means DefaultTokenEstimate.
+	TokenEstimate int64
 	// Logger receives transport-level errors (default: discard). Call logs go to
 	// the run's Meter logger.
 	Logger *slog.Logger
@@ -32,6 +36,9 @@ type Config struct {
 	// outgoing request, for headers only one front knows about.
 	Rewrite func(pr *httputil.ProxyRequest)
 }
+
+// DefaultTokenEstimate is Config.TokenEstimate's default.
+const DefaultTokenEstimate = 4096
 
 // Engine forwards LLM calls for many runs to one upstream: it checks and routes a
 // request, takes it from its run's budget, applies the run's header policy,
@@ -58,6 +65,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TokenEstimate <= 0 {
+		cfg.TokenEstimate = DefaultTokenEstimate
 	}
 	e := &Engine{cfg: cfg}
 	e.rp = &httputil.ReverseProxy{
@@ -108,6 +118,8 @@ type Call struct {
 	resp     *ResponseTap
 	upErr    error
 	clientGo bool
+	reserved int64 // tokens reserved and not yet charged (Meter.mu)
+	charged  int64 // usage charged (Meter.mu)
 }
 
 type ctxKey struct{}
@@ -154,6 +166,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		}
 		c.rec.ReqBytes = int64(len(body))
 	}
+	var est int64 // tokens to reserve
 	if rt.BodyKeys == nil {
 		body = nil // a GET route takes no body
 	} else {
@@ -166,16 +179,24 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 			m.log.Debug("llmproxy: body keys off the allowlist dropped", "path", c.rec.Path, "keys", pb.dropped)
 		}
 		body, c.rec.Model = pb.body, pb.model
+		// About four bytes a token for the prompt, plus the completion's cap.
+		out := pb.maxOut
+		if out <= 0 {
+			out = e.cfg.TokenEstimate
+		}
+		est = int64(len(body))/4 + out
 	}
 	if body == nil {
 		r.Body, r.ContentLength = http.NoBody, 0
 	} else {
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	}
-	if ref := m.reserve(); ref != nil {
+	res, ref := m.reserve(est)
+	if ref != nil {
 		e.refuse(w, c, ref)
 		return
 	}
+	c.reserved = res
 	sw := &StatusWriter{ResponseWriter: w}
 	defer func() {
 		v := recover()
@@ -224,7 +245,7 @@ func (e *Engine) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	streamed := NoteResponse(resp, &c.rec)
-	c.resp = NewResponseTap(resp.Body, streamed, c.meter.addTokens)
+	c.resp = NewResponseTap(resp.Body, streamed, func(n int64) { c.meter.charge(c, n) })
 	resp.Body = c.resp
 	return nil
 }
@@ -264,6 +285,7 @@ func (e *Engine) finish(c *Call, sw *StatusWriter, v any) {
 		c.resp.Finish(rec, c.start, &o)
 	}
 	rec.Error = o.Error()
+	c.meter.settle(c, rec.Status >= 200 && rec.Status < 300)
 	if rec.Error != "" {
 		c.meter.log.Warn("llmproxy: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}

@@ -53,7 +53,8 @@ type Meter struct {
 	refusedKept int
 	stats       MeterStats
 	calls       int   // calls admitted, for Budget.MaxCalls
-	tokens      int64 // usage reported, for Budget.MaxTokens
+	tokens      int64 // usage charged, for Budget.MaxTokens
+	reserved    int64 // tokens held by calls in flight beyond what they were charged
 	inflight    int
 	stopping    bool
 	idle        chan struct{} // closed once stopping with nothing in flight
@@ -110,30 +111,60 @@ func (m *Meter) leave(rec port.AuditRecord, forwarded bool) {
 	}
 }
 
-// reserve takes one call from the budget, or returns the refusal.
-func (m *Meter) reserve() *Refusal {
+// reserve takes one call from the budget and, under a token budget, reserves
+// up to est tokens for it (never more than is left), so that calls in flight
+// together cannot overshoot the budget by more than one call's excess over its
+// reservation. It returns the reservation, or the refusal.
+func (m *Meter) reserve(est int64) (int64, *Refusal) {
 	b := m.cfg.Budget
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case b.MaxCalls > 0 && m.calls >= b.MaxCalls:
-		return budgetRefusal("budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls))
-	case b.MaxTokens > 0 && m.tokens >= b.MaxTokens:
-		return budgetRefusal("budget_exceeded: max_tokens", fmt.Sprintf("LLM token budget exceeded: this run may use %d tokens and has used %d", b.MaxTokens, m.tokens))
+		return 0, budgetRefusal("budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls))
+	case b.MaxTokens > 0 && m.tokens+m.reserved >= b.MaxTokens:
+		msg := fmt.Sprintf("LLM token budget exceeded: this run may use %d tokens and has used %d", b.MaxTokens, m.tokens)
+		if m.reserved > 0 {
+			msg += fmt.Sprintf(", with %d more reserved by calls in flight", m.reserved)
+		}
+		return 0, budgetRefusal("budget_exceeded: max_tokens", msg)
 	}
 	m.calls++
-	return nil
+	if b.MaxTokens <= 0 || est <= 0 {
+		return 0, nil
+	}
+	res := min(est, b.MaxTokens-m.tokens-m.reserved)
+	m.reserved += res
+	return res, nil
 }
 
 func budgetRefusal(blocked, msg string) *Refusal {
 	return &Refusal{Status: 429, Blocked: blocked, Type: "budget_exceeded", Message: msg}
 }
 
-// addTokens charges reported usage to the token budget.
-func (m *Meter) addTokens(n int64) {
+// charge charges n tokens of c's reported usage, releasing as much of its
+// reservation.
+func (m *Meter) charge(c *Call, n int64) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.tokens += n
-	m.mu.Unlock()
+	c.charged += n
+	if rel := min(max(n, 0), c.reserved); rel > 0 {
+		c.reserved -= rel
+		m.reserved -= rel
+	}
+}
+
+// settle ends c's reservation. A successful call whose response reported no
+// usage is charged its reservation, so that hiding usage cannot dodge the budget.
+func (m *Meter) settle(c *Call, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ok && c.charged == 0 {
+		m.tokens += c.reserved
+	}
+	m.reserved -= c.reserved
+	c.reserved = 0
 }
 
 // Audit returns a copy of the records of the calls completed so far, in completion

@@ -68,6 +68,7 @@ func Test(t *testing.T, newFront NewFront) {
 		{"BudgetMaxCalls", testMaxCalls},
 		{"BudgetMaxCallsUnderConcurrency", testMaxCallsConcurrent},
 		{"BudgetMaxTokens", testMaxTokens},
+		{"BudgetMaxTokensUnderConcurrency", testMaxTokensConcurrent},
 		{"EveryAllowlistedRouteEndToEnd", testRoutes},
 		{"AdminRoutesAreRefused", testAdminRoutes},
 		{"NonCanonicalPathsAreRefused", testNonCanonical},
@@ -552,6 +553,35 @@ func testNonCanonical(t *testing.T, nf NewFront) {
 		if rec.Blocked != "path_not_canonical" {
 			t.Errorf("record %+v", rec)
 		}
+	}
+}
+
+func testMaxTokensConcurrent(t *testing.T, nf NewFront) {
+	const perCall, budget = 40, 100
+	s := spec("run-tokens-conc")
+	s.Budget.MaxTokens = budget
+	e := newEnv(t, nf, s, litellmtest.WithReply(func(litellmtest.ChatRequest) litellmtest.Reply {
+		return litellmtest.Reply{Content: "ok", PromptTokens: 10, CompletionTokens: perCall - 10}
+	}))
+	e.up.SetLatency(30 * time.Millisecond) // the calls overlap
+	body := `{"model":"gpt-4o-mini","max_tokens":30,"messages":[{"role":"user","content":"hi"}]}`
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	count := map[int]int{}
+	for range 20 {
+		wg.Go(func() {
+			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", body, nil)
+			mu.Lock()
+			count[r.Status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	// Every call forwarded used perCall tokens; the budget may be overshot by at
+	// most one call's excess over its reservation, never by the concurrency.
+	used := e.up.RequestCount("/v1/chat/completions") * perCall
+	if used > budget+perCall || count[200] == 0 || count[200]+count[429] != 20 {
+		t.Errorf("%d tokens used under a budget of %d (statuses %v)", used, budget, count)
 	}
 }
 
