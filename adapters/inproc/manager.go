@@ -29,6 +29,7 @@ import (
 type Manager struct {
 	cfg       config
 	ownTransp *http.Transport // nil when WithTransport was given
+	conns     *llmproxy.ConnLimit
 
 	mu     sync.Mutex
 	active map[string]*Proxy // by per-run directory name
@@ -56,7 +57,7 @@ func New(opts ...Option) (*Manager, error) {
 	if n := len(cfg.baseDir) + 1 + len(cfg.owner) + 1 + 2 + randSuffixLen + 1 + len(port.LLMSocketName); n > maxSocketPath {
 		return nil, opErr("New", "", port.Invalidf("base dir %q with owner %q is too long for unix socket paths (%d > %d bytes)", cfg.baseDir, cfg.owner, n, maxSocketPath))
 	}
-	m := &Manager{cfg: cfg, active: make(map[string]*Proxy)}
+	m := &Manager{cfg: cfg, active: make(map[string]*Proxy), conns: llmproxy.NewConnLimit(cfg.connsTotal)}
 	if cfg.transport == nil {
 		m.ownTransp = llmproxy.NewTransport()
 		m.cfg.transport = m.ownTransp

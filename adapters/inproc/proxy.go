@@ -17,10 +17,11 @@ import (
 )
 
 // Server-side timeouts. None of them bounds a request or response body: a slow model
-// may stream for many minutes.
+// may stream for many minutes. Headers come from a process on the same host, so a
+// few seconds is plenty; a connection that dawdles holds one of the run's slots.
 const (
-	readHeaderTimeout = 30 * time.Second
-	idleTimeout       = 2 * time.Minute
+	readHeaderTimeout = 5 * time.Second
+	idleTimeout       = 30 * time.Second
 	maxHeaderBytes    = 64 << 10
 	// handlerGrace bounds how long Stop waits for handlers after it cut their connections.
 	handlerGrace = 5 * time.Second
@@ -39,6 +40,7 @@ type Proxy struct {
 	log        *slog.Logger
 
 	srv    *http.Server
+	ln     *llmproxy.LimitedListener
 	engine *llmproxy.Engine
 	meter  *llmproxy.Meter
 	served chan struct{}
@@ -76,14 +78,16 @@ func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstrea
 	return p
 }
 
-// serve starts the HTTP server on ln; peer checks wrap the listener when configured.
+// serve starts the HTTP server on ln, under the run's and the manager's connection
+// limits; peer checks wrap the listener when configured.
 func (p *Proxy) serve(ln net.Listener) {
 	if uid := p.m.cfg.sandboxUID; uid >= 0 {
 		ln = &peerListener{Listener: ln, p: p, allowed: [2]int{uid, os.Geteuid()}}
 	}
+	p.ln = llmproxy.LimitListener(ln, p.m.cfg.connsPerRun, p.m.conns)
 	go func() {
 		defer close(p.served)
-		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			p.log.Error("inproc: serve", slog.Any("err", err))
 		}
 	}()

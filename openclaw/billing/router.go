@@ -28,9 +28,10 @@ const TokenHeader = "X-Agentsandbox-Run-Token"
 // tokenPathPrefix starts every per-run path: /r/<token>/v1/...
 const tokenPathPrefix = "/r/"
 
-// Server-side limits. None bounds a body's duration: a slow model may stream for minutes.
+// Server-side limits. None bounds a body's duration: a slow model may stream for
+// minutes. Headers come from the gateway on the same host, so a few seconds is plenty.
 const (
-	readHeaderTimeout = 30 * time.Second
+	readHeaderTimeout = 5 * time.Second
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
 	// maxRefusedRecords caps the records kept of refused calls, per run and for
@@ -243,9 +244,11 @@ func (r *Router) Unattributed() []port.AuditRecord {
 func (r *Router) Fallback() *Registration { return r.fallback }
 
 // Serve accepts connections on ln and serves them until Shutdown; it then returns
-// nil. Any other error is the listener's. Serve may be called once.
+// nil. Any other error is the listener's. Serve may be called once. At most
+// llmproxy.DefaultConnsTotal connections are open at once; more wait in the
+// listen queue.
 func (r *Router) Serve(ln net.Listener) error {
-	if err := r.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := r.srv.Serve(llmproxy.LimitListener(ln, llmproxy.DefaultConnsTotal, nil)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("billing: serve: %w", err)
 	}
 	return nil
