@@ -107,6 +107,33 @@ func (p *Proxy) RunID() string { return p.spec.RunID }
 // order. It is safe to call while the proxy runs, and after Stop.
 func (p *Proxy) Audit() []port.AuditRecord { return p.meter.Audit() }
 
+// AuditStats counts a proxy's calls, including those its audit only counts: past
+// a cap, refused calls and forwarded calls that cannot cost anything (GET
+// /v1/models) are counted, not recorded one by one. Billable calls are always
+// recorded.
+type AuditStats struct {
+	// Records is the number of audit records kept.
+	Records int
+	// Forwarded and Refused count every call.
+	Forwarded, Refused int
+	// RefusedDropped and UnbilledDropped count calls past the caps, not recorded.
+	RefusedDropped, UnbilledDropped int
+	// Tokens is the usage charged to the run's token budget.
+	Tokens int64
+	// RejectedPeers counts connections refused by the peer check (WithSandboxUID).
+	RejectedPeers int
+}
+
+// AuditStats returns the proxy's counters. Safe at any time, also after Stop.
+func (p *Proxy) AuditStats() AuditStats {
+	st := p.meter.Stats()
+	p.mu.Lock()
+	rejected := p.rejectedPeers
+	p.mu.Unlock()
+	return AuditStats{Records: st.Records, Forwarded: st.Forwarded, Refused: st.Refused,
+		RefusedDropped: st.RefusedDropped, UnbilledDropped: st.UnbilledDropped, Tokens: st.Tokens, RejectedPeers: rejected}
+}
+
 // Stop stops accepting connections, waits for calls in flight until ctx ends (then cuts
 // them; their records carry an Error), removes the per-run directory and its marker,
 // and returns every audit record. It is idempotent: later calls return the same records
@@ -143,11 +170,9 @@ func (p *Proxy) stop(ctx context.Context) error {
 	if err := os.Remove(p.markerPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	p.mu.Lock()
-	rejected := p.rejectedPeers
-	p.mu.Unlock()
-	st := p.meter.Stats()
-	p.log.Debug("inproc: proxy stopped", slog.Int("records", st.Records), slog.Int("blocked_dropped", st.RefusedDropped), slog.Int("rejected_peers", rejected))
+	st := p.AuditStats()
+	p.log.Debug("inproc: proxy stopped", slog.Int("records", st.Records), slog.Int("refused_dropped", st.RefusedDropped),
+		slog.Int("unbilled_dropped", st.UnbilledDropped), slog.Int("rejected_peers", st.RejectedPeers))
 	if len(errs) > 0 {
 		return opErr("Stop", p.spec.RunID, internal("remove run files: %w", errors.Join(errs...)))
 	}

@@ -271,7 +271,7 @@ func (e *Engine) refuse(w http.ResponseWriter, c *Call, ref *Refusal) {
 		level = slog.LevelInfo
 	}
 	c.meter.log.Log(context.Background(), level, "llmproxy: call refused", "path", c.rec.Path, "status", ref.Status, "blocked", ref.Blocked)
-	c.meter.leave(c.rec, false)
+	c.meter.leave(c.rec, false, false)
 }
 
 // finish completes and stores the record of a forwarded call. v is a recovered panic.
@@ -289,5 +289,5 @@ func (e *Engine) finish(c *Call, sw *StatusWriter, v any) {
 	if rec.Error != "" {
 		c.meter.log.Warn("llmproxy: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
-	c.meter.leave(*rec, true)
+	c.meter.leave(*rec, true, c.route.BodyKeys != nil)
 }

@@ -10,10 +10,18 @@ import (
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
-// MaxRefusedRecords caps the records a Meter keeps of refused calls, so a flood of
-// bad requests cannot grow the host's memory without bound; past it refusals are
-// counted (MeterStats.RefusedDropped).
-const MaxRefusedRecords = 1000
+// Audit caps. A Meter keeps every record of a billable call (one forwarded on a
+// route with a body: each may cost money, and Budget.MaxCalls bounds them), but
+// only the first records of calls that cannot cost anything, so a flood of bad
+// requests or of GET /v1/models cannot grow the host's memory without bound; past
+// a cap such calls are counted (MeterStats).
+const (
+	// MaxRefusedRecords caps the records kept of refused calls.
+	MaxRefusedRecords = 1000
+	// MaxUnbilledRecords caps the records kept of forwarded calls on routes
+	// without a body (GET /v1/models).
+	MaxUnbilledRecords = 1000
+)
 
 // MeterConfig is what a Meter needs to know about its run.
 type MeterConfig struct {
@@ -37,6 +45,8 @@ type MeterStats struct {
 	Forwarded, Refused int
 	// RefusedDropped counts refused calls past MaxRefusedRecords, not kept.
 	RefusedDropped int
+	// UnbilledDropped counts forwarded calls past MaxUnbilledRecords, not kept.
+	UnbilledDropped int
 	// Tokens is the usage charged to the run's token budget so far.
 	Tokens int64
 }
@@ -51,6 +61,7 @@ type Meter struct {
 	mu          sync.Mutex
 	records     []port.AuditRecord
 	refusedKept int
+	unbilled    int // records kept of forwarded calls that cannot be billed
 	stats       MeterStats
 	calls       int   // calls admitted, for Budget.MaxCalls
 	tokens      int64 // usage charged, for Budget.MaxTokens
@@ -89,15 +100,25 @@ func (m *Meter) Enter() bool {
 	return true
 }
 
-// leave stores a finished call's record and wakes Stop when it was the last.
-func (m *Meter) leave(rec port.AuditRecord, forwarded bool) {
+// leave stores a finished call's record (within the caps) and wakes Stop when
+// it was the last. billable says the call may cost money.
+func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.inflight--
-	if forwarded {
+	switch {
+	case forwarded && billable:
 		m.stats.Forwarded++
 		m.records = append(m.records, rec)
-	} else {
+	case forwarded:
+		m.stats.Forwarded++
+		if m.unbilled < MaxUnbilledRecords {
+			m.unbilled++
+			m.records = append(m.records, rec)
+		} else {
+			m.stats.UnbilledDropped++
+		}
+	default:
 		m.stats.Refused++
 		if m.refusedKept < MaxRefusedRecords {
 			m.refusedKept++

@@ -34,10 +34,10 @@ const (
 	readHeaderTimeout = 5 * time.Second
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
-	// maxRefusedRecords caps the records kept of refused calls, per run and for
-	// unattributed calls, so a flood of bad requests cannot grow memory without bound.
-	// Forwarded calls are always kept: each is billable.
-	maxRefusedRecords = 1000
+	// maxRefusedRecords caps the records kept of unattributed calls, so a flood
+	// of bad requests cannot grow memory without bound (a run's own records are
+	// capped by its llmproxy.Meter).
+	maxRefusedRecords = llmproxy.MaxRefusedRecords
 )
 
 // Run is what a run registers with the Router: who pays for its calls and how many

@@ -73,6 +73,7 @@ func Test(t *testing.T, newFront NewFront) {
 		{"AdminRoutesAreRefused", testAdminRoutes},
 		{"NonCanonicalPathsAreRefused", testNonCanonical},
 		{"RefusedRecordsAreCapped", testRefusedCap},
+		{"UnbilledRecordsAreCapped", testUnbilledCap},
 		{"StopWaitsForCallsInFlight", testStopWaits},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newFront) })
@@ -600,6 +601,31 @@ func testRefusedCap(t *testing.T, nf NewFront) {
 	}
 	if recs := AuditN(t, e.run, llmproxy.MaxRefusedRecords+1); len(recs) != llmproxy.MaxRefusedRecords+1 || recs[len(recs)-1].Status != 200 {
 		t.Errorf("a forwarded call past the refusal cap must be kept")
+	}
+}
+
+func testUnbilledCap(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-unbilled-cap"))
+	n := llmproxy.MaxUnbilledRecords + 200
+	for range n {
+		if r := Do(t, e.run, http.MethodGet, "/v1/models", "", nil); r.Status != 200 {
+			t.Fatalf("GET /v1/models: %d", r.Status)
+		}
+	}
+	if got := e.up.RequestCount("/v1/models"); got != n {
+		t.Fatalf("upstream saw %d, want %d", got, n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := len(e.run.Audit()); got != llmproxy.MaxUnbilledRecords {
+		t.Errorf("records = %d, want the cap %d", got, llmproxy.MaxUnbilledRecords)
+	}
+	for range 3 {
+		if r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", chatBody, nil); r.Status != 200 {
+			t.Fatalf("billable call: %d", r.Status)
+		}
+	}
+	if recs := AuditN(t, e.run, llmproxy.MaxUnbilledRecords+3); len(recs) != llmproxy.MaxUnbilledRecords+3 {
+		t.Errorf("billable calls past the cap must be kept: %d records", len(recs))
 	}
 }
 
