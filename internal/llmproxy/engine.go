@@ -160,7 +160,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 			if errors.As(err, &mbe) {
 				e.refuse(w, c, TooLarge(e.cfg.MaxRequestBytes))
 			} else {
-				e.refuse(w, c, &Refusal{Status: http.StatusBadRequest, Blocked: "request_unreadable", Type: "invalid_request_error", Message: "request body could not be read"})
+				e.refuse(w, c, &Refusal{Status: http.StatusBadRequest, Blocked: "request_unreadable", Type: "invalid_request_error", Message: "body_policy: request body could not be read"})
 			}
 			return
 		}
@@ -206,17 +206,6 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		}
 	}()
 	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
-}
-
-// Refuse answers a request of m's run without forwarding it and records it as
-// blocked, for refusals a front decides before Forward (the caller must have
-// counted the call with m.Enter).
-func (e *Engine) Refuse(w http.ResponseWriter, r *http.Request, m *Meter, path string, ref *Refusal) {
-	start := time.Now()
-	e.refuse(w, &Call{meter: m, start: start, rec: port.AuditRecord{
-		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
-		Method: Clip(r.Method, 16), Path: Clip(path, 256),
-	}}, ref)
 }
 
 // rewrite is the ReverseProxy's Rewrite hook: the upstream URL and the header

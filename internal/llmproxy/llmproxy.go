@@ -45,7 +45,10 @@ func CleanPath(p string) bool {
 }
 
 // Refusal is why a request is not forwarded: the HTTP status, the audit's Blocked
-// reason, and the error type and message the agent sees.
+// reason, and the error type and message the agent sees. Messages start with the
+// name of the rule that refused the call ("route_allowlist: ...", "body_policy:
+// ..."), except the budget's, whose "LLM call budget exceeded" agents and hosts
+// already match on.
 type Refusal struct {
 	Status        int
 	Blocked, Type string
@@ -59,9 +62,9 @@ type Refusal struct {
 func Check(r *http.Request, maxBody int64) *Refusal {
 	switch {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost && r.Method != http.MethodDelete:
-		return &Refusal{http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "method " + Clip(r.Method, 16) + " is not allowed"}
+		return &Refusal{http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "route_allowlist: method " + Clip(r.Method, 16) + " is not allowed"}
 	case r.Header.Get("Upgrade") != "":
-		return &Refusal{http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "protocol upgrades are not supported by the LLM proxy"}
+		return &Refusal{http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "no_upgrade: protocol upgrades are not supported by the LLM proxy"}
 	case r.ContentLength > maxBody:
 		return TooLarge(maxBody)
 	}
@@ -70,7 +73,7 @@ func Check(r *http.Request, maxBody int64) *Refusal {
 
 // TooLarge is the refusal of a request body over maxBody bytes.
 func TooLarge(maxBody int64) *Refusal {
-	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
+	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "body_size: request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
 }
 
 // NoteResponse records LiteLLM's call id and response cost in rec, removes the

@@ -313,7 +313,7 @@ func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fall
 // refuseUnattributed answers and records a call no live run owns.
 func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
+	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "run_token: this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
 	rec := port.AuditRecord{
 		Time: start.UTC(), Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(redactPath(req.URL.Path), 256),
 		Status: http.StatusForbidden, RespBytes: n, Blocked: "unattributed", Latency: time.Since(start),
