@@ -23,7 +23,8 @@
 //   - A path in a form routers may read differently (percent escapes, dot segments,
 //     doubled or trailing slashes) gets a 400 ("canonical_path"). A route under another
 //     method gets a 405; protocol upgrades a 501 (one upgraded connection could carry
-//     any number of calls past the budget).
+//     any number of calls past the budget). Query strings are dropped (LiteLLM reads
+//     some, such as team_id on /v1/models).
 //   - Only allowlisted client headers (proxyconf.AllowedRequestHeaders) reach the
 //     upstream, plus the injected Authorization, x-litellm-end-user-id and
 //     x-litellm-spend-logs-metadata.

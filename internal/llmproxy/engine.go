@@ -212,7 +212,9 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 // policy. ReverseProxy has already removed hop-by-hop and X-Forwarded-* headers.
 func (e *Engine) rewrite(pr *httputil.ProxyRequest) {
 	c := callFrom(pr.In.Context())
-	pr.Out.URL.Path, pr.Out.URL.RawPath = c.upPath, ""
+	// No query parameter is on any allowlist: LiteLLM reads some (team_id on
+	// /v1/models, provider options elsewhere) that an agent must not choose.
+	pr.Out.URL.Path, pr.Out.URL.RawPath, pr.Out.URL.RawQuery = c.upPath, "", ""
 	pr.SetURL(e.cfg.Upstream)
 	c.meter.cfg.Policy.Apply(pr.Out.Header)
 	if c.route.BodyKeys != nil {
