@@ -18,7 +18,7 @@ func TestInferenceRoutesAnswerLikeLiteLLM(t *testing.T) {
 	hdr := map[string]string{"x-litellm-end-user-id": "acct-1", "Content-Type": "application/json"}
 	for _, c := range []struct {
 		path, body, callType string
-		check              func(t *testing.T, v map[string]any)
+		check                func(t *testing.T, v map[string]any)
 	}{
 		{"/v1/completions", `{"model":"gpt-4o-mini","prompt":"MARKER:c1 x"}`, "atext_completion", func(t *testing.T, v map[string]any) {
 			assert.Equal(t, "text_completion", v["object"])
