@@ -14,7 +14,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.meter.Enter() {
-		llmproxy.WriteError(w, http.StatusServiceUnavailable, "proxy_stopping", "the run's LLM proxy is stopping")
+		llmproxy.WriteError(w, http.StatusServiceUnavailable, "proxy_stopping", "proxy_stopping: the run's LLM proxy is stopping")
 		return
 	}
 	p.engine.Forward(w, r, p.meter, r.URL.Path)
