@@ -1,6 +1,7 @@
 package llmproxy
 
 import (
+	"encoding/json"
 	"io"
 	"time"
 
@@ -26,6 +27,7 @@ type ResponseTap struct {
 	firstID   string
 	tokens    int64 // charged so far
 	haveUsage bool  // a plain body's usage was charged
+	input     int64 // input tokens an Anthropic stream reported in message_start
 	errEvent  string
 }
 
@@ -36,6 +38,9 @@ type ResponseTap struct {
 func NewResponseTap(body io.ReadCloser, streamed bool, addTokens func(int64)) *ResponseTap {
 	t := &ResponseTap{rc: body, addTokens: addTokens, sc: newJSONFields(scanLimit, "id", "usage", "error")}
 	if streamed {
+		// Anthropic's message_start and the Responses API's events nest the id and
+		// usage in "message" or "response" (kept when small enough).
+		t.sc = newJSONFields(scanLimit, "id", "usage", "error", "message", "response")
 		t.sse = newSSEFields(t.sc, t.onEvent)
 	}
 	return t
@@ -81,11 +86,39 @@ func (t *ResponseTap) count(n int64) {
 // onEvent takes the response id from the first SSE event that has one, the last
 // reported usage, and the first error event.
 func (t *ResponseTap) onEvent(sc *jsonFields) {
+	for _, k := range []string{"message", "response"} {
+		var inner struct {
+			ID    string `json:"id"`
+			Usage *usage `json:"usage"`
+		}
+		raw, ok := sc.got[k]
+		if !ok || json.Unmarshal(raw, &inner) != nil {
+			continue
+		}
+		if t.firstID == "" {
+			t.firstID = inner.ID
+		}
+		if u := inner.Usage; u != nil {
+			if k == "message" {
+				t.input = u.Input
+			}
+			t.count(u.total())
+		}
+	}
 	if t.firstID == "" {
 		t.firstID = sc.str("id")
 	}
-	if n, ok := sc.tokens(); ok {
-		t.count(n)
+	if raw, ok := sc.got["usage"]; ok {
+		var u usage
+		if json.Unmarshal(raw, &u) == nil {
+			n := u.total()
+			if u.Input == 0 && u.Prompt == 0 && u.Total == 0 {
+				n += t.input // Anthropic's message_delta counts output only
+			}
+			if n > 0 {
+				t.count(n)
+			}
+		}
 	}
 	if t.errEvent == "" {
 		t.errEvent = sc.errorSummary()

@@ -481,10 +481,20 @@ func testRoutes(t *testing.T, nf NewFront) {
 		}
 	}
 	recs := AuditN(t, e.run, len(routeCases))
+	streamed := 0
 	for _, rec := range recs {
-		if rec.Blocked != "" || rec.Status != 200 || rec.Error != "" {
+		if rec.Blocked != "" || rec.Status != 200 || rec.Error != "" || rec.CallID == "" && rec.Method == "POST" && rec.Path != "/v1/moderations" {
 			t.Errorf("record %+v", rec)
 		}
+		if rec.Streamed {
+			streamed++
+			if rec.RequestID == "" {
+				t.Errorf("streamed %s has no response id in its record", rec.Path)
+			}
+		}
+	}
+	if streamed != 4 {
+		t.Errorf("%d streamed records, want 4", streamed)
 	}
 }
 
