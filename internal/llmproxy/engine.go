@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -120,6 +121,28 @@ type Call struct {
 	clientGo bool
 	reserved int64 // tokens reserved and not yet charged (Meter.mu)
 	charged  int64 // usage charged (Meter.mu)
+	// releaseBody gives back the call's body slot (idempotent); nil without a body.
+	releaseBody func()
+}
+
+// sentBody is a request body that gives back its slot once read to the end or
+// closed by the transport.
+type sentBody struct {
+	*bytes.Reader
+	sent func()
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if err == io.EOF {
+		b.sent()
+	}
+	return n, err
+}
+
+func (b *sentBody) Close() error {
+	b.sent()
+	return nil
 }
 
 type ctxKey struct{}
@@ -150,9 +173,19 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		e.refuse(w, c, ref)
 		return
 	}
-	// The body is read whole (it is bounded): the body policy parses it.
+	// The body is read whole (it is bounded): the body policy parses it. It holds
+	// one of the run's body slots until the transport has sent it.
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
+		select {
+		case m.bodies <- struct{}{}:
+		case <-r.Context().Done():
+			e.refuse(w, c, &Refusal{Status: http.StatusServiceUnavailable, Blocked: "client_gone", Type: "invalid_request_error", Message: "body_policy: the client left while waiting for a body slot"})
+			return
+		}
+		var once sync.Once
+		c.releaseBody = func() { once.Do(func() { <-m.bodies }) }
+		defer c.releaseBody()
 		var err error
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxRequestBytes))
 		if err != nil {
@@ -188,8 +221,11 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 	}
 	if body == nil {
 		r.Body, r.ContentLength = http.NoBody, 0
+		if c.releaseBody != nil {
+			c.releaseBody()
+		}
 	} else {
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.Body, r.ContentLength = &sentBody{Reader: bytes.NewReader(body), sent: c.releaseBody}, int64(len(body))
 	}
 	res, ref := m.reserve(est)
 	if ref != nil {

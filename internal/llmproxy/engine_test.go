@@ -3,8 +3,13 @@ package llmproxy
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +98,59 @@ func TestMeterStopWaitsForCalls(t *testing.T) {
 	recs, err := m.Stop(context.Background())
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("Stop: %v %v", recs, err)
+	}
+}
+
+// TestBodiesInFlightAreCapped: a run cannot make the host hold more than
+// MaxBodiesInFlight request bodies at once; a call waits for a slot, and a slot
+// comes back once its body has been sent.
+func TestBodiesInFlightAreCapped(t *testing.T) {
+	var mu sync.Mutex
+	seen := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		seen++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","usage":{"total_tokens":1}}`)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	e, err := NewEngine(Config{Upstream: u, Transport: NewTransport(), MaxRequestBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := proxyconf.NewPolicy(port.ProxySpec{RunID: "r", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMeter(MeterConfig{RunID: "r", Policy: pol})
+	call := func(ctx context.Context) int {
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+		w := httptest.NewRecorder()
+		m.Enter()
+		e.Forward(w, r, m, r.URL.Path)
+		return w.Code
+	}
+	if code := call(context.Background()); code != 200 {
+		t.Fatalf("first call: %d", code)
+	}
+	for range MaxBodiesInFlight { // other calls' bodies, not yet sent
+		m.bodies <- struct{}{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if code := call(ctx); code != http.StatusServiceUnavailable {
+		t.Errorf("a call past the cap got %d, want to wait (and give up with its client)", code)
+	}
+	<-m.bodies
+	if code := call(context.Background()); code != 200 {
+		t.Errorf("a call after a slot came back: %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen != 2 || len(m.bodies) != MaxBodiesInFlight-1 {
+		t.Errorf("upstream saw %d calls, %d slots held; want 2 and %d", seen, len(m.bodies), MaxBodiesInFlight-1)
 	}
 }

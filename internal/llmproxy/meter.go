@@ -21,6 +21,10 @@ const (
 	// MaxUnbilledRecords caps the records kept of forwarded calls on routes
 	// without a body (GET /v1/models).
 	MaxUnbilledRecords = 1000
+	// MaxBodiesInFlight caps the request bodies of one run held in memory at once
+	// (read, parsed and not yet sent upstream); more calls wait their turn, so a
+	// run cannot make the host buffer many maximum-size bodies at the same time.
+	MaxBodiesInFlight = 4
 )
 
 // MeterConfig is what a Meter needs to know about its run.
@@ -69,6 +73,7 @@ type Meter struct {
 	inflight    int
 	stopping    bool
 	idle        chan struct{} // closed once stopping with nothing in flight
+	bodies      chan struct{} // MaxBodiesInFlight slots
 }
 
 // NewMeter returns the meter of one run. It does not validate cfg: the fronts
@@ -78,7 +83,7 @@ func NewMeter(cfg MeterConfig) *Meter {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{cfg: cfg, log: l, idle: make(chan struct{})}
+	return &Meter{cfg: cfg, log: l, idle: make(chan struct{}), bodies: make(chan struct{}, MaxBodiesInFlight)}
 }
 
 // RunID is the run the meter accounts for.
