@@ -31,7 +31,8 @@
 //   - Request bodies of inference routes are read (bounded by WithMaxRequestBytes),
 //     parsed, and forwarded with only the route's allowlisted keys (metadata,
 //     litellm_metadata, api_base, ... are dropped) and "user" set to the billing
-//     account; a body that is not one JSON object gets a 400 ("body_policy").
+//     account; a body that is not one JSON object gets a 400 ("body_policy"). A run
+//     holds at most four bodies in memory at once; further calls wait their turn.
 //
 // Responses are streamed: the proxy flushes every server-sent-events chunk as it
 // arrives and sets no timeout that could cut a slow stream. It asks the upstream for an
