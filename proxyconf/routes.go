@@ -27,6 +27,10 @@ type Route struct {
 	// SetUser makes the proxy set the body's "user" to the run's billing account
 	// (OpenAI-style routes; LiteLLM reads it as the end user when no header says).
 	SetUser bool
+	// SetLiteLLMUser makes the proxy set litellm_metadata to {"user": the
+	// billing account}, for APIs without a "user" field (Anthropic's messages),
+	// where LiteLLM looks for the end user there.
+	SetLiteLLMUser bool
 	// MaxOutputKeys are the body keys that cap the completion's tokens, in order
 	// of precedence; the proxy reserves that many tokens of a token budget.
 	MaxOutputKeys []string
@@ -58,7 +62,7 @@ var routes = []Route{
 			"max_output_tokens", "temperature", "top_p", "stream", "text", "reasoning", "truncation", "user"}},
 	{Method: http.MethodPost, Path: "/v1/moderations",
 		BodyKeys: []string{"model", "input"}},
-	{Method: http.MethodPost, Path: "/v1/messages",
+	{Method: http.MethodPost, Path: "/v1/messages", SetLiteLLMUser: true,
 		MaxOutputKeys: []string{"max_tokens"},
 		BodyKeys: []string{"model", "messages", "system", "max_tokens", "stop_sequences", "stream",
 			"temperature", "top_p", "top_k", "tools", "tool_choice", "thinking"}},

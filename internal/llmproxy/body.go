@@ -23,11 +23,20 @@ import (
 // keys, re-encoded (a duplicate key cannot mean one thing here and another
 // upstream). Keys off the list, nested metadata included, are dropped rather
 // than refused: SDKs add harmless fields faster than any list can follow, and a
-// dropped field can neither bill nor route. On OpenAI-style routes "user" is set
-// to the run's billing account, so attribution no longer depends on whether
-// LiteLLM reads the header or the body first; x-litellm-spend-logs-metadata
-// remains the run's tie to its spend rows, which is why the minimum LiteLLM is
-// one that stores that header for every route (fixed for BerriAI/litellm#14008).
+// dropped field can neither bill nor route (target_model_names, for one, picks
+// the model in LiteLLM 1.80).
+//
+// The run's billing account is written into the body too: "user" on
+// OpenAI-style routes, litellm_metadata.user on /v1/messages (whose API has no
+// "user"). LiteLLM up to at least 1.80.9 takes the end user from the body
+// ("user", then litellm_metadata.user, then metadata.user_id) unless a user
+// header is configured; only later versions read x-litellm-end-user-id first.
+// With the same account in the header and the body, attribution no longer
+// depends on that order. Its body check (is_request_body_safe) bans only
+// api_base and base_url there, and lets them through when the body also has
+// api_key; the allowlist removes all three. So the minimum LiteLLM version is set
+// by the headers alone: one that stores x-litellm-spend-logs-metadata in the
+// spend row for every route (1.75, the version litellmtest emulates, does).
 //
 // A body that is not one JSON object is refused (body_not_json). A streamed chat
 // or text completion gets stream_options.include_usage, so its usage reaches the
@@ -73,6 +82,9 @@ func applyBodyPolicy(rt proxyconf.Route, contentType string, body []byte, accoun
 	}
 	if rt.SetUser {
 		out["user"], _ = json.Marshal(account)
+	}
+	if rt.SetLiteLLMUser {
+		out["litellm_metadata"], _ = json.Marshal(map[string]string{"user": account})
 	}
 	var stream bool
 	if raw, ok := out["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream && slices.Contains(rt.BodyKeys, "stream_options") {

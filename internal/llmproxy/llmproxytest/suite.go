@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -297,7 +298,7 @@ func testBodyPolicy(t *testing.T, nf NewFront) {
 		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"p","user":"victim","litellm_metadata":{"user":"v"}}`, true},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"p","user":"victim","metadata":{"user_id":"v"},"previous_response_id":"resp_x","store":true}`, true},
 		{"/v1/moderations", `{"input":"p","user":"victim","metadata":{"user_id":"v"}}`, false},
-		{"/v1/messages", `{"model":"claude-haiku","max_tokens":8,"messages":[{"role":"user","content":"p"}],"metadata":{"user_id":"victim"}}`, false},
+		{"/v1/messages", `{"model":"claude-haiku","max_tokens":8,"messages":[{"role":"user","content":"p"}],"metadata":{"user_id":"victim"},"litellm_metadata":{"user":"victim","tags":["x"]}}`, false},
 	} {
 		n := len(e.up.Requests())
 		if r := Do(t, e.run, http.MethodPost, c.path, c.body, nil); r.Status != 200 {
@@ -305,10 +306,15 @@ func testBodyPolicy(t *testing.T, nf NewFront) {
 			continue
 		}
 		got := upstreamBody(t, e.up, n)
-		for _, k := range []string{"metadata", "litellm_metadata", "previous_response_id", "store"} {
+		for _, k := range []string{"metadata", "previous_response_id", "store"} {
 			if _, ok := got[k]; ok {
 				t.Errorf("%s: %q reached the upstream", c.path, k)
 			}
+		}
+		if lm, ok := got["litellm_metadata"]; ok && (c.path != "/v1/messages" || !reflect.DeepEqual(lm, map[string]any{"user": account})) {
+			t.Errorf("%s: litellm_metadata upstream = %v", c.path, lm)
+		} else if !ok && c.path == "/v1/messages" {
+			t.Errorf("/v1/messages: litellm_metadata.user is not the run's account")
 		}
 		if u, ok := got["user"]; (c.user && u != account) || (!c.user && ok) {
 			t.Errorf("%s: upstream user = %v", c.path, u)
