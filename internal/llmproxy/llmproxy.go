@@ -55,14 +55,12 @@ type Refusal struct {
 	Message       string
 }
 
-// Check refuses what no LLM call needs: methods other than GET, HEAD, POST and
-// DELETE, protocol upgrades, and a declared body over maxBody bytes (a body that
-// lies about its length is cut by http.MaxBytesReader later). It returns nil for
-// a request that may go on.
+// Check refuses what no LLM call needs, whatever its route: protocol upgrades,
+// and a declared body over maxBody bytes (a body that lies about its length is
+// cut by http.MaxBytesReader later). Methods are the route table's (Route). It
+// returns nil for a request that may go on.
 func Check(r *http.Request, maxBody int64) *Refusal {
 	switch {
-	case r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost && r.Method != http.MethodDelete:
-		return &Refusal{http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "route_allowlist: method " + Clip(r.Method, 16) + " is not allowed"}
 	case r.Header.Get("Upgrade") != "":
 		return &Refusal{http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "no_upgrade: protocol upgrades are not supported by the LLM proxy"}
 	case r.ContentLength > maxBody:

@@ -43,8 +43,6 @@ func TestCheck(t *testing.T) {
 		status  int
 		blocked string
 	}{
-		"put":     {req(http.MethodPut, nil, 0), 405, "method_not_allowed"},
-		"connect": {req(http.MethodConnect, nil, 0), 405, "method_not_allowed"},
 		"upgrade": {req(http.MethodGet, http.Header{"Upgrade": {"websocket"}}, 0), 501, "upgrade_refused"},
 		"large":   {req(http.MethodPost, nil, 101), 413, "request_too_large"},
 	} {
