@@ -23,6 +23,32 @@ const (
 	MaxMetadataJSON = 4096
 )
 
+// allowedRequest are the only client request headers a proxy forwards: what an
+// SDK needs to describe its request and the API version it speaks. Everything
+// else is dropped, so a header LiteLLM starts reading tomorrow (a credential, a
+// session or trace id, a pass-through to the provider) never reaches it from an
+// agent. The nginx template forwards the same list (ForwardedRequestHeaders).
+var allowedRequest = map[string]bool{
+	"Content-Type":      true,
+	"Accept":            true,
+	"User-Agent":        true,
+	"Openai-Beta":       true,
+	"Anthropic-Version": true,
+	"Anthropic-Beta":    true,
+}
+
+// IsAllowedRequestHeader reports whether a client request header is forwarded
+// upstream; every other one is removed (Policy.Apply).
+func IsAllowedRequestHeader(name string) bool {
+	return allowedRequest[http.CanonicalHeaderKey(name)]
+}
+
+// AllowedRequestHeaders lists the client request headers a proxy forwards, in
+// canonical form and a fixed order.
+func AllowedRequestHeaders() []string {
+	return []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
+}
+
 // strippedExact are credential-bearing client headers. LiteLLM takes an API key from
 // several of them, so leaving any would let an agent choose whose key (and so whose
 // budget) a call uses.
@@ -36,8 +62,11 @@ var strippedExact = map[string]bool{
 	"Cookie":                    true,
 }
 
-// IsStripped reports whether a client request header is removed before forwarding:
-// every credential header and every x-litellm-* header, whatever its case.
+// IsStripped reports whether a client request header is a credential or
+// attribution header (every credential header and every x-litellm-* header,
+// whatever its case). Policy.Apply removes far more: every header that
+// IsAllowedRequestHeader does not name. IsStripped is the check that the
+// allowlist never names one of these.
 func IsStripped(name string) bool {
 	c := http.CanonicalHeaderKey(name)
 	return strippedExact[c] || strings.HasPrefix(c, "X-Litellm-")
@@ -67,6 +96,7 @@ type Header struct{ Name, Value string }
 // Policy is a validated per-run header policy.
 type Policy struct {
 	runID    string
+	account  string
 	injected []Header
 }
 
@@ -121,7 +151,7 @@ func NewPolicy(spec port.ProxySpec) (*Policy, error) {
 		return nil, port.Invalidf("spend logs metadata is %d bytes, over the limit of %d", len(md), MaxMetadataJSON)
 	}
 	return &Policy{
-		runID: spec.RunID,
+		runID: spec.RunID, account: a.BillingAccountID,
 		injected: []Header{
 			{HeaderAuthorization, "Bearer " + spec.APIKey},
 			{HeaderEndUserID, a.BillingAccountID},
@@ -133,14 +163,19 @@ func NewPolicy(spec port.ProxySpec) (*Policy, error) {
 // RunID is the run the policy attributes calls to.
 func (p *Policy) RunID() string { return p.runID }
 
+// BillingAccount is the account the policy bills calls to (the injected end
+// user), which proxies also write into a body's "user".
+func (p *Policy) BillingAccount() string { return p.account }
+
 // Injected returns the headers the proxy sets on every upstream request, in a fixed
 // order. The Authorization value holds the key: never log it.
 func (p *Policy) Injected() []Header { return append([]Header(nil), p.injected...) }
 
-// Apply strips every client header IsStripped names from h and sets the injected ones.
+// Apply removes every client header IsAllowedRequestHeader does not name from h
+// and sets the injected ones.
 func (p *Policy) Apply(h http.Header) {
 	for name := range h {
-		if IsStripped(name) {
+		if !IsAllowedRequestHeader(name) {
 			delete(h, name)
 		}
 	}

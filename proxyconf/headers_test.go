@@ -103,3 +103,38 @@ func TestResponseHeaderPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyIsAnAllowlist: headers LiteLLM reads as credentials, attribution,
+// session or trace ids, or passes on to providers never survive Apply, whatever
+// their spelling; only the allowlist and the injected headers do.
+func TestApplyIsAnAllowlist(t *testing.T) {
+	p, err := NewPolicy(validSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	for _, name := range []string{
+		"X_litellm_end_user_id", "x_litellm_customer_id", "Openai-Organization", "Openai-Project",
+		"Anthropic-Api-Key", "X-Pass-Authorization", "X-Pass-Anything", "X-Litellm-Session-Id",
+		"X-Agent-Session-Id", "Langfuse-Trace-Id", "X-Stainless-Lang", "Api-Key", "X-Real-Ip",
+		"X-Forwarded-For", "Cookie", "Idempotency-Key", "Content-Type", "Accept", "User-Agent",
+		"OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta",
+	} {
+		h.Set(name, "v")
+	}
+	p.Apply(h)
+	want := map[string]bool{"Authorization": true, "X-Litellm-End-User-Id": true, "X-Litellm-Spend-Logs-Metadata": true}
+	for _, n := range AllowedRequestHeaders() {
+		want[n] = true
+	}
+	for name := range h {
+		if !want[name] {
+			t.Errorf("%s survived Apply", name)
+		}
+	}
+	for name := range want {
+		if h.Get(name) == "" {
+			t.Errorf("%s is missing after Apply", name)
+		}
+	}
+}

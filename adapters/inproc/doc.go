@@ -2,32 +2,44 @@
 // inside the host process, one per run, listening on a unix socket in a per-run
 // directory that the runner bind-mounts into the sandbox at port.LLMSocketDir.
 //
-// Only the proxy holds the LiteLLM key. Every request is rewritten with the shared
-// header policy of package proxyconf: client Authorization, other credential headers and
-// every x-litellm-* header are removed, and the run's Authorization,
-// x-litellm-end-user-id and x-litellm-spend-logs-metadata are set. Because each run has
-// its own socket, the socket a request arrives on is the run's identity; nothing an agent
-// sends can change who pays. WithSandboxUID adds a kernel check (SO_PEERCRED) of the
-// connecting process's uid.
+// Only the proxy holds the LiteLLM key. Because each run has its own socket, the socket
+// a request arrives on is the run's identity; nothing an agent sends can change who
+// pays. WithSandboxUID adds a kernel check (SO_PEERCRED) of the connecting process's
+// uid. Everything else — routes, header and body policy, budget, audit — is the shared
+// proxy engine's (internal/llmproxy), the same for every front; this package only maps
+// a socket to its run.
 //
 // # What is served
 //
 //   - GET or HEAD /health: {"status":"ok","run_id":"..."}, answered by the proxy itself.
-//   - /v1/...: forwarded to the upstream (LiteLLM) unchanged apart from the headers.
-//   - A short list of OpenAI paths without the /v1 prefix (/chat/completions,
-//     /completions, /embeddings, /models, /moderations, /responses and their
-//     sub-paths) is forwarded as /v1/... too, because OpenAI SDKs configured with
+//   - The inference routes of proxyconf.Routes, and nothing else: POST
+//     /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses,
+//     /v1/moderations, /v1/messages, and GET /v1/models[/{model}]; each also without
+//     the /v1 prefix, because OpenAI SDKs configured with
 //     OPENAI_API_BASE=http://localhost:8080 append the path to the base as is. LiteLLM
-//     serves both spellings; allowing only these keeps its admin API (/key/...,
-//     /spend/..., /user/...) out of reach even though the injected key may be a master key.
-//   - Anything else is a 404 with an OpenAI-style JSON error, and is audited as blocked.
-//     Protocol upgrades (WebSocket) are refused: a single upgraded connection could carry
-//     any number of model calls past the budget.
+//     serves admin and cross-tenant APIs under /v1 too (/v1/mcp/server, /v1/files,
+//     /v1/batches, ...): they get a 404 naming the rule ("route_allowlist"). The key
+//     should still be a LiteLLM virtual key limited to LLM routes, never the master key.
+//   - A path in a form routers may read differently (percent escapes, dot segments,
+//     doubled or trailing slashes) gets a 400 ("canonical_path"). A route under another
+//     method gets a 405; protocol upgrades a 501 (one upgraded connection could carry
+//     any number of calls past the budget). Query strings are dropped (LiteLLM reads
+//     some, such as team_id on /v1/models).
+//   - Only allowlisted client headers (proxyconf.AllowedRequestHeaders) reach the
+//     upstream, plus the injected Authorization, x-litellm-end-user-id and
+//     x-litellm-spend-logs-metadata.
+//   - Request bodies of inference routes are read (bounded by WithMaxRequestBytes),
+//     parsed, and forwarded with only the route's allowlisted keys (metadata,
+//     litellm_metadata, api_base, ... are dropped) and "user" set to the billing
+//     account; a body that is not one JSON object gets a 400 ("body_policy"). A run
+//     holds at most four bodies in memory at once; further calls wait their turn.
 //
-// Responses are streamed: the proxy never buffers request or response bodies, flushes
-// every server-sent-events chunk as it arrives and sets no timeout that could cut a slow
-// stream. It asks the upstream for an uncompressed response so the audit can read the
-// response id and token usage.
+// Responses are streamed: the proxy flushes every server-sent-events chunk as it
+// arrives and sets no timeout that could cut a slow stream. It asks the upstream for an
+// uncompressed response so the audit can read the response id and token usage.
+//
+// One run holds at most 64 connections at once and the manager 1024 (WithConnLimits);
+// more wait in the kernel's listen queue. Headers must arrive within 5 s.
 //
 // # Audit and budget
 //
@@ -36,19 +48,22 @@
 // was streamed, LiteLLM's x-litellm-call-id and x-litellm-response-cost, the response
 // body's "id" (from the JSON body or the first SSE chunk), latency, TTFB (the time to
 // the first response body byte from the upstream: for a stream, its first chunk), and
-// why a call was blocked or failed. The model is read from the request body as it is
-// forwarded, so a call that fails before its body was sent has none. Prompts and
-// completions are never recorded; an error event inside a stream is recorded by its
-// type and code only, since its message may quote the prompt. The records live in the host process, out of the sandbox's reach;
-// Proxy.Stop returns them and Proxy.Audit shows them while the proxy runs.
+// why a call was blocked or failed (Blocked names the rule). Prompts and completions
+// are never recorded; an error event inside a stream is recorded by its type and code
+// only, since its message may quote the prompt. The records live in the host process,
+// out of the sandbox's reach; Proxy.Stop returns them and Proxy.Audit shows them while
+// the proxy runs. Billable calls are always recorded; refused calls and forwarded calls
+// that cannot cost anything (GET /v1/models) are recorded up to 1000 each and counted
+// past that (Proxy.AuditStats).
 //
 // port.Budget.MaxCalls is exact: a call past it gets HTTP 429 with a JSON error of type
 // "budget_exceeded" and never reaches the upstream. MaxTokens counts the "usage" the
-// upstream reports (a non-streamed body's usage, or a streamed response's usage chunk,
-// which OpenAI-style APIs send only when the request asks for it with
-// stream_options.include_usage) and refuses calls once the total reaches the cap. It is
-// a guard rail, not billing: calls already in flight may overshoot it, and streamed
-// calls without a usage chunk do not count. LiteLLM's spend logs stay the billing truth.
+// upstream reports (streamed completions are always asked for it). Each call reserves
+// its max_tokens (or WithTokenEstimate) plus an estimate of its prompt before it is
+// forwarded and settles on its reported usage, so concurrent calls cannot overshoot the
+// budget by more than one call's excess over its reservation; a successful call that
+// reports no usage is charged its reservation. It is a guard rail, not billing:
+// LiteLLM's spend logs stay the billing truth.
 //
 // # Files and sweeping
 //

@@ -72,5 +72,5 @@ func ExampleManager() {
 	// 200 {"id":"chatcmpl-1","end_user":"acct-1","usage":{"total_tokens":12}}
 	// 429 {"error":{"message":"LLM call budget exceeded: this run may make 1 calls and has used them all","type":"budget_exceeded","param":null,"code":"429"}}
 	// /v1/chat/completions 200 model=gpt-4o-mini call=call-1 request=chatcmpl-1 blocked=""
-	// /v1/chat/completions 429 model= call= request= blocked="budget_exceeded: max_calls"
+	// /v1/chat/completions 429 model=gpt-4o-mini call= request= blocked="budget_exceeded: max_calls"
 }

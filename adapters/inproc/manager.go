@@ -30,6 +30,7 @@ import (
 type Manager struct {
 	cfg       config
 	ownTransp *http.Transport // nil when WithTransport was given
+	conns     *llmproxy.ConnLimit
 
 	mu     sync.Mutex
 	active map[string]*Proxy // by per-run directory name
@@ -58,7 +59,7 @@ func New(opts ...Option) (*Manager, error) {
 		return nil, opErr("New", "", port.Invalidf("base dir %q with owner %q is too long for unix socket paths (%d > %d bytes)", cfg.baseDir, cfg.owner, n, maxSocketPath))
 	}
 	cfg.logger = cfg.logger.With(logattr.Component, "inproc")
-	m := &Manager{cfg: cfg, active: make(map[string]*Proxy)}
+	m := &Manager{cfg: cfg, active: make(map[string]*Proxy), conns: llmproxy.NewConnLimit(cfg.connsTotal)}
 	if cfg.transport == nil {
 		m.ownTransp = llmproxy.NewTransport()
 		m.cfg.transport = m.ownTransp

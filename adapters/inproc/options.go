@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -23,6 +24,9 @@ type config struct {
 	transport       http.RoundTripper
 	sandboxUID      int // -1: no peer check
 	maxRequestBytes int64
+	tokenEstimate   int64 // 0: llmproxy.DefaultTokenEstimate
+	connsPerRun     int
+	connsTotal      int
 }
 
 // DefaultMaxRequestBytes bounds a request body unless WithMaxRequestBytes says otherwise.
@@ -47,6 +51,8 @@ func defaultConfig() config {
 		logger:          slog.New(slog.DiscardHandler),
 		sandboxUID:      -1,
 		maxRequestBytes: DefaultMaxRequestBytes,
+		connsPerRun:     llmproxy.DefaultConnsPerRun,
+		connsTotal:      llmproxy.DefaultConnsTotal,
 	}
 }
 
@@ -132,6 +138,35 @@ func WithMaxRequestBytes(n int64) Option {
 			return port.Invalidf("max request bytes %d is not positive", n)
 		}
 		c.maxRequestBytes = n
+		return nil
+	}
+}
+
+// WithTokenEstimate sets the completion size reserved from a run's token budget
+// (port.Budget.MaxTokens) for a request that names no max_tokens (default
+// 4096). Calls in flight hold their reservations, so concurrent calls cannot
+// overshoot the budget by more than one call's excess.
+func WithTokenEstimate(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return port.Invalidf("token estimate %d is not positive", n)
+		}
+		c.tokenEstimate = n
+		return nil
+	}
+}
+
+// WithConnLimits caps the connections open at once to one run's proxy (default
+// 64) and to all proxies of the manager (default 1024). Connections past a cap
+// wait in the kernel's listen queue until one closes, so a run that opens
+// thousands of connections holds at most perRun of the host's descriptors and
+// cannot starve other runs.
+func WithConnLimits(perRun, total int) Option {
+	return func(c *config) error {
+		if perRun <= 0 || total < perRun {
+			return port.Invalidf("connection limits %d per run, %d in total: want 0 < per run <= total", perRun, total)
+		}
+		c.connsPerRun, c.connsTotal = perRun, total
 		return nil
 	}
 }

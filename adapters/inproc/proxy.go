@@ -3,32 +3,28 @@ package inproc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // Server-side timeouts. None of them bounds a request or response body: a slow model
-// may stream for many minutes.
+// may stream for many minutes. Headers come from a process on the same host, so a
+// few seconds is plenty; a connection that dawdles holds one of the run's slots.
 const (
-	readHeaderTimeout = 30 * time.Second
-	idleTimeout       = 2 * time.Minute
+	readHeaderTimeout = 5 * time.Second
+	idleTimeout       = 30 * time.Second
 	maxHeaderBytes    = 64 << 10
 	// handlerGrace bounds how long Stop waits for handlers after it cut their connections.
 	handlerGrace = 5 * time.Second
-	// maxBlockedRecords caps stored records of refused calls, so an agent hammering the
-	// proxy with bad requests cannot grow the host's memory without bound. Forwarded
-	// calls are always kept: each is billable.
-	maxBlockedRecords = 1000
 )
 
 // Proxy is one running per-run proxy. It implements port.Proxy.
@@ -44,17 +40,13 @@ type Proxy struct {
 	log        *slog.Logger
 
 	srv    *http.Server
-	rp     *httputil.ReverseProxy
+	ln     *llmproxy.LimitedListener
+	engine *llmproxy.Engine
+	meter  *llmproxy.Meter
 	served chan struct{}
 
-	mu             sync.Mutex
-	records        []port.AuditRecord
-	blockedKept    int
-	blockedDropped int
-	calls          int   // forwarded calls, for Budget.MaxCalls
-	tokens         int64 // reported usage, for Budget.MaxTokens
-	rejectedPeers  int
-	running        int // handlers in ServeHTTP
+	mu            sync.Mutex
+	rejectedPeers int
 
 	stopOnce sync.Once
 	stopErr  error
@@ -70,14 +62,12 @@ func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstrea
 		stopped: make(chan struct{}),
 	}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
-	p.rp = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		Transport:      m.cfg.transport,
-		FlushInterval:  -1, // flush every write: SSE chunks reach the agent as they arrive
-		ModifyResponse: p.modifyResponse,
-		ErrorHandler:   p.errorHandler,
-		ErrorLog:       errLog,
-	}
+	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, Logger: p.log})
+	// The only errors are missing fields, which validate and New rule out.
+	p.engine, _ = llmproxy.NewEngine(llmproxy.Config{
+		Upstream: upstream, Transport: m.cfg.transport, MaxRequestBytes: m.cfg.maxRequestBytes,
+		Logger: p.log, TokenEstimate: m.cfg.tokenEstimate,
+	})
 	p.srv = &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -88,14 +78,16 @@ func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstrea
 	return p
 }
 
-// serve starts the HTTP server on ln; peer checks wrap the listener when configured.
+// serve starts the HTTP server on ln, under the run's and the manager's connection
+// limits; peer checks wrap the listener when configured.
 func (p *Proxy) serve(ln net.Listener) {
 	if uid := p.m.cfg.sandboxUID; uid >= 0 {
 		ln = &peerListener{Listener: ln, p: p, allowed: [2]int{uid, os.Geteuid()}}
 	}
+	p.ln = llmproxy.LimitListener(ln, p.m.cfg.connsPerRun, p.m.conns)
 	go func() {
 		defer close(p.served)
-		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			p.log.Error("inproc: serve", slog.Any("err", err))
 		}
 	}()
@@ -113,10 +105,33 @@ func (p *Proxy) RunID() string { return p.spec.RunID }
 
 // Audit returns a copy of the records of the calls completed so far, in completion
 // order. It is safe to call while the proxy runs, and after Stop.
-func (p *Proxy) Audit() []port.AuditRecord {
+func (p *Proxy) Audit() []port.AuditRecord { return p.meter.Audit() }
+
+// AuditStats counts a proxy's calls, including those its audit only counts: past
+// a cap, refused calls and forwarded calls that cannot cost anything (GET
+// /v1/models) are counted, not recorded one by one. Billable calls are always
+// recorded.
+type AuditStats struct {
+	// Records is the number of audit records kept.
+	Records int
+	// Forwarded and Refused count every call.
+	Forwarded, Refused int
+	// RefusedDropped and UnbilledDropped count calls past the caps, not recorded.
+	RefusedDropped, UnbilledDropped int
+	// Tokens is the usage charged to the run's token budget.
+	Tokens int64
+	// RejectedPeers counts connections refused by the peer check (WithSandboxUID).
+	RejectedPeers int
+}
+
+// AuditStats returns the proxy's counters. Safe at any time, also after Stop.
+func (p *Proxy) AuditStats() AuditStats {
+	st := p.meter.Stats()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]port.AuditRecord(nil), p.records...)
+	rejected := p.rejectedPeers
+	p.mu.Unlock()
+	return AuditStats{Records: st.Records, Forwarded: st.Forwarded, Refused: st.Refused,
+		RefusedDropped: st.RefusedDropped, UnbilledDropped: st.UnbilledDropped, Tokens: st.Tokens, RejectedPeers: rejected}
 }
 
 // Stop stops accepting connections, waits for calls in flight until ctx ends (then cuts
@@ -140,7 +155,13 @@ func (p *Proxy) stop(ctx context.Context) error {
 		_ = p.srv.Close()
 	}
 	<-p.served
-	p.waitHandlers()
+	// Handlers whose connections were cut may still be recording their calls.
+	graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerGrace)
+	_, werr := p.meter.Stop(graceCtx)
+	cancel()
+	if werr != nil {
+		p.log.Error("inproc: handlers did not finish after their connections were closed", slog.Any("err", werr))
+	}
 	p.m.forget(p.name)
 	var errs []error
 	if err := os.RemoveAll(p.dir); err != nil {
@@ -149,69 +170,13 @@ func (p *Proxy) stop(ctx context.Context) error {
 	if err := os.Remove(p.markerPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	p.mu.Lock()
-	dropped, rejected, n := p.blockedDropped, p.rejectedPeers, len(p.records)
-	p.mu.Unlock()
-	p.log.Debug("inproc: proxy stopped", slog.Int("records", n), slog.Int("blocked_dropped", dropped), slog.Int("rejected_peers", rejected))
+	st := p.AuditStats()
+	p.log.Debug("inproc: proxy stopped", slog.Int("records", st.Records), slog.Int("refused_dropped", st.RefusedDropped),
+		slog.Int("unbilled_dropped", st.UnbilledDropped), slog.Int("rejected_peers", st.RejectedPeers))
 	if len(errs) > 0 {
 		return opErr("Stop", p.spec.RunID, internal("remove run files: %w", errors.Join(errs...)))
 	}
 	return nil
-}
-
-// waitHandlers waits (bounded) for handlers still running after their connections were
-// cut, so that their records are in the result. After a clean Shutdown there are none.
-func (p *Proxy) waitHandlers() {
-	deadline := time.Now().Add(handlerGrace)
-	for {
-		p.mu.Lock()
-		n := p.running
-		p.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.log.Error("inproc: handlers did not finish after their connections were closed", slog.Int("handlers", n))
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// addTokens charges reported usage to the run's token budget.
-func (p *Proxy) addTokens(n int64) {
-	p.mu.Lock()
-	p.tokens += n
-	p.mu.Unlock()
-}
-
-// addRecord stores a finished call's record.
-func (p *Proxy) addRecord(rec port.AuditRecord, forwarded bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !forwarded {
-		if p.blockedKept >= maxBlockedRecords {
-			p.blockedDropped++
-			return
-		}
-		p.blockedKept++
-	}
-	p.records = append(p.records, rec)
-}
-
-// reserve takes one call from the budget, or says why it cannot.
-func (p *Proxy) reserve() (reason, message string) {
-	b := p.spec.Budget
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case b.MaxCalls > 0 && p.calls >= b.MaxCalls:
-		return "budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls)
-	case b.MaxTokens > 0 && p.tokens >= b.MaxTokens:
-		return "budget_exceeded: max_tokens", fmt.Sprintf("LLM token budget exceeded: this run may use %d tokens and has used %d", b.MaxTokens, p.tokens)
-	}
-	p.calls++
-	return "", ""
 }
 
 // peerListener drops connections from processes whose uid is not allowed.
@@ -242,11 +207,3 @@ func (l *peerListener) Accept() (net.Conn, error) {
 
 // Ensure the peer listener still is a net.Listener after embedding changes.
 var _ net.Listener = (*peerListener)(nil)
-
-// ctxKey carries the per-call state from ServeHTTP into the ReverseProxy hooks.
-type ctxKey struct{}
-
-func callFrom(ctx context.Context) *call {
-	c, _ := ctx.Value(ctxKey{}).(*call)
-	return c
-}

@@ -476,6 +476,7 @@ func TestBinaryMissingCommand(t *testing.T) {
 	assert.Equal(t, ExitNotFound, exitOf(t, cmd))
 	assert.Contains(t, stderr.String(), "command not found: no-such-agent-9c1d")
 }
+
 // TestBinaryDeadlineStopsTheCommand: the sandbox's time limit holds inside it, with no
 // host to enforce it: TERM at the deadline, KILL after the grace, and a notice.
 func TestBinaryDeadlineStopsTheCommand(t *testing.T) {

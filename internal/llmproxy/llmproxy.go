@@ -1,9 +1,12 @@
-// Package llmproxy holds what every LLM-forwarding handler of the project shares:
-// the per-run proxy (adapters/inproc) and the shared gateway router
-// (openclaw/billing). One copy of the request checks, the error shape agents'
-// SDKs understand, the response-header hiding, the body taps that feed the audit
-// and the token budget, and the audit outcome, so the two cannot drift apart on
-// what is refused, hidden, charged or recorded.
+// Package llmproxy is the one LLM proxy engine of the project. An Engine checks,
+// routes, meters, forwards and audits calls; a Meter is one run's bookkeeping
+// (budget, audit records, calls in flight, stop). Fronts differ only in how a
+// request finds its run's Meter: a socket per run (adapters/inproc), a token in
+// the path (openclaw/billing), and next a run token on a shared socket or an
+// egress request. Like httputil.ReverseProxy, which it wraps, the Engine is
+// customised through hooks (Config.Route, Config.Rewrite), so what is refused,
+// hidden, charged or recorded is written once. The suite in llmproxytest is run
+// by every front.
 package llmproxy
 
 import (
@@ -26,14 +29,11 @@ const (
 	HeaderResponseCost = "X-Litellm-Response-Cost"
 )
 
-// CleanPath reports whether p is an absolute path with nothing that could reach
-// another upstream path by a trick: no dot segments, doubled slashes, percent
+// CleanPath reports whether p is an absolute path in the one form every router
+// reads the same way: no dot segments, doubled or trailing slashes, percent
 // escapes, backslashes, spaces or control characters.
 func CleanPath(p string) bool {
-	if p == "" || p[0] != '/' {
-		return false
-	}
-	if c := path.Clean(p); c != p && c+"/" != p {
+	if p == "" || p[0] != '/' || path.Clean(p) != p {
 		return false
 	}
 	for i := 0; i < len(p); i++ {
@@ -45,23 +45,24 @@ func CleanPath(p string) bool {
 }
 
 // Refusal is why a request is not forwarded: the HTTP status, the audit's Blocked
-// reason, and the error type and message the agent sees.
+// reason, and the error type and message the agent sees. Messages start with the
+// name of the rule that refused the call ("route_allowlist: ...", "body_policy:
+// ..."), except the budget's, whose "LLM call budget exceeded" agents and hosts
+// already match on.
 type Refusal struct {
 	Status        int
 	Blocked, Type string
 	Message       string
 }
 
-// Check refuses what no LLM call needs: methods other than GET, HEAD, POST and
-// DELETE, protocol upgrades, and a declared body over maxBody bytes (a body that
-// lies about its length is cut by http.MaxBytesReader later). It returns nil for
-// a request that may go on.
+// Check refuses what no LLM call needs, whatever its route: protocol upgrades,
+// and a declared body over maxBody bytes (a body that lies about its length is
+// cut by http.MaxBytesReader later). Methods are the route table's (Route). It
+// returns nil for a request that may go on.
 func Check(r *http.Request, maxBody int64) *Refusal {
 	switch {
-	case r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost && r.Method != http.MethodDelete:
-		return &Refusal{http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "method " + Clip(r.Method, 16) + " is not allowed"}
 	case r.Header.Get("Upgrade") != "":
-		return &Refusal{http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "protocol upgrades are not supported by the LLM proxy"}
+		return &Refusal{http.StatusNotImplemented, "upgrade_refused", "invalid_request_error", "no_upgrade: protocol upgrades are not supported by the LLM proxy"}
 	case r.ContentLength > maxBody:
 		return TooLarge(maxBody)
 	}
@@ -70,11 +71,8 @@ func Check(r *http.Request, maxBody int64) *Refusal {
 
 // TooLarge is the refusal of a request body over maxBody bytes.
 func TooLarge(maxBody int64) *Refusal {
-	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
+	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "body_size: request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
 }
-
-// NotFound is the refusal of a path the proxy does not serve.
-var NotFound = Refusal{http.StatusNotFound, "path_not_allowed", "not_found", "the LLM proxy serves /v1/... only"}
 
 // NoteResponse records LiteLLM's call id and response cost in rec, removes the
 // response headers the sandbox must not see (proxyconf.IsResponseHeaderHidden:

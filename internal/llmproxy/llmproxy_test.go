@@ -14,7 +14,7 @@ import (
 
 func TestCleanPath(t *testing.T) {
 	for p, want := range map[string]bool{
-		"/v1/chat/completions": true, "/v1/models/": true,
+		"/v1/chat/completions": true, "/v1/models/": false, "/": true,
 		"": false, "v1/x": false, "/v1/../spend": false, "/v1//x": false, "/v1/./x": false,
 		"/v1/a%2fb": false, `/v1/a\b`: false, "/v1/a b": false, "/v1/a\x7f": false, "/v1/a\nb": false,
 	} {
@@ -43,8 +43,6 @@ func TestCheck(t *testing.T) {
 		status  int
 		blocked string
 	}{
-		"put":     {req(http.MethodPut, nil, 0), 405, "method_not_allowed"},
-		"connect": {req(http.MethodConnect, nil, 0), 405, "method_not_allowed"},
 		"upgrade": {req(http.MethodGet, http.Header{"Upgrade": {"websocket"}}, 0), 501, "upgrade_refused"},
 		"large":   {req(http.MethodPost, nil, 101), 413, "request_too_large"},
 	} {
@@ -106,7 +104,7 @@ func TestOutcomeOrder(t *testing.T) {
 func TestWriteErrorShape(t *testing.T) {
 	w := httptest.NewRecorder()
 	sw := &StatusWriter{ResponseWriter: w}
-	n := WriteRefusal(sw, &NotFound)
+	n := WriteRefusal(sw, &RouteNotAllowed)
 	body, _ := io.ReadAll(w.Result().Body)
 	if sw.Status != 404 || n != int64(len(body)) || sw.N != n || w.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("status %d, n %d/%d, header %v", sw.Status, n, sw.N, w.Header())
@@ -117,7 +115,7 @@ func TestWriteErrorShape(t *testing.T) {
 			Param               *string
 		} `json:"error"`
 	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error.Type != "not_found" || e.Error.Code != "404" || e.Error.Message != NotFound.Message {
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Type != "not_found" || e.Error.Code != "404" || e.Error.Message != RouteNotAllowed.Message {
 		t.Errorf("body %s: %v", body, err)
 	}
 }

@@ -244,10 +244,15 @@ func (s *jsonFields) tokens() (int64, bool) {
 	if json.Unmarshal(raw, &u) != nil {
 		return 0, false
 	}
+	return u.total(), true
+}
+
+// total is the call's tokens: total_tokens when given, else the sum of the parts.
+func (u usage) total() int64 {
 	if u.Total > 0 {
-		return u.Total, true
+		return u.Total
 	}
-	return u.Prompt + u.Completion + u.Input + u.Output, true
+	return u.Prompt + u.Completion + u.Input + u.Output
 }
 
 // errorSummary describes a kept "error" object by its type and code only: its message

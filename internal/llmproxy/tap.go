@@ -1,10 +1,8 @@
 package llmproxy
 
 import (
-	"errors"
+	"encoding/json"
 	"io"
-	"net/http"
-	"sync"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -13,53 +11,6 @@ import (
 // scanLimit bounds the bytes kept per scanned JSON value (a model name, a response
 // id, a usage or error object).
 const scanLimit = 2048
-
-// RequestTap counts and scans a request body as the transport reads it (from its
-// own goroutine, hence the lock): its size and "model", without holding the body.
-type RequestTap struct {
-	rc io.ReadCloser
-
-	mu      sync.Mutex
-	n       int64
-	sc      *jsonFields
-	tooLong bool
-}
-
-// NewRequestTap wraps body, which should be an http.MaxBytesReader.
-func NewRequestTap(body io.ReadCloser) *RequestTap {
-	return &RequestTap{rc: body, sc: newJSONFields(scanLimit, "model")}
-}
-
-// Read implements io.Reader.
-func (t *RequestTap) Read(b []byte) (int, error) {
-	n, err := t.rc.Read(b)
-	t.mu.Lock()
-	t.n += int64(n)
-	t.sc.Write(b[:n])
-	var mbe *http.MaxBytesError
-	if err != nil && errors.As(err, &mbe) {
-		t.tooLong = true
-	}
-	t.mu.Unlock()
-	return n, err
-}
-
-// Close implements io.Closer.
-func (t *RequestTap) Close() error { return t.rc.Close() }
-
-// Result returns the bytes read and the request's "model".
-func (t *RequestTap) Result() (int64, string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n, Clip(t.sc.str("model"), 256)
-}
-
-// OverLimit reports that the body hit its MaxBytesReader limit.
-func (t *RequestTap) OverLimit() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.tooLong
-}
 
 // ResponseTap counts and scans a response body as the ReverseProxy copies it to
 // the client (all in the handler's goroutine): the time of the first byte, the
@@ -76,6 +27,7 @@ type ResponseTap struct {
 	firstID   string
 	tokens    int64 // charged so far
 	haveUsage bool  // a plain body's usage was charged
+	input     int64 // input tokens an Anthropic stream reported in message_start
 	errEvent  string
 }
 
@@ -86,6 +38,9 @@ type ResponseTap struct {
 func NewResponseTap(body io.ReadCloser, streamed bool, addTokens func(int64)) *ResponseTap {
 	t := &ResponseTap{rc: body, addTokens: addTokens, sc: newJSONFields(scanLimit, "id", "usage", "error")}
 	if streamed {
+		// Anthropic's message_start and the Responses API's events nest the id and
+		// usage in "message" or "response" (kept when small enough).
+		t.sc = newJSONFields(scanLimit, "id", "usage", "error", "message", "response")
 		t.sse = newSSEFields(t.sc, t.onEvent)
 	}
 	return t
@@ -131,11 +86,39 @@ func (t *ResponseTap) count(n int64) {
 // onEvent takes the response id from the first SSE event that has one, the last
 // reported usage, and the first error event.
 func (t *ResponseTap) onEvent(sc *jsonFields) {
+	for _, k := range []string{"message", "response"} {
+		var inner struct {
+			ID    string `json:"id"`
+			Usage *usage `json:"usage"`
+		}
+		raw, ok := sc.got[k]
+		if !ok || json.Unmarshal(raw, &inner) != nil {
+			continue
+		}
+		if t.firstID == "" {
+			t.firstID = inner.ID
+		}
+		if u := inner.Usage; u != nil {
+			if k == "message" {
+				t.input = u.Input
+			}
+			t.count(u.total())
+		}
+	}
 	if t.firstID == "" {
 		t.firstID = sc.str("id")
 	}
-	if n, ok := sc.tokens(); ok {
-		t.count(n)
+	if raw, ok := sc.got["usage"]; ok {
+		var u usage
+		if json.Unmarshal(raw, &u) == nil {
+			n := u.total()
+			if u.Input == 0 && u.Prompt == 0 && u.Total == 0 {
+				n += t.input // Anthropic's message_delta counts output only
+			}
+			if n > 0 {
+				t.count(n)
+			}
+		}
 	}
 	if t.errEvent == "" {
 		t.errEvent = sc.errorSummary()

@@ -54,3 +54,27 @@ func TestResponseTapCutBody(t *testing.T) {
 		t.Errorf("outcome %+v", o)
 	}
 }
+
+// Anthropic streams report input tokens in message_start and cumulative output
+// tokens in message_delta; the Responses API nests usage in response.completed.
+func TestResponseTapNestedStreams(t *testing.T) {
+	for name, c := range map[string]struct {
+		stream string
+		id     string
+		want   int64
+	}{
+		"anthropic": {"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", "msg_1", 40},
+		"responses": {"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"usage\":null}}\n\n" +
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n" +
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"usage\":{\"input_tokens\":5,\"output_tokens\":2,\"total_tokens\":7}}}\n\n", "resp_1", 7},
+	} {
+		var charged int64
+		rec, _ := drain(t, NewResponseTap(io.NopCloser(strings.NewReader(c.stream)), true, func(n int64) { charged += n }))
+		if rec.RequestID != c.id || charged != c.want {
+			t.Errorf("%s: request id %q, charged %d, want %q and %d", name, rec.RequestID, charged, c.id, c.want)
+		}
+	}
+}

@@ -20,6 +20,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /chat/completions", authed(s.chat))
 	mux.HandleFunc("GET /v1/models", authed(s.listModels))
 	mux.HandleFunc("GET /models", authed(s.listModels))
+	mux.HandleFunc("GET /v1/models/{model...}", authed(s.getModel))
+	mux.HandleFunc("GET /models/{model...}", authed(s.getModel))
+	for _, p := range []string{"/v1", ""} {
+		mux.HandleFunc("POST "+p+"/completions", authed(s.completions))
+		mux.HandleFunc("POST "+p+"/embeddings", authed(s.embeddings))
+		mux.HandleFunc("POST "+p+"/responses", authed(s.responses))
+		mux.HandleFunc("POST "+p+"/moderations", authed(s.moderations))
+	}
+	mux.HandleFunc("POST /v1/messages", authed(s.messages))
 	mux.HandleFunc("GET /model/info", authed(s.modelInfo))
 	mux.HandleFunc("GET /v1/model/info", authed(s.modelInfo))
 	mux.HandleFunc("GET /spend/logs/v2", authed(s.spendLogsV2))

@@ -11,10 +11,12 @@
 //
 //   - A Router is one shared proxy (an http.Handler on a loopback port or unix
 //     socket) in front of LiteLLM. Router.Register gives a run a 256-bit random
-//     token; calls to /r/<token>/v1/... are the run's: the run's
-//     proxyconf.Policy strips client credentials and x-litellm-* headers and
-//     injects the key, x-litellm-end-user-id and x-litellm-spend-logs-metadata,
-//     the run's budget applies, and a port.AuditRecord is written per call.
+//     token; calls to /r/<token>/v1/... are the run's. Everything after that is
+//     the shared proxy engine's (internal/llmproxy), as for the per-run socket
+//     proxy: only the inference routes of proxyconf.Routes, only allowlisted
+//     client headers and body keys, the key, x-litellm-end-user-id and
+//     x-litellm-spend-logs-metadata injected, the run's budget, and a
+//     port.AuditRecord per call.
 //     Registration.Stop revokes the token and returns the audit.
 //   - A Preparer makes the gateway use that path for one session: it adds a
 //     per-run provider whose baseUrl is the run's path (config.patch, hot-reloaded

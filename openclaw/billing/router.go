@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -30,15 +29,16 @@ const TokenHeader = "X-Agentsandbox-Run-Token"
 // tokenPathPrefix starts every per-run path: /r/<token>/v1/...
 const tokenPathPrefix = "/r/"
 
-// Server-side limits. None bounds a body's duration: a slow model may stream for minutes.
+// Server-side limits. None bounds a body's duration: a slow model may stream for
+// minutes. Headers come from the gateway on the same host, so a few seconds is plenty.
 const (
-	readHeaderTimeout = 30 * time.Second
+	readHeaderTimeout = 5 * time.Second
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
-	// maxRefusedRecords caps the records kept of refused calls, per run and for
-	// unattributed calls, so a flood of bad requests cannot grow memory without bound.
-	// Forwarded calls are always kept: each is billable.
-	maxRefusedRecords = 1000
+	// maxRefusedRecords caps the records kept of unattributed calls, so a flood
+	// of bad requests cannot grow memory without bound (a run's own records are
+	// capped by its llmproxy.Meter).
+	maxRefusedRecords = llmproxy.MaxRefusedRecords
 )
 
 // Run is what a run registers with the Router: who pays for its calls and how many
@@ -81,7 +81,7 @@ type Router struct {
 	upstream *url.URL
 	apiKey   string
 	log      *slog.Logger
-	rp       *httputil.ReverseProxy
+	engine   *llmproxy.Engine
 	// ownTransp is the default transport, closed on Shutdown; nil with WithTransport.
 	ownTransp *http.Transport
 
@@ -132,13 +132,12 @@ func NewRouter(upstream, apiKey string, opts ...Option) (*Router, error) {
 		cfg.transport = r.ownTransp
 	}
 	errLog := slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)
-	r.rp = &httputil.ReverseProxy{
-		Rewrite:        r.rewrite,
-		Transport:      cfg.transport,
-		FlushInterval:  -1, // flush every write: SSE chunks reach OpenClaw as they arrive
-		ModifyResponse: r.modifyResponse,
-		ErrorHandler:   r.errorHandler,
-		ErrorLog:       errLog,
+	r.engine, err = llmproxy.NewEngine(llmproxy.Config{
+		Upstream: u, Transport: cfg.transport, MaxRequestBytes: cfg.maxRequestBytes,
+		Logger: r.log, Rewrite: rewrite,
+	})
+	if err != nil {
+		return nil, err
 	}
 	r.srv = &http.Server{
 		Handler:           r,
@@ -199,7 +198,11 @@ func (r *Router) newRegistration(run Run) (*Registration, error) {
 	if err != nil {
 		return nil, opErr("Register", run.RunID, fmt.Errorf("%w: run token: %v", port.ErrInternal, err))
 	}
-	return &Registration{r: r, run: run, policy: policy, token: tok, idle: make(chan struct{})}, nil
+	meter := llmproxy.NewMeter(llmproxy.MeterConfig{
+		RunID: run.RunID, Attempt: run.Attempt, Policy: policy, Budget: run.Budget,
+		Logger: r.log.With("run_id", run.RunID),
+	})
+	return &Registration{r: r, run: run, policy: policy, token: tok, meter: meter}, nil
 }
 
 // newToken returns 256 random bits, URL-safe: unguessable, and valid in a URL path.
@@ -242,9 +245,11 @@ func (r *Router) Unattributed() []port.AuditRecord {
 func (r *Router) Fallback() *Registration { return r.fallback }
 
 // Serve accepts connections on ln and serves them until Shutdown; it then returns
-// nil. Any other error is the listener's. Serve may be called once.
+// nil. Any other error is the listener's. Serve may be called once. At most
+// llmproxy.DefaultConnsTotal connections are open at once; more wait in the
+// listen queue.
 func (r *Router) Serve(ln net.Listener) error {
-	if err := r.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := r.srv.Serve(llmproxy.LimitListener(ln, llmproxy.DefaultConnsTotal, nil)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("billing: serve: %w", err)
 	}
 	return nil
@@ -269,7 +274,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 // lookup resolves a request to its registration. It returns the path to forward
 // (without the token prefix) and whether the call goes to the fallback; reg is nil
 // when the call cannot be attributed. A returned registration has the call counted
-// in flight: the caller must end it with leave.
+// in flight: the caller must end it with Engine.Forward.
 func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fallback bool) {
 	p := req.URL.Path
 	var pathTok string
@@ -292,12 +297,12 @@ func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fall
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !malformed {
-		if reg := r.byToken[tok]; tok != "" && reg != nil && reg.tryEnter() {
+		if reg := r.byToken[tok]; tok != "" && reg != nil && reg.meter.Enter() {
 			return reg, p, false
 		}
 		// Only a call that claims nothing (or a dead token) may go to the fallback:
 		// a contradictory claim is refused outright.
-		if r.fallback != nil && r.fallback.tryEnter() {
+		if r.fallback != nil && r.fallback.meter.Enter() {
 			r.fallbackN++
 			return r.fallback, p, true
 		}
@@ -307,8 +312,9 @@ func (r *Router) lookup(req *http.Request) (reg *Registration, rest string, fall
 }
 
 // refuseUnattributed answers and records a call no live run owns.
-func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request, start time.Time) {
-	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
+func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "run_token: this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
 	rec := port.AuditRecord{
 		Time: start.UTC(), Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(redactPath(req.URL.Path), 256),
 		Status: http.StatusForbidden, RespBytes: n, Blocked: "unattributed", Latency: time.Since(start),

@@ -1,0 +1,27 @@
+package nginxconf_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// The Go fronts and the nginx template forward the same client headers, and none
+// of them is a credential or attribution header.
+func TestAllowedRequestHeadersMatchNginx(t *testing.T) {
+	nginx := map[string]bool{}
+	for _, n := range nginxconf.ForwardedRequestHeaders() {
+		nginx[http.CanonicalHeaderKey(n)] = true
+	}
+	for _, n := range proxyconf.AllowedRequestHeaders() {
+		if !nginx[n] || !proxyconf.IsAllowedRequestHeader(n) || proxyconf.IsStripped(n) {
+			t.Errorf("%s: nginx %v, allowed %v, stripped %v", n, nginx[n], proxyconf.IsAllowedRequestHeader(n), proxyconf.IsStripped(n))
+		}
+		delete(nginx, n)
+	}
+	if len(nginx) != 0 {
+		t.Errorf("nginx forwards more: %v", nginx)
+	}
+}

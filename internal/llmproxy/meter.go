@@ -1,0 +1,232 @@
+package llmproxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+)
+
+// Audit caps. A Meter keeps every record of a billable call (one forwarded on a
+// route with a body: each may cost money, and Budget.MaxCalls bounds them), but
+// only the first records of calls that cannot cost anything, so a flood of bad
+// requests or of GET /v1/models cannot grow the host's memory without bound; past
+// a cap such calls are counted (MeterStats).
+const (
+	// MaxRefusedRecords caps the records kept of refused calls.
+	MaxRefusedRecords = 1000
+	// MaxUnbilledRecords caps the records kept of forwarded calls on routes
+	// without a body (GET /v1/models).
+	MaxUnbilledRecords = 1000
+	// MaxBodiesInFlight caps the request bodies of one run held in memory at once
+	// (read, parsed and not yet sent upstream); more calls wait their turn, so a
+	// run cannot make the host buffer many maximum-size bodies at the same time.
+	MaxBodiesInFlight = 4
+)
+
+// MeterConfig is what a Meter needs to know about its run.
+type MeterConfig struct {
+	// RunID and Attempt go into every audit record.
+	RunID   string
+	Attempt int
+	// Policy is the run's validated header policy: the key and the attribution.
+	Policy *proxyconf.Policy
+	// Budget caps the run's forwarded calls and tokens; zero fields mean unlimited.
+	Budget port.Budget
+	// Logger receives the run's call logs (default: discard). It should already
+	// carry the run id.
+	Logger *slog.Logger
+}
+
+// MeterStats counts what a Meter saw but did not keep one by one.
+type MeterStats struct {
+	// Records is the number of audit records kept.
+	Records int
+	// Forwarded counts calls forwarded upstream; Refused counts calls refused.
+	Forwarded, Refused int
+	// RefusedDropped counts refused calls past MaxRefusedRecords, not kept.
+	RefusedDropped int
+	// UnbilledDropped counts forwarded calls past MaxUnbilledRecords, not kept.
+	UnbilledDropped int
+	// Tokens is the usage charged to the run's token budget so far.
+	Tokens int64
+}
+
+// Meter is one run's bookkeeping: its budget, its audit records and its calls in
+// flight. Every front keeps one Meter per run and hands it to Engine.Forward; the
+// budget and audit rules therefore exist once. A Meter is safe for concurrent use.
+type Meter struct {
+	cfg MeterConfig
+	log *slog.Logger
+
+	mu          sync.Mutex
+	records     []port.AuditRecord
+	refusedKept int
+	unbilled    int // records kept of forwarded calls that cannot be billed
+	stats       MeterStats
+	calls       int   // calls admitted, for Budget.MaxCalls
+	tokens      int64 // usage charged, for Budget.MaxTokens
+	reserved    int64 // tokens held by calls in flight beyond what they were charged
+	inflight    int
+	stopping    bool
+	idle        chan struct{} // closed once stopping with nothing in flight
+	bodies      chan struct{} // MaxBodiesInFlight slots
+}
+
+// NewMeter returns the meter of one run. It does not validate cfg: the fronts
+// validate their specs (proxyconf.NewPolicy) before making one.
+func NewMeter(cfg MeterConfig) *Meter {
+	l := cfg.Logger
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return &Meter{cfg: cfg, log: l, idle: make(chan struct{}), bodies: make(chan struct{}, MaxBodiesInFlight)}
+}
+
+// RunID is the run the meter accounts for.
+func (m *Meter) RunID() string { return m.cfg.RunID }
+
+// Attempt is the run's attempt number.
+func (m *Meter) Attempt() int { return m.cfg.Attempt }
+
+// Enter counts a call in flight, unless the meter is stopping. A front calls it
+// when it has found the request's run, before Engine.Forward (which ends the call
+// whatever happens).
+func (m *Meter) Enter() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return false
+	}
+	m.inflight++
+	return true
+}
+
+// leave stores a finished call's record (within the caps) and wakes Stop when
+// it was the last. billable says the call may cost money.
+func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inflight--
+	switch {
+	case forwarded && billable:
+		m.stats.Forwarded++
+		m.records = append(m.records, rec)
+	case forwarded:
+		m.stats.Forwarded++
+		if m.unbilled < MaxUnbilledRecords {
+			m.unbilled++
+			m.records = append(m.records, rec)
+		} else {
+			m.stats.UnbilledDropped++
+		}
+	default:
+		m.stats.Refused++
+		if m.refusedKept < MaxRefusedRecords {
+			m.refusedKept++
+			m.records = append(m.records, rec)
+		} else {
+			m.stats.RefusedDropped++
+		}
+	}
+	if m.stopping && m.inflight == 0 {
+		close(m.idle)
+	}
+}
+
+// reserve takes one call from the budget and, under a token budget, reserves
+// up to est tokens for it (never more than is left), so that calls in flight
+// together cannot overshoot the budget by more than one call's excess over its
+// reservation. It returns the reservation, or the refusal.
+func (m *Meter) reserve(est int64) (int64, *Refusal) {
+	b := m.cfg.Budget
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case b.MaxCalls > 0 && m.calls >= b.MaxCalls:
+		return 0, budgetRefusal("budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls))
+	case b.MaxTokens > 0 && m.tokens+m.reserved >= b.MaxTokens:
+		msg := fmt.Sprintf("LLM token budget exceeded: this run may use %d tokens and has used %d", b.MaxTokens, m.tokens)
+		if m.reserved > 0 {
+			msg += fmt.Sprintf(", with %d more reserved by calls in flight", m.reserved)
+		}
+		return 0, budgetRefusal("budget_exceeded: max_tokens", msg)
+	}
+	m.calls++
+	if b.MaxTokens <= 0 || est <= 0 {
+		return 0, nil
+	}
+	res := min(est, b.MaxTokens-m.tokens-m.reserved)
+	m.reserved += res
+	return res, nil
+}
+
+func budgetRefusal(blocked, msg string) *Refusal {
+	return &Refusal{Status: 429, Blocked: blocked, Type: "budget_exceeded", Message: msg}
+}
+
+// charge charges n tokens of c's reported usage, releasing as much of its
+// reservation.
+func (m *Meter) charge(c *Call, n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tokens += n
+	c.charged += n
+	if rel := min(max(n, 0), c.reserved); rel > 0 {
+		c.reserved -= rel
+		m.reserved -= rel
+	}
+}
+
+// settle ends c's reservation. A successful call whose response reported no
+// usage is charged its reservation, so that hiding usage cannot dodge the budget.
+func (m *Meter) settle(c *Call, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ok && c.charged == 0 {
+		m.tokens += c.reserved
+	}
+	m.reserved -= c.reserved
+	c.reserved = 0
+}
+
+// Audit returns a copy of the records of the calls completed so far, in completion
+// order. Safe at any time, also after Stop.
+func (m *Meter) Audit() []port.AuditRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]port.AuditRecord(nil), m.records...)
+}
+
+// Stats returns the meter's counters.
+func (m *Meter) Stats() MeterStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats
+	s.Records, s.Tokens = len(m.records), m.tokens
+	return s
+}
+
+// Stop makes Enter fail from now on and waits until the calls in flight end or
+// ctx does. It returns the audit records either way; the error wraps ctx's when
+// calls were still in flight (they are recorded when they end, and show in later
+// Audit results). Stop is idempotent.
+func (m *Meter) Stop(ctx context.Context) ([]port.AuditRecord, error) {
+	m.mu.Lock()
+	if !m.stopping {
+		m.stopping = true
+		if m.inflight == 0 {
+			close(m.idle)
+		}
+	}
+	m.mu.Unlock()
+	select {
+	case <-m.idle:
+		return m.Audit(), nil
+	case <-ctx.Done():
+		return m.Audit(), fmt.Errorf("calls still in flight: %w", ctx.Err())
+	}
+}
