@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"path"
@@ -158,6 +159,33 @@ type nginxData struct {
 	PassHeaders    []string
 	HiddenHeaders  []string
 	HealthBody     string
+	Routes         []nginxRoute
+}
+
+// nginxRoute is one entry of proxyconf.Routes as nginx locations: the /v1 path, the
+// bare form OpenAI SDKs send without /v1, and the method pattern.
+type nginxRoute struct {
+	Path, Bare, Methods string
+	Sub                 bool
+}
+
+// routePathRe keeps route paths to what may be written into a location unquoted.
+var routePathRe = regexp.MustCompile(`^/[a-z0-9_/]+$`)
+
+// nginxRoutes renders the route allowlist the Go fronts use.
+func nginxRoutes() ([]nginxRoute, error) {
+	var out []nginxRoute
+	for _, r := range proxyconf.Routes() {
+		if !routePathRe.MatchString(r.Path) || !strings.HasPrefix(r.Path, proxyconf.BareRoutePrefix+"/") {
+			return nil, port.Invalidf("nginx config: route path %q", r.Path)
+		}
+		m := r.Method
+		if m == http.MethodGet {
+			m = "GET|HEAD"
+		}
+		out = append(out, nginxRoute{Path: r.Path, Bare: strings.TrimPrefix(r.Path, proxyconf.BareRoutePrefix), Methods: m, Sub: r.SubPaths})
+	}
+	return out, nil
 }
 
 // RenderNginx renders the nginx configuration of one per-run proxy. It does no I/O.
@@ -254,6 +282,9 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 		return nil, port.Invalidf("nginx config: health body: %v", err)
 	}
 	d.HealthBody = string(health) + "\n"
+	if d.Routes, err = nginxRoutes(); err != nil {
+		return nil, err
+	}
 
 	var paths = []struct {
 		field string

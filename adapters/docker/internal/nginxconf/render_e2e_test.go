@@ -80,7 +80,7 @@ func (u *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Litellm-Model-Group", "gpt-test")
 	h.Set("X-Litellm-Key-Spend", "12.5")
 	switch {
-	case r.URL.Path == "/v1/fail":
+	case r.URL.Path == "/v1/embeddings":
 		h.Set("X-Litellm-Call-Id", "call-fail")
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
@@ -352,12 +352,13 @@ func TestNginxEndToEnd(t *testing.T) {
 	assert.Equal(t, "assistants=v2", got.Header.Get("Openai-Beta"))
 	assert.Equal(t, strconv.Itoa(len(reqBody)), got.Header.Get("Content-Length"))
 
-	// 2. A bare OpenAI path goes to /v1/.
+	// 2. A bare OpenAI path goes to /v1/; no query string is forwarded (LiteLLM reads
+	// parameters such as team_id from it).
 	resp, _ = px.do(t, http.MethodGet, "/models?limit=2", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	seen = up.requests()
 	require.Len(t, seen, 2)
-	assert.Equal(t, "/v1/models?limit=2", seen[1].URI)
+	assert.Equal(t, "/v1/models", seen[1].URI)
 
 	// 3. A stream arrives chunk by chunk: the upstream sends chunk k+1 only after the
 	// client has read chunk k.
@@ -395,7 +396,7 @@ func TestNginxEndToEnd(t *testing.T) {
 	sresp.Body.Close()
 
 	// 4. An upstream error passes through with its call id.
-	resp, body = px.do(t, http.MethodPost, "/v1/fail", `{}`, http.Header{"Content-Type": {"application/json"}})
+	resp, body = px.do(t, http.MethodPost, "/v1/embeddings", `{}`, http.Header{"Content-Type": {"application/json"}})
 	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
 	assert.Equal(t, failBody, body)
 
@@ -416,6 +417,19 @@ func TestNginxEndToEnd(t *testing.T) {
 	} {
 		assert.Equal(t, http.StatusNotFound, px.raw(t, line).StatusCode, line)
 	}
+	// LiteLLM's admin and shared-resource APIs under /v1 are not inference routes.
+	for _, line := range []string{
+		"POST /v1/mcp/server HTTP/1.1", "GET /v1/model/info HTTP/1.1", "GET /v1%2Fkey/list HTTP/1.1",
+	} {
+		r := px.raw(t, line)
+		assert.Equal(t, http.StatusNotFound, r.StatusCode, line)
+	}
+	// A path nginx would normalise into a route is refused, not normalised.
+	for _, line := range []string{
+		"POST /v1/chat//completions HTTP/1.1", "POST /v1/chat/%63ompletions HTTP/1.1", "GET /v1/models/a/../b HTTP/1.1",
+	} {
+		assert.Equal(t, http.StatusBadRequest, px.raw(t, line).StatusCode, line)
+	}
 	resp, _ = px.do(t, http.MethodPut, "/v1/chat/completions", `{}`, nil)
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	resp, body = px.do(t, http.MethodPost, "/v1/chat/completions", strings.Repeat("x", 8192), nil)
@@ -427,7 +441,7 @@ func TestNginxEndToEnd(t *testing.T) {
 		uris = append(uris, r.Method+" "+r.URI)
 	}
 	assert.Equal(t, []string{
-		"POST /v1/chat/completions", "GET /v1/models?limit=2", "POST /v1/chat/completions", "POST /v1/fail",
+		"POST /v1/chat/completions", "GET /v1/models", "POST /v1/chat/completions", "POST /v1/embeddings",
 	}, uris, "refused requests never reach the upstream")
 
 	// Stop cleanly: the master and its workers are gone, the pid file removed.
@@ -450,7 +464,7 @@ func TestNginxEndToEnd(t *testing.T) {
 	a, err := ReadAudit(f, AuditLimits{})
 	require.NoError(t, err)
 	recs := a.Records
-	require.Len(t, recs, 11, "one record per request except /health")
+	require.Len(t, recs, 17, "one record per request except /health")
 	for i, r := range recs {
 		assert.False(t, r.Time.Before(start.Add(-time.Second)) || r.Time.After(end), "record %d time %v", i, r.Time)
 		recs[i].Time, recs[i].Latency, recs[i].TTFB = time.Time{}, 0, 0
@@ -470,6 +484,8 @@ func TestNginxEndToEnd(t *testing.T) {
 		return r
 	}
 	nf := int64(len(notFound))
+	rna := int64(len(`{"error":{"message":"route_allowlist: the LLM proxy forwards inference routes only","type":"not_found","param":null,"code":"404"}}` + "\n"))
+	cp := int64(len(`{"error":{"message":"canonical_path: the request path must be written in canonical form","type":"invalid_request_error","param":null,"code":"400"}}` + "\n"))
 	want := []port.AuditRecord{
 		rec(func(r *port.AuditRecord) {
 			r.Method, r.Path, r.Status, r.RespBytes = "POST", "/v1/chat/completions", 200, int64(len(chatBody))
@@ -484,7 +500,7 @@ func TestNginxEndToEnd(t *testing.T) {
 			r.CallID, r.ResponseCost, r.Model, r.Streamed = "call-stream", "0.0042", "gpt-test", true
 		}),
 		rec(func(r *port.AuditRecord) {
-			r.Method, r.Path, r.Status, r.RespBytes = "POST", "/v1/fail", 500, int64(len(failBody))
+			r.Method, r.Path, r.Status, r.RespBytes = "POST", "/v1/embeddings", 500, int64(len(failBody))
 			r.CallID, r.Model = "call-fail", "gpt-test"
 		}),
 		rec(func(r *port.AuditRecord) {
@@ -503,8 +519,26 @@ func TestNginxEndToEnd(t *testing.T) {
 			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", `/x","status":"200"}`+"\n"+`{"run_id":"run-e2e`, 404, nf, "path_not_allowed"
 		}),
 		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "POST", "/v1/mcp/server", 404, rna, "route_not_allowed"
+		}),
+		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", "/v1/model/info", 404, rna, "route_not_allowed"
+		}),
+		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", "/v1/key/list", 404, rna, "route_not_allowed"
+		}),
+		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "POST", "/v1/chat/completions", 400, cp, "canonical_path"
+		}),
+		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "POST", "/v1/chat/completions", 400, cp, "canonical_path"
+		}),
+		rec(func(r *port.AuditRecord) {
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", "/v1/models/b", 400, cp, "canonical_path"
+		}),
+		rec(func(r *port.AuditRecord) {
 			r.Method, r.Path, r.Status, r.Blocked = "PUT", "/v1/chat/completions", 405, "method_not_allowed"
-			r.RespBytes = int64(len(`{"error":{"message":"method not allowed","type":"invalid_request_error","param":null,"code":"405"}}` + "\n"))
+			r.RespBytes = int64(len(`{"error":{"message":"route_allowlist: method not allowed on this route","type":"invalid_request_error","param":null,"code":"405"}}` + "\n"))
 		}),
 		rec(func(r *port.AuditRecord) {
 			r.Method, r.Path, r.Status, r.Blocked = "POST", "/v1/chat/completions", 413, "request_too_large"
