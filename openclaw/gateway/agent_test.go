@@ -488,3 +488,42 @@ func TestCanonicalSessionKey(t *testing.T) {
 	assert.False(t, gateway.ValidAgentID("-x"))
 	assert.False(t, gateway.ValidAgentID("a b"))
 }
+
+// TestResponseReadBeforeConnectionEndsIsKept holds the writer's report of the
+// request until the connection has ended, after the gateway answered and dropped
+// the connection. The answer the reader already delivered must win: an accepted
+// run that Agent reported as failed would run, and bill, unseen by the caller.
+func TestResponseReadBeforeConnectionEndsIsKept(t *testing.T) {
+	holdWrite := gateway.WithAfterWriteHook(func(c *gateway.Client) { <-c.Done() })
+
+	t.Run("agent", func(t *testing.T) {
+		srv := newServer(t, replyThen(func(c *gatewaytest.Conn, r gatewaytest.Request) {
+			run, _ := c.Accept(r)
+			run.Delta("half an ")
+			run.Delta("answer")
+			c.Drop()
+		}))
+		c := dial(t, srv, holdWrite)
+		ctx := testCtx(t)
+		run, err := c.Agent(ctx, gateway.AgentRequest{Message: "hi", SessionKey: "s", IdempotencyKey: "kept-1"})
+		require.NoError(t, err, "the gateway accepted the run before the connection ended")
+		assert.Equal(t, "kept-1", run.RunID())
+		res, err := run.Wait(ctx)
+		assert.ErrorIs(t, err, gateway.ErrClosed)
+		require.NotNil(t, res)
+		assert.Equal(t, "half an answer", res.StreamedText)
+	})
+
+	t.Run("request", func(t *testing.T) {
+		srv := newServer(t, replyThen(func(c *gatewaytest.Conn, r gatewaytest.Request) {
+			_ = c.Reply(r.ID, map[string]any{"answer": 42})
+			c.Drop()
+		}))
+		c := dial(t, srv, holdWrite)
+		raw, err := c.Request(testCtx(t), "health", nil)
+		require.NoError(t, err, "the response arrived before the connection ended")
+		assert.JSONEq(t, `{"answer":42}`, string(raw))
+		<-c.Done()
+		assert.ErrorIs(t, c.Err(), gateway.ErrClosed)
+	})
+}

@@ -440,6 +440,9 @@ func (c *Client) writeLoop() {
 		case m := <-c.out:
 			_ = c.conn.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
 			err := c.conn.WriteMessage(websocket.TextMessage, m.data)
+			if c.cfg.afterWrite != nil {
+				c.cfg.afterWrite(c)
+			}
 			m.errc <- err
 			if err != nil {
 				c.fail(fmt.Errorf("write: %w", err))
@@ -575,6 +578,15 @@ func (c *Client) Request(ctx context.Context, method string, params any) (json.R
 		}
 		return resp.payload, nil
 	case <-c.done:
+		// A response read before the connection ended is still the answer.
+		select {
+		case resp := <-cl.ch:
+			if !resp.ok {
+				return resp.payload, newGatewayError(method, resp.err)
+			}
+			return resp.payload, nil
+		default:
+		}
 		return nil, fmt.Errorf("gateway %s: %w", method, c.err)
 	case <-ctx.Done():
 		c.unregister(id, nil)
@@ -628,15 +640,13 @@ func (c *Client) sendRequest(ctx context.Context, id, method string, params any)
 	case <-ctx.Done():
 		return fmt.Errorf("gateway %s: %w", method, ctx.Err())
 	}
-	select {
-	case err := <-m.errc:
-		if err != nil {
-			return fmt.Errorf("gateway %s: %w", method, closedError(err))
-		}
-		return nil
-	case <-c.done:
-		return fmt.Errorf("gateway %s: %w", method, c.err)
+	// The writer answers every message it took, within its write timeout. Waiting
+	// on c.done here instead would report a request as failed whose response the
+	// reader had already delivered, when the connection ends right after it.
+	if err := <-m.errc; err != nil {
+		return fmt.Errorf("gateway %s: %w", method, closedError(err))
 	}
+	return nil
 }
 
 func (c *Client) newID() string {

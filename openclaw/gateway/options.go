@@ -43,6 +43,8 @@ type config struct {
 	backoff      time.Duration
 	liveness     time.Duration
 	writeTimeout time.Duration
+
+	afterWrite func(*Client) // test hook: runs after each data frame is written
 }
 
 func defaultConfig() config {
