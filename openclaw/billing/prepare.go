@@ -19,7 +19,7 @@ import (
 )
 
 // Requester is the part of *gateway.Client a Preparer uses: one request, one
-// response payload, gateway failures as *gateway.GatewayError.
+// response payload, gateway failures as *gateway.Error.
 type Requester interface {
 	Request(ctx context.Context, method string, params any) (json.RawMessage, error)
 }
@@ -158,7 +158,7 @@ func (p *Preparer) ProviderName(reg *Registration) string {
 // to provider/modelID with sessions.patch, checking that the gateway resolved it to
 // that provider. Register the run before Prepare and Stop it after Release.
 //
-// Errors: port.ErrInvalidSpec (empty key, unknown model), a *gateway.GatewayError
+// Errors: port.ErrInvalidSpec (empty key, unknown model), a *gateway.Error
 // from the gateway, or ctx's error. On failure nothing stays pointed at the run's
 // provider, and the provider is queued for removal.
 func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, modelID string) (*Session, error) {
@@ -218,7 +218,7 @@ func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) 
 			}
 			return out.Key, nil
 		}
-		var ge *gateway.GatewayError
+		var ge *gateway.Error
 		if !errors.As(err, &ge) || ge.Code != gateway.CodeInvalidRequest {
 			return "", err
 		}
@@ -334,7 +334,7 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 			}
 			return nil
 		}
-		var ge *gateway.GatewayError
+		var ge *gateway.Error
 		switch {
 		case !errors.As(err, &ge):
 			return err
@@ -416,7 +416,7 @@ func ProbeOutboundHeaders(ctx context.Context, gw Requester, probeKey string) (b
 }
 
 func isUnexpectedOutboundHeaders(err error) bool {
-	var ge *gateway.GatewayError
+	var ge *gateway.Error
 	return errors.As(err, &ge) && ge.Code == gateway.CodeInvalidRequest && strings.Contains(ge.Message, "outboundHeaders")
 }
 

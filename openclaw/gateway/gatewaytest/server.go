@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,7 +36,9 @@ const ProtocolVersion = 4
 // Server is a running gateway double. Create it with NewServer and stop it
 // with Close.
 type Server struct {
-	// URL is the ws:// address clients dial.
+	// URL is the ws:// address clients dial. With WithListener on a listener
+	// that is not TCP it is "ws://gatewaytest.invalid": clients reach the server
+	// with a dial function of their own.
 	URL string
 
 	token         string
@@ -49,6 +52,7 @@ type Server struct {
 	agentIDs      map[string]bool
 	methods       []string
 	serverVersion string
+	listener      net.Listener
 
 	hs       *httptest.Server
 	upgrader websocket.Upgrader
@@ -92,7 +96,11 @@ func WithMaxPayload(n int64) Option { return func(s *Server) { s.maxPayload = n 
 // for it.
 func WithHandler(h func(*Conn)) Option { return func(s *Server) { s.handler = h } }
 
-// NewServer starts a gateway double on a loopback port.
+// WithListener makes the server accept connections on ln, for example a unix
+// socket, instead of on a new loopback TCP port. Close closes ln.
+func WithListener(ln net.Listener) Option { return func(s *Server) { s.listener = ln } }
+
+// NewServer starts a gateway double on a loopback port (or WithListener's listener).
 func NewServer(opts ...Option) *Server {
 	s := &Server{
 		protocol:      ProtocolVersion,
@@ -110,8 +118,19 @@ func NewServer(opts ...Option) *Server {
 		o(s)
 	}
 	s.upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
-	s.hs = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
-	s.URL = "ws" + strings.TrimPrefix(s.hs.URL, "http")
+	if s.listener == nil {
+		s.hs = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+		s.URL = "ws" + strings.TrimPrefix(s.hs.URL, "http")
+		return s
+	}
+	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	_ = s.hs.Listener.Close()
+	s.hs.Listener = s.listener
+	s.hs.Start()
+	s.URL = "ws://gatewaytest.invalid"
+	if _, tcp := s.listener.Addr().(*net.TCPAddr); tcp {
+		s.URL = "ws://" + s.listener.Addr().String()
+	}
 	return s
 }
 
