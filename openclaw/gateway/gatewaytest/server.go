@@ -54,6 +54,11 @@ type Server struct {
 	serverVersion string
 	listener      net.Listener
 
+	cfgMu     sync.Mutex
+	config    map[string]any
+	cfgHash   string
+	cfgWrites int
+
 	hs       *httptest.Server
 	upgrader websocket.Upgrader
 	connects atomic.Int64
@@ -111,12 +116,14 @@ func NewServer(opts ...Option) *Server {
 		handler:       EchoAgent,
 		agentIDs:      map[string]bool{"main": true},
 		serverVersion: "gatewaytest",
-		methods:       []string{"agent", "agent.wait", "chat.abort", "sessions.patch", "health"},
+		methods:       []string{"agent", "agent.wait", "chat.abort", "sessions.patch", "config.get", "config.patch", "health"},
 		conns:         map[*Conn]struct{}{},
+		config:        map[string]any{},
 	}
 	for _, o := range opts {
 		o(s)
 	}
+	s.cfgHash = hashConfig(s.config)
 	s.upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 	if s.listener == nil {
 		s.hs = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
@@ -335,6 +342,8 @@ var (
 		"chat.abort":     set("sessionKey", "agentId", "runId", "preserveSideRuns"),
 		"sessions.patch": set("key", "agentId", "model", "thinkingLevel", "label", "expectedSessionId"),
 		"agent.wait":     set("runId", "timeoutMs"),
+		"config.get":     set(),
+		"config.patch":   set("raw", "baseHash", "sessionKey", "deliveryContext", "note", "restartDelayMs", "replacePaths"),
 	}
 )
 
@@ -429,8 +438,9 @@ type Conn struct {
 }
 
 // Next returns the next request from the client. Requests to agent, chat.abort,
-// sessions.patch and agent.wait whose params carry unknown keys are answered
-// with INVALID_REQUEST here and skipped, as the gateway's closed schemas do.
+// sessions.patch, agent.wait, config.get and config.patch whose params carry
+// unknown keys are answered with INVALID_REQUEST here and skipped, as the
+// gateway's closed schemas do.
 func (c *Conn) Next(ctx context.Context) (Request, error) {
 	for {
 		select {
