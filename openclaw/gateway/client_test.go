@@ -158,14 +158,38 @@ func TestDialGivesUpAfterRetries(t *testing.T) {
 }
 
 func TestDialRetryStopsWithContext(t *testing.T) {
-	// retryAfterMs far beyond the context: Dial must return when ctx ends.
+	// retryAfterMs far beyond the context: Dial must return when ctx ends. The
+	// context ends once the client has closed the refused connection, so Dial is
+	// waiting to retry by then, however slow the machine.
 	srv := newServer(t, gatewaytest.WithUnavailable(5, time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := gateway.Dial(ctx, srv.URL, gateway.WithToken(testToken), gateway.WithRetry(10, time.Millisecond))
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	dialTCP := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &onClose{Conn: conn, f: cancel}, nil
+	}
+	_, err := gateway.Dial(ctx, srv.URL, gateway.WithToken(testToken), gateway.WithRetry(10, time.Millisecond),
+		gateway.WithDialContext(dialTCP))
+	assert.ErrorIs(t, err, context.Canceled)
 	assert.Contains(t, err.Error(), "gateway starting")
 	assert.Equal(t, 1, srv.ConnectAttempts())
+}
+
+// onClose is a net.Conn that runs f once it is closed.
+type onClose struct {
+	net.Conn
+	f    func()
+	once sync.Once
+}
+
+func (c *onClose) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.f)
+	return err
 }
 
 func TestDialRefusedIsUnavailable(t *testing.T) {
@@ -418,11 +442,12 @@ func TestLivenessTimeoutFailsPendingCalls(t *testing.T) {
 }
 
 func TestTicksKeepConnectionAlive(t *testing.T) {
-	// The answer comes after three liveness windows (2.5 ticks each); ticks must
-	// keep the connection up. The margins survive a loaded machine.
-	srv := newServer(t, gatewaytest.WithTickInterval(100*time.Millisecond, true),
+	// The answer comes after more than two liveness windows (2.5 ticks each);
+	// ticks must keep the connection up. A window of 125ms survives the stalls
+	// of a loaded machine.
+	srv := newServer(t, gatewaytest.WithTickInterval(50*time.Millisecond, true),
 		replyThen(func(c *gatewaytest.Conn, r gatewaytest.Request) {
-			time.Sleep(750 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond)
 			_ = c.Reply(r.ID, map[string]any{"late": true})
 		}))
 	c := dial(t, srv)
