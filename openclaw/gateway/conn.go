@@ -271,9 +271,9 @@ func (c *Client) dispatchEvent(f *inFrame) {
 		return
 	}
 	var cl *call
-	if runID != "" {
+	if len(runID) > 0 {
 		c.mu.Lock()
-		cl = c.streams[runID]
+		cl = c.streams[string(runID)]
 		c.mu.Unlock()
 	}
 	if cl == nil {

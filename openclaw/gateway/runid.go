@@ -16,10 +16,13 @@ import (
 // Like encoding/json it matches the key case-insensitively and takes the last
 // occurrence; a payload without the key has the id "". ok is false when the
 // payload is not an object or the value is not a string.
-func runIDOf(payload []byte) (id string, ok bool) {
+//
+// The id aliases payload when it needs no unescaping: looking it up in a map
+// as string(id) then costs no allocation.
+func runIDOf(payload []byte) (id []byte, ok bool) {
 	i := skipSpace(payload, 0)
 	if i >= len(payload) || payload[i] != '{' {
-		return "", false
+		return nil, false
 	}
 	i++
 	for {
@@ -33,27 +36,31 @@ func runIDOf(payload []byte) (id string, ok bool) {
 		}
 		kEnd := stringEnd(payload, i)
 		if kEnd < 0 {
-			return "", false
+			return nil, false
 		}
 		key := payload[i+1 : kEnd-1]
 		i = skipSpace(payload, kEnd)
 		if i >= len(payload) || payload[i] != ':' {
-			return "", false
+			return nil, false
 		}
 		i = skipSpace(payload, i+1)
 		vEnd := valueEnd(payload, i)
 		if vEnd < 0 {
-			return "", false
+			return nil, false
 		}
 		if keyIsRunID(key) {
 			v := payload[i:vEnd]
 			if len(v) == 0 || v[0] != '"' {
-				return "", false
+				return nil, false
 			}
 			if bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
-				id = string(v[1 : len(v)-1])
-			} else if json.Unmarshal(v, &id) != nil {
-				return "", false
+				id = v[1 : len(v)-1]
+			} else {
+				var s string
+				if json.Unmarshal(v, &s) != nil {
+					return nil, false
+				}
+				id = []byte(s)
 			}
 		}
 		i = vEnd

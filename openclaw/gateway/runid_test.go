@@ -31,12 +31,12 @@ func TestRunIDOfMatchesEncodingJSON(t *testing.T) {
 			t.Fatalf("bad case %s: %v", p, err)
 		}
 		got, _ := runIDOf([]byte(p))
-		if got != want.RunID {
+		if string(got) != want.RunID {
 			t.Errorf("runIDOf(%s) = %q, encoding/json says %q", p, got, want.RunID)
 		}
 	}
 	for _, p := range []string{`"a string"`, `[{"runId":"x"}]`, `{"runId":7}`, `{"runId":null}`, `null`} {
-		if id, _ := runIDOf([]byte(p)); id != "" {
+		if id, _ := runIDOf([]byte(p)); len(id) != 0 {
 			t.Errorf("runIDOf(%s) = %q, want none", p, id)
 		}
 	}
@@ -56,7 +56,7 @@ func FuzzRunIDOf(f *testing.F) {
 		if json.Unmarshal([]byte(p), &want) != nil {
 			return // not an object, or runId not a string: the event is dropped either way
 		}
-		if got, _ := runIDOf([]byte(p)); got != want.RunID {
+		if got, _ := runIDOf([]byte(p)); string(got) != want.RunID {
 			t.Errorf("runIDOf(%q) = %q, encoding/json says %q", p, got, want.RunID)
 		}
 	})

@@ -3,13 +3,18 @@
 // performs the real handshake (challenge, connect validation, token check,
 // hello-ok) and hands each accepted connection to a handler that scripts the
 // rest: responses in any order, broadcast events for other sessions, malformed
-// or oversized frames, closing mid-run.
+// or oversized frames, closing mid-run. The default handler (EchoAgent, one
+// request at a time through Conn.Serve) answers agent runs, chat.abort,
+// agent.wait and sessions.patch, and serves a config through config.get and
+// config.patch (WithConfig). WithListener serves on any listener, such as a
+// unix socket.
 //
 // It follows the gateway's observable behaviour: connect and agent parameters
 // are closed schemas (unknown keys are refused with INVALID_REQUEST), a wrong
 // token gets ok:false with details.code AUTH_TOKEN_MISMATCH and close 1008, a
 // client whose protocol range excludes the server's gets PROTOCOL_MISMATCH, and
-// a starting gateway answers UNAVAILABLE with retryAfterMs and closes.
+// a starting gateway answers UNAVAILABLE with retryAfterMs and closes, and
+// config.patch needs the hash of the config it changes.
 package gatewaytest
 
 import (
