@@ -335,10 +335,6 @@ func NewConfig(opts ...Option) (*Config, error) {
 
 // base is the generated config before extra settings.
 func (c *config) base() map[string]any {
-	models := make([]any, len(c.models))
-	for i, m := range c.models {
-		models[i] = m.entry()
-	}
 	deny := RequiredDeny(c.gateway != nil)
 	deny = sortedSet(deny, c.deny)
 
@@ -375,14 +371,7 @@ func (c *config) base() map[string]any {
 		"models": map[string]any{
 			"mode":           "replace",
 			"catalogRefresh": map[string]any{"enabled": false},
-			"providers": map[string]any{
-				c.provider: map[string]any{
-					"baseUrl": c.baseURL,
-					"apiKey":  PlaceholderAPIKey,
-					"api":     "openai-completions",
-					"models":  models,
-				},
-			},
+			"providers":      map[string]any{c.provider: providerEntry(c.baseURL, c.models)},
 		},
 		"tools": map[string]any{
 			"deny":     toAny(deny),

@@ -57,6 +57,42 @@ func (m Model) validate() error {
 	return nil
 }
 
+// ProviderAPI is the API of every provider this package writes: OpenAI chat
+// completions, which LiteLLM and the proxies in front of it serve.
+const ProviderAPI = "openai-completions"
+
+// ProviderEntry returns the models.providers.<name> object of an OpenClaw
+// config for a provider at baseURL offering models: the one shape NewConfig
+// writes and a config.patch on a running gateway adds (openclaw/billing). Its
+// apiKey is PlaceholderAPIKey (the proxy in front of the provider injects the
+// real key) and every cost is zero (LiteLLM is the billing truth).
+//
+// baseURL and models are checked as WithBaseURL and WithModels check them;
+// errors are *SettingError values wrapping port.ErrInvalidSpec.
+func ProviderEntry(baseURL string, models ...Model) (map[string]any, error) {
+	var c config
+	for _, o := range []Option{WithBaseURL(baseURL), WithModels(models...)} {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	return providerEntry(c.baseURL, c.models), nil
+}
+
+// providerEntry builds the provider object from checked values.
+func providerEntry(baseURL string, models []Model) map[string]any {
+	entries := make([]any, len(models))
+	for i, m := range models {
+		entries[i] = m.entry()
+	}
+	return map[string]any{
+		"baseUrl": baseURL,
+		"apiKey":  PlaceholderAPIKey,
+		"api":     ProviderAPI,
+		"models":  entries,
+	}
+}
+
 // entry renders the model as an OpenClaw provider model object.
 func (m Model) entry() map[string]any {
 	name := m.Name

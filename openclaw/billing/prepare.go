@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,21 +18,18 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// Requester is the part of *gateway.Client a Preparer uses: one request, one
-// response payload, gateway failures as *gateway.GatewayError.
+// Requester is the part of *gateway.Client a Preparer uses: typed config and
+// session writes, gateway failures as *gateway.Error.
 type Requester interface {
-	Request(ctx context.Context, method string, params any) (json.RawMessage, error)
+	ConfigGet(ctx context.Context) (*gateway.ConfigSnapshot, error)
+	ConfigPatch(ctx context.Context, p gateway.ConfigPatch) (*gateway.ConfigPatchResult, error)
+	SessionsPatch(ctx context.Context, key string, p gateway.SessionPatch) (*gateway.SessionPatchResult, error)
 }
 
 var _ Requester = (*gateway.Client)(nil)
 
 // DefaultProviderPrefix starts the name of every per-run provider a Preparer adds.
 const DefaultProviderPrefix = "sbx-run-"
-
-// placeholderAPIKey is the apiKey of per-run providers. OpenClaw sends it as
-// Authorization; the router strips it and injects the real key, which never
-// reaches the gateway.
-const placeholderAPIKey = "agentsandbox-router-injects-the-key"
 
 // Retry bounds for gateway writes.
 const (
@@ -159,7 +155,7 @@ func (p *Preparer) ProviderName(reg *Registration) string {
 // to provider/modelID with sessions.patch, checking that the gateway resolved it to
 // that provider. Register the run before Prepare and Stop it after Release.
 //
-// Errors: port.ErrInvalidSpec (empty key, unknown model), a *gateway.GatewayError
+// Errors: port.ErrInvalidSpec (empty key, unknown model), a *gateway.Error
 // from the gateway, or ctx's error. On failure nothing stays pointed at the run's
 // provider, and the provider is queued for removal.
 func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, modelID string) (*Session, error) {
@@ -175,11 +171,12 @@ func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, m
 		return nil, opErr("Prepare", reg.RunID(), port.Invalidf("model %q is not one of the preparer's models %v", modelID, p.order))
 	}
 	name := p.ProviderName(reg)
-	entry := map[string]any{
-		"baseUrl": reg.BaseURL(p.routerURL),
-		"apiKey":  placeholderAPIKey,
-		"api":     "openai-completions",
-		"models":  []any{modelEntry(m)},
+	// The apiKey is openclaw.PlaceholderAPIKey: OpenClaw sends it as
+	// Authorization, the router strips it and injects the real key, which never
+	// reaches the gateway.
+	entry, err := openclaw.ProviderEntry(reg.BaseURL(p.routerURL), m)
+	if err != nil {
+		return nil, opErr("Prepare", reg.RunID(), err)
 	}
 	if err := p.writeProviders(ctx, map[string]any{name: entry}); err != nil {
 		return nil, opErr("Prepare", reg.RunID(), err)
@@ -199,27 +196,18 @@ func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, m
 func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) (string, error) {
 	var lastErr error
 	for i := 0; i < maxReloadPolls; i++ {
-		raw, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": key, "model": ref})
+		out, err := p.gw.SessionsPatch(ctx, key, gateway.SessionPatch{Model: ref})
 		if err == nil {
-			var out struct {
-				Key      string `json:"key"`
-				Resolved struct {
-					ModelProvider string `json:"modelProvider"`
-				} `json:"resolved"`
-			}
-			if err := json.Unmarshal(raw, &out); err != nil {
-				return "", fmt.Errorf("sessions.patch: %w: %v", gateway.ErrMalformedFrame, err)
-			}
-			if out.Resolved.ModelProvider != provider {
+			if out.ModelProvider != provider {
 				p.clearSession(ctx, key)
-				return "", fmt.Errorf("%w: the gateway resolved session %q to provider %q, not %q", port.ErrInternal, key, out.Resolved.ModelProvider, provider)
+				return "", fmt.Errorf("%w: the gateway resolved session %q to provider %q, not %q", port.ErrInternal, key, out.ModelProvider, provider)
 			}
 			if out.Key == "" {
-				out.Key = key
+				return key, nil
 			}
 			return out.Key, nil
 		}
-		var ge *gateway.GatewayError
+		var ge *gateway.Error
 		if !errors.As(err, &ge) || ge.Code != gateway.CodeInvalidRequest {
 			return "", err
 		}
@@ -233,11 +221,12 @@ func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) 
 }
 
 // clearSession resets a session to the gateway's default model, which reaches the
-// router without a token and so is refused (or billed to the fallback).
+// router without a token and so is refused (or billed to the fallback). It runs
+// even when ctx has ended: a session must not stay pointed at a run's provider.
 func (p *Preparer) clearSession(ctx context.Context, key string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": key, "model": nil}); err != nil {
+	if _, err := p.gw.SessionsPatch(ctx, key, gateway.SessionPatch{ClearModel: true}); err != nil {
 		p.log.Warn("billing: could not reset the session's model", "session", key, "err", err)
 	}
 }
@@ -251,7 +240,7 @@ func (p *Preparer) Release(ctx context.Context, s *Session) error {
 		return port.Invalidf("nil session")
 	}
 	var errs []error
-	if _, err := p.gw.Request(ctx, "sessions.patch", map[string]any{"key": s.Key, "model": nil}); err != nil {
+	if _, err := p.gw.SessionsPatch(ctx, s.Key, gateway.SessionPatch{ClearModel: true}); err != nil {
 		errs = append(errs, err)
 	}
 	if s.Provider != "" {
@@ -309,37 +298,30 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 	if len(providers) == 0 {
 		return nil
 	}
-	raw, err := json.Marshal(map[string]any{"models": map[string]any{"providers": providers}})
-	if err != nil {
-		return fmt.Errorf("%w: config patch: %v", port.ErrInternal, err)
+	patch := gateway.ConfigPatch{Patch: map[string]any{"models": map[string]any{"providers": providers}}}
+	for _, n := range removing {
+		// The gateway refuses a patch that drops array entries (a removed
+		// provider's models) unless the paths are named as intended.
+		patch.ReplacePaths = append(patch.ReplacePaths, "models.providers."+n+".models")
 	}
 	for conflicts := 0; ; {
-		hash, err := p.configHash(ctx)
+		snap, err := p.gw.ConfigGet(ctx)
 		if err != nil {
 			return err
 		}
-		params := map[string]any{"raw": string(raw), "baseHash": hash}
-		if len(removing) > 0 {
-			// The gateway refuses a patch that drops array entries (a removed
-			// provider's models) unless the paths are named as intended.
-			paths := make([]string, len(removing))
-			for i, n := range removing {
-				paths[i] = "models.providers." + n + ".models"
-			}
-			params["replacePaths"] = paths
-		}
-		_, err = p.gw.Request(ctx, "config.patch", params)
+		patch.BaseHash = snap.Hash
+		_, err = p.gw.ConfigPatch(ctx, patch)
 		if err == nil {
 			for _, n := range removing {
 				delete(p.pending, n)
 			}
 			return nil
 		}
-		var ge *gateway.GatewayError
+		var ge *gateway.Error
 		switch {
 		case !errors.As(err, &ge):
 			return err
-		case ge.Code == gateway.CodeInvalidRequest && strings.Contains(ge.Message, "re-run config.get") && conflicts < maxConflictRetries:
+		case errors.Is(err, gateway.ErrConfigChanged) && conflicts < maxConflictRetries:
 			conflicts++ // someone else wrote the config since our config.get
 		case ge.Retryable:
 			d := ge.RetryAfter
@@ -353,39 +335,6 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 		default:
 			return err
 		}
-	}
-}
-
-func (p *Preparer) configHash(ctx context.Context) (string, error) {
-	raw, err := p.gw.Request(ctx, "config.get", map[string]any{})
-	if err != nil {
-		return "", err
-	}
-	var out struct {
-		Hash string `json:"hash"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || out.Hash == "" {
-		return "", fmt.Errorf("config.get: %w: no hash in the response", gateway.ErrMalformedFrame)
-	}
-	return out.Hash, nil
-}
-
-// modelEntry renders a model as an OpenClaw provider model object (the same shape
-// as openclaw's config builder writes; costs are zero because LiteLLM is the
-// billing truth).
-func modelEntry(m openclaw.Model) map[string]any {
-	name := m.Name
-	if name == "" {
-		name = m.ID
-	}
-	input := []any{"text"}
-	if m.Images {
-		input = append(input, "image")
-	}
-	return map[string]any{
-		"id": m.ID, "name": name, "reasoning": m.Reasoning, "input": input,
-		"contextWindow": m.ContextWindow, "maxTokens": m.MaxTokens,
-		"cost": map[string]any{"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
 	}
 }
 
@@ -406,7 +355,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // header map. With such a gateway, PrepareHeaders attributes a session without a
 // per-run provider.
 func ProbeOutboundHeaders(ctx context.Context, gw Requester, probeKey string) (bool, error) {
-	_, err := gw.Request(ctx, "sessions.patch", map[string]any{"key": probeKey, "outboundHeaders": map[string]string{}})
+	_, err := gw.SessionsPatch(ctx, probeKey, gateway.SessionPatch{OutboundHeaders: map[string]string{}})
 	if err == nil {
 		return true, nil
 	}
@@ -417,7 +366,7 @@ func ProbeOutboundHeaders(ctx context.Context, gw Requester, probeKey string) (b
 }
 
 func isUnexpectedOutboundHeaders(err error) bool {
-	var ge *gateway.GatewayError
+	var ge *gateway.Error
 	return errors.As(err, &ge) && ge.Code == gateway.CodeInvalidRequest && strings.Contains(ge.Message, "outboundHeaders")
 }
 
@@ -435,8 +384,8 @@ func (p *Preparer) PrepareHeaders(ctx context.Context, reg *Registration, sessio
 	if sessionKey == "" || !ok || provider == "" {
 		return nil, opErr("PrepareHeaders", reg.RunID(), port.Invalidf("need a session key and a provider/model reference"))
 	}
-	raw, err := p.gw.Request(ctx, "sessions.patch", map[string]any{
-		"key": sessionKey, "model": modelRef, "outboundHeaders": map[string]string{TokenHeader: reg.token},
+	out, err := p.gw.SessionsPatch(ctx, sessionKey, gateway.SessionPatch{
+		Model: modelRef, OutboundHeaders: map[string]string{TokenHeader: reg.token},
 	})
 	if err != nil {
 		if isUnexpectedOutboundHeaders(err) {
@@ -444,12 +393,9 @@ func (p *Preparer) PrepareHeaders(ctx context.Context, reg *Registration, sessio
 		}
 		return nil, opErr("PrepareHeaders", reg.RunID(), err)
 	}
-	var out struct {
-		Key string `json:"key"`
+	key := out.Key
+	if key == "" {
+		key = sessionKey
 	}
-	_ = json.Unmarshal(raw, &out)
-	if out.Key == "" {
-		out.Key = sessionKey
-	}
-	return &Session{Key: out.Key, ModelRef: modelRef, RunID: reg.RunID()}, nil
+	return &Session{Key: key, ModelRef: modelRef, RunID: reg.RunID()}, nil
 }

@@ -204,9 +204,9 @@ func TestRealGatewayPerRunAttribution(t *testing.T) {
 		require.NoError(t, prep.Release(ctx, s.sess))
 	}
 	assert.Empty(t, prep.Pending())
-	raw, err := c.Request(ctx, "config.get", map[string]any{})
+	snap, err := c.ConfigGet(ctx)
 	require.NoError(t, err)
-	assert.NotContains(t, string(raw), billing.DefaultProviderPrefix)
+	assert.NotContains(t, string(snap.Raw), billing.DefaultProviderPrefix)
 
 	// A revoked token is refused at the router, whoever presents it.
 	before := router.Stats().Unattributed

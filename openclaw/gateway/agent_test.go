@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/errdefs"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
 	"github.com/agentsandbox/sandbox/openclaw/gateway/gatewaytest"
-	"github.com/agentsandbox/sandbox/port"
 )
 
 // collect drains a run's updates into its text and all update contents.
@@ -104,7 +104,7 @@ func TestAgentRejectsBadRequests(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := c.Agent(ctx, req)
-			assert.ErrorIs(t, err, port.ErrInvalidSpec)
+			assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 		})
 	}
 	// The same run id twice on one connection is refused.
@@ -115,7 +115,7 @@ func TestAgentRejectsBadRequests(t *testing.T) {
 	}()
 	<-got
 	_, err := c2.Agent(ctx, gateway.AgentRequest{Message: "b", SessionKey: "s", IdempotencyKey: "dup"})
-	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 	assert.Contains(t, err.Error(), `"dup" is already running`)
 }
 
@@ -126,7 +126,7 @@ func TestAgentRejectedByGateway(t *testing.T) {
 	c := dial(t, srv)
 	run, err := c.Agent(testCtx(t), gateway.AgentRequest{Message: "hi", SessionKey: "s"})
 	assert.Nil(t, run)
-	var ge *gateway.GatewayError
+	var ge *gateway.Error
 	require.ErrorAs(t, err, &ge)
 	assert.Equal(t, "agent", ge.Method)
 	assert.Equal(t, "missing scope: operator.write", ge.Message)
@@ -143,7 +143,7 @@ func TestAgentFailureWithPayloadAndError(t *testing.T) {
 	run, err := c.Agent(ctx, gateway.AgentRequest{Message: "hi", SessionKey: "s"})
 	require.NoError(t, err)
 	res, err := run.Wait(ctx)
-	var ge *gateway.GatewayError
+	var ge *gateway.Error
 	require.ErrorAs(t, err, &ge)
 	assert.Equal(t, "provider exploded", ge.Message)
 	require.NotNil(t, res)
@@ -154,7 +154,7 @@ func TestAgentFailureWithPayloadAndError(t *testing.T) {
 }
 
 func TestAgentFinalStatuses(t *testing.T) {
-	for status, want := range map[string]error{"timeout": port.ErrTimeout, "error": gateway.ErrRunFailed, "weird": gateway.ErrRunFailed} {
+	for status, want := range map[string]error{"timeout": errdefs.ErrTimeout, "error": gateway.ErrRunFailed, "weird": gateway.ErrRunFailed} {
 		t.Run(status, func(t *testing.T) {
 			srv := newServer(t, replyThen(func(c *gatewaytest.Conn, r gatewaytest.Request) {
 				run, _ := c.Accept(r)
@@ -419,7 +419,7 @@ func TestAbortSessionsPatchAgentWait(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 	_, err = c.Abort(ctx, " ", "")
-	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 
 	res, err := c.SessionsPatch(ctx, "S1", gateway.SessionPatch{Model: "fake/other-model"})
 	require.NoError(t, err)
@@ -430,7 +430,7 @@ func TestAbortSessionsPatchAgentWait(t *testing.T) {
 	require.NoError(t, err)
 	for _, p := range []gateway.SessionPatch{{}, {Model: "x", ClearModel: true}} {
 		_, err = c.SessionsPatch(ctx, "s1", p)
-		assert.ErrorIs(t, err, port.ErrInvalidSpec)
+		assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 	}
 
 	ws, err := c.AgentWait(ctx, "run-1", time.Second)
@@ -438,7 +438,7 @@ func TestAbortSessionsPatchAgentWait(t *testing.T) {
 	assert.Equal(t, "ok", ws.Status)
 	assert.Equal(t, int64(2), ws.EndedAt)
 	_, err = c.AgentWait(ctx, "", time.Second)
-	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidSpec)
 }
 
 func TestRunAbort(t *testing.T) {
@@ -466,7 +466,7 @@ func TestRunAbort(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, `chat.abort {"sessionKey":"agent:main:s","runId":"r-9"}`, <-abortParams)
 	res, err := run.Wait(ctx)
-	assert.ErrorIs(t, err, port.ErrTimeout)
+	assert.ErrorIs(t, err, errdefs.ErrTimeout)
 	assert.Equal(t, "aborted", res.Summary)
 }
 
@@ -487,4 +487,43 @@ func TestCanonicalSessionKey(t *testing.T) {
 	assert.True(t, gateway.ValidAgentID("a_b-9"))
 	assert.False(t, gateway.ValidAgentID("-x"))
 	assert.False(t, gateway.ValidAgentID("a b"))
+}
+
+// TestResponseReadBeforeConnectionEndsIsKept holds the writer's report of the
+// request until the connection has ended, after the gateway answered and dropped
+// the connection. The answer the reader already delivered must win: an accepted
+// run that Agent reported as failed would run, and bill, unseen by the caller.
+func TestResponseReadBeforeConnectionEndsIsKept(t *testing.T) {
+	holdWrite := gateway.WithAfterWriteHook(func(c *gateway.Client) { <-c.Done() })
+
+	t.Run("agent", func(t *testing.T) {
+		srv := newServer(t, replyThen(func(c *gatewaytest.Conn, r gatewaytest.Request) {
+			run, _ := c.Accept(r)
+			run.Delta("half an ")
+			run.Delta("answer")
+			c.Drop()
+		}))
+		c := dial(t, srv, holdWrite)
+		ctx := testCtx(t)
+		run, err := c.Agent(ctx, gateway.AgentRequest{Message: "hi", SessionKey: "s", IdempotencyKey: "kept-1"})
+		require.NoError(t, err, "the gateway accepted the run before the connection ended")
+		assert.Equal(t, "kept-1", run.RunID())
+		res, err := run.Wait(ctx)
+		assert.ErrorIs(t, err, gateway.ErrClosed)
+		require.NotNil(t, res)
+		assert.Equal(t, "half an answer", res.StreamedText)
+	})
+
+	t.Run("request", func(t *testing.T) {
+		srv := newServer(t, replyThen(func(c *gatewaytest.Conn, r gatewaytest.Request) {
+			_ = c.Reply(r.ID, map[string]any{"answer": 42})
+			c.Drop()
+		}))
+		c := dial(t, srv, holdWrite)
+		raw, err := c.Request(testCtx(t), "health", nil)
+		require.NoError(t, err, "the response arrived before the connection ended")
+		assert.JSONEq(t, `{"answer":42}`, string(raw))
+		<-c.Done()
+		assert.ErrorIs(t, c.Err(), gateway.ErrClosed)
+	})
 }

@@ -7,17 +7,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
-// Sentinel errors. Everything the client returns wraps one of these (or a port
-// sentinel) so callers can branch with errors.Is.
+// Sentinel errors. Everything the client returns wraps one of these (or an
+// errdefs sentinel) so callers can branch with errors.Is.
 var (
 	// ErrClosed reports a call on, or interrupted by, a closed or dead connection.
-	// It is port.ErrClosed, so errors.Is works with either name.
-	ErrClosed = port.ErrClosed
+	// It is errdefs.ErrClosed (and so port.ErrClosed), so errors.Is works with
+	// any of the names.
+	ErrClosed = errdefs.ErrClosed
 	// ErrAuth reports a gateway that refused the credentials (wrong, missing or
-	// rate-limited token). The *GatewayError in the chain has the gateway's detail code,
+	// rate-limited token). The *Error in the chain has the gateway's detail code,
 	// e.g. AUTH_TOKEN_MISMATCH.
 	ErrAuth = errors.New("gateway authentication failed")
 	// ErrProtocolMismatch reports a gateway that speaks none of the protocol versions
@@ -34,6 +35,11 @@ var (
 	// ErrRunFailed reports an agent run that ended with status "error" without a
 	// structured gateway error.
 	ErrRunFailed = errors.New("agent run failed")
+	// ErrConfigChanged reports a config write refused because the config changed
+	// since the ConfigGet its base hash came from (or the hash was missing): read
+	// the config again and retry. The *Error in the chain has the gateway's
+	// message.
+	ErrConfigChanged = errors.New("gateway config changed since it was read")
 )
 
 // Error codes the gateway puts in ErrorShape.code.
@@ -54,11 +60,12 @@ const (
 	DetailProtocolMismatch  = "PROTOCOL_MISMATCH"
 )
 
-// GatewayError is an error the gateway returned in a response frame. Retrieve it
-// with errors.As. It matches ErrAuth (detail codes AUTH_*), ErrProtocolMismatch,
-// port.ErrUnavailable (code UNAVAILABLE) and port.ErrTimeout (code AGENT_TIMEOUT)
-// under errors.Is.
-type GatewayError struct {
+// Error is an error the gateway returned in a response frame. Retrieve it with
+// errors.As. It matches ErrAuth (detail codes AUTH_*), ErrProtocolMismatch,
+// ErrConfigChanged (a config write to re-read and retry),
+// errdefs.ErrUnavailable (code UNAVAILABLE) and errdefs.ErrTimeout (code
+// AGENT_TIMEOUT) under errors.Is.
+type Error struct {
 	// Method is the request method that failed, e.g. "connect" or "agent".
 	Method string
 	// Code is the gateway's error code, e.g. "INVALID_REQUEST" or "UNAVAILABLE".
@@ -77,7 +84,7 @@ type GatewayError struct {
 }
 
 // Error implements error.
-func (e *GatewayError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("gateway")
 	if e.Method != "" {
@@ -101,27 +108,31 @@ func (e *GatewayError) Error() string {
 	return b.String()
 }
 
-// Is reports whether the error belongs to one of the package (or port) sentinels.
-func (e *GatewayError) Is(target error) bool {
+// Is reports whether the error belongs to one of the package (or errdefs) sentinels.
+func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrAuth:
 		return strings.HasPrefix(e.DetailCode, "AUTH_") || e.Code == CodeNotPaired
 	case ErrProtocolMismatch:
 		return e.DetailCode == DetailProtocolMismatch
-	case port.ErrUnavailable:
+	case ErrConfigChanged:
+		// The gateway's wording for every refusal that a fresh config.get cures.
+		return strings.HasPrefix(e.Method, "config.") && e.Code == CodeInvalidRequest &&
+			strings.Contains(e.Message, "re-run config.get")
+	case errdefs.ErrUnavailable:
 		return e.Code == CodeUnavailable
-	case port.ErrTimeout:
+	case errdefs.ErrTimeout:
 		return e.Code == CodeAgentTimeout
 	}
 	return false
 }
 
-// newGatewayError converts a wire error shape into a *GatewayError.
-func newGatewayError(method string, s *errorShape) *GatewayError {
+// newError converts a wire error shape into an *Error.
+func newError(method string, s *errorShape) *Error {
 	if s == nil {
-		return &GatewayError{Method: method, Code: "UNKNOWN", Message: "gateway reported failure without an error"}
+		return &Error{Method: method, Code: "UNKNOWN", Message: "gateway reported failure without an error"}
 	}
-	e := &GatewayError{
+	e := &Error{
 		Method:    method,
 		Code:      s.Code,
 		Message:   s.Message,

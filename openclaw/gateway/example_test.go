@@ -3,6 +3,9 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
@@ -59,4 +62,39 @@ func ExampleDial() {
 	)
 	fmt.Println(err != nil)
 	// Output: true
+}
+
+// ExampleWithDialContext reaches a gateway that listens on a unix socket: the
+// dial function decides where the bytes go, the URL's host only names the
+// gateway.
+func ExampleWithDialContext() {
+	dir, err := os.MkdirTemp("", "gw")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "gateway.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv := gatewaytest.NewServer(gatewaytest.WithListener(ln), gatewaytest.WithToken("example-token"))
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := gateway.Dial(ctx, "ws://openclaw-gateway", gateway.WithToken("example-token"),
+		gateway.WithDialContext(func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}))
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+	fmt.Println(c.Hello().Protocol)
+	// Output: 4
 }

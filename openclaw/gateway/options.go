@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"context"
+	"crypto/tls"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // Defaults.
@@ -38,11 +41,14 @@ type config struct {
 	scopes       []string
 	logger       *slog.Logger
 	readLimit    int64
-	dialer       *websocket.Dialer
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	tlsConfig    *tls.Config
 	attempts     int
 	backoff      time.Duration
 	liveness     time.Duration
 	writeTimeout time.Duration
+
+	afterWrite func(*Client) // test hook: runs after each data frame is written
 }
 
 func defaultConfig() config {
@@ -56,7 +62,6 @@ func defaultConfig() config {
 		role:         DefaultRole,
 		scopes:       DefaultScopes,
 		logger:       slog.New(slog.DiscardHandler),
-		dialer:       websocket.DefaultDialer,
 		attempts:     3,
 		backoff:      250 * time.Millisecond,
 		writeTimeout: defaultWriteTimeout,
@@ -64,14 +69,14 @@ func defaultConfig() config {
 }
 
 // Option configures Dial. Options validate their input and return an error
-// wrapping port.ErrInvalidSpec when it is unusable.
+// wrapping errdefs.ErrInvalidSpec when it is unusable.
 type Option func(*config) error
 
 // WithToken sets the shared gateway token sent as auth.token.
 func WithToken(token string) Option {
 	return func(c *config) error {
 		if strings.TrimSpace(token) != token || token == "" {
-			return port.Invalidf("gateway token must be non-empty without surrounding whitespace")
+			return errdefs.Invalidf("gateway token must be non-empty without surrounding whitespace")
 		}
 		c.token = token
 		return nil
@@ -85,7 +90,7 @@ func WithClientInfo(id, version, platform, mode string) Option {
 	return func(c *config) error {
 		for _, f := range []struct{ name, v string }{{"id", id}, {"version", version}, {"platform", platform}, {"mode", mode}} {
 			if strings.TrimSpace(f.v) != f.v {
-				return port.Invalidf("client %s %q has surrounding whitespace", f.name, f.v)
+				return errdefs.Invalidf("client %s %q has surrounding whitespace", f.name, f.v)
 			}
 		}
 		if id != "" {
@@ -108,7 +113,7 @@ func WithClientInfo(id, version, platform, mode string) Option {
 func WithRole(role string) Option {
 	return func(c *config) error {
 		if role == "" || strings.TrimSpace(role) != role {
-			return port.Invalidf("role %q", role)
+			return errdefs.Invalidf("role %q", role)
 		}
 		c.role = role
 		return nil
@@ -120,7 +125,7 @@ func WithScopes(scopes ...string) Option {
 	return func(c *config) error {
 		for _, s := range scopes {
 			if s == "" || strings.TrimSpace(s) != s {
-				return port.Invalidf("scope %q", s)
+				return errdefs.Invalidf("scope %q", s)
 			}
 		}
 		c.scopes = append([]string(nil), scopes...)
@@ -132,7 +137,7 @@ func WithScopes(scopes ...string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return port.Invalidf("nil logger")
+			return errdefs.Invalidf("nil logger")
 		}
 		c.logger = l
 		return nil
@@ -144,20 +149,36 @@ func WithLogger(l *slog.Logger) Option {
 func WithReadLimit(n int64) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return port.Invalidf("read limit %d must be positive", n)
+			return errdefs.Invalidf("read limit %d must be positive", n)
 		}
 		c.readLimit = n
 		return nil
 	}
 }
 
-// WithDialer sets the WebSocket dialer (default websocket.DefaultDialer).
-func WithDialer(d *websocket.Dialer) Option {
+// WithDialContext makes Dial open its connections with dial instead of a TCP
+// dial to the URL's host, for example to reach a gateway through a unix socket
+// or another network namespace. The URL's host still names the gateway (Host
+// header, TLS server name), and proxy environment variables are not consulted:
+// dial decides where the bytes go.
+func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
 	return func(c *config) error {
-		if d == nil {
-			return port.Invalidf("nil dialer")
+		if dial == nil {
+			return errdefs.Invalidf("nil dial function")
 		}
-		c.dialer = d
+		c.dial = dial
+		return nil
+	}
+}
+
+// WithTLSConfig sets the TLS configuration for wss:// URLs (default: the
+// system roots, the URL's host as server name). The config is cloned.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *config) error {
+		if cfg == nil {
+			return errdefs.Invalidf("nil TLS config")
+		}
+		c.tlsConfig = cfg.Clone()
 		return nil
 	}
 }
@@ -170,7 +191,7 @@ func WithDialer(d *websocket.Dialer) Option {
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(c *config) error {
 		if attempts < 1 || backoff < 0 {
-			return port.Invalidf("retry attempts %d / backoff %s", attempts, backoff)
+			return errdefs.Invalidf("retry attempts %d / backoff %s", attempts, backoff)
 		}
 		c.attempts, c.backoff = attempts, backoff
 		return nil
@@ -183,7 +204,7 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 func WithLivenessTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalidf("liveness timeout %s must be positive", d)
+			return errdefs.Invalidf("liveness timeout %s must be positive", d)
 		}
 		c.liveness = d
 		return nil
@@ -194,9 +215,24 @@ func WithLivenessTimeout(d time.Duration) Option {
 func WithWriteTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return port.Invalidf("write timeout %s must be positive", d)
+			return errdefs.Invalidf("write timeout %s must be positive", d)
 		}
 		c.writeTimeout = d
 		return nil
 	}
+}
+
+// wsDialer returns the WebSocket dialer for cfg: gorilla's default (proxy from
+// the environment, 45s handshake timeout) with the dial function and TLS config
+// of the options.
+func (c *config) wsDialer() *websocket.Dialer {
+	d := *websocket.DefaultDialer
+	if c.dial != nil {
+		d.NetDialContext = c.dial
+		d.Proxy = nil
+	}
+	if c.tlsConfig != nil {
+		d.TLSClientConfig = c.tlsConfig
+	}
+	return &d
 }

@@ -89,7 +89,7 @@ func TestRealGateway(t *testing.T) {
 	t.Run("wrong token", func(t *testing.T) {
 		_, err := gateway.Dial(ctx, gw.URL, gateway.WithToken("not-the-token"))
 		require.ErrorIs(t, err, gateway.ErrAuth)
-		var ge *gateway.GatewayError
+		var ge *gateway.Error
 		require.ErrorAs(t, err, &ge)
 		assert.Equal(t, gateway.DetailAuthTokenMismatch, ge.DetailCode)
 	})

@@ -158,9 +158,7 @@ func assistantMessage(text string) map[string]any {
 	return map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": text}}}
 }
 
-// EchoAgent is the default handler: it answers agent requests by streaming the
-// message back word by word and finishing with "echo: <message>"; it answers
-// chat.abort, sessions.patch and agent.wait plausibly and refuses other methods.
+// EchoAgent is the default handler: it answers every request with Serve.
 func EchoAgent(c *Conn) {
 	ctx := context.Background()
 	for {
@@ -168,54 +166,73 @@ func EchoAgent(c *Conn) {
 		if err != nil {
 			return
 		}
-		switch req.Method {
-		case "agent":
-			run, err := c.Accept(req)
-			if err != nil {
-				continue
-			}
-			for _, w := range strings.Fields(run.Params.Message) {
-				run.Delta(w + " ")
-			}
-			run.ChatFinal()
-			_ = run.Finish("ok", "echo: "+run.Params.Message)
-		case "chat.abort":
-			var p struct {
-				RunID string `json:"runId"`
-			}
-			_ = req.Decode(&p)
-			ids := []string{}
-			if p.RunID != "" {
-				ids = append(ids, p.RunID)
-			}
-			_ = c.Reply(req.ID, map[string]any{"ok": true, "aborted": p.RunID != "", "runIds": ids})
-		case "sessions.patch":
-			var p struct {
-				Key   string  `json:"key"`
-				Model *string `json:"model"`
-			}
-			if err := req.Decode(&p); err != nil || p.Key == "" {
-				_ = c.ReplyError(req.ID, Error{Code: "INVALID_REQUEST", Message: "invalid sessions.patch params"}, nil)
-				continue
-			}
-			provider, model := "fake", "fake-model"
-			if p.Model != nil {
-				if a, b, ok := strings.Cut(*p.Model, "/"); ok {
-					provider, model = a, b
-				} else {
-					model = *p.Model
-				}
-			}
-			_ = c.Reply(req.ID, map[string]any{"ok": true, "key": CanonicalKey("", p.Key),
-				"resolved": map[string]any{"modelProvider": provider, "model": model}})
-		case "agent.wait":
-			var p struct {
-				RunID string `json:"runId"`
-			}
-			_ = req.Decode(&p)
-			_ = c.Reply(req.ID, map[string]any{"runId": p.RunID, "status": "ok", "startedAt": 1, "endedAt": 2})
-		default:
-			_ = c.ReplyError(req.ID, Error{Code: "INVALID_REQUEST", Message: "unknown method: " + req.Method}, nil)
+		c.Serve(req)
+	}
+}
+
+// Serve answers one request the way EchoAgent does, for handlers that script
+// some requests and leave the rest to the double: agent streams the message
+// back word by word and finishes with "echo: <message>"; chat.abort and
+// agent.wait answer plausibly; sessions.patch resolves the model (refusing a
+// provider or model the double's config does not list, when it lists any);
+// config.get and config.patch serve the double's config (see WithConfig);
+// other methods are refused.
+func (c *Conn) Serve(req Request) {
+	switch req.Method {
+	case "agent":
+		run, err := c.Accept(req)
+		if err != nil {
+			return
 		}
+		for _, w := range strings.Fields(run.Params.Message) {
+			run.Delta(w + " ")
+		}
+		run.ChatFinal()
+		_ = run.Finish("ok", "echo: "+run.Params.Message)
+	case "chat.abort":
+		var p struct {
+			RunID string `json:"runId"`
+		}
+		_ = req.Decode(&p)
+		ids := []string{}
+		if p.RunID != "" {
+			ids = append(ids, p.RunID)
+		}
+		_ = c.Reply(req.ID, map[string]any{"ok": true, "aborted": p.RunID != "", "runIds": ids})
+	case "sessions.patch":
+		var p struct {
+			Key   string  `json:"key"`
+			Model *string `json:"model"`
+		}
+		if err := req.Decode(&p); err != nil || p.Key == "" {
+			_ = c.ReplyError(req.ID, Error{Code: "INVALID_REQUEST", Message: "invalid sessions.patch params"}, nil)
+			return
+		}
+		provider, model := "fake", "fake-model"
+		if p.Model != nil {
+			if a, b, ok := strings.Cut(*p.Model, "/"); ok {
+				provider, model = a, b
+			} else {
+				model = *p.Model
+			}
+			if !c.s.modelListed(provider, model) {
+				_ = c.ReplyError(req.ID, Error{Code: "INVALID_REQUEST", Message: "model not allowed: " + *p.Model}, nil)
+				return
+			}
+		}
+		_ = c.Reply(req.ID, map[string]any{"ok": true, "key": CanonicalKey("", p.Key),
+			"resolved": map[string]any{"modelProvider": provider, "model": model}})
+	case "agent.wait":
+		var p struct {
+			RunID string `json:"runId"`
+		}
+		_ = req.Decode(&p)
+		_ = c.Reply(req.ID, map[string]any{"runId": p.RunID, "status": "ok", "startedAt": 1, "endedAt": 2})
+	case "config.get":
+		_ = c.Reply(req.ID, c.s.configSnapshot())
+	case "config.patch":
+		c.s.configPatch(c, req)
+	default:
+		_ = c.ReplyError(req.ID, Error{Code: "INVALID_REQUEST", Message: "unknown method: " + req.Method}, nil)
 	}
 }

@@ -3,13 +3,18 @@
 // performs the real handshake (challenge, connect validation, token check,
 // hello-ok) and hands each accepted connection to a handler that scripts the
 // rest: responses in any order, broadcast events for other sessions, malformed
-// or oversized frames, closing mid-run.
+// or oversized frames, closing mid-run. The default handler (EchoAgent, one
+// request at a time through Conn.Serve) answers agent runs, chat.abort,
+// agent.wait and sessions.patch, and serves a config through config.get and
+// config.patch (WithConfig). WithListener serves on any listener, such as a
+// unix socket.
 //
 // It follows the gateway's observable behaviour: connect and agent parameters
 // are closed schemas (unknown keys are refused with INVALID_REQUEST), a wrong
 // token gets ok:false with details.code AUTH_TOKEN_MISMATCH and close 1008, a
 // client whose protocol range excludes the server's gets PROTOCOL_MISMATCH, and
-// a starting gateway answers UNAVAILABLE with retryAfterMs and closes.
+// a starting gateway answers UNAVAILABLE with retryAfterMs and closes, and
+// config.patch needs the hash of the config it changes.
 package gatewaytest
 
 import (
@@ -19,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,7 +41,9 @@ const ProtocolVersion = 4
 // Server is a running gateway double. Create it with NewServer and stop it
 // with Close.
 type Server struct {
-	// URL is the ws:// address clients dial.
+	// URL is the ws:// address clients dial. With WithListener on a listener
+	// that is not TCP it is "ws://gatewaytest.invalid": clients reach the server
+	// with a dial function of their own.
 	URL string
 
 	token         string
@@ -49,6 +57,12 @@ type Server struct {
 	agentIDs      map[string]bool
 	methods       []string
 	serverVersion string
+	listener      net.Listener
+
+	cfgMu     sync.Mutex
+	config    map[string]any
+	cfgHash   string
+	cfgWrites int
 
 	hs       *httptest.Server
 	upgrader websocket.Upgrader
@@ -92,7 +106,11 @@ func WithMaxPayload(n int64) Option { return func(s *Server) { s.maxPayload = n 
 // for it.
 func WithHandler(h func(*Conn)) Option { return func(s *Server) { s.handler = h } }
 
-// NewServer starts a gateway double on a loopback port.
+// WithListener makes the server accept connections on ln, for example a unix
+// socket, instead of on a new loopback TCP port. Close closes ln.
+func WithListener(ln net.Listener) Option { return func(s *Server) { s.listener = ln } }
+
+// NewServer starts a gateway double on a loopback port (or WithListener's listener).
 func NewServer(opts ...Option) *Server {
 	s := &Server{
 		protocol:      ProtocolVersion,
@@ -103,15 +121,28 @@ func NewServer(opts ...Option) *Server {
 		handler:       EchoAgent,
 		agentIDs:      map[string]bool{"main": true},
 		serverVersion: "gatewaytest",
-		methods:       []string{"agent", "agent.wait", "chat.abort", "sessions.patch", "health"},
+		methods:       []string{"agent", "agent.wait", "chat.abort", "sessions.patch", "config.get", "config.patch", "health"},
 		conns:         map[*Conn]struct{}{},
+		config:        map[string]any{},
 	}
 	for _, o := range opts {
 		o(s)
 	}
+	s.cfgHash = hashConfig(s.config)
 	s.upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
-	s.hs = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
-	s.URL = "ws" + strings.TrimPrefix(s.hs.URL, "http")
+	if s.listener == nil {
+		s.hs = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+		s.URL = "ws" + strings.TrimPrefix(s.hs.URL, "http")
+		return s
+	}
+	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	_ = s.hs.Listener.Close()
+	s.hs.Listener = s.listener
+	s.hs.Start()
+	s.URL = "ws://gatewaytest.invalid"
+	if _, tcp := s.listener.Addr().(*net.TCPAddr); tcp {
+		s.URL = "ws://" + s.listener.Addr().String()
+	}
 	return s
 }
 
@@ -316,6 +347,8 @@ var (
 		"chat.abort":     set("sessionKey", "agentId", "runId", "preserveSideRuns"),
 		"sessions.patch": set("key", "agentId", "model", "thinkingLevel", "label", "expectedSessionId"),
 		"agent.wait":     set("runId", "timeoutMs"),
+		"config.get":     set(),
+		"config.patch":   set("raw", "baseHash", "sessionKey", "deliveryContext", "note", "restartDelayMs", "replacePaths"),
 	}
 )
 
@@ -410,8 +443,9 @@ type Conn struct {
 }
 
 // Next returns the next request from the client. Requests to agent, chat.abort,
-// sessions.patch and agent.wait whose params carry unknown keys are answered
-// with INVALID_REQUEST here and skipped, as the gateway's closed schemas do.
+// sessions.patch, agent.wait, config.get and config.patch whose params carry
+// unknown keys are answered with INVALID_REQUEST here and skipped, as the
+// gateway's closed schemas do.
 func (c *Conn) Next(ctx context.Context) (Request, error) {
 	for {
 		select {

@@ -1,0 +1,155 @@
+package billing_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsandbox/sandbox/openclaw"
+	"github.com/agentsandbox/sandbox/openclaw/billing"
+	"github.com/agentsandbox/sandbox/openclaw/gateway"
+	"github.com/agentsandbox/sandbox/openclaw/gateway/gatewaytest"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+const prepRouterURL = "http://127.0.0.1:4100"
+
+var prepModel = openclaw.Model{ID: "gpt-4o-mini", ContextWindow: 32000, MaxTokens: 1024}
+
+// prepFixture is a gateway double whose config has the default provider, a client
+// to it, a router (never served: Prepare only needs its tokens) and a Preparer.
+type prepFixture struct {
+	srv  *gatewaytest.Server
+	c    *gateway.Client
+	r    *billing.Router
+	prep *billing.Preparer
+}
+
+func newPrepFixture(t *testing.T, opts ...gatewaytest.Option) *prepFixture {
+	t.Helper()
+	def, err := openclaw.ProviderEntry(prepRouterURL+"/v1", prepModel)
+	require.NoError(t, err)
+	srv := gatewaytest.NewServer(append([]gatewaytest.Option{gatewaytest.WithConfig(map[string]any{
+		"models": map[string]any{"providers": map[string]any{"unattributed": def}},
+	})}, opts...)...)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	c, err := gateway.Dial(ctx, srv.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	r, err := billing.NewRouter("http://127.0.0.1:4000", "sk-test")
+	require.NoError(t, err)
+	prep, err := billing.NewPreparer(c, prepRouterURL, []openclaw.Model{prepModel})
+	require.NoError(t, err)
+	return &prepFixture{srv: srv, c: c, r: r, prep: prep}
+}
+
+func (f *prepFixture) register(t *testing.T, runID string) *billing.Registration {
+	t.Helper()
+	reg, err := f.r.Register(billing.Run{RunID: runID, Attribution: port.Attribution{BillingAccountID: "acct-" + runID}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = reg.Stop(context.Background()) })
+	return reg
+}
+
+func (f *prepFixture) providers() map[string]any {
+	m, _ := f.srv.Config()["models"].(map[string]any)
+	p, _ := m["providers"].(map[string]any)
+	return p
+}
+
+func prepCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestPrepareAndRelease: the provider the gateway gets is exactly openclaw's
+// builder output for the run's path, the session points at it, and Release
+// takes both back.
+func TestPrepareAndRelease(t *testing.T) {
+	f := newPrepFixture(t)
+	ctx := prepCtx(t)
+	reg := f.register(t, "run-1")
+
+	sess, err := f.prep.Prepare(ctx, reg, "Billing-1", prepModel.ID)
+	require.NoError(t, err)
+	name := f.prep.ProviderName(reg)
+	assert.True(t, strings.HasPrefix(name, billing.DefaultProviderPrefix))
+	assert.NotContains(t, name, reg.Token())
+	assert.Equal(t, "agent:main:billing-1", sess.Key)
+	assert.Equal(t, name+"/"+prepModel.ID, sess.ModelRef)
+	assert.Equal(t, "run-1", sess.RunID)
+
+	want, err := openclaw.ProviderEntry(reg.BaseURL(prepRouterURL), prepModel)
+	require.NoError(t, err)
+	wantJSON, _ := json.Marshal(want)
+	gotJSON, _ := json.Marshal(f.providers()[name])
+	assert.JSONEq(t, string(wantJSON), string(gotJSON))
+	assert.Contains(t, string(gotJSON), `"apiKey":"`+openclaw.PlaceholderAPIKey+`"`)
+	assert.Contains(t, string(gotJSON), "/r/"+reg.Token()+"/v1", "the provider's baseUrl is the run's path")
+	assert.Contains(t, f.providers(), "unattributed", "the patch merges; other providers stay")
+
+	require.NoError(t, f.prep.Release(ctx, sess))
+	assert.NotContains(t, f.providers(), name)
+	assert.Contains(t, f.providers(), "unattributed")
+	assert.Empty(t, f.prep.Pending())
+	assert.Equal(t, 2, f.srv.ConfigWrites(), "one write to add, one to remove")
+}
+
+// TestPrepareRetriesAfterAConcurrentWrite: another writer changes the config
+// between the Preparer's config.get and its config.patch; the Preparer reads
+// again and its provider lands next to the other writer's change.
+func TestPrepareRetriesAfterAConcurrentWrite(t *testing.T) {
+	var srv *gatewaytest.Server
+	interfered := false
+	f := newPrepFixture(t, gatewaytest.WithHandler(func(c *gatewaytest.Conn) {
+		for {
+			req, err := c.Next(context.Background())
+			if err != nil {
+				return
+			}
+			if req.Method == "config.patch" && !interfered {
+				interfered = true
+				srv.PatchConfig(map[string]any{"ui": map[string]any{"seamColor": "#000000"}})
+			}
+			c.Serve(req)
+		}
+	}))
+	srv = f.srv
+	ctx := prepCtx(t)
+	reg := f.register(t, "run-2")
+	sess, err := f.prep.Prepare(ctx, reg, "s2", prepModel.ID)
+	require.NoError(t, err)
+	assert.True(t, interfered)
+	assert.Contains(t, f.providers(), sess.Provider)
+	assert.Contains(t, f.srv.Config(), "ui", "the other writer's change survives")
+	assert.Equal(t, 1, f.srv.ConfigWrites())
+}
+
+func TestPrepareRejectsUnknownModelWithoutWriting(t *testing.T) {
+	f := newPrepFixture(t)
+	reg := f.register(t, "run-3")
+	_, err := f.prep.Prepare(prepCtx(t), reg, "s3", "not-offered")
+	assert.ErrorIs(t, err, port.ErrInvalidSpec)
+	assert.Zero(t, f.srv.ConfigWrites())
+}
+
+// TestOutboundHeadersOnUpstream: the double refuses outboundHeaders as upstream
+// OpenClaw does, so the probe says no and PrepareHeaders is unsupported.
+func TestOutboundHeadersOnUpstream(t *testing.T) {
+	f := newPrepFixture(t)
+	ctx := prepCtx(t)
+	ok, err := billing.ProbeOutboundHeaders(ctx, f.c, "probe")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	reg := f.register(t, "run-4")
+	_, err = f.prep.PrepareHeaders(ctx, reg, "s4", "unattributed/"+prepModel.ID)
+	assert.ErrorIs(t, err, port.ErrUnsupported)
+}
