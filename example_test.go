@@ -21,7 +21,7 @@ func ExampleSandbox_Run() {
 	if err != nil {
 		panic(err)
 	}
-	proxies, err := inproc.New(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
+	proxies, err := inproc.NewManager(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
 	if err != nil {
 		panic(err)
 	}
@@ -71,7 +71,7 @@ func ExampleSandbox_Run_openClaw() {
 	if err != nil {
 		panic(err)
 	}
-	proxies, err := inproc.New(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
+	proxies, err := inproc.NewManager(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
 	if err != nil {
 		panic(err)
 	}

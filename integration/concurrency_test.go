@@ -38,7 +38,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 			defer fake.Close()
 			base, _ := os.MkdirTemp("", "conc")
 			defer os.RemoveAll(base)
-			pm, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("conc"), inproc.WithSandboxUID(1001))
+			pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("conc"), inproc.WithSandboxUID(1001))
 			if err != nil {
 				b.Fatal(err)
 			}

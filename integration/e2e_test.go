@@ -46,7 +46,7 @@ func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	proxies, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
+	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func inprocHarness(t *testing.T) (*inproc.Manager, func(context.Context, string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	m, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("porttest"), inproc.WithSandboxUID(1001))
+	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("porttest"), inproc.WithSandboxUID(1001))
 	if err != nil {
 		t.Fatal(err)
 	}

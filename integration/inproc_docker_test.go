@@ -61,7 +61,7 @@ func TestDockerSandboxReachesProxy(t *testing.T) {
 	base, err := os.MkdirTemp("", "e2e")
 	require.NoError(t, err)
 	defer os.RemoveAll(base)
-	m, err := inproc.New(inproc.WithBaseDir(base), inproc.WithSandboxUID(1001))
+	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithSandboxUID(1001))
 	require.NoError(t, err)
 	defer m.Shutdown(context.Background())
 	p, err := m.StartProxy(ctx, port.ProxySpec{

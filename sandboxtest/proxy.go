@@ -75,7 +75,7 @@ type upstream struct {
 }
 
 func newUpstream(t *testing.T, opts ...litellmtest.Option) *upstream {
-	fake, err := litellmtest.New(opts...)
+	fake, err := litellmtest.NewUnstartedServer(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 			b.Fatal(err)
 		}
 		defer os.RemoveAll(base)
-		if pm, err = inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("bench")); err != nil {
+		if pm, err = inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench")); err != nil {
 			b.Fatal(err)
 		}
 		defer pm.Shutdown(context.Background())

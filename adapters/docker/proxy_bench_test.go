@@ -49,7 +49,7 @@ func setupProxies(b *testing.B) *proxyTargets {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(base) })
-	im, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
+	im, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func BenchmarkProxyStartup(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	im, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
+	im, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -285,7 +285,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	up.setRoute(sseUpstreamRoute(3))
 	base := shortTempDir(t)
 	before := runtime.NumGoroutine()
-	m, err := New(WithBaseDir(base))
+	m, err := NewManager(WithBaseDir(base))
 	require.NoError(t, err)
 	for i := range 3 {
 		p := start(t, m, testSpec(fmt.Sprintf("leak-%d", i), up.URL))

@@ -31,7 +31,7 @@ func ExampleManager() {
 		panic(err)
 	}
 	defer os.RemoveAll(base)
-	m, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("example"))
+	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("example"))
 	if err != nil {
 		panic(err)
 	}

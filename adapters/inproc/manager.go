@@ -42,9 +42,9 @@ var (
 	_ port.Proxy        = (*Proxy)(nil)
 )
 
-// New returns a Manager. It does no I/O: directories are made by Start. Errors wrap
+// NewManager returns a Manager. It does no I/O: directories are made by Start. Errors wrap
 // port.ErrInvalidSpec (or port.ErrUnsupported, see WithSandboxUID).
-func New(opts ...Option) (*Manager, error) {
+func NewManager(opts ...Option) (*Manager, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o == nil {

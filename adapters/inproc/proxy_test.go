@@ -99,7 +99,7 @@ func testSpec(runID, upstreamURL string) port.ProxySpec {
 // the end of the test.
 func newManager(t testing.TB, opts ...Option) (*Manager, string) {
 	base := shortTempDir(t)
-	m, err := New(append([]Option{WithBaseDir(base), WithOwner("test")}, opts...)...)
+	m, err := NewManager(append([]Option{WithBaseDir(base), WithOwner("test")}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
 	return m, base
@@ -540,7 +540,7 @@ func TestBadSpecsCreateNothing(t *testing.T) {
 		"reserved label":     func(s *port.ProxySpec) { s.Labels = map[string]string{port.LabelOwner: "x"} },
 	}
 	base := shortTempDir(t)
-	m, err := New(WithBaseDir(filepath.Join(base, "sub")))
+	m, err := NewManager(WithBaseDir(filepath.Join(base, "sub")))
 	require.NoError(t, err)
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -570,7 +570,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
-			m, err := New(o)
+			m, err := NewManager(o)
 			assert.Nil(t, m)
 			assert.ErrorIs(t, err, port.ErrInvalidSpec)
 		})
@@ -580,7 +580,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 func TestUnsafeBaseDirIsRefused(t *testing.T) {
 	base := shortTempDir(t)
 	require.NoError(t, os.Chmod(base, 0o777))
-	m, err := New(WithBaseDir(base))
+	m, err := NewManager(WithBaseDir(base))
 	require.NoError(t, err)
 	_, err = m.Start(context.Background(), testSpec("run-x", "http://127.0.0.1:1"))
 	require.ErrorIs(t, err, port.ErrInternal)

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // without cleaning up, like a host process killed mid-run.
 func crashHelper(arg string) int {
 	parts := strings.Split(arg, "|")
-	m, err := New(WithBaseDir(parts[0]), WithOwner(parts[1]))
+	m, err := NewManager(WithBaseDir(parts[0]), WithOwner(parts[1]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -71,11 +71,11 @@ func TestSweepRemovesWhatADeadProcessLeft(t *testing.T) {
 	up := newUpstream(t)
 	// A proxy of another live host process with the same owner (modelled by a second
 	// manager), and one of the sweeping manager itself.
-	live, err := New(WithBaseDir(base), WithOwner("host1"))
+	live, err := NewManager(WithBaseDir(base), WithOwner("host1"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = live.Shutdown(context.Background()) })
 	liveP := start(t, live, testSpec("live-1", up.URL))
-	m, err := New(WithBaseDir(base), WithOwner("host1"))
+	m, err := NewManager(WithBaseDir(base), WithOwner("host1"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
 	own := start(t, m, testSpec("own-1", up.URL))

@@ -115,7 +115,7 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		return fmt.Errorf("unknown runtime %q", runtime)
 	}
 
-	proxies, err := inproc.New(inproc.WithOwner("quickstart"), inproc.WithSandboxUID(1001), inproc.WithLogger(logger))
+	proxies, err := inproc.NewManager(inproc.WithOwner("quickstart"), inproc.WithSandboxUID(1001), inproc.WithLogger(logger))
 	if err != nil {
 		return err
 	}

@@ -258,9 +258,10 @@ func (r RecordedRequest) Query() url.Values {
 	return q
 }
 
-// New returns a fake that is not yet serving; use Serve or Handler. Errors come from
+// NewUnstartedServer returns a fake that is not yet serving (use Serve or Handler), like
+// httptest.NewUnstartedServer. Errors come from
 // invalid options.
-func New(opts ...Option) (*Server, error) {
+func NewUnstartedServer(opts ...Option) (*Server, error) {
 	cfg := config{masterKey: DefaultMasterKey, models: DefaultModels, reply: DefaultReply, now: time.Now, version: "1.75.0"}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -288,7 +289,7 @@ func New(opts ...Option) (*Server, error) {
 // NewServer starts a fake on a random loopback port. It panics if an option is
 // invalid or no port can be had, like httptest.NewServer.
 func NewServer(opts ...Option) *Server {
-	s, err := New(opts...)
+	s, err := NewUnstartedServer(opts...)
 	if err != nil {
 		panic(err)
 	}
