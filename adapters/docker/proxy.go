@@ -58,7 +58,9 @@ var ErrAuditTruncated = errors.New("audit truncated")
 // ErrAuditTruncated.
 //
 // nginx cannot count calls, so a ProxySpec with a Budget is refused with
-// port.ErrUnsupported; use the in-process proxy (adapters/inproc) for budgets.
+// port.ErrUnsupported; use the in-process proxy (adapters/inproc) for budgets. It
+// cannot read bodies either: Start refuses unless the manager was made with
+// WithUnfilteredBodies.
 type ProxyManager struct {
 	cfg config
 }
@@ -113,6 +115,9 @@ type nginxProxy struct {
 func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.Proxy, err error) {
 	if spec.Budget != (port.Budget{}) {
 		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot enforce a call or token budget; use the in-process proxy", port.ErrUnsupported))
+	}
+	if !m.cfg.proxy.unfilteredBodies {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot filter request bodies (fields such as user or metadata would reach LiteLLM as the agent wrote them); use the in-process proxy, or acknowledge with WithUnfilteredBodies", port.ErrUnsupported))
 	}
 	if err := port.ValidateLabels(spec.Labels); err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)

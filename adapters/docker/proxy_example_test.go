@@ -16,6 +16,7 @@ func ExampleNewProxyManager() {
 		docker.WithOwner("my-service"),
 		docker.WithProxyImage("nginx:alpine"),
 		docker.WithMaxAuditRecords(1000),
+		docker.WithUnfilteredBodies(), // nginx cannot filter bodies: acknowledged
 	)
 	if err != nil {
 		panic(err)

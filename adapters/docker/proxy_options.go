@@ -25,6 +25,9 @@ type proxyConfig struct {
 	readyTimeout time.Duration
 	// maxAuditRecords bounds the forwarded calls a proxy's audit keeps.
 	maxAuditRecords int
+	// unfilteredBodies is the caller's acknowledgement that nginx forwards request
+	// bodies as the agent wrote them.
+	unfilteredBodies bool
 }
 
 // WithProxyImage sets the nginx image (default "nginx:alpine"). The image must have
@@ -84,6 +87,22 @@ func WithMaxAuditRecords(n int) ProxyOption {
 			return port.Invalidf("max audit records %d is not positive", n)
 		}
 		c.proxy.maxAuditRecords = n
+		return nil
+	}
+}
+
+// WithUnfilteredBodies acknowledges what the nginx proxy cannot do: read request
+// bodies. The in-process proxy keeps an allowlist of body keys per route and sets the
+// billing account as the body's user; nginx forwards the body as the agent wrote it,
+// so fields such as user, metadata, api_base or mock_response reach LiteLLM, and
+// depending on its version may move attribution or routing (see proxyconf.Routes).
+// Headers, routes and the key are still ours. Without this option Start refuses with
+// port.ErrUnsupported; give it only where LiteLLM itself is trusted to ignore such
+// fields (a virtual key restricted to LLM routes, a version that reads the end-user
+// header first), or use the in-process proxy.
+func WithUnfilteredBodies() ProxyOption {
+	return func(c *config) error {
+		c.proxy.unfilteredBodies = true
 		return nil
 	}
 }

@@ -53,7 +53,7 @@ func proxyEnv(t testing.TB, owner string, extra ...ProxyOption) (*ProxyManager, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	m, err := NewProxyManager(append([]ProxyOption{WithClient(cli), WithOwner(owner), WithProxyImage(nginxImage.ref), WithProxyBaseDir(base)}, extra...)...)
+	m, err := NewProxyManager(append([]ProxyOption{WithClient(cli), WithOwner(owner), WithProxyImage(nginxImage.ref), WithProxyBaseDir(base), WithUnfilteredBodies()}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,4 +250,26 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestProxyRefusesUnfilteredBodiesUnlessAcknowledged: nginx cannot apply the body
+// allowlist, so it does not start without the caller's acknowledgement, before any
+// container or file exists.
+func TestProxyRefusesUnfilteredBodiesUnlessAcknowledged(t *testing.T) {
+	base := t.TempDir()
+	m, err := NewProxyManager(WithOwner("bodies"), WithProxyBaseDir(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = m.Start(context.Background(), port.ProxySpec{
+		RunID: "bodies-1", Upstream: "http://127.0.0.1:1", APIKey: "sk-test-key",
+		Attribution: port.Attribution{BillingAccountID: "acct"},
+	})
+	if !errors.Is(err, port.ErrUnsupported) || !strings.Contains(err.Error(), "WithUnfilteredBodies") {
+		t.Fatalf("Start = %v, want ErrUnsupported naming WithUnfilteredBodies", err)
+	}
+	if ents, _ := os.ReadDir(base); len(ents) != 0 {
+		t.Errorf("a refused start left %d entries in the base directory", len(ents))
+	}
 }
