@@ -99,6 +99,10 @@ type Request struct {
 	Attribution port.Attribution
 	// Budget caps the run's LLM calls.
 	Budget port.Budget
+	// RequireAttestation gives the run no LLM access until its sandbox attested the
+	// promised isolation from inside (see port.Attestation); the proxy must be able
+	// to receive attestations (the in-process one can).
+	RequireAttestation bool
 	// Limits bound the sandbox (defaults from port.RunSpec).
 	Limits port.Limits
 	// Reconcile asks for the run's usage from the reconciler after the run.
@@ -117,6 +121,9 @@ type Result struct {
 	Audit []port.AuditRecord
 	// Usage is the reconciled usage, when asked for.
 	Usage *port.Reconciliation
+	// Attestation is what the sandbox's bridge observed about its own isolation,
+	// when the proxy can receive it (port.Attester); judge it with Violations.
+	Attestation *port.Attestation
 }
 
 // Run executes req end to end and returns its result. The result is non-nil whenever
@@ -163,7 +170,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if s.llm != nil {
 		proxy, err := s.llm.Proxy.Start(ctx, port.ProxySpec{
 			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
-			Attribution: req.Attribution, Budget: req.Budget,
+			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
@@ -178,6 +185,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			defer cancel()
 			audit, err := proxy.Stop(sctx)
 			res.Audit = audit
+			if a, ok := proxy.(port.Attester); ok {
+				res.Attestation = a.Attestation()
+			}
 			return err
 		}
 		// A panic or early return must not leave the proxy (and its key) behind.

@@ -144,11 +144,17 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
 		Argv:         []string{"/agent", "calls", "4", "gpt-4o-mini"},
 		WorkspaceDir: ws, Model: "gpt-4o-mini",
-		Attribution: port.Attribution{BillingAccountID: "acct-e2e", UserID: "u1"},
-		Reconcile:   true,
+		Attribution:        port.Attribution{BillingAccountID: "acct-e2e", UserID: "u1"},
+		Reconcile:          true,
+		RequireAttestation: true,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
+	}
+	// The run's LLM access was gated on the sandbox's own report of its isolation,
+	// which the result carries.
+	if res.Attestation == nil || len(res.Attestation.Violations()) != 0 || res.Attestation.Interfaces[0] != "lo" {
+		t.Errorf("attestation %+v", res.Attestation)
 	}
 	if got := strings.Count(string(res.Run.Stdout), "status 200"); got != calls {
 		t.Fatalf("%d of %d calls succeeded: %s %s", got, calls, res.Run.Stdout, res.Run.Stderr)

@@ -74,3 +74,39 @@ func TestRunSpecDefaultsAndValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestAttestationViolations(t *testing.T) {
+	good := Attestation{UID: 1001, GID: 1001, Interfaces: []string{"lo"}, CapEff: "0000000000000000",
+		CapPrm: "0000000000000000", CapBnd: "0000000000000000", NoNewPrivs: true, Seccomp: 2,
+		ReadOnlyRoot: true, OpenFiles: 1024, PIDsMax: "256"}
+	if v := good.Violations(); len(v) != 0 {
+		t.Fatalf("a locked-down sandbox has violations: %v", v)
+	}
+	for name, c := range map[string]struct {
+		mut  func(*Attestation)
+		want string
+	}{
+		"eth0":          {func(a *Attestation) { a.Interfaces = []string{"eth0", "lo"} }, "network interfaces"},
+		"route":         {func(a *Attestation) { a.Routes = 1 }, "routes"},
+		"cap_net_raw":   {func(a *Attestation) { a.CapBnd = "0000000000002000" }, "bounding capabilities"},
+		"bad hex":       {func(a *Attestation) { a.CapEff = "zz" }, "effective capabilities"},
+		"privs":         {func(a *Attestation) { a.NoNewPrivs = false }, "no_new_privs"},
+		"seccomp off":   {func(a *Attestation) { a.Seccomp = 0 }, "seccomp"},
+		"root":          {func(a *Attestation) { a.UID = 0 }, "root"},
+		"writable root": {func(a *Attestation) { a.ReadOnlyRoot = false }, "writable"},
+		"docker.sock":   {func(a *Attestation) { a.EngineSockets = []string{"/var/run/docker.sock"} }, "engine sockets"},
+		"nofile":        {func(a *Attestation) { a.OpenFiles = 1 << 20 }, "open files"},
+		"pids":          {func(a *Attestation) { a.PIDsMax = "max" }, "pids limit"},
+	} {
+		a := good
+		c.mut(&a)
+		v := a.Violations()
+		if len(v) != 1 || !strings.Contains(v[0], c.want) {
+			t.Errorf("%s: violations %v, want one about %q", name, v, c.want)
+		}
+	}
+	var none *Attestation
+	if v := none.Violations(); len(v) != 1 {
+		t.Errorf("nil attestation: %v", v)
+	}
+}

@@ -42,6 +42,10 @@ type ProxySpec struct {
 	// Budget caps the run's LLM use; zero fields mean unlimited. Adapters that cannot
 	// enforce a field refuse the spec with ErrUnsupported.
 	Budget Budget
+	// RequireAttestation makes the proxy refuse every LLM call until the run's bridge
+	// has reported an Attestation without Violations. Adapters that cannot receive one
+	// refuse the spec with ErrUnsupported.
+	RequireAttestation bool
 	// Labels are extra labels for created resources; the LabelPrefix namespace is reserved.
 	Labels map[string]string
 }

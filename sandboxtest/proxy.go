@@ -34,6 +34,10 @@ type ProxyHarness struct {
 	// Budget says whether the manager enforces port.Budget; if not, it must refuse a
 	// spec with a budget with port.ErrUnsupported.
 	Budget bool
+	// Attestation says whether the manager's proxies receive the bridge's
+	// attestation (port.Attester); if not, they must refuse RequireAttestation with
+	// port.ErrUnsupported.
+	Attestation bool
 	// Kill ends a running proxy abruptly, as a crash would.
 	Kill func(ctx context.Context, p port.Proxy) error
 	// Leftovers lists what the manager still holds for a run (containers, directories).
@@ -57,6 +61,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"RunsCannotReachEachOther", testRunIsolation},
 		{"HealthAndNotFound", testHealthAndNotFound},
 		{"CallBudget", testCallBudget},
+		{"IsolationAttested", testIsolationAttested},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 	} {
@@ -495,4 +500,49 @@ func testProxyBadInput(t *testing.T, h ProxyHarness) {
 			}
 		}
 	}
+}
+
+// testIsolationAttested: the bridge reports the sandbox's isolation before the agent
+// starts; with RequireAttestation the agent's first call already passes; the report
+// shows the promised lockdown; and the agent cannot replace it with its own.
+func testIsolationAttested(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	spec := proxySpec(RunID("attest"), u)
+	spec.RequireAttestation = true
+	if !h.Attestation {
+		_, err := h.Manager.Start(context.Background(), spec)
+		if !errors.Is(err, port.ErrUnsupported) {
+			t.Fatalf("a manager without attestation accepted RequireAttestation: %v", err)
+		}
+		if left, _ := h.Leftovers(context.Background(), spec.RunID); len(left) > 0 {
+			t.Errorf("refused start left %v", left)
+		}
+		return
+	}
+	p, stop := started(t, h, spec)
+	forged := `{"uid":4242,"interfaces":["lo"],"cap_eff":"0","cap_prm":"0","cap_bnd":"0","no_new_privs":true,"seccomp":2,"read_only_root":true,"open_files":16,"pids_max":"1"}`
+	res := h.sandbox(t, p, spec.RunID, "", "calls", "1", "gpt-4o-mini")
+	if !strings.Contains(string(res.Stdout), "status 200") {
+		t.Errorf("the agent's first call did not pass the attestation gate:\n%s", res.Stdout)
+	}
+	res = h.sandbox(t, p, spec.RunID+"-again", "", "post", "http://127.0.0.1:8080"+port.AttestationPath, forged)
+	if !strings.Contains(string(res.Stdout), "status 409") {
+		t.Errorf("the agent's own attestation was not refused:\n%s", res.Stdout)
+	}
+	at, ok := p.(port.Attester)
+	if !ok {
+		t.Fatal("the manager declares attestation but its proxy is no port.Attester")
+	}
+	a := at.Attestation()
+	if a == nil {
+		t.Fatal("no attestation recorded")
+	}
+	t.Logf("attestation: %+v", *a)
+	if v := a.Violations(); len(v) > 0 {
+		t.Errorf("the sandbox attested violations: %v", v)
+	}
+	if len(a.Interfaces) != 1 || a.Interfaces[0] != "lo" || a.UID != 1001 || a.OpenFiles != port.DefaultOpenFiles {
+		t.Errorf("attestation %+v: want only lo, uid 1001, %d open files", *a, port.DefaultOpenFiles)
+	}
+	stop()
 }

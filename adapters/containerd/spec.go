@@ -39,7 +39,10 @@ func specOpts(spec port.RunSpec, img client.Image, bridgePath string) []oci.Spec
 		}
 		return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", mode, "nosuid", "nodev"}}
 	}
-	mounts := []specs.Mount{tmpfs("/tmp"), tmpfs("/run")}
+	mounts := []specs.Mount{tmpfs("/tmp"), tmpfs("/run"),
+		// The sandbox's own cgroups, read-only, as Docker mounts them: the bridge reads
+		// its limits and OOM count there (runc shows only the container's own cgroup).
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"ro", "nosuid", "noexec", "nodev"}}}
 	if spec.WorkspaceDir != "" {
 		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/port"
 )
 
 // ServeHTTP serves /health and hands every other request to the run's engine: the
@@ -11,6 +12,10 @@ import (
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		llmproxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.spec.RunID})
+		return
+	}
+	if r.URL.Path == port.AttestationPath {
+		llmproxy.ServeAttestation(w, r, p.meter)
 		return
 	}
 	if !p.meter.Enter() {

@@ -40,6 +40,7 @@ var (
 	_ port.ProxyManager = (*Manager)(nil)
 	_ port.Sweeper      = (*Manager)(nil)
 	_ port.Proxy        = (*Proxy)(nil)
+	_ port.Attester     = (*Proxy)(nil)
 )
 
 // NewManager returns a Manager. It does no I/O: directories are made by Start. Errors wrap

@@ -62,7 +62,7 @@ func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstrea
 		stopped: make(chan struct{}),
 	}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
-	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, Logger: p.log})
+	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation, Logger: p.log})
 	// The only errors are missing fields, which validate and New rule out.
 	p.engine, _ = llmproxy.NewEngine(llmproxy.Config{
 		Upstream: upstream, Transport: m.cfg.transport, MaxRequestBytes: m.cfg.maxRequestBytes,
@@ -207,3 +207,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 
 // Ensure the peer listener still is a net.Listener after embedding changes.
 var _ net.Listener = (*peerListener)(nil)
+
+// Attestation implements port.Attester: what the run's bridge reported about its
+// sandbox's isolation, nil before it did.
+func (p *Proxy) Attestation() *port.Attestation { return p.meter.Attestation() }

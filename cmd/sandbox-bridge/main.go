@@ -1,7 +1,7 @@
 // Command sandbox-bridge is a sandbox's entrypoint: it forwards a loopback TCP address
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
-//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
+//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
@@ -31,6 +31,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", bridge.DefaultListen, "loopback `address` to listen on")
 	socket := fs.String("socket", bridge.DefaultSocket, "unix `socket` to forward connections to")
+	attest := fs.Bool("attest", false, "report the sandbox's isolation to the proxy on -socket before starting the command")
 	noForward := fs.Bool("no-forward", false, "do not listen: run the command as its init only (no LLM socket)")
 	deadline := fs.Int64("deadline", 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
 	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
@@ -51,6 +52,7 @@ func run(args []string, stderr io.Writer) int {
 		Listen:    *listen,
 		Socket:    *socket,
 		NoForward: *noForward,
+		Attest:    *attest,
 		Deadline:  deadlineTime(*deadline),
 		KillGrace: *grace,
 		Argv:      fs.Args(),

@@ -14,11 +14,14 @@ const (
 )
 
 // Prefix is the command line that runs a sandbox's argv behind the bridge binary at
-// path: forwarding to the LLM socket when forward is true (else only as the init), and
-// ending the command at timeout+DeadlineSlack from now when timeout is positive.
+// path: forwarding to the LLM socket (and attesting the sandbox to its proxy first)
+// when forward is true, else only as the init; ending the command at
+// timeout+DeadlineSlack from now when timeout is positive.
 func Prefix(path string, forward bool, timeout time.Duration, now time.Time) []string {
 	p := []string{path}
-	if !forward {
+	if forward {
+		p = append(p, "-attest")
+	} else {
 		p = append(p, "-no-forward")
 	}
 	if timeout > 0 {

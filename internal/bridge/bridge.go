@@ -75,6 +75,11 @@ type Config struct {
 	// Listen is the TCP address to listen on (default DefaultListen). It must be a
 	// loopback IP literal with a port; port 0 picks a free port (see Ready).
 	Listen string
+	// Attest makes the bridge report an Attestation of its sandbox to the proxy on
+	// Socket before it starts the child, so the report precedes every process of the
+	// agent (a proxy keeps the first it gets). A failed report is logged, not fatal:
+	// the host's policy decides what a run without one may do.
+	Attest bool
 	// NoForward runs the child with no listener: for a sandbox without an LLM socket,
 	// where the bridge is only the init (signals, reaping, OOM notice).
 	NoForward bool
@@ -163,6 +168,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		defer signal.Stop(chld)
 	}
 
+	if cfg.Attest && !cfg.NoForward {
+		if err := postAttestation(ctx, cfg.Socket, Attest()); err != nil {
+			// Debug: a proxy that takes no attestation (nginx) is not an error here.
+			log.Debug("bridge: reporting the attestation failed", slog.Any("err", err))
+		}
+	}
 	// The OOM-kill counter before the child exists: a rise by the time it has been
 	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
 	oomBefore, oomKnown := oomKills()

@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -509,4 +511,48 @@ func TestBinaryNoForwardListensNowhere(t *testing.T) {
 	cmd := exec.Command(bin, "-no-forward", "-listen", port, "--", "bash", "-c", script)
 	out, err := cmd.CombinedOutput()
 	assert.NoError(t, err, "something listened on %s with -no-forward: %s", port, out)
+}
+
+// TestAttestationMatchesThePort: the bridge's report decodes into port.Attestation
+// field for field, at the path the proxies serve.
+func TestAttestationMatchesThePort(t *testing.T) {
+	assert.Equal(t, port.AttestationPath, AttestationPath)
+	a := Attest()
+	b, err := json.Marshal(a)
+	require.NoError(t, err)
+	var pa port.Attestation
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&pa))
+	back, err := json.Marshal(pa)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(b), string(back))
+	assert.Equal(t, os.Getuid(), pa.UID)
+	assert.NotEmpty(t, pa.Interfaces)
+	assert.NotEmpty(t, pa.CapBnd)
+}
+
+// TestAttestationPostedBeforeTheChild: with Attest, the proxy has the report before
+// the child's first request.
+func TestAttestationPostedBeforeTheChild(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	sock := socketHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		order = append(order, r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path == AttestationPath {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	listen := freePort(t)
+	code, err := Run(context.Background(), Config{
+		Listen: listen, Socket: sock, Attest: true,
+		Argv: []string{os.Args[0]}, Env: append(os.Environ(), childEnv+"=http://"+listen+"/v1/models"),
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{AttestationPath, "/v1/models"}, order)
 }

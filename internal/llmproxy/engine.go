@@ -162,6 +162,10 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
 		Method: Clip(r.Method, 16), Path: Clip(path, 256),
 	}}
+	if ref := m.attestationRefusal(); ref != nil {
+		e.refuse(w, c, ref)
+		return
+	}
 	rt, up, ref := Route(r, path)
 	if ref != nil {
 		e.refuse(w, c, ref)

@@ -36,6 +36,9 @@ type MeterConfig struct {
 	Policy *proxyconf.Policy
 	// Budget caps the run's forwarded calls and tokens; zero fields mean unlimited.
 	Budget port.Budget
+	// RequireAttestation refuses every call until the run's bridge attested an
+	// isolation without violations (see port.Attestation).
+	RequireAttestation bool
 	// Logger receives the run's call logs (default: discard). It should already
 	// carry the run id.
 	Logger *slog.Logger
@@ -74,6 +77,7 @@ type Meter struct {
 	stopping    bool
 	idle        chan struct{} // closed once stopping with nothing in flight
 	bodies      chan struct{} // MaxBodiesInFlight slots
+	attestation *port.Attestation
 }
 
 // NewMeter returns the meter of one run. It does not validate cfg: the fronts

@@ -87,6 +87,8 @@ func main() {
 		scan(strings.Join(args, ""))
 	case "http":
 		httpGet(args[0])
+	case "post":
+		httpPost(args[0], args[1])
 	case "chat":
 		chat(args[0], args[1], len(args) > 2 && args[2] == "--spoof")
 	case "calls":
@@ -325,6 +327,18 @@ func stream(model, content, ackDir string) {
 		fail(3, "stream broken: "+err.Error())
 	}
 	fmt.Printf("events %d\n", n)
+}
+
+// httpPost posts a JSON body and prints the status and the answer.
+func httpPost(url, body string) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		fail(3, "http failed: "+err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("status %d\n%s\n", resp.StatusCode, b)
 }
 
 func httpGet(url string) {

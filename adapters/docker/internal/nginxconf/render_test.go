@@ -104,8 +104,8 @@ func TestRenderNginxContent(t *testing.T) {
 	one("proxy_connect_timeout", "10s")
 	one("client_max_body_size", "67108864")
 	one("server", "litellm:4000")
-	one("access_log", "off") // for /health only
-	assert.Len(t, find(ds, "access_log", ""), 3)
+	assert.Len(t, find(ds, "access_log", "off"), 2, "for /health and the attestation path only")
+	assert.Len(t, find(ds, "access_log", ""), 4)
 	assert.Empty(t, find(ds, "daemon", ""), "daemon off is given on the command line (NginxArgs)")
 	assert.Empty(t, find(ds, "proxy_ssl_verify", ""))
 
@@ -167,7 +167,7 @@ func TestRenderNginxContent(t *testing.T) {
 			assert.Equal(t, "404", ret[0].Args[0], "/v1 is not redirected to /v1/")
 		}
 	}
-	assert.Equal(t, []string{"/health", "/v1"}, exact)
+	assert.Equal(t, []string{"/_agentsandbox/attestation", "/health", "/v1"}, exact)
 
 	// The log format never names a request header or a body.
 	var format strings.Builder

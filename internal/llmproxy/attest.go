@@ -1,0 +1,76 @@
+package llmproxy
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// maxAttestationBytes bounds an attestation body; a real one is well under 2 KiB.
+const maxAttestationBytes = 64 << 10
+
+// Attest records the run's attestation. Only the first counts: the bridge sends it
+// before the agent's first process exists, so a later one can only be the agent's.
+// It reports whether a was recorded.
+func (m *Meter) Attest(a *port.Attestation) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.attestation != nil || m.stopping {
+		return false
+	}
+	m.attestation = a
+	return true
+}
+
+// Attestation returns the run's attestation, nil before one arrived.
+func (m *Meter) Attestation() *port.Attestation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.attestation
+}
+
+// attestationRefusal refuses calls of a run that must be attested and is not, or
+// whose attestation shows broken isolation.
+func (m *Meter) attestationRefusal() *Refusal {
+	if !m.cfg.RequireAttestation {
+		return nil
+	}
+	a := m.Attestation()
+	if a == nil {
+		return &Refusal{http.StatusForbidden, "attestation_missing", "permission_error",
+			"attestation: the run's sandbox has not attested its isolation; no LLM access"}
+	}
+	if v := a.Violations(); len(v) > 0 {
+		return &Refusal{http.StatusForbidden, "attestation_failed", "permission_error",
+			"attestation: the run's sandbox is not isolated as required: " + Clip(strings.Join(v, "; "), 512)}
+	}
+	return nil
+}
+
+// ServeAttestation takes a run's attestation (POST port.AttestationPath): 204 when
+// recorded, 409 when the run already has one, 400 for a malformed body. Fronts call
+// it for that path instead of Forward; it is never forwarded.
+func ServeAttestation(w http.ResponseWriter, r *http.Request, m *Meter) {
+	if r.Method != http.MethodPost {
+		WriteError(w, http.StatusMethodNotAllowed, "invalid_request_error", "attestation: POST only")
+		return
+	}
+	var a port.Attestation
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxAttestationBytes))
+	if err := dec.Decode(&a); err != nil {
+		WriteError(w, http.StatusBadRequest, "invalid_request_error", "attestation: malformed body")
+		return
+	}
+	if !m.Attest(&a) {
+		m.log.Warn("a second attestation was refused: only the bridge's first counts")
+		WriteError(w, http.StatusConflict, "invalid_request_error", "attestation: the run already has one")
+		return
+	}
+	if v := a.Violations(); len(v) > 0 {
+		m.log.Warn("the sandbox attested broken isolation", "violations", strings.Join(v, "; "))
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

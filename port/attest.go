@@ -1,0 +1,95 @@
+package port
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// AttestationPath is where the in-sandbox bridge posts its Attestation over the run's
+// LLM socket, before it starts the agent. A proxy accepts one per run: the first, which
+// the bridge sends before any process of the agent exists; any later one is refused.
+const AttestationPath = "/_agentsandbox/attestation"
+
+// Attestation is what the in-sandbox bridge observed about its own sandbox at start:
+// facts read from the kernel's view inside, not the host's intent. The host judges them
+// itself (Violations); the bridge only reports.
+type Attestation struct {
+	Time time.Time `json:"time"`
+	UID  int       `json:"uid"`
+	GID  int       `json:"gid"`
+	// Interfaces are the network interfaces that exist (want: only "lo").
+	Interfaces []string `json:"interfaces"`
+	// Routes counts IPv4 and IPv6 routes through any interface but lo.
+	Routes int `json:"routes"`
+	// Nameservers are resolv.conf's (informational: with no route they are unreachable).
+	Nameservers []string `json:"nameservers,omitempty"`
+	// CapEff, CapPrm and CapBnd are /proc/self/status's capability sets, in hex.
+	CapEff string `json:"cap_eff"`
+	CapPrm string `json:"cap_prm"`
+	CapBnd string `json:"cap_bnd"`
+	// NoNewPrivs and Seccomp (0 off, 1 strict, 2 filter) are /proc/self/status's.
+	NoNewPrivs bool `json:"no_new_privs"`
+	Seccomp    int  `json:"seccomp"`
+	// ReadOnlyRoot says the root filesystem is mounted read-only.
+	ReadOnlyRoot bool `json:"read_only_root"`
+	// EngineSockets are container-engine sockets found (Docker, containerd, CRI-O,
+	// podman): any one is a way out.
+	EngineSockets []string `json:"engine_sockets,omitempty"`
+	// OpenFiles is RLIMIT_NOFILE's hard limit; PIDsMax the pids cgroup's limit ("max"
+	// when unlimited, "" when not visible).
+	OpenFiles uint64 `json:"open_files"`
+	PIDsMax   string `json:"pids_max"`
+	// Mounts counts the mount points.
+	Mounts int `json:"mounts"`
+}
+
+// Violations judges a: the isolation every sandbox must have. It returns one line per
+// broken property; none means the sandbox is what the runner promised.
+func (a *Attestation) Violations() []string {
+	if a == nil {
+		return []string{"no attestation"}
+	}
+	var v []string
+	if len(a.Interfaces) != 1 || a.Interfaces[0] != "lo" {
+		v = append(v, fmt.Sprintf("network interfaces %v, want only lo", a.Interfaces))
+	}
+	if a.Routes != 0 {
+		v = append(v, fmt.Sprintf("%d routes through interfaces other than lo", a.Routes))
+	}
+	for _, c := range []struct{ name, val string }{{"effective", a.CapEff}, {"permitted", a.CapPrm}, {"bounding", a.CapBnd}} {
+		if n, err := strconv.ParseUint(strings.TrimPrefix(c.val, "0x"), 16, 64); err != nil || n != 0 {
+			v = append(v, fmt.Sprintf("%s capabilities %q, want none", c.name, c.val))
+		}
+	}
+	if !a.NoNewPrivs {
+		v = append(v, "no_new_privs is off")
+	}
+	if a.Seccomp != 2 {
+		v = append(v, fmt.Sprintf("seccomp mode %d, want 2 (filter)", a.Seccomp))
+	}
+	if a.UID == 0 || a.GID == 0 {
+		v = append(v, fmt.Sprintf("uid %d gid %d: root", a.UID, a.GID))
+	}
+	if !a.ReadOnlyRoot {
+		v = append(v, "root filesystem is writable")
+	}
+	if len(a.EngineSockets) > 0 {
+		v = append(v, fmt.Sprintf("container-engine sockets reachable: %v", a.EngineSockets))
+	}
+	if a.OpenFiles == 0 || a.OpenFiles > MaxOpenFiles {
+		v = append(v, fmt.Sprintf("open files limit %d, want at most %d", a.OpenFiles, MaxOpenFiles))
+	}
+	if a.PIDsMax == "" || a.PIDsMax == "max" {
+		v = append(v, fmt.Sprintf("pids limit %q, want a number", a.PIDsMax))
+	}
+	return v
+}
+
+// Attester is an optional capability of a Proxy (found by type assertion): the
+// attestation its run's bridge reported, nil before one arrived. Proxies that cannot
+// receive one (the nginx proxy) do not implement it.
+type Attester interface {
+	Attestation() *Attestation
+}
