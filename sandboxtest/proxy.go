@@ -38,6 +38,10 @@ type ProxyHarness struct {
 	// attestation (port.Attester); if not, they must refuse RequireAttestation with
 	// port.ErrUnsupported.
 	Attestation bool
+	// BodyPolicy says whether the manager's proxies apply the route's body-key
+	// allowlist and set the billing account as the body's user (the nginx proxy
+	// cannot read bodies and forwards them as written, by the caller's choice).
+	BodyPolicy bool
 	// Kill ends a running proxy abruptly, as a crash would.
 	Kill func(ctx context.Context, p port.Proxy) error
 	// Leftovers lists what the manager still holds for a run (containers, directories).
@@ -62,6 +66,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"HealthAndNotFound", testHealthAndNotFound},
 		{"CallBudget", testCallBudget},
 		{"IsolationAttested", testIsolationAttested},
+		{"RedTeam", testRedTeam},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 	} {
@@ -546,3 +551,129 @@ func testIsolationAttested(t *testing.T, h ProxyHarness) {
 	}
 	stop()
 }
+
+// redTeamRequest is one attack the agent sends through the bridge, as written.
+type redTeamRequest struct {
+	Method  string      `json:"method"`
+	Path    string      `json:"path"`
+	Headers [][2]string `json:"headers,omitempty"`
+	Body    string      `json:"body,omitempty"`
+}
+
+// testRedTeam sends, from inside a real sandbox, the attacks of an adversarial review
+// and checks at the upstream that none of them took effect: LiteLLM's admin and
+// shared-resource routes, non-canonical paths, attribution and credential headers in
+// every spelling, and (where the proxy reads bodies) body fields that move billing or
+// routing.
+func testRedTeam(t *testing.T, h ProxyHarness) {
+	u := newUpstream(t)
+	spec := proxySpec(RunID("redteam"), u)
+	p, stop := started(t, h, spec)
+	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	attackBody := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"user":"victim",` +
+		`"metadata":{"user_id":"victim","spend_logs_metadata":{"run_id":"other"}},"litellm_metadata":{"user":"victim"},` +
+		`"spend_logs_metadata":{"run_id":"other"},"api_base":"http://attacker.example","base_url":"http://attacker.example",` +
+		`"api_key":"sk-attacker","mock_response":"free","safety_identifier":"victim","tags":["other"]}`
+	ctype := [2]string{"Content-Type", "application/json"}
+	var reqs []redTeamRequest
+	// 1. Admin and shared-resource routes LiteLLM serves under /v1 with our key.
+	admin := []string{"/v1/mcp/server", "/v1/agents", "/v1/model/info", "/v1/files", "/v1/batches",
+		"/v1/fine_tuning/jobs", "/v1/vector_stores", "/v1/key/generate", "/v1/spend/logs", "/key/list"}
+	for _, a := range admin {
+		reqs = append(reqs, redTeamRequest{Method: "GET", Path: a}, redTeamRequest{Method: "POST", Path: a, Headers: [][2]string{ctype}, Body: "{}"})
+	}
+	// 2. Raw paths that normalise into another route.
+	raw := []string{"/v1%2Fkey/list", "/v1/chat/completions/../../key/generate", "/v1/./key/list", "/v1//key/list",
+		"/v1/chat//completions", "/v1/chat/%63ompletions"}
+	for _, r := range raw {
+		reqs = append(reqs, redTeamRequest{Method: "POST", Path: r, Headers: [][2]string{ctype}, Body: chat})
+	}
+	firstHeaderAttack := len(reqs)
+	// 3. One allowed call carrying every attribution and credential header spelling.
+	reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Body: chat, Headers: [][2]string{ctype,
+		{"Authorization", "Bearer sk-attacker"}, {"X-Api-Key", "sk-attacker"}, {"Api-Key", "sk-attacker"},
+		{"X-Litellm-End-User-Id", "victim"}, {"X_litellm_end_user_id", "victim"}, {"X-Litellm-Customer-Id", "victim"},
+		{"X-Litellm-Spend-Logs-Metadata", `{"run_id":"other"}`}, {"Openai-Organization", "org-victim"},
+		{"Openai-Project", "proj-victim"}, {"Anthropic-Api-Key", "sk-attacker"}, {"X-Pass-Authorization", "sk-attacker"},
+		{"X-Langfuse-Session-Id", "victim"}, {"X-Trace-Session-Id", "victim"}, {"Cookie", "session=victim"}}})
+	// 4. One allowed call whose body tries to move billing or routing.
+	reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Headers: [][2]string{ctype}, Body: attackBody})
+
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, r := range reqs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, string(b))
+	}
+	if err := os.WriteFile(filepath.Join(ws, "reqs.jsonl"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := h.sandbox(t, p, spec.RunID, ws, "reqs", port.WorkspacePath+"/reqs.jsonl")
+	statuses := map[int]string{}
+	for _, l := range lines0(res.Stdout) {
+		var i int
+		var st string
+		if _, err := fmt.Sscanf(l, "req %d status %s", &i, &st); err == nil {
+			statuses[i] = st
+		}
+	}
+	for i := 0; i < firstHeaderAttack; i++ {
+		if st := statuses[i]; !strings.HasPrefix(st, "4") {
+			t.Errorf("%s %s answered %q, want a 4xx refusal", reqs[i].Method, reqs[i].Path, st)
+		}
+	}
+	for i := firstHeaderAttack; i < len(reqs); i++ {
+		if statuses[i] != "200" {
+			t.Errorf("allowed call %d answered %q, want 200", i, statuses[i])
+		}
+	}
+	// At the upstream: only the two allowed calls, with our key and attribution only.
+	seen := u.fake.Requests()
+	if len(seen) != 2 {
+		var paths []string
+		for _, r := range seen {
+			paths = append(paths, r.Method+" "+r.Path)
+		}
+		t.Fatalf("the upstream saw %d requests %v, want the 2 allowed calls", len(seen), paths)
+	}
+	for _, r := range seen {
+		if r.Path != "/v1/chat/completions" {
+			t.Errorf("the upstream saw %s %s", r.Method, r.Path)
+		}
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if strings.Contains(v, "victim") || strings.Contains(v, "sk-attacker") || strings.Contains(v, `"other"`) {
+					t.Errorf("header %s: %q reached the upstream", name, v)
+				}
+			}
+		}
+		if got := r.Header.Get("Authorization"); got != "Bearer "+u.fake.MasterKey() {
+			t.Errorf("Authorization at the upstream: %q", got)
+		}
+		if got := r.Header.Get("X-Litellm-End-User-Id"); got != spec.Attribution.BillingAccountID {
+			t.Errorf("end user at the upstream: %q", got)
+		}
+	}
+	body := string(seen[1].Body)
+	if !h.BodyPolicy {
+		t.Logf("the manager declares no body policy: the body reached the upstream as written")
+	} else {
+		for _, bad := range []string{"victim", "attacker", "sk-attacker", "mock_response", `"other"`, "metadata", "tags"} {
+			if strings.Contains(body, bad) {
+				t.Errorf("body field %q reached the upstream: %s", bad, body)
+			}
+		}
+		if !strings.Contains(body, `"user":"`+spec.Attribution.BillingAccountID+`"`) {
+			t.Errorf("the body's user is not the billing account: %s", body)
+		}
+	}
+	stop()
+}
+
+func lines0(b []byte) []string { return strings.Split(strings.TrimSpace(string(b)), "\n") }

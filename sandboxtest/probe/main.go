@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -89,6 +90,8 @@ func main() {
 		httpGet(args[0])
 	case "post":
 		httpPost(args[0], args[1])
+	case "reqs":
+		rawRequests(args[0])
 	case "chat":
 		chat(args[0], args[1], len(args) > 2 && args[2] == "--spoof")
 	case "calls":
@@ -327,6 +330,44 @@ func stream(model, content, ackDir string) {
 		fail(3, "stream broken: "+err.Error())
 	}
 	fmt.Printf("events %d\n", n)
+}
+
+// rawRequests sends each request of a JSON-lines file ({"method","path","headers",
+// "body"}) to the bridge as written (no client normalises the path or the header
+// names) and prints "req N status S" per request.
+func rawRequests(file string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fail(4, err.Error())
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r struct {
+			Method, Path, Body string
+			Headers            [][2]string
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			fail(4, "bad request line: "+err.Error())
+		}
+		var req bytes.Buffer
+		fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: llm\r\nConnection: close\r\nContent-Length: %d\r\n", r.Method, r.Path, len(r.Body))
+		for _, h := range r.Headers {
+			fmt.Fprintf(&req, "%s: %s\r\n", h[0], h[1])
+		}
+		req.WriteString("\r\n" + r.Body)
+		status := "error"
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:8080", 5*time.Second); err == nil {
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := c.Write(req.Bytes()); err == nil {
+				if l, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+					if f := strings.Fields(l); len(f) >= 2 {
+						status = f[1]
+					}
+				}
+			}
+			c.Close()
+		}
+		fmt.Printf("req %d status %s\n", i, status)
+	}
 }
 
 // httpPost posts a JSON body and prints the status and the answer.
