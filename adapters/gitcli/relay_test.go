@@ -1,0 +1,225 @@
+package gitcli_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// TestRelayEndToEnd: clone from a token-protected server, an agent commits in a real
+// sandbox, the host exports, validates and pushes; the server has exactly the agent's
+// commits on agent/<run>, and the token is nowhere but the host's git.
+func TestRelayEndToEnd(t *testing.T) {
+	for _, rt := range runtimes(t) {
+		t.Run(rt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			f := newFixture(t, rt, canaryToken)
+			ws := workspace(t)
+			runID := "e2e-" + rt.name
+			co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: runID, URL: f.url, WorkspaceDir: ws})
+			if err != nil {
+				t.Fatalf("Clone: %v", err)
+			}
+			if co.Base != f.seed || co.Branch != "main" || co.DefaultBranch != "main" || co.URL != f.url {
+				t.Fatalf("checkout %+v, want base %s on main", co, f.seed)
+			}
+			cfg, err := os.ReadFile(filepath.Join(ws, ".git", "config"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(cfg), "url = "+f.url+"\n") {
+				t.Errorf("workspace remote is not the credential-free URL:\n%s", cfg)
+			}
+			// --no-local: no object file of the workspace is a hard link (into the mirror).
+			filepath.WalkDir(filepath.Join(ws, ".git"), func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					if fi, _ := os.Lstat(p); fi != nil && linkCount(fi) > 1 {
+						t.Errorf("%s has %d links", p, linkCount(fi))
+					}
+				}
+				return nil
+			})
+			if _, err := os.Stat(filepath.Join(ws, ".git", "hooks")); err == nil {
+				if ents, _ := os.ReadDir(filepath.Join(ws, ".git", "hooks")); len(ents) > 0 {
+					t.Errorf("workspace has hooks: %v", ents)
+				}
+			}
+
+			res, err := rt.runner.RunOnce(ctx, port.RunSpec{RunID: runID, Image: rt.image, Argv: []string{"/agent", "commit", "3"}, WorkspaceDir: ws})
+			if err != nil || !res.OK() {
+				t.Fatalf("agent: %v %+v\n%s\n%s", err, res, res.Stdout, res.Stderr)
+			}
+			var agentCommits []string
+			for line := range strings.Lines(string(res.Stdout)) {
+				if c, ok := strings.CutPrefix(strings.TrimSpace(line), "commit "); ok {
+					agentCommits = append([]string{c}, agentCommits...) // newest first
+				}
+			}
+			if len(agentCommits) != 3 {
+				t.Fatalf("agent made %d commits:\n%s", len(agentCommits), res.Stdout)
+			}
+
+			exp, err := f.relay.Export(ctx, port.ExportRequest{RunID: runID, Checkout: *co, WorkspaceDir: ws, Image: rt.image})
+			if err != nil {
+				t.Fatalf("Export: %v", err)
+			}
+			if exp.Tip != agentCommits[0] || strings.Join(exp.Commits, ",") != strings.Join(agentCommits, ",") {
+				t.Fatalf("export tip %s commits %v, agent made %v", exp.Tip, exp.Commits, agentCommits)
+			}
+			pr, err := f.relay.Push(ctx, port.PushRequest{Export: *exp})
+			if err != nil {
+				t.Fatalf("Push: %v", err)
+			}
+			if pr.Branch != "agent/"+runID || pr.Tip != agentCommits[0] {
+				t.Fatalf("pushed %+v", pr)
+			}
+			// The server's branch has exactly the agent's commits, byte for byte.
+			got, err := f.srv.Git(f.repo, "rev-list", "refs/heads/agent/"+runID, "^main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(strings.Fields(got), ",") != strings.Join(agentCommits, ",") {
+				t.Fatalf("server has %q, want %v", got, agentCommits)
+			}
+			if main, _ := f.srv.Git(f.repo, "rev-parse", "main"); main != f.seed {
+				t.Fatalf("main moved to %s", main)
+			}
+			if body, _ := f.srv.Git(f.repo, "show", agentCommits[0]+":notes/3.txt"); body != "note 3" {
+				t.Fatalf("notes/3.txt on the server: %q", body)
+			}
+			if f.srv.Denied() == 0 {
+				t.Error("the server never asked for the token: the test does not prove the token was needed")
+			}
+
+			// Canary: the token is in no workspace file, agent output, log, result or artefact.
+			scan := map[string]string{"agent stdout": string(res.Stdout), "agent stderr": string(res.Stderr), "logs": f.logs.String()}
+			bundle, _ := os.ReadFile(exp.Bundle)
+			scan["artefact"] = string(bundle)
+			filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					b, _ := os.ReadFile(p)
+					scan[p] = string(b)
+				}
+				return nil
+			})
+			filepath.WalkDir(f.cache, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					b, _ := os.ReadFile(p)
+					scan[p] = string(b)
+				}
+				return nil
+			})
+			for where, s := range scan {
+				if strings.Contains(s, canaryToken) {
+					t.Errorf("token found in %s", where)
+				}
+			}
+			if len(scan) < 10 {
+				t.Fatalf("scanned only %d places", len(scan))
+			}
+		})
+	}
+}
+
+// TestPushFailures: a refused token, a non-fast-forward and a server that is down each
+// give a typed error naming the artefact, from which the commits are recovered.
+func TestPushFailures(t *testing.T) {
+	rt := runtimes(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	prepare := func(t *testing.T, f *fixture, runID string, n int) *port.Export {
+		t.Helper()
+		ws := workspace(t)
+		co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: runID, URL: f.url, WorkspaceDir: ws})
+		if err != nil {
+			t.Fatalf("Clone: %v", err)
+		}
+		commitFiles(t, ws, map[string]string{"a.txt": runID}, n)
+		exp, err := f.relay.Export(ctx, port.ExportRequest{RunID: runID, Checkout: *co, WorkspaceDir: ws, Image: rt.image})
+		if err != nil {
+			t.Fatalf("Export: %v", err)
+		}
+		return exp
+	}
+	recoverable := func(t *testing.T, f *fixture, err error, exp *port.Export) {
+		t.Helper()
+		var pe *port.PushError
+		if !errors.As(err, &pe) || pe.Bundle != exp.Bundle {
+			t.Fatalf("error %v is not a PushError naming %s", err, exp.Bundle)
+		}
+		if strings.Contains(err.Error(), canaryToken) {
+			t.Fatal("the error carries the token")
+		}
+		// The commits come back from the artefact alone (plus the base, which the
+		// server's repository on disk has).
+		dir := t.TempDir()
+		for _, args := range [][]string{
+			{"init", "-q", "--bare", dir},
+			{"-C", dir, "fetch", "-q", f.srv.RepoDir(f.repo), "main"},
+			{"-C", dir, "fetch", "-q", pe.Bundle, "refs/heads/main:refs/heads/recovered"},
+		} {
+			if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+				t.Fatalf("git %v: %v: %s", args, err, out)
+			}
+		}
+		if out, _ := exec.Command("git", "-C", dir, "rev-parse", "recovered").Output(); strings.TrimSpace(string(out)) != exp.Tip {
+			t.Fatalf("recovered %q, want %s", out, exp.Tip)
+		}
+	}
+
+	t.Run("auth refused", func(t *testing.T) {
+		f := newFixture(t, rt, canaryToken)
+		exp := prepare(t, f, "auth", 1)
+		bad := newFixtureSameServer(t, f, "wrong-"+canaryToken)
+		_, err := bad.relay.Push(ctx, port.PushRequest{Export: *exp})
+		if !errors.Is(err, port.ErrPermissionDenied) {
+			t.Fatalf("Push with a wrong token: %v, want ErrPermissionDenied", err)
+		}
+		recoverable(t, f, err, exp)
+	})
+	t.Run("non-fast-forward", func(t *testing.T) {
+		f := newFixture(t, rt, canaryToken)
+		first := prepare(t, f, "nff-a", 2)
+		second := prepare(t, f, "nff-b", 1)
+		if _, err := f.relay.Push(ctx, port.PushRequest{Export: *first, Branch: "agent/shared"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.relay.Push(ctx, port.PushRequest{Export: *second, Branch: "agent/shared"})
+		if !errors.Is(err, port.ErrConflict) {
+			t.Fatalf("non-fast-forward push: %v, want ErrConflict", err)
+		}
+		recoverable(t, f, err, second)
+		// Forcing needs the policy's leave.
+		_, err = f.relay.Push(ctx, port.PushRequest{Export: *second, Branch: "agent/shared", Force: true})
+		var re *port.RejectError
+		if !errors.As(err, &re) || re.Rule != port.RulePushBranch {
+			t.Fatalf("forced push without leave: %v", err)
+		}
+		if _, err := f.relay.Push(ctx, port.PushRequest{Export: *second, Branch: "agent/shared", Force: true, Policy: port.RepoPolicy{AllowForce: true}}); err != nil {
+			t.Fatalf("forced push with leave: %v", err)
+		}
+		if tip, _ := f.srv.Git(f.repo, "rev-parse", "agent/shared"); tip != second.Tip {
+			t.Fatalf("agent/shared is %s, want %s", tip, second.Tip)
+		}
+	})
+	t.Run("server down", func(t *testing.T) {
+		f := newFixture(t, rt, canaryToken)
+		exp := prepare(t, f, "down", 1)
+		f.srv.Close()
+		_, err := f.relay.Push(ctx, port.PushRequest{Export: *exp})
+		if !errors.Is(err, port.ErrUnavailable) {
+			t.Fatalf("push to a stopped server: %v, want ErrUnavailable", err)
+		}
+		recoverable(t, f, err, exp)
+	})
+}
