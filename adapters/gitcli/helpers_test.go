@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -96,6 +97,15 @@ func rawCommit(t *testing.T, ws, branch string, parents []plumbing.Hash, entries
 		t.Fatal(err)
 	}
 	st := repo.Storer
+	// Git's order: by name, a directory as if it ended in "/".
+	key := func(e object.TreeEntry) string {
+		if e.Mode == filemode.Dir {
+			return e.Name + "/"
+		}
+		return e.Name
+	}
+	entries = append([]object.TreeEntry(nil), entries...)
+	sort.Slice(entries, func(i, j int) bool { return key(entries[i]) < key(entries[j]) })
 	tree := &object.Tree{Entries: entries}
 	to := st.NewEncodedObject()
 	if err := tree.Encode(to); err != nil {
@@ -157,4 +167,12 @@ func baseTree(t *testing.T, ws string, base plumbing.Hash) []object.TreeEntry {
 	return append([]object.TreeEntry(nil), tr.Entries...)
 }
 
-var _ = filemode.Regular
+
+func mustRepo(t *testing.T, ws string) *git.Repository {
+	t.Helper()
+	repo, err := git.PlainOpen(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
