@@ -167,7 +167,6 @@ func baseTree(t *testing.T, ws string, base plumbing.Hash) []object.TreeEntry {
 	return append([]object.TreeEntry(nil), tr.Entries...)
 }
 
-
 func mustRepo(t *testing.T, ws string) *git.Repository {
 	t.Helper()
 	repo, err := git.PlainOpen(ws)

@@ -222,9 +222,9 @@ func (r *Relay) checkDiff(ctx context.Context, dir, parent, commit string, pol p
 			err.Commit = commit
 			return err
 		}
-		for _, g := range deny {
+		for i, g := range deny {
 			if g.MatchString(p) {
-				return &port.RejectError{Rule: port.RuleDenied, Path: p, Commit: commit, Detail: "matches " + g.String()}
+				return &port.RejectError{Rule: port.RuleDenied, Path: p, Commit: commit, Detail: "matches " + pol.DenyPaths[i]}
 			}
 		}
 		if pol.NoSubmodules && (p == ".gitmodules" || strings.HasSuffix(p, "/.gitmodules") || meta[0] == "160000" || meta[1] == "160000") {
