@@ -64,7 +64,7 @@ type runtimeEnv struct {
 
 // runtimes returns every runtime the machine has (skipping, or failing in CI, when
 // one is missing), each with the test agent's image loaded.
-func runtimes(t *testing.T) []runtimeEnv {
+func runtimes(t testing.TB) []runtimeEnv {
 	t.Helper()
 	testenv.NeedCommand(t, "git", "git")
 	_, ref, archive := artefacts(t)
@@ -120,7 +120,7 @@ type fixture struct {
 	seed  string
 }
 
-func newFixture(t *testing.T, rt runtimeEnv, token string, opts ...gitcli.Option) *fixture {
+func newFixture(t testing.TB, rt runtimeEnv, token string, opts ...gitcli.Option) *fixture {
 	t.Helper()
 	exporter, _, _ := artefacts(t)
 	srv, err := gittest.NewServer(t.TempDir(), canaryToken)
@@ -149,7 +149,7 @@ func newFixture(t *testing.T, rt runtimeEnv, token string, opts ...gitcli.Option
 }
 
 // workspace returns a fresh, empty workspace directory.
-func workspace(t *testing.T) string {
+func workspace(t testing.TB) string {
 	t.Helper()
 	ws := filepath.Join(t.TempDir(), "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {

@@ -52,7 +52,7 @@ var agentSig = object.Signature{Name: "Agent", Email: "agent@example.com", When:
 // commitFiles plays the agent: it writes files into the workspace and commits them n
 // times on the checked-out branch with go-git (in-process: the host's git never runs
 // there). Each commit appends its number to every file.
-func commitFiles(t *testing.T, ws string, files map[string]string, n int) []string {
+func commitFiles(t testing.TB, ws string, files map[string]string, n int) []string {
 	t.Helper()
 	repo, err := git.PlainOpen(ws)
 	if err != nil {
