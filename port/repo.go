@@ -78,8 +78,12 @@ type Checkout struct {
 
 // ExportRequest says which run's commits to export.
 type ExportRequest struct {
-	RunID        string
-	Checkout     Checkout
+	// RunID is the run whose workspace is exported.
+	RunID string
+	// Checkout is what Clone returned for this workspace.
+	Checkout Checkout
+	// WorkspaceDir is the run's workspace; it is mounted read-only into the export
+	// sandbox and never read by the host.
 	WorkspaceDir string
 	// Image is the image the exporter runs in (a static binary the adapter mounts;
 	// the image only needs to start it: the agent's own image does).
@@ -91,6 +95,7 @@ type ExportRequest struct {
 // Export is the run's validated work: a git bundle on the host holding exactly the
 // commits Base..Tip of the checkout's branch.
 type Export struct {
+	// RunID and Checkout are the request's.
 	RunID    string
 	Checkout Checkout
 	// Bundle is the host path of the artefact (empty when there are no commits). It is
@@ -108,19 +113,21 @@ func (e *Export) Empty() bool { return e == nil || len(e.Commits) == 0 }
 
 // PushRequest says where to push an export.
 type PushRequest struct {
+	// Export is what Export returned; its artefact is validated again under Policy.
 	Export Export
 	// Branch is the remote branch; empty means Policy.BranchPrefix + RunID. It must
 	// start with the prefix.
 	Branch string
 	// Force replaces the remote branch even if that loses commits; refused unless
 	// Policy.AllowForce.
-	Force  bool
+	Force bool
+	// Policy is checked again on the artefact; zero fields take the defaults.
 	Policy RepoPolicy
 }
 
 // PushResult says what was pushed.
 type PushResult struct {
-	URL     string
+	URL     string   // the remote (credential-free)
 	Branch  string   // the remote branch, without refs/heads/
 	Tip     string   // the commit the branch now points at
 	Commits []string // the pushed commits, newest first
@@ -128,7 +135,7 @@ type PushResult struct {
 
 // PushError is a push that failed after validation. The artefact is untouched.
 type PushError struct {
-	Branch string
+	Branch string // the remote branch the push was for
 	Bundle string // the export's artefact, still on disk
 	Err    error  // wraps ErrPermissionDenied, ErrConflict, ErrUnavailable or ErrInternal
 }
@@ -217,10 +224,10 @@ const (
 
 // RejectError is an export or push refused by policy. It wraps ErrRejected.
 type RejectError struct {
-	Rule   Rule
+	Rule   Rule   // the rule broken
 	Path   string // the offending path, if the rule is about one
 	Commit string // the offending commit or object, if known
-	Detail string
+	Detail string // what was found, for people; never a credential
 }
 
 // Error implements error.
@@ -264,6 +271,6 @@ type PullRequestSpec struct {
 
 // PullRequest is an opened pull request.
 type PullRequest struct {
-	Number int
+	Number int    // the pull request's number in its repository
 	URL    string // the web page
 }
