@@ -223,3 +223,66 @@ func TestPushFailures(t *testing.T) {
 		recoverable(t, f, err, exp)
 	})
 }
+
+// TestNoCommits: an agent that commits nothing gives an empty export, and Push refuses
+// it without touching the remote.
+func TestNoCommits(t *testing.T) {
+	rt := runtimes(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := newFixture(t, rt, canaryToken)
+	ws := workspace(t)
+	co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: "idle", URL: f.url, WorkspaceDir: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Uncommitted edits are not the agent's work product: only commits are exported.
+	os.WriteFile(filepath.Join(ws, "README.md"), []byte("edited, not committed\n"), 0o644)
+	exp, err := f.relay.Export(ctx, port.ExportRequest{RunID: "idle", Checkout: *co, WorkspaceDir: ws, Image: rt.image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !exp.Empty() || exp.Bundle != "" || exp.Tip != co.Base {
+		t.Fatalf("export %+v, want empty at the base", exp)
+	}
+	before := len(f.srv.Requests())
+	if _, err := f.relay.Push(ctx, port.PushRequest{Export: *exp}); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Fatalf("Push of an empty export: %v", err)
+	}
+	if after := len(f.srv.Requests()); after != before {
+		t.Fatalf("an empty push reached the server (%d requests)", after-before)
+	}
+}
+
+// TestConcurrentClones: clones of one remote share its mirror under a lock; each gets
+// the same base and a complete workspace.
+func TestConcurrentClones(t *testing.T) {
+	rt := runtimes(t)[0]
+	f := newFixture(t, rt, canaryToken)
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	bases := make(chan string, 4)
+	for i := range 4 {
+		ws := workspace(t)
+		go func() {
+			co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: "c" + string(rune('0'+i)), URL: f.url, WorkspaceDir: ws})
+			if err == nil {
+				if _, serr := os.Stat(filepath.Join(ws, "src", "main.go")); serr != nil {
+					err = serr
+				}
+				bases <- co.Base
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		if b := <-bases; b != f.seed {
+			t.Fatalf("base %s, want %s", b, f.seed)
+		}
+	}
+}
