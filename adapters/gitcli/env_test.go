@@ -128,11 +128,11 @@ func newFixture(t testing.TB, rt runtimeEnv, token string, opts ...gitcli.Option
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	seed, err := srv.CreateRepo("project", map[string]string{"README.md": "# project\n", ".github/workflows/ci.yml": "on: push\n", "src/main.go": "package main\n"})
+	seed, err := srv.CreateRepo("acme/widgets", map[string]string{"README.md": "# project\n", ".github/workflows/ci.yml": "on: push\n", "src/main.go": "package main\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{rt: rt, srv: srv, logs: &syncBuffer{}, cache: t.TempDir(), repo: "project", url: srv.RepoURL("project"), seed: seed}
+	f := &fixture{rt: rt, srv: srv, logs: &syncBuffer{}, cache: t.TempDir(), repo: "acme/widgets", url: srv.RepoURL("acme/widgets"), seed: seed}
 	base := []gitcli.Option{
 		gitcli.WithCacheDir(f.cache),
 		gitcli.WithExporter(exporter),

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/adapters/github"
+	"github.com/agentsandbox/sandbox/adapters/github/githubtest"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -95,6 +97,20 @@ func TestRelayEndToEnd(t *testing.T) {
 			}
 			if body, _ := f.srv.Git(f.repo, "show", agentCommits[0]+":notes/3.txt"); body != "note 3" {
 				t.Fatalf("notes/3.txt on the server: %q", body)
+			}
+			// A pull request only because this host asks for one.
+			gh := githubtest.NewServer(canaryToken, "acme/widgets")
+			defer gh.Close()
+			prs, err := github.NewPullRequester(github.WithBaseURL(gh.URL), github.WithToken(func(context.Context, string) (string, error) { return canaryToken, nil }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			opened, err := prs.OpenPullRequest(ctx, port.PullRequestSpec{URL: co.URL, Head: pr.Branch, Base: co.Branch, Title: "Agent run " + runID})
+			if err != nil {
+				t.Fatalf("OpenPullRequest: %v", err)
+			}
+			if got := gh.Pulls(); len(got) != 1 || got[0].Head != "agent/"+runID || got[0].Base != "main" || opened.URL != "https://github.com/acme/widgets/pull/1" {
+				t.Fatalf("pull requests %+v, opened %+v", got, opened)
 			}
 			if f.srv.Denied() == 0 {
 				t.Error("the server never asked for the token: the test does not prove the token was needed")

@@ -2,84 +2,23 @@ package github_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentsandbox/sandbox/adapters/github"
+	"github.com/agentsandbox/sandbox/adapters/github/githubtest"
 	"github.com/agentsandbox/sandbox/port"
 )
 
 const token = "ghs_CANARYpulls0123456789abcdef"
 
-// fakeGitHub is a fake of GitHub's pulls API: it checks the request shape and auth as
-// GitHub documents them, keeps the opened pull requests, and answers 422 "A pull
-// request already exists" for a second one with the same head and base.
-type fakeGitHub struct {
-	mu    sync.Mutex
-	pulls []map[string]any
-	seen  []*http.Request
-}
-
-func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.seen = append(f.seen, r)
-	fail := func(code int, msg string) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request"})
-	}
-	if r.Header.Get("Authorization") != "Bearer "+token {
-		fail(401, "Bad credentials")
-		return
-	}
-	if r.Method != http.MethodPost || r.URL.Path != "/repos/acme/widgets/pulls" {
-		fail(404, "Not Found")
-		return
-	}
-	if r.Header.Get("Accept") != "application/vnd.github+json" || r.Header.Get("X-GitHub-Api-Version") != "2022-11-28" || r.Header.Get("Content-Type") != "application/json" {
-		fail(400, "bad headers")
-		return
-	}
-	var body map[string]any
-	raw, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(raw, &body); err != nil {
-		fail(400, "Problems parsing JSON")
-		return
-	}
-	for _, k := range []string{"title", "head", "base"} {
-		if s, _ := body[k].(string); s == "" {
-			fail(422, "Validation Failed")
-			return
-		}
-	}
-	for _, p := range f.pulls {
-		if p["head"] == body["head"] && p["base"] == body["base"] {
-			w.WriteHeader(422)
-			fmt.Fprintf(w, `{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for acme:%s."}]}`, body["head"])
-			return
-		}
-	}
-	f.pulls = append(f.pulls, body)
-	n := len(f.pulls)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(201)
-	json.NewEncoder(w).Encode(map[string]any{"number": n, "html_url": fmt.Sprintf("https://github.com/acme/widgets/pull/%d", n), "state": "open", "draft": body["draft"]})
-}
-
-func newPR(t *testing.T, tok string) (*github.PullRequester, *fakeGitHub) {
+func newPR(t *testing.T, tok string) (*github.PullRequester, *githubtest.Server) {
 	t.Helper()
-	fake := &fakeGitHub{}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	p, err := github.NewPullRequester(github.WithBaseURL(srv.URL), github.WithToken(func(_ context.Context, repo string) (string, error) {
+	fake := githubtest.NewServer(token, "acme/widgets")
+	t.Cleanup(fake.Close)
+	p, err := github.NewPullRequester(github.WithBaseURL(fake.URL), github.WithToken(func(_ context.Context, repo string) (string, error) {
 		if repo != "acme/widgets" {
 			return "", fmt.Errorf("no token for %s", repo)
 		}
@@ -101,9 +40,9 @@ func TestOpenPullRequest(t *testing.T) {
 	if pr.Number != 1 || pr.URL != "https://github.com/acme/widgets/pull/1" {
 		t.Fatalf("got %+v", pr)
 	}
-	got := fake.pulls[0]
-	if got["head"] != "agent/run-1" || got["base"] != "main" || got["title"] != "Agent run run-1" || got["body"] != "3 commits" || got["draft"] != true {
-		t.Fatalf("request body %v", got)
+	want := githubtest.Pull{Repo: "acme/widgets", Number: 1, Title: "Agent run run-1", Head: "agent/run-1", Base: "main", Body: "3 commits", Draft: true}
+	if got := fake.Pulls(); len(got) != 1 || got[0] != want {
+		t.Fatalf("the fake has %+v, want %+v", got, want)
 	}
 	// The same head and base again: GitHub's 422 becomes ErrConflict.
 	_, err = p.OpenPullRequest(context.Background(), spec)
@@ -121,8 +60,8 @@ func TestOpenPullRequestErrors(t *testing.T) {
 	}
 	p, fake := newPR(t, token)
 	_, err = p.OpenPullRequest(ctx, port.PullRequestSpec{URL: "https://github.com/acme/other", Head: "agent/x", Base: "main", Title: "t"})
-	if err == nil || len(fake.seen) != 0 {
-		t.Fatalf("a repository without a token: %v (%d requests)", err, len(fake.seen))
+	if err == nil || fake.Requests() != 0 {
+		t.Fatalf("a repository without a token: %v (%d requests)", err, fake.Requests())
 	}
 	for _, spec := range []port.PullRequestSpec{
 		{URL: "https://github.com/acme/widgets", Head: "main", Base: "main", Title: "t"},
@@ -133,7 +72,15 @@ func TestOpenPullRequestErrors(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrInvalidSpec", spec, err)
 		}
 	}
-	if len(fake.seen) != 0 {
-		t.Fatalf("invalid specs reached the server %d times", len(fake.seen))
+	if fake.Requests() != 0 {
+		t.Fatalf("invalid specs reached the server %d times", fake.Requests())
+	}
+	// A repository GitHub does not know is its 404.
+	fake2 := githubtest.NewServer(token, "acme/widgets")
+	defer fake2.Close()
+	p2, _ := github.NewPullRequester(github.WithBaseURL(fake2.URL), github.WithToken(func(context.Context, string) (string, error) { return token, nil }))
+	_, err = p2.OpenPullRequest(ctx, port.PullRequestSpec{URL: "https://github.com/acme/nope", Head: "agent/x", Base: "main", Title: "t"})
+	if !errors.Is(err, port.ErrNotFound) {
+		t.Fatalf("unknown repository: %v, want ErrNotFound", err)
 	}
 }
