@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/adapters/gitcli"
 	"github.com/agentsandbox/sandbox/adapters/github"
 	"github.com/agentsandbox/sandbox/adapters/github/githubtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -300,5 +301,24 @@ func TestConcurrentClones(t *testing.T) {
 		if b := <-bases; b != f.seed {
 			t.Fatalf("base %s, want %s", b, f.seed)
 		}
+	}
+}
+
+// TestExportSandboxLimits: an exporter that cannot finish inside its sandbox's limits
+// is the run's typed failure, not a refusal and not a hang.
+func TestExportSandboxLimits(t *testing.T) {
+	rt := runtimes(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := newFixture(t, rt, canaryToken, gitcli.WithExportLimits(port.Limits{Timeout: time.Millisecond}))
+	ws := workspace(t)
+	co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: "slow", URL: f.url, WorkspaceDir: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFiles(t, ws, map[string]string{"a.txt": "a"}, 1)
+	_, err = f.relay.Export(ctx, port.ExportRequest{RunID: "slow", Checkout: *co, WorkspaceDir: ws, Image: rt.image})
+	if !errors.Is(err, port.ErrTimeout) || errors.Is(err, port.ErrRejected) {
+		t.Fatalf("Export with a 1 ms limit: %v, want ErrTimeout", err)
 	}
 }
