@@ -322,3 +322,24 @@ func TestExportSandboxLimits(t *testing.T) {
 		t.Fatalf("Export with a 1 ms limit: %v, want ErrTimeout", err)
 	}
 }
+
+// TestCloneFailures: a refused token and a stopped server are typed, and the error
+// never carries the token.
+func TestCloneFailures(t *testing.T) {
+	rt := runtimes(t)[0]
+	ctx := context.Background()
+	f := newFixture(t, rt, canaryToken)
+	bad := newFixtureSameServer(t, f, "wrong-"+canaryToken)
+	_, err := bad.relay.Clone(ctx, port.CloneRequest{RunID: "c1", URL: f.url, WorkspaceDir: workspace(t)})
+	if !errors.Is(err, port.ErrPermissionDenied) || strings.Contains(err.Error(), canaryToken) {
+		t.Fatalf("clone with a wrong token: %v", err)
+	}
+	if _, err := f.relay.Clone(ctx, port.CloneRequest{RunID: "c2", URL: f.url, Branch: "nope", WorkspaceDir: workspace(t)}); !errors.Is(err, port.ErrNotFound) {
+		t.Fatalf("clone of a missing branch: %v", err)
+	}
+	f.srv.Close()
+	_, err = f.relay.Clone(ctx, port.CloneRequest{RunID: "c3", URL: f.url, WorkspaceDir: workspace(t)})
+	if !errors.Is(err, port.ErrUnavailable) {
+		t.Fatalf("clone from a stopped server: %v", err)
+	}
+}
