@@ -70,6 +70,9 @@ func scanBundle(r io.Reader, branch, base string, maxObject, maxTotal int64) (*b
 		if !ok || !isHex40(id) {
 			return nil, reject(port.RuleLayout, "malformed ref line")
 		}
+		if id == base || strings.Trim(id, "0") == "" {
+			return nil, reject(port.RuleBranch, "the branch tip is the base or the null id")
+		}
 		if ref != "refs/heads/"+branch {
 			return nil, &port.RejectError{Rule: port.RuleBranch, Path: ref, Detail: "artefact names a ref other than the expected branch"}
 		}
