@@ -26,7 +26,19 @@ func (noRunner) RunOnce(context.Context, port.RunSpec) (*port.RunResult, error) 
 var bigRepo struct {
 	once sync.Once
 	srv  *gittest.Server
+	root string
 	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bigRepo.srv != nil {
+		bigRepo.srv.Close()
+	}
+	if bigRepo.root != "" {
+		os.RemoveAll(bigRepo.root)
+	}
+	os.Exit(code)
 }
 
 // bigServer serves "big": 10,000 files of about 100 bytes in 100 directories.
@@ -38,6 +50,7 @@ func bigServer(b *testing.B) *gittest.Server {
 			bigRepo.err = err
 			return
 		}
+		bigRepo.root = root
 		srv, err := gittest.NewServer(root, canaryToken)
 		if err != nil {
 			bigRepo.err = err
