@@ -7,13 +7,16 @@
 //
 // Usage:
 //
-//	sandbox-git-export -src DIR -out FILE -base SHA -branch NAME [-max-commits N] [-max-bytes N]
+//	sandbox-git-export -src DIR -out FILE -base SHA -branch NAME [-max-commits N] [-max-file-bytes N] [-max-bytes N]
 //
 // The bundle (format v2) names exactly one ref, refs/heads/NAME, and one prerequisite,
-// the base commit, and carries every object reachable from the branch tip and not from
-// the base. A branch still at the base writes no bundle. On success it prints one JSON
-// line {"tip":..., "commits":N, "objects":N, "bundle":bool}; on failure a line
-// {"error":..., "rule":...} and exits with status 2 (refused) or 1 (broken repository).
+// the base commit, and carries the commits reachable from the branch tip and not from
+// the base, with the trees and blobs they add over the base's tree. A branch still at
+// the base writes no bundle. On success it prints one JSON line {"tip":..., "commits":N,
+// "objects":N, "bundle":bool}; on failure a line {"error":..., "rule":..., "path":...} and
+// exits with status 2 (refused by a cap or the ancestry rule) or 1 (a broken repository).
+// Object sizes are read from object headers, so a huge blob is refused without being
+// inflated.
 // The host validates the bundle again: nothing printed here is trusted.
 package main
 
