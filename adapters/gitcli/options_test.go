@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -96,5 +97,41 @@ func TestCheckPushBranch(t *testing.T) {
 	wide := port.RepoPolicy{BranchPrefix: "ma"}.WithDefaults()
 	if err := checkPolicy(wide); err == nil {
 		t.Error("a prefix without a trailing / accepted")
+	}
+}
+
+func TestPrune(t *testing.T) {
+	cache := t.TempDir()
+	r, err := NewRelay(stubRunner{}, WithCacheDir(cache))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	mk := func(kind, name string, mtime time.Time) {
+		p := filepath.Join(cache, kind, name)
+		os.MkdirAll(filepath.Dir(p), 0o700)
+		os.WriteFile(p, []byte("x"), 0o600)
+		os.Chtimes(p, mtime, mtime)
+	}
+	mk("artefacts", "r1-1.bundle", old)
+	mk("artefacts", "r2-1.bundle", time.Now())
+	mk("quarantine", "r1-2", old)
+	mk("export", "r1-3", old)
+	mk("mirrors", "abc.git", old)
+	rep, err := r.Prune(context.Background(), time.Hour, true)
+	if err != nil || len(rep.Removed) != 3 {
+		t.Fatalf("dry run %+v %v", rep, err)
+	}
+	if _, err := os.Stat(filepath.Join(cache, "artefacts", "r1-1.bundle")); err != nil {
+		t.Fatal("a dry run removed something")
+	}
+	rep, err = r.Prune(context.Background(), time.Hour, false)
+	if err != nil || strings.Join(rep.Removed, ",") != "export:r1-3,quarantine:r1-2,artefacts:r1-1.bundle" {
+		t.Fatalf("prune %+v %v", rep, err)
+	}
+	for _, keep := range []string{"artefacts/r2-1.bundle", "mirrors/abc.git"} {
+		if _, err := os.Stat(filepath.Join(cache, keep)); err != nil {
+			t.Errorf("%s removed", keep)
+		}
 	}
 }
