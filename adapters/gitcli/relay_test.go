@@ -343,3 +343,51 @@ func TestCloneFailures(t *testing.T) {
 		t.Fatalf("clone from a stopped server: %v", err)
 	}
 }
+
+// TestCredentialNeverOnArgv: every git the relay runs is logged through a wrapper; the
+// token is on no command line, while the server did require it for clone and push.
+func TestCredentialNeverOnArgv(t *testing.T) {
+	rt := runtimes(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	realGit, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	argvLog := filepath.Join(dir, "argv.log")
+	wrapper := filepath.Join(dir, "git")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$*\" >> " + argvLog + "\nexec " + realGit + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, rt, canaryToken, gitcli.WithGit(wrapper))
+	ws := workspace(t)
+	co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: "argv", URL: f.url, WorkspaceDir: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFiles(t, ws, map[string]string{"a.txt": "a"}, 1)
+	exp, err := f.relay.Export(ctx, port.ExportRequest{RunID: "argv", Checkout: *co, WorkspaceDir: ws, Image: rt.image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.relay.Push(ctx, port.PushRequest{Export: *exp}); err != nil {
+		t.Fatal(err)
+	}
+	logged, err := os.ReadFile(argvLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{" fetch --prune", " clone --no-local", " index-pack --strict", " push --no-verify"} {
+		if !strings.Contains(string(logged), want) {
+			t.Errorf("no %q among the relay's git commands:\n%s", want, logged)
+		}
+	}
+	if strings.Contains(string(logged), canaryToken) {
+		t.Fatalf("the token is on a git command line:\n%s", logged)
+	}
+	if f.srv.Denied() == 0 {
+		t.Fatal("the server never challenged: the token was not shown to be needed")
+	}
+}
