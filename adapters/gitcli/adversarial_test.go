@@ -1,0 +1,303 @@
+package gitcli_test
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// plantHostile writes, as an agent could, a repository config naming a command that
+// creates marker for every key git would run something for, hooks that do the same,
+// and an include of a host file that does it too.
+func plantHostile(t *testing.T, ws, marker string) {
+	t.Helper()
+	touch := "touch " + marker
+	inc := filepath.Join(t.TempDir(), "included.cfg")
+	if err := os.WriteFile(inc, []byte("[core]\n\tfsmonitor = "+touch+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hooks := filepath.Join(ws, ".git", "evil-hooks")
+	cfg := fmt.Sprintf(`[core]
+	repositoryformatversion = 0
+	bare = false
+	fsmonitor = %[1]s
+	hooksPath = %[2]s
+	sshCommand = %[1]s
+	pager = %[1]s
+	editor = %[1]s
+	askPass = %[1]s
+	gitProxy = %[1]s
+[filter "evil"]
+	clean = %[1]s
+	smudge = %[1]s
+	process = %[1]s
+	required = true
+[diff]
+	external = %[1]s
+[diff "evil"]
+	textconv = %[1]s
+	command = %[1]s
+[credential]
+	helper = !%[1]s
+[include]
+	path = %[3]s
+[safe]
+	directory = *
+[uploadpack]
+	packObjectsHook = %[1]s
+[protocol]
+	allow = always
+[remote "origin"]
+	url = ext::sh -c %[1]s
+	fetch = +refs/heads/*:refs/remotes/origin/*
+	uploadpack = %[1]s
+	receivepack = %[1]s
+[branch "main"]
+	remote = origin
+	merge = refs/heads/main
+`, touch, hooks, inc)
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{hooks, filepath.Join(ws, ".git", "hooks")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []string{"pre-commit", "post-checkout", "pre-push", "reference-transaction", "post-index-change", "fsmonitor-watchman", "pre-receive", "post-update", "pre-auto-gc"} {
+			if err := os.WriteFile(filepath.Join(dir, h), []byte("#!/bin/sh\n"+touch+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".gitattributes"), []byte("* filter=evil diff=evil\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type adversary struct {
+	name   string
+	policy port.RepoPolicy
+	// act plays the agent on the cloned workspace.
+	act func(t *testing.T, ws string, base plumbing.Hash, f *fixture)
+	// rule is the expected refusal; empty means the export is safely ingested and pushed.
+	rule port.Rule
+	path string
+	push string // for a refused push target
+}
+
+func adversaries() []adversary {
+	sym := func(t *testing.T, target, link string) {
+		t.Helper()
+		os.RemoveAll(link)
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []adversary{
+		{name: "hostile config, hooks and attributes are never run", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x", ".gitattributes": "* filter=evil diff=evil"}, 2)
+		}},
+		{name: "packed-refs symlinked to a host file", rule: port.RuleBranch, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			tip := commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)[0]
+			host := filepath.Join(t.TempDir(), "host-refs")
+			os.WriteFile(host, []byte(tip+" refs/heads/main\n"), 0o644)
+			os.Remove(filepath.Join(ws, ".git", "refs", "heads", "main"))
+			sym(t, host, filepath.Join(ws, ".git", "packed-refs"))
+		}},
+		{name: "objects symlinked to the host mirror", rule: port.RuleLayout, act: func(t *testing.T, ws string, _ plumbing.Hash, f *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
+			mirrors, _ := filepath.Glob(filepath.Join(f.cache, "mirrors", "*.git"))
+			if len(mirrors) != 1 {
+				t.Fatalf("mirrors %v", mirrors)
+			}
+			sym(t, filepath.Join(mirrors[0], "objects"), filepath.Join(ws, ".git", "objects"))
+		}},
+		{name: ".git symlinked to a host repository", rule: port.RuleLayout, act: func(t *testing.T, ws string, _ plumbing.Hash, f *fixture) {
+			sym(t, f.srv.RepoDir(f.repo), filepath.Join(ws, ".git"))
+		}},
+		{name: "config symlinked to /etc/shadow", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
+			sym(t, "/etc/shadow", filepath.Join(ws, ".git", "config"))
+		}},
+		{name: "commit not descending from the base", rule: port.RuleAncestry, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", nil, []object.TreeEntry{{Name: "x", Mode: filemode.Regular, Hash: blob(t, ws, []byte("x"))}})
+		}},
+		{name: "merge of an unrelated history", rule: port.RuleAncestry, act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			orphan := rawCommit(t, ws, "orphan", nil, []object.TreeEntry{{Name: "y", Mode: filemode.Regular, Hash: blob(t, ws, []byte("y"))}})
+			rawCommit(t, ws, "main", []plumbing.Hash{base, orphan}, baseTree(t, ws, base))
+		}},
+		{name: "branch ref escaping the repository", rule: port.RuleBranch, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
+			os.WriteFile(filepath.Join(ws, ".git", "refs", "heads", "main"), []byte("ref: ../../../../../../etc/shadow\n"), 0o644)
+		}},
+		{name: "push target escaping the prefix", push: "agent/../main", rule: port.RulePushBranch, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
+		}},
+		{name: "push to the default branch", push: "main", policy: port.RepoPolicy{BranchPrefix: "ma/"}, rule: port.RulePushBranch, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
+		}},
+		{name: "1 GiB blob of zeros", rule: port.RuleFileSize, path: "big.bin", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			h := sparseBlob(t, ws, 1<<30)
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "big.bin", Mode: filemode.Regular, Hash: h}))
+		}},
+		{name: "path with ..", rule: port.RulePath, act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			sub := treeOf(t, ws, []object.TreeEntry{{Name: "passwd", Mode: filemode.Regular, Hash: blob(t, ws, []byte("root::0:0::/:/bin/sh\n"))}})
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "..", Mode: filemode.Dir, Hash: sub}))
+		}},
+		{name: ".git directory committed", rule: port.RulePath, act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			sub := treeOf(t, ws, []object.TreeEntry{{Name: "config", Mode: filemode.Regular, Hash: blob(t, ws, []byte("[core]\n\tfsmonitor = touch /tmp/x\n"))}})
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: ".GIT", Mode: filemode.Dir, Hash: sub}))
+		}},
+		{name: "symlink to /etc/shadow committed", rule: port.RuleSymlink, path: "shadow", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "shadow", Mode: filemode.Symlink, Hash: blob(t, ws, []byte("/etc/shadow"))}))
+		}},
+		{name: "relative symlink out of the repository", rule: port.RuleSymlink, path: "src/up", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			src := treeOf(t, ws, []object.TreeEntry{{Name: "up", Mode: filemode.Symlink, Hash: blob(t, ws, []byte("../../etc/passwd"))}})
+			tree := baseTree(t, ws, base)
+			for i := range tree {
+				if tree[i].Name == "src" {
+					tree[i].Hash = src
+				}
+			}
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, tree)
+		}},
+		{name: "workflow change under a deny pattern", policy: port.RepoPolicy{DenyPaths: []string{".github/workflows/**"}}, rule: port.RuleDenied, path: ".github/workflows/ci.yml", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{".github/workflows/ci.yml": "on: push\njobs: {steal: {runs-on: x}}"}, 1)
+		}},
+		{name: "submodule under no-submodules", policy: port.RepoPolicy{NoSubmodules: true}, rule: port.RuleSubmodule, path: "vendor", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: base}))
+		}},
+		{name: "identity not allowed", policy: port.RepoPolicy{Identity: port.IdentityPolicy{AllowedEmails: []string{"*@corp.example"}}}, rule: port.RuleIdentity, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
+		}},
+		{name: "too many commits", policy: port.RepoPolicy{MaxCommits: 2}, rule: port.RuleCommitCount, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 3)
+		}},
+	}
+}
+
+// TestAdversarialWorkspaces runs each adversary against every runtime. The workspace
+// always also carries a hostile config, hooks and attributes: the marker they would
+// create on the host must never appear, whether the export is refused (with the right
+// rule and path) or ingested and pushed.
+func TestAdversarialWorkspaces(t *testing.T) {
+	for _, rt := range runtimes(t) {
+		t.Run(rt.name, func(t *testing.T) {
+			f := newFixture(t, rt, canaryToken)
+			for i, adv := range adversaries() {
+				t.Run(adv.name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+					defer cancel()
+					marker := filepath.Join(t.TempDir(), "marker")
+					ws := workspace(t)
+					runID := fmt.Sprintf("adv-%d", i)
+					co, err := f.relay.Clone(ctx, port.CloneRequest{RunID: runID, URL: f.url, WorkspaceDir: ws})
+					if err != nil {
+						t.Fatal(err)
+					}
+					adv.act(t, ws, plumbing.NewHash(co.Base), f)
+					if fi, err := os.Lstat(filepath.Join(ws, ".git")); err == nil && fi.IsDir() {
+						plantHostile(t, ws, marker)
+					}
+					defer func() {
+						if _, err := os.Lstat(marker); err == nil {
+							t.Fatal("the marker appeared: the host ran something the agent planted")
+						}
+					}()
+
+					exp, err := f.relay.Export(ctx, port.ExportRequest{RunID: runID, Checkout: *co, WorkspaceDir: ws, Image: rt.image, Policy: adv.policy})
+					if err == nil {
+						var pr *port.PushResult
+						pr, err = f.relay.Push(ctx, port.PushRequest{Export: *exp, Branch: adv.push, Policy: adv.policy})
+						if err == nil {
+							if adv.rule != "" {
+								t.Fatalf("pushed %+v, want a %s refusal", pr, adv.rule)
+							}
+							if got, _ := f.srv.Git(f.repo, "rev-parse", "refs/heads/"+pr.Branch); got != exp.Tip || len(exp.Commits) == 0 {
+								t.Fatalf("server branch %s at %q, export tip %s (%d commits)", pr.Branch, got, exp.Tip, len(exp.Commits))
+							}
+							return
+						}
+					}
+					t.Logf("refused: %v", err)
+					var re *port.RejectError
+					if !errors.As(err, &re) || !errors.Is(err, port.ErrRejected) {
+						t.Fatalf("err = %v, want a RejectError (%s)", err, adv.rule)
+					}
+					if re.Rule != adv.rule || (adv.path != "" && re.Path != adv.path) {
+						t.Fatalf("refused with %v (rule %s, path %q), want rule %s path %q", err, re.Rule, re.Path, adv.rule, adv.path)
+					}
+					if strings.Contains(err.Error(), canaryToken) {
+						t.Fatal("error carries the token")
+					}
+				})
+			}
+		})
+	}
+}
+
+// sparseBlob writes a loose blob object of size zero bytes straight into the
+// workspace's object store (as an agent can), compressed, without holding it in memory.
+func sparseBlob(t *testing.T, ws string, size int64) plumbing.Hash {
+	t.Helper()
+	sparse.Lock()
+	defer sparse.Unlock()
+	if sparse.z == nil {
+		sparse.id, sparse.z = zeroObject(size)
+	}
+	dir := filepath.Join(ws, ".git", "objects", sparse.id.String()[:2])
+	os.MkdirAll(dir, 0o755)
+	if err := os.WriteFile(filepath.Join(dir, sparse.id.String()[2:]), sparse.z, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	return sparse.id
+}
+
+var sparse struct {
+	sync.Mutex
+	id plumbing.Hash
+	z  []byte
+}
+
+// zeroObject returns the id and compressed loose form of a blob of size zero bytes.
+func zeroObject(size int64) (plumbing.Hash, []byte) {
+	hdr := fmt.Sprintf("blob %d\x00", size)
+	h := sha1.New()
+	h.Write([]byte(hdr))
+	zero := make([]byte, 1<<20)
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestSpeed)
+	zw.Write([]byte(hdr))
+	for n := int64(0); n < size; n += int64(len(zero)) {
+		h.Write(zero)
+		zw.Write(zero)
+	}
+	zw.Close()
+	return plumbing.Hash(h.Sum(nil)), z.Bytes()
+}
+
+// treeOf stores a tree with exactly the given entries.
+func treeOf(t *testing.T, ws string, entries []object.TreeEntry) plumbing.Hash {
+	t.Helper()
+	h := rawCommit(t, ws, "scratch-"+fmt.Sprint(time.Now().UnixNano()), nil, entries)
+	c, err := object.GetCommit(mustRepo(t, ws).Storer, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.TreeHash
+}

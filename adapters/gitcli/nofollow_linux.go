@@ -1,0 +1,5 @@
+package gitcli
+
+import "syscall"
+
+const syscallNoFollow = syscall.O_NOFOLLOW

@@ -1,0 +1,387 @@
+package gitcli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// quarantine is a host-owned bare repository holding one artefact's objects; its object
+// store borrows from the mirror (alternates), so only the new objects are copied.
+type quarantine struct {
+	dir     string
+	tip     string
+	commits []string // newest first
+}
+
+func (q *quarantine) remove() { os.RemoveAll(q.dir) }
+
+const quarantineRef = "refs/agentsandbox/tip"
+
+// ingest scans the artefact, fetches it into a fresh quarantine, validates it against
+// pol and has git fsck its objects. On success the quarantine's quarantineRef is the
+// (possibly rewritten) tip.
+func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol port.RepoPolicy, bundle string) (*quarantine, error) {
+	f, err := os.Open(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: artefact: %v", port.ErrInternal, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > pol.MaxBundleBytes {
+		err = &port.RejectError{Rule: port.RuleTotalSize, Detail: fmt.Sprintf("artefact is %d bytes, over %d", fi.Size(), pol.MaxBundleBytes)}
+	}
+	var info *bundleInfo
+	if err == nil {
+		info, err = scanBundle(f, co.Branch, co.Base, pol.MaxFileBytes, pol.MaxTotalBytes)
+	}
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+
+	dir, err := r.scratchDir("quarantine", runID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	q := &quarantine{dir: dir}
+	if _, err := r.run(ctx, gitCmd{args: []string{"init", "--bare", "--template=", "--quiet", "--", dir}}); err != nil {
+		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	mirror := r.mirrorDir(co.URL)
+	if err := os.WriteFile(filepath.Join(dir, "objects", "info", "alternates"), []byte(filepath.Join(mirror, "objects")+"\n"), 0o600); err != nil {
+		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	git := func(args ...string) ([]byte, error) {
+		return r.run(ctx, gitCmd{gitDir: dir, args: args})
+	}
+	// The fetch only indexes (hashes) the objects; sizes are bounded by the scan. Our own
+	// checks run next so a refusal names its path; git fsck --strict runs last.
+	if _, err := git("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", bundle, "refs/heads/"+co.Branch+":"+quarantineRef); err != nil {
+		return q, &port.RejectError{Rule: port.RuleObject, Detail: "git refused the artefact: " + clip(gitStderr(err), 512)}
+	}
+	tip := info.tip
+	if _, err := git("merge-base", "--is-ancestor", co.Base, tip); err != nil {
+		return q, &port.RejectError{Rule: port.RuleAncestry, Commit: tip, Detail: "the branch does not descend from the base"}
+	}
+	all, err := git("rev-list", "--parents", fmt.Sprintf("--max-count=%d", pol.MaxCommits+1), tip, "^"+co.Base)
+	if err != nil {
+		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	type commit struct {
+		id      string
+		parents []string
+	}
+	var commits []commit
+	for line := range strings.Lines(string(all)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		commits = append(commits, commit{f[0], f[1:]})
+	}
+	if len(commits) > pol.MaxCommits {
+		return q, &port.RejectError{Rule: port.RuleCommitCount, Detail: fmt.Sprintf("more than %d commits", pol.MaxCommits)}
+	}
+	onPath, err := git("rev-list", "--ancestry-path", tip, "^"+co.Base)
+	if err != nil {
+		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	descends := map[string]bool{}
+	for line := range strings.Lines(string(onPath)) {
+		descends[strings.TrimSpace(line)] = true
+	}
+	for _, c := range commits {
+		if !descends[c.id] {
+			return q, &port.RejectError{Rule: port.RuleAncestry, Commit: c.id, Detail: "commit does not descend from the base"}
+		}
+	}
+
+	if pol.Identity.Rewrite == nil && len(pol.Identity.AllowedEmails) > 0 {
+		if err := r.checkIdentities(ctx, dir, tip, co.Base, pol.Identity.AllowedEmails); err != nil {
+			return q, err
+		}
+	}
+	deny, err := compileGlobs(pol.DenyPaths)
+	if err != nil {
+		return q, err
+	}
+	for _, c := range commits {
+		for _, p := range c.parents {
+			if err := r.checkDiff(ctx, dir, p, c.id, pol, deny); err != nil {
+				return q, err
+			}
+		}
+	}
+	if err := r.fsck(ctx, dir, bundle); err != nil {
+		return q, err
+	}
+	if pol.Identity.Rewrite != nil {
+		if tip, err = r.rewrite(ctx, dir, tip, co.Base, *pol.Identity.Rewrite); err != nil {
+			return q, err
+		}
+		if _, err := git("update-ref", quarantineRef, tip); err != nil {
+			return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
+		}
+		if all, err = git("rev-list", tip, "^"+co.Base); err != nil {
+			return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
+		}
+		commits = commits[:0]
+		for line := range strings.Lines(string(all)) {
+			commits = append(commits, commit{id: strings.TrimSpace(line)})
+		}
+	}
+	q.tip = tip
+	for _, c := range commits {
+		q.commits = append(q.commits, c.id)
+	}
+	return q, nil
+}
+
+func gitStderr(err error) string {
+	var ge *gitError
+	if errors.As(err, &ge) {
+		return ge.stderr
+	}
+	return err.Error()
+}
+
+// fsck has git check every object of the artefact strictly (bad trees, ".git" in any
+// spelling, malformed commits, links to missing objects): the bundle's pack is indexed
+// again with --strict, into a scratch file the relay discards.
+func (r *Relay) fsck(ctx context.Context, dir, bundle string) error {
+	f, err := os.Open(bundle)
+	if err != nil {
+		return fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return &port.RejectError{Rule: port.RuleLayout, Detail: "artefact header"}
+		}
+		if line == "\n" {
+			break
+		}
+	}
+	pack := filepath.Join(dir, "fsck.pack")
+	out, err := os.Create(pack)
+	if err != nil {
+		return fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	_, err = io.Copy(out, br)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	defer os.Remove(pack)
+	defer os.Remove(strings.TrimSuffix(pack, ".pack") + ".idx")
+	if _, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"index-pack", "--strict", pack}}); err != nil {
+		msg := gitStderr(err)
+		rule := port.RuleObject
+		for _, id := range []string{"hasDotdot", "hasDotgit", "hasDot", "fullPathname", "emptyName", "badTree"} {
+			if strings.Contains(msg, id) {
+				rule = port.RulePath
+			}
+		}
+		return &port.RejectError{Rule: rule, Detail: "git fsck: " + clip(msg, 512)}
+	}
+	return nil
+}
+
+// checkDiff applies the path, size, symlink and submodule rules to what commit changes
+// against parent.
+func (r *Relay) checkDiff(ctx context.Context, dir, parent, commit string, pol port.RepoPolicy, deny []*regexp.Regexp) error {
+	out, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-ext-diff", "--no-textconv", parent, commit}})
+	if err != nil {
+		return &port.RejectError{Rule: port.RuleObject, Commit: commit, Detail: clip(gitStderr(err), 512)}
+	}
+	type entry struct{ path, mode, id string }
+	var changed []entry
+	fields := bytes.Split(out, []byte{0})
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta := strings.Fields(strings.TrimPrefix(string(fields[i]), ":"))
+		p := string(fields[i+1])
+		if len(meta) != 5 {
+			return &port.RejectError{Rule: port.RuleObject, Commit: commit, Detail: "unexpected diff-tree output"}
+		}
+		if err := checkPath(p); err != nil {
+			err.Commit = commit
+			return err
+		}
+		for i, g := range deny {
+			if g.MatchString(p) {
+				return &port.RejectError{Rule: port.RuleDenied, Path: p, Commit: commit, Detail: "matches " + pol.DenyPaths[i]}
+			}
+		}
+		if pol.NoSubmodules && (p == ".gitmodules" || strings.HasSuffix(p, "/.gitmodules") || meta[0] == "160000" || meta[1] == "160000") {
+			return &port.RejectError{Rule: port.RuleSubmodule, Path: p, Commit: commit, Detail: "submodules are not allowed"}
+		}
+		if meta[4] != "D" {
+			changed = append(changed, entry{p, meta[1], meta[3]})
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	var in bytes.Buffer
+	for _, e := range changed {
+		if e.mode != "160000" {
+			in.WriteString(e.id + "\n")
+		}
+	}
+	sizes, err := r.run(ctx, gitCmd{gitDir: dir, stdin: &in, args: []string{"cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"}})
+	if err != nil {
+		return fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	size := map[string]int64{}
+	for line := range strings.Lines(string(sizes)) {
+		f := strings.Fields(line)
+		if len(f) == 3 {
+			n, _ := strconv.ParseInt(f[2], 10, 64)
+			size[f[0]] = n
+		}
+	}
+	for _, e := range changed {
+		if e.mode == "160000" {
+			continue
+		}
+		n, ok := size[e.id]
+		if !ok {
+			return &port.RejectError{Rule: port.RuleObject, Path: e.path, Commit: commit, Detail: "missing blob"}
+		}
+		if n > pol.MaxFileBytes {
+			return &port.RejectError{Rule: port.RuleFileSize, Path: e.path, Commit: commit, Detail: fmt.Sprintf("%d bytes, over %d", n, pol.MaxFileBytes)}
+		}
+		if e.mode == "120000" {
+			if n > 4096 {
+				return &port.RejectError{Rule: port.RuleSymlink, Path: e.path, Commit: commit, Detail: "symlink target too long"}
+			}
+			target, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"cat-file", "blob", e.id}})
+			if err != nil {
+				return fmt.Errorf("%w: %v", port.ErrInternal, err)
+			}
+			if err := checkSymlink(e.path, string(target)); err != nil {
+				err.Commit = commit
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkPath refuses a path element that is empty, ".", ".." or ".git" (in any case),
+// and absolute paths or NUL bytes.
+func checkPath(p string) *port.RejectError {
+	if p == "" || strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
+		return &port.RejectError{Rule: port.RulePath, Path: p, Detail: "absolute or empty path"}
+	}
+	for _, el := range strings.Split(p, "/") {
+		switch {
+		case el == "", el == ".", el == "..":
+			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: fmt.Sprintf("path element %q", el)}
+		case strings.EqualFold(strings.TrimRight(el, ". "), ".git"):
+			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: "a .git path element"}
+		}
+	}
+	return nil
+}
+
+// checkSymlink refuses a link whose target leaves the repository or enters .git.
+func checkSymlink(p, target string) *port.RejectError {
+	bad := func(why string) *port.RejectError {
+		return &port.RejectError{Rule: port.RuleSymlink, Path: p, Detail: fmt.Sprintf("target %q %s", clip(target, 256), why)}
+	}
+	if target == "" || strings.ContainsRune(target, 0) {
+		return bad("is empty or has NUL")
+	}
+	if strings.HasPrefix(target, "/") {
+		return bad("is absolute")
+	}
+	full := path.Join(path.Dir(p), target)
+	if full == ".." || strings.HasPrefix(full, "../") {
+		return bad("leaves the repository")
+	}
+	for _, el := range strings.Split(full, "/") {
+		if strings.EqualFold(el, ".git") {
+			return bad("points into .git")
+		}
+	}
+	return nil
+}
+
+// compileGlobs turns deny patterns into regexps: "**" matches any run of path
+// elements (including none), "*" and "?" stay within one element.
+func compileGlobs(globs []string) ([]*regexp.Regexp, error) {
+	var out []*regexp.Regexp
+	for _, g := range globs {
+		re, err := globRegexp(g)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, re)
+	}
+	return out, nil
+}
+
+func globRegexp(g string) (*regexp.Regexp, error) {
+	if g == "" || strings.HasPrefix(g, "/") {
+		return nil, port.Invalidf("deny pattern %q is empty or absolute", g)
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	for i := 0; i < len(g); i++ {
+		switch c := g[i]; {
+		case strings.HasPrefix(g[i:], "**/"):
+			b.WriteString("(?:.*/)?")
+			i += 2
+		case strings.HasPrefix(g[i:], "**"):
+			b.WriteString(".*")
+			i++
+		case c == '*':
+			b.WriteString("[^/]*")
+		case c == '?':
+			b.WriteString("[^/]")
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
+}
+
+func checkPolicy(p port.RepoPolicy) error {
+	switch {
+	case p.MaxCommits < 1 || p.MaxFileBytes < 1 || p.MaxTotalBytes < 1 || p.MaxBundleBytes < 1:
+		return port.Invalidf("policy caps must be positive")
+	case !strings.HasSuffix(p.BranchPrefix, "/") || checkBranchName(p.BranchPrefix+"x") != nil:
+		return port.Invalidf("branch prefix %q must be a valid ref prefix ending in /", p.BranchPrefix)
+	}
+	if _, err := compileGlobs(p.DenyPaths); err != nil {
+		return err
+	}
+	if id := p.Identity.Rewrite; id != nil {
+		if err := checkIdentity(*id); err != nil {
+			return err
+		}
+	}
+	for _, e := range p.Identity.AllowedEmails {
+		if e == "" {
+			return port.Invalidf("allowed email pattern is empty")
+		}
+	}
+	return nil
+}
