@@ -133,6 +133,10 @@ type RunSpec struct {
 	// LLM, if set, mounts a proxy's socket directory and starts the bridge on BridgeAddr
 	// before the agent's argv runs.
 	LLM *LLMSocket
+	// OwnBridge says the image brings its own bridge to LLM's socket. Without it, a
+	// run with LLM access on a runner that has no bridge (WithBridge) is refused with
+	// ErrInvalidSpec: the agent would find nothing on BridgeAddr.
+	OwnBridge bool
 	// OutputLimit caps each of stdout and stderr (default DefaultOutputLimit).
 	OutputLimit int
 	// Labels are extra labels for the container; the LabelPrefix namespace is reserved.
@@ -325,6 +329,20 @@ func checkDir(what, p string) error {
 	}
 	if !fi.IsDir() {
 		return Invalidf("%s %s is not a directory", what, p)
+	}
+	return nil
+}
+
+// noBridge is the reason runners give for a run with LLM access they cannot connect.
+func noBridge() error {
+	return Invalidf("the run has LLM access but the runner has no bridge (WithBridge, built by bridge.Build) and the spec does not say the image brings one (RunSpec.OwnBridge): the agent could not reach its proxy")
+}
+
+// CheckBridge refuses a run with LLM access that nothing connects to its socket, given
+// whether the runner has a bridge. Errors wrap ErrInvalidSpec.
+func (s RunSpec) CheckBridge(runnerHasBridge bool) error {
+	if s.LLM != nil && !runnerHasBridge && !s.OwnBridge {
+		return noBridge()
 	}
 	return nil
 }

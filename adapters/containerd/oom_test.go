@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,20 @@ func assertOOM(t *testing.T, r port.SandboxRunner, image string, i int) {
 			exit, code = res.ExitCode, res.ErrorCode
 		}
 		t.Fatalf("run %d: exit=%d code=%q err=%v, want an OOM kill", i, exit, code, err)
+	}
+}
+
+// TestLLMWithoutBridgeRefused: as on Docker, a run with LLM access and no bridge is
+// refused before anything is created.
+func TestLLMWithoutBridgeRefused(t *testing.T) {
+	r, err := NewRunner(WithOwner("nobridge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	spec := port.RunSpec{RunID: "no-bridge", Image: "agentsandbox/none:1", Argv: []string{"/agent"},
+		LLM: &port.LLMSocket{HostDir: t.TempDir()}}
+	if _, err := r.RunOnce(context.Background(), spec); !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "OwnBridge") {
+		t.Errorf("RunOnce = %v, want ErrInvalidSpec naming OwnBridge", err)
 	}
 }

@@ -253,6 +253,9 @@ func (r *Runner) check(spec port.RunSpec) error {
 	if spec.Network.Internal != "" {
 		return fmt.Errorf("%w: the containerd adapter has no networks (no CNI): only network=none", port.ErrUnsupported)
 	}
+	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
+		return err
+	}
 	return spec.CheckHostPaths()
 }
 

@@ -47,3 +47,22 @@ func TestOOMUnderCPULoad(t *testing.T) {
 		}
 	}
 }
+
+// TestLLMWithoutBridgeRefused: a run with LLM access on a runner without a bridge is
+// bad input (the agent would find nothing on 127.0.0.1:8080), unless the image brings
+// its own bridge.
+func TestLLMWithoutBridgeRefused(t *testing.T) {
+	r, err := NewRunner(WithOwner("nobridge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := port.RunSpec{RunID: "no-bridge", Image: "agentsandbox/none:1", Argv: []string{"/agent"},
+		LLM: &port.LLMSocket{HostDir: t.TempDir()}}
+	if _, err := r.RunOnce(context.Background(), spec); !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "OwnBridge") {
+		t.Errorf("RunOnce = %v, want ErrInvalidSpec naming OwnBridge", err)
+	}
+	spec.OwnBridge = true
+	if err := spec.WithDefaults().CheckBridge(false); err != nil {
+		t.Errorf("with OwnBridge: %v", err)
+	}
+}

@@ -191,6 +191,9 @@ func (r *Runner) check(ctx context.Context, spec port.RunSpec) error {
 	if err := spec.CheckHostPaths(); err != nil {
 		return err
 	}
+	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
+		return err
+	}
 	if n := spec.Network.Internal; n != "" {
 		nw, err := r.cfg.api.NetworkInspect(ctx, n, client.NetworkInspectOptions{})
 		if err != nil {
