@@ -21,6 +21,8 @@ run() { # package, benchmark regexp, iterations
 
 run ./adapters/docker RunOnceVsCLI 30x
 run ./adapters/containerd 'RunOverhead|RunOverheadWithProxy' 30x
+run ./adapters/containerd CriticalPath 30x
+run ./adapters/docker CriticalPath 30x
 run ./adapters/docker 'ProxyLatency|ProxyTTFT' 2000x
 run ./adapters/docker ProxyStartup 30x
 run ./adapters/inproc 'AddedLatency|TimeToFirstToken|StartStop' 2000x

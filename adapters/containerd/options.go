@@ -16,6 +16,9 @@ const (
 	DefaultAddress     = "/run/containerd/containerd.sock"
 	DefaultNamespace   = "agentsandbox"
 	DefaultSnapshotter = "overlayfs"
+	// DefaultCleanupConcurrency is how many finished runs may be being removed in the
+	// background at once (see WithCleanupConcurrency).
+	DefaultCleanupConcurrency = 16
 )
 
 // Option configures a Runner. Options validate their arguments.
@@ -29,6 +32,12 @@ type config struct {
 	logger         *slog.Logger
 	bridgePath     string
 	cleanupTimeout time.Duration
+	// cleanupConcurrency bounds the removals running in the background.
+	cleanupConcurrency int
+	// runtime is the OCI runtime binary the runc shim runs ("" for runc).
+	runtime string
+	// phaseHook, if set, is called at each phase boundary of a run (benchmarks).
+	phaseHook func(phase string)
 	// ignoreOOMEvents is for tests: OOM kills must be found without the event.
 	ignoreOOMEvents bool
 }
@@ -40,12 +49,13 @@ func defaultConfig() config {
 		addr = strings.TrimPrefix(a, "unix://")
 	}
 	return config{
-		address:        addr,
-		namespace:      DefaultNamespace,
-		snapshotter:    DefaultSnapshotter,
-		owner:          port.DefaultOwner,
-		logger:         slog.New(slog.DiscardHandler),
-		cleanupTimeout: 30 * time.Second,
+		address:            addr,
+		namespace:          DefaultNamespace,
+		snapshotter:        DefaultSnapshotter,
+		owner:              port.DefaultOwner,
+		logger:             slog.New(slog.DiscardHandler),
+		cleanupTimeout:     30 * time.Second,
+		cleanupConcurrency: DefaultCleanupConcurrency,
 	}
 }
 
@@ -128,6 +138,23 @@ func WithCleanupTimeout(d time.Duration) Option {
 			return port.Invalidf("cleanup timeout %v is not positive", d)
 		}
 		c.cleanupTimeout = d
+		return nil
+	}
+}
+
+// WithCleanupConcurrency sets how many finished runs may be being removed in the
+// background at once (default DefaultCleanupConcurrency). RunOnce returns a run's
+// result as soon as its output is in and leaves the removal of its task, container
+// and snapshot to the background; past n pending removals it removes inline, so a
+// burst of runs cannot pile up containers. Zero removes every run inline, before
+// RunOnce returns. Close waits for pending removals; Sweep finds what a dead host
+// left pending.
+func WithCleanupConcurrency(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return port.Invalidf("cleanup concurrency %d is negative", n)
+		}
+		c.cleanupConcurrency = n
 		return nil
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,8 +25,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
-	"github.com/distribution/reference"
 
+	"github.com/agentsandbox/sandbox/internal/bgclean"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/port"
@@ -33,9 +34,11 @@ import (
 
 // Runner runs sandboxes on containerd. It is safe for concurrent use.
 type Runner struct {
-	cfg    config
-	cli    *client.Client
-	dialed atomic.Bool // the socket answered once
+	cfg     config
+	cli     *client.Client
+	dialed  atomic.Bool    // the socket answered once
+	images  sync.Map       // name@digest -> *imageInfo
+	cleanup *bgclean.Queue // removals of finished runs, off the critical path
 }
 
 var (
@@ -59,7 +62,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, opErr("NewRunner", "", fmt.Errorf("%w: %v", port.ErrInvalidSpec, err))
 	}
-	return &Runner{cfg: cfg, cli: cli}, nil
+	return &Runner{cfg: cfg, cli: cli, cleanup: bgclean.New(cfg.cleanupConcurrency)}, nil
 }
 
 // Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
@@ -73,8 +76,28 @@ func (r *Runner) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection to the daemon.
-func (r *Runner) Close() error { return r.cli.Close() }
+// Close waits (up to the cleanup timeout) for the removals of finished runs still in
+// the background, then closes the connection to the daemon. What a removal could not
+// finish stays labelled for Sweep.
+func (r *Runner) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+	defer cancel()
+	if err := r.cleanup.Close(ctx); err != nil {
+		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
+	}
+	return r.cli.Close()
+}
+
+// Drain waits until the removals of the runs that have returned so far are done, or
+// until ctx ends. RunOnce returns a run's result before its task, container and
+// snapshot are removed (see WithCleanupConcurrency); Drain is for callers that need
+// them gone, such as a test counting leftovers.
+func (r *Runner) Drain(ctx context.Context) error {
+	if err := r.cleanup.Wait(ctx); err != nil {
+		return opErr("Drain", "", err)
+	}
+	return nil
+}
 
 // Client returns the underlying containerd client, for callers that manage images
 // themselves. Calls must carry the runner's namespace (see Namespace).
@@ -125,7 +148,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
 
-	img, err := r.image(ctx, spec.Image)
+	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
 		if errors.Is(err, port.ErrNotFound) {
 			return fail(port.CodeContainerFailed, err)
@@ -145,6 +168,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		r.watchOOM(evCtx, id, &oomKilled, oomSeen)
 	}
 
+	r.phase("image")
 	container, err := r.create(ctx, id, spec, img, lbls)
 	if err != nil {
 		if errors.Is(err, port.ErrUnavailable) {
@@ -152,20 +176,31 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	// Registered before anything else can fail; runs with a fresh context so a
-	// cancelled caller or a panic cannot leak the task, container or snapshot.
-	defer r.remove(container, spec.RunID)
+	r.phase("container")
+	// Registered before anything else can fail. The removal runs after the result is
+	// in, in the background (bounded, with a fresh context, so a cancelled caller or a
+	// panic cannot leak the task, container or snapshot; all stay labelled for Sweep).
+	var task client.Task
+	defer func() {
+		r.cleanup.Go(func() {
+			if task != nil {
+				// Before the container: only this task value holds the IO, whose Close
+				// removes the FIFO directory (a task loaded again has no IO).
+				r.deleteTask(task, spec.RunID)
+			}
+			r.remove(container, spec.RunID)
+		})
+	}()
 	log.Debug("container created")
 
 	stdout := &capture.Buffer{Max: spec.OutputLimit}
 	stderr := &capture.Buffer{Max: spec.OutputLimit}
-	task, err := container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
+	task, err = container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
 	if err != nil {
+		task = nil
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
-	// Runs before remove: only this task value holds the IO, whose Close removes the
-	// FIFO directory under the daemon's state (a task loaded again has no IO).
-	defer r.deleteTask(task, spec.RunID)
+	r.phase("task")
 	collect := func() {
 		done := make(chan struct{})
 		go func() { task.IO().Wait(); close(done) }()
@@ -188,11 +223,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	if err := task.Start(ctx); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
+	r.phase("start")
 	log.Debug("task started")
 
 	select {
 	case st := <-statusC:
+		r.phase("exit")
 		collect()
+		r.phase("output")
 		res.Duration = time.Since(start)
 		code, _, err := st.Result()
 		if err != nil {
@@ -253,51 +291,38 @@ func (r *Runner) check(spec port.RunSpec) error {
 	return spec.CheckHostPaths()
 }
 
-// image finds ref in the namespace, as given or as normalised (docker.io/library/...),
-// and makes sure it is unpacked for the snapshotter.
-func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
-	img, err := r.cli.GetImage(ctx, ref)
-	if errdefs.IsNotFound(err) {
-		if named, perr := reference.ParseNormalizedNamed(ref); perr == nil {
-			img, err = r.cli.GetImage(ctx, reference.TagNameOnly(named).String())
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
-	}
-	ok, err := img.IsUnpacked(ctx, r.cfg.snapshotter)
-	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
-	}
-	if !ok {
-		if err := img.Unpack(ctx, r.cfg.snapshotter); err != nil {
-			return nil, fmt.Errorf("unpack %q: %w", ref, classify(err))
-		}
-	}
-	return img, nil
-}
-
 // create makes the container and its snapshot under a lease, so that a crash between
 // the two leaves nothing the garbage collector cannot reclaim.
-func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img client.Image, lbls map[string]string) (client.Container, error) {
+func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string) (client.Container, error) {
 	lctx, done, err := r.cli.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour), leases.WithLabels(map[string]string{port.LabelOwner: r.cfg.owner, port.LabelRunID: spec.RunID}))
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", classify(err))
 	}
-	defer func() {
+	// Once the container exists it holds its snapshot: the lease can go after the
+	// result, and is labelled for Sweep (and expires) if the host dies first.
+	defer r.cleanup.Go(func() {
 		cctx, cancel := r.cleanupCtx()
 		defer cancel()
 		if err := done(cctx); err != nil {
 			r.cfg.logger.Warn("releasing lease failed; it expires in an hour", "err", err)
 		}
-	}()
-	c, err := r.cli.NewContainer(lctx, id,
-		client.WithImage(img),
-		client.WithSnapshotter(r.cfg.snapshotter),
-		client.WithNewSnapshot(id, img, snapshots.WithLabels(lbls)),
-		client.WithNewSpec(specOpts(spec, img, r.cfg.bridgePath)...),
-		client.WithContainerLabels(lbls),
-	)
+	})
+	newContainer := func() (client.Container, error) {
+		return r.cli.NewContainer(lctx, id,
+			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
+			client.WithNewSpec(specOpts(spec, img, r.cfg.bridgePath)...),
+			client.WithContainerLabels(lbls),
+			r.withRuntime(),
+		)
+	}
+	c, err := newContainer()
+	if errdefs.IsNotFound(err) {
+		// The image's unpacked layers went away under the cache: look again, once.
+		r.forget(img)
+		if img, err = r.imageInfo(ctx, spec.Image); err == nil {
+			c, err = newContainer()
+		}
+	}
 	if err != nil {
 		// A half-made snapshot is labelled; remove it now rather than at the next sweep.
 		cctx, cancel := r.cleanupCtx()
@@ -370,7 +395,7 @@ func oomKills(ctx context.Context, task client.Task) (uint64, error) {
 func (r *Runner) deleteTask(task client.Task, runID string) {
 	ctx, cancel := r.cleanupCtx()
 	defer cancel()
-	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+	if err := deleteTask(ctx, task); err != nil {
 		r.cfg.logger.Error("deleting the task failed; removing the container retries", "run_id", runID, "err", err)
 	}
 	if io := task.IO(); io != nil {
@@ -391,10 +416,29 @@ func (r *Runner) remove(c client.Container, runID string) {
 	}
 }
 
+// deleteTask deletes a task, killing it first if it still runs. NotFound is success.
+// A kill of a task that has exited fails on some runtimes (runsc: the sandbox is
+// gone), so an exited task is deleted without one, and a failed kill is retried
+// without it.
+func deleteTask(ctx context.Context, task client.Task) error {
+	var opts []client.ProcessDeleteOpts
+	if st, err := task.Status(ctx); err != nil || st.Status != client.Stopped {
+		opts = append(opts, client.WithProcessKill)
+	}
+	_, err := task.Delete(ctx, opts...)
+	if err != nil && len(opts) > 0 && !errdefs.IsNotFound(err) {
+		_, err = task.Delete(ctx)
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete task: %w", err)
+	}
+	return nil
+}
+
 func deleteContainer(ctx context.Context, c client.Container) error {
 	if task, err := c.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("delete task: %w", err)
+		if err := deleteTask(ctx, task); err != nil {
+			return err
 		}
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("load task: %w", err)

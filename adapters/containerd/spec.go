@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -25,7 +24,12 @@ const bridgeTarget = "/.agentsandbox/bridge"
 // specOpts builds the OCI spec of a sandbox. The default spec already gives a new,
 // empty network namespace (runc brings its loopback up) and masks /proc's sensitive
 // paths; these options lock the rest down.
-func specOpts(spec port.RunSpec, img client.Image, bridgePath string) []oci.SpecOpts {
+func specOpts(spec port.RunSpec, img *imageInfo, bridgePath string) []oci.SpecOpts {
+	return append([]oci.SpecOpts{withImageConfig(img)}, lockdown(spec, bridgePath)...)
+}
+
+// lockdown is every spec option but the image's config: what a sandbox is allowed.
+func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 	uid, gid := parseUser(spec.User)
 	argv := spec.Argv // empty: the image's own entrypoint and cmd
 	tmpfs := func(dst string) specs.Mount {
@@ -67,9 +71,9 @@ func specOpts(spec port.RunSpec, img client.Image, bridgePath string) []oci.Spec
 	sort.Strings(envList)
 
 	opts := []oci.SpecOpts{
-		oci.WithImageConfig(img),
+		// No supplementary groups: the user is numeric and the image's /etc/group is
+		// not read (that would mount the root filesystem on every run).
 		oci.WithUIDGID(uid, gid),
-		oci.WithAdditionalGIDs(""),
 		oci.WithEnv(envList),
 		oci.WithCapabilities([]string{}),
 		oci.WithAmbientCapabilities([]string{}),
