@@ -19,6 +19,8 @@ const (
 	// DefaultCleanupConcurrency is how many finished runs may be being removed in the
 	// background at once (see WithCleanupConcurrency).
 	DefaultCleanupConcurrency = 16
+	// DefaultPoolDir holds the host directories of pooled sandboxes (see WithPoolDir).
+	DefaultPoolDir = "/run/agentsandbox/pool"
 )
 
 // Option configures a Runner. Options validate their arguments.
@@ -36,6 +38,8 @@ type config struct {
 	cleanupConcurrency int
 	// runtime is the OCI runtime binary the runc shim runs ("" for runc).
 	runtime string
+	// poolDir holds the host directories of pooled sandboxes.
+	poolDir string
 	// phaseHook, if set, is called at each phase boundary of a run (benchmarks).
 	phaseHook func(phase string)
 	// ignoreOOMEvents is for tests: OOM kills must be found without the event.
@@ -56,6 +60,7 @@ func defaultConfig() config {
 		logger:             slog.New(slog.DiscardHandler),
 		cleanupTimeout:     30 * time.Second,
 		cleanupConcurrency: DefaultCleanupConcurrency,
+		poolDir:            DefaultPoolDir,
 	}
 }
 
@@ -155,6 +160,20 @@ func WithCleanupConcurrency(n int) Option {
 			return port.Invalidf("cleanup concurrency %d is negative", n)
 		}
 		c.cleanupConcurrency = n
+		return nil
+	}
+}
+
+// WithPoolDir sets where warm pools keep their sandboxes' host directories (default
+// DefaultPoolDir), under <dir>/<namespace>/<owner>/. Each holds the mount points a run's
+// workspace, mounts and LLM socket directory are attached to; Sweep removes those of
+// sandboxes that are gone. It must be on a local file system the daemon sees.
+func WithPoolDir(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return port.Invalidf("pool directory %q is not absolute", dir)
+		}
+		c.poolDir = filepath.Clean(dir)
 		return nil
 	}
 }

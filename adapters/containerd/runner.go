@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
@@ -39,6 +40,10 @@ type Runner struct {
 	dialed  atomic.Bool    // the socket answered once
 	images  sync.Map       // name@digest -> *imageInfo
 	cleanup *bgclean.Queue // removals of finished runs, off the critical path
+
+	poolsMu sync.Mutex
+	pools   map[*Pool]struct{} // open pools, closed with the runner
+	closed  bool
 }
 
 var (
@@ -62,7 +67,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, opErr("NewRunner", "", fmt.Errorf("%w: %v", port.ErrInvalidSpec, err))
 	}
-	return &Runner{cfg: cfg, cli: cli, cleanup: bgclean.New(cfg.cleanupConcurrency)}, nil
+	return &Runner{cfg: cfg, cli: cli, cleanup: bgclean.New(cfg.cleanupConcurrency), pools: map[*Pool]struct{}{}}, nil
 }
 
 // Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
@@ -76,12 +81,24 @@ func (r *Runner) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close waits (up to the cleanup timeout) for the removals of finished runs still in
+// Close closes the runner's warm pools, waits (up to the cleanup timeout) for the removals of finished runs still in
 // the background, then closes the connection to the daemon. What a removal could not
 // finish stays labelled for Sweep.
 func (r *Runner) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
 	defer cancel()
+	r.poolsMu.Lock()
+	r.closed = true
+	pools := make([]*Pool, 0, len(r.pools))
+	for p := range r.pools {
+		pools = append(pools, p)
+	}
+	r.poolsMu.Unlock()
+	for _, p := range pools {
+		if err := p.Close(ctx); err != nil {
+			r.cfg.logger.Warn("closing a warm pool failed; a Sweep will finish it", "err", err)
+		}
+	}
 	if err := r.cleanup.Close(ctx); err != nil {
 		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
 	}
@@ -293,7 +310,7 @@ func (r *Runner) check(spec port.RunSpec) error {
 
 // create makes the container and its snapshot under a lease, so that a crash between
 // the two leaves nothing the garbage collector cannot reclaim.
-func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string) (client.Container, error) {
+func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string, extra ...oci.SpecOpts) (client.Container, error) {
 	lctx, done, err := r.cli.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour), leases.WithLabels(map[string]string{port.LabelOwner: r.cfg.owner, port.LabelRunID: spec.RunID}))
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", classify(err))
@@ -310,7 +327,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *
 	newContainer := func() (client.Container, error) {
 		return r.cli.NewContainer(lctx, id,
 			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
-			client.WithNewSpec(specOpts(spec, img, r.cfg.bridgePath)...),
+			client.WithNewSpec(append(specOpts(spec, img, r.cfg.bridgePath), extra...)...),
 			client.WithContainerLabels(lbls),
 			r.withRuntime(),
 		)

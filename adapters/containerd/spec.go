@@ -53,22 +53,10 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 	if bridgePath != "" {
 		mounts = append(mounts, bind(bridgePath, bridgeTarget, true))
 	}
-	// HOSTNAME as Docker sets it, so an agent sees the same environment on both.
-	env := map[string]string{"HOSTNAME": sandboxHostname}
-	for k, v := range spec.Env {
-		env[k] = v
-	}
 	if spec.LLM != nil {
 		mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
-		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
-		}
 	}
-	envList := make([]string, 0, len(env))
-	for k, v := range env {
-		envList = append(envList, k+"="+v)
-	}
-	sort.Strings(envList)
+	envList := runEnvList(spec)
 
 	opts := []oci.SpecOpts{
 		// No supplementary groups: the user is numeric and the image's /etc/group is
@@ -111,4 +99,25 @@ func wrapWithBridge(prefix []string) oci.SpecOpts {
 		s.Process.Args = append(prefix, s.Process.Args...)
 		return nil
 	}
+}
+
+// runEnvList is the environment a run sets over the image's, sorted: HOSTNAME as
+// Docker sets it (so an agent sees the same environment on both), the spec's, and
+// OPENAI_API_BASE when the run has an LLM socket and the spec does not set it.
+func runEnvList(spec port.RunSpec) []string {
+	env := map[string]string{"HOSTNAME": sandboxHostname}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	if spec.LLM != nil {
+		if _, ok := env["OPENAI_API_BASE"]; !ok {
+			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -5,8 +5,8 @@
 //	sandbox-bridge -claim [-listen ...] [-socket ...] [-subreaper] [-v]
 //
 // With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
-// (argv, environment, working directory, forwarding, deadline; see bridge.Claim) from
-// its stdin until the end, then runs it with /dev/null as the command's stdin, so the
+// (argv, environment, working directory, forwarding, deadline; see bridge.Claim) as one
+// line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
 // command never sees the channel the run came through.
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
@@ -91,7 +91,7 @@ func deadlineTime(ms int64) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// readClaim reads the run from the claim channel (stdin) to its end, closes it, and
+// readClaim reads the run from the claim channel (stdin), closes it, and
 // returns its configuration with /dev/null as the command's stdin. argv[0] is looked
 // up in the claim's PATH, as it would be in a sandbox started with its run.
 func readClaim(in *os.File) (bridge.Config, error) {

@@ -32,8 +32,8 @@ func TestRunFlags(t *testing.T) {
 }
 
 // TestClaimChannelConsumedBeforeCommand: with -claim the run comes from stdin, and the
-// command it starts reads nothing from it (it gets /dev/null), even when more is
-// written after the claim: the channel ends with the claim.
+// command it starts reads nothing from it (it gets /dev/null), even what is written
+// after the claim.
 func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	t.Setenv("PATH", os.Getenv("PATH"))
 	out := filepath.Join(t.TempDir(), "out")
@@ -41,9 +41,9 @@ func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	require.NoError(t, err)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
-	_, err = w.Write(c)
+	_, err = w.Write(append(c, "spoken-by-someone-else\n"...))
 	require.NoError(t, err)
-	require.NoError(t, w.Close())
+	defer w.Close() // left open: the bridge must not wait for the end
 	old := stdin
 	stdin = r
 	t.Cleanup(func() { stdin = old })
@@ -55,10 +55,10 @@ func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 
 	r, w, err = os.Pipe()
 	require.NoError(t, err)
-	_, _ = w.Write(append(c, "extra"...))
+	_, _ = w.Write([]byte("not a claim\n"))
 	require.NoError(t, w.Close())
 	stdin = r
 	stderr.Reset()
 	assert.Equal(t, bridge.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
-	assert.Contains(t, stderr.String(), "after the claim")
+	assert.Contains(t, stderr.String(), "bad claim")
 }

@@ -19,7 +19,8 @@ const MaxClaimBytes = 1 << 20
 // nothing else: the bridge consumes it to the end before the agent exists, and the
 // agent gets /dev/null, so the agent can neither read nor speak the channel.
 //
-// On the wire a claim is one JSON object followed by the end of stdin.
+// On the wire a claim is one line of JSON. The bridge reads that line and closes its
+// stdin: nothing after it is ever read, by the bridge or by the agent.
 type Claim struct {
 	// Argv is the command, as in Config.Argv.
 	Argv []string `json:"argv"`
@@ -62,11 +63,12 @@ func (c Claim) Encode() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// ReadClaim reads one claim from r and then r to its end (a claim channel carries one
-// message). Errors wrap ErrBadClaim.
+// ReadClaim reads one claim (one line) from r, and nothing after it. Errors wrap
+// ErrBadClaim.
 func ReadClaim(r io.Reader) (Claim, error) {
 	var c Claim
-	br := bufio.NewReader(io.LimitReader(r, MaxClaimBytes+1))
+	// One byte at a time, so nothing past the line is taken from r.
+	br := bufio.NewReaderSize(&byteReader{io.LimitReader(r, MaxClaimBytes+1)}, 16)
 	line, err := br.ReadBytes('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return c, fmt.Errorf("%w: %v", ErrBadClaim, err)
@@ -76,9 +78,6 @@ func ReadClaim(r io.Reader) (Claim, error) {
 	}
 	if err := json.Unmarshal(line, &c); err != nil {
 		return c, fmt.Errorf("%w: %v", ErrBadClaim, err)
-	}
-	if n, _ := io.Copy(io.Discard, br); n > 0 {
-		return c, fmt.Errorf("%w: %d bytes after the claim", ErrBadClaim, n)
 	}
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return c, fmt.Errorf("%w: no command", ErrBadClaim)
@@ -111,4 +110,14 @@ func (c Claim) Path() (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// byteReader reads at most one byte per call.
+type byteReader struct{ r io.Reader }
+
+func (b *byteReader) Read(p []byte) (int, error) {
+	if len(p) > 1 {
+		p = p[:1]
+	}
+	return b.r.Read(p)
 }

@@ -37,14 +37,23 @@ func TestClaimRoundTrip(t *testing.T) {
 
 func TestReadClaimRefuses(t *testing.T) {
 	for name, in := range map[string]string{
-		"empty":         "",
-		"not json":      "argv\n",
-		"no command":    `{"argv":[]}` + "\n",
-		"trailing data": `{"argv":["x"]}` + "\nmore",
-		"too long":      `{"argv":["` + strings.Repeat("a", MaxClaimBytes) + `"]}`,
+		"empty":      "",
+		"not json":   "argv\n",
+		"no command": `{"argv":[]}` + "\n",
+		"too long":   `{"argv":["` + strings.Repeat("a", MaxClaimBytes) + `"]}`,
 	} {
 		if _, err := ReadClaim(strings.NewReader(in)); !errors.Is(err, ErrBadClaim) {
 			t.Errorf("%s: err = %v, want ErrBadClaim", name, err)
 		}
+	}
+}
+
+func TestReadClaimTakesOneLine(t *testing.T) {
+	r := strings.NewReader(`{"argv":["x"]}` + "\nmore")
+	if _, err := ReadClaim(r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Len() != len("more") {
+		t.Errorf("ReadClaim took %d bytes past the claim", len("more")-r.Len())
 	}
 }
