@@ -88,6 +88,8 @@ type slot struct {
 	task      client.Task
 	statusC   <-chan client.ExitStatus
 	claim     *io.PipeWriter // the stub's stdin
+	started   bool           // the stub already runs, waiting on its stdin
+	exited    atomic.Bool    // its exit was seen
 	stdout    *switchWriter
 	stderr    *switchWriter
 }
@@ -269,6 +271,12 @@ func (p *Pool) newSlot() (s *slot, err error) {
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
 	}
+	if r.cfg.poolStarted {
+		if err := task.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start: %w", classify(err))
+		}
+		s.started = true
+	}
 	return s, nil
 }
 
@@ -401,8 +409,10 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	r.phase("claim")
-	if err := s.task.Start(ctx); err != nil {
-		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
+	if !s.started {
+		if err := s.task.Start(ctx); err != nil {
+			return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
+		}
 	}
 	r.phase("start")
 	collect := func() {
@@ -418,6 +428,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	}
 	select {
 	case st := <-s.statusC:
+		s.exited.Store(true)
 		r.phase("exit")
 		collect()
 		r.phase("output")
@@ -459,6 +470,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		}
 		select {
 		case <-s.statusC:
+			s.exited.Store(true)
 		case <-kctx.Done():
 			log.Warn("task did not exit after kill")
 		}
@@ -502,11 +514,12 @@ func (p *Pool) destroy(s *slot) {
 	if s.claim != nil {
 		_ = s.claim.CloseWithError(errors.New("slot removed"))
 	}
+	gone := s.task == nil
 	if s.task != nil {
-		r.deleteTask(s.task, s.id)
+		gone = r.deleteTask(s.task, s.id, stateOf(s.exited.Load()))
 	}
 	if s.container != nil {
-		if err := deleteContainer(ctx, s.container); err != nil {
+		if err := deleteContainer(ctx, s.container, gone); err != nil {
 			r.cfg.logger.Error("removing a pooled sandbox failed; a Sweep will retry", "container", s.id, "err", err)
 			return
 		}

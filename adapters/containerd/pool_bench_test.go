@@ -17,7 +17,13 @@ import (
 // raw containerd client's cold create → exit with the same lockdown (rawRun). The
 // pool is full before each pooled sample, and its refill finishes before the next
 // sample of either side. Goal: pooled p50 <= 20 ms.
-func BenchmarkPooledRun(b *testing.B) {
+func BenchmarkPooledRun(b *testing.B) { benchPooledRun(b) }
+
+// BenchmarkPooledRunStarted is BenchmarkPooledRun with the stubs started ahead of the
+// claim (WithPoolStarted).
+func BenchmarkPooledRunStarted(b *testing.B) { benchPooledRun(b, WithPoolStarted(true)) }
+
+func benchPooledRun(b *testing.B, opts ...Option) {
 	base, err := os.MkdirTemp("", "bench-pool-proxy")
 	if err != nil {
 		b.Fatal(err)
@@ -40,7 +46,7 @@ func BenchmarkPooledRun(b *testing.B) {
 			last = now
 		}
 	}
-	r, image := poolEnv(b, "bench", func(c *config) error { c.phaseHook = hook; return nil })
+	r, image := poolEnv(b, "bench", append(opts, func(c *config) error { c.phaseHook = hook; return nil })...)
 	ctx := context.Background()
 	tmpl := suiteSpec(image)
 	tmpl.LLM = &port.LLMSocket{HostDir: "/"}

@@ -102,8 +102,14 @@ func suiteSpec(image string) port.RunSpec {
 // TestPoolConformance runs the runner conformance suite on pooled runs: one pool per
 // shape the suite uses (plain, workspace, read-only and writable mount), so its runs
 // are served warm, then requires nothing left after the pools close.
-func TestPoolConformance(t *testing.T) {
-	r, image := poolEnv(t, "porttest-pool")
+func TestPoolConformance(t *testing.T) { poolConformance(t) }
+
+// TestPoolStartedConformance is TestPoolConformance with the stubs started ahead of
+// the claim (WithPoolStarted).
+func TestPoolStartedConformance(t *testing.T) { poolConformance(t, WithPoolStarted(true)) }
+
+func poolConformance(t *testing.T, opts ...Option) {
+	r, image := poolEnv(t, "porttest-pool", opts...)
 	base := suiteSpec(image)
 	shapes := []port.RunSpec{base, base, base, base}
 	shapes[1].WorkspaceDir = "/"

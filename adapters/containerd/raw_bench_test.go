@@ -79,7 +79,7 @@ func rawRun(ctx context.Context, r *Runner, spec port.RunSpec) (map[string]time.
 	}
 	result := time.Since(t0)
 	t1 := time.Now()
-	if derr := deleteTask(ctx, task); derr != nil && err == nil {
+	if derr := deleteTask(ctx, task, taskExited); derr != nil && err == nil {
 		err = derr
 	}
 	task.IO().Close()

@@ -41,6 +41,12 @@ type Runner struct {
 	images  sync.Map       // name@digest -> *imageInfo
 	cleanup *bgclean.Queue // removals of finished runs, off the critical path
 
+	oom struct { // the shared OOM event subscription (see watchOOM)
+		mu   sync.Mutex
+		subs map[string]func() // container ID -> callback
+		stop context.CancelFunc
+	}
+
 	poolsMu sync.Mutex
 	pools   map[*Pool]struct{} // open pools, closed with the runner
 	closed  bool
@@ -102,6 +108,11 @@ func (r *Runner) Close() error {
 	if err := r.cleanup.Close(ctx); err != nil {
 		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
 	}
+	r.oom.mu.Lock()
+	if r.oom.stop != nil {
+		r.oom.stop()
+	}
+	r.oom.mu.Unlock()
 	return r.cli.Close()
 }
 
@@ -178,11 +189,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
 	var oomKilled atomic.Bool
-	evCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopEvents()
 	oomSeen := make(chan struct{})
 	if !r.cfg.ignoreOOMEvents {
-		r.watchOOM(evCtx, id, &oomKilled, oomSeen)
+		defer r.watchOOM(id, func() {
+			if oomKilled.CompareAndSwap(false, true) {
+				close(oomSeen)
+			}
+		})()
 	}
 
 	r.phase("image")
@@ -197,15 +210,19 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	// Registered before anything else can fail. The removal runs after the result is
 	// in, in the background (bounded, with a fresh context, so a cancelled caller or a
 	// panic cannot leak the task, container or snapshot; all stay labelled for Sweep).
-	var task client.Task
+	var (
+		task   client.Task
+		exited atomic.Bool // its exit was seen: delete it without a kill
+	)
 	defer func() {
 		r.cleanup.Go(func() {
+			gone := task == nil
 			if task != nil {
 				// Before the container: only this task value holds the IO, whose Close
 				// removes the FIFO directory (a task loaded again has no IO).
-				r.deleteTask(task, spec.RunID)
+				gone = r.deleteTask(task, spec.RunID, stateOf(exited.Load()))
 			}
-			r.remove(container, spec.RunID)
+			r.remove(container, spec.RunID, gone)
 		})
 	}()
 	log.Debug("container created")
@@ -245,6 +262,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	select {
 	case st := <-statusC:
+		exited.Store(true)
 		r.phase("exit")
 		collect()
 		r.phase("output")
@@ -289,6 +307,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		select {
 		case <-statusC:
+			exited.Store(true)
 		case <-kctx.Done():
 			log.Warn("task did not exit after kill")
 		}
@@ -350,31 +369,60 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *
 	return c, nil
 }
 
-func (r *Runner) watchOOM(ctx context.Context, id string, flag *atomic.Bool, seen chan struct{}) {
-	ch, errs := r.cli.Subscribe(ctx, `topic=="/tasks/oom"`)
-	go func() {
+// watchOOM calls onOOM when an OOM event arrives for container id, until stop.
+func (r *Runner) watchOOM(id string, onOOM func()) (stop func()) {
+	w := &r.oom
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs == nil {
+		w.subs = map[string]func(){}
+		ctx, cancel := context.WithCancel(r.ns(context.Background()))
+		w.stop = cancel
+		go r.oomEvents(ctx)
+	}
+	w.subs[id] = onOOM
+	return func() {
+		w.mu.Lock()
+		delete(w.subs, id)
+		w.mu.Unlock()
+	}
+}
+
+// oomEvents is the runner's one subscription to OOM events, shared by its runs (one
+// stream per run would cost a stream set-up per run), resubscribing until Close.
+func (r *Runner) oomEvents(ctx context.Context) {
+	for ctx.Err() == nil {
+		ch, errs := r.cli.Subscribe(ctx, `topic=="/tasks/oom"`)
+	recv:
 		for {
 			select {
 			case env := <-ch:
 				if env == nil {
-					return
+					break recv
 				}
 				ev, err := typeurl.UnmarshalAny(env.Event)
 				if err != nil {
 					continue
 				}
-				if oom, ok := ev.(*apievents.TaskOOM); ok && oom.ContainerID == id {
-					if flag.CompareAndSwap(false, true) {
-						close(seen)
+				if oom, ok := ev.(*apievents.TaskOOM); ok {
+					r.oom.mu.Lock()
+					fn := r.oom.subs[oom.ContainerID]
+					r.oom.mu.Unlock()
+					if fn != nil {
+						fn()
 					}
 				}
 			case <-errs:
-				return
+				break recv
 			case <-ctx.Done():
 				return
 			}
 		}
-	}()
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
 }
 
 // oomKills returns the number of OOM kills in the task's memory cgroup, from the
@@ -408,11 +456,13 @@ func oomKills(ctx context.Context, task client.Task) (uint64, error) {
 }
 
 // deleteTask deletes a task this process created, killing it if needed, and closes
-// its IO, which removes its FIFOs. NotFound is success.
-func (r *Runner) deleteTask(task client.Task, runID string) {
+// its IO, which removes its FIFOs. NotFound is success. It reports whether the task is
+// gone.
+func (r *Runner) deleteTask(task client.Task, runID string, state taskState) bool {
 	ctx, cancel := r.cleanupCtx()
 	defer cancel()
-	if err := deleteTask(ctx, task); err != nil {
+	err := deleteTask(ctx, task, state)
+	if err != nil {
 		r.cfg.logger.Error("deleting the task failed; removing the container retries", "run_id", runID, "err", err)
 	}
 	if io := task.IO(); io != nil {
@@ -421,30 +471,54 @@ func (r *Runner) deleteTask(task client.Task, runID string) {
 			r.cfg.logger.Warn("closing the task's IO failed", "run_id", runID, "err", err)
 		}
 	}
+	return err == nil
 }
 
-// remove deletes the task (killing it if needed), the container and its snapshot.
-// NotFound is success.
-func (r *Runner) remove(c client.Container, runID string) {
+// remove deletes the task (killing it if needed; unless taskGone), the container and
+// its snapshot. NotFound is success.
+func (r *Runner) remove(c client.Container, runID string, taskGone bool) {
 	ctx, cancel := r.cleanupCtx()
 	defer cancel()
-	if err := deleteContainer(ctx, c); err != nil {
+	if err := deleteContainer(ctx, c, taskGone); err != nil {
 		r.cfg.logger.Error("removing container failed; a Sweep will retry", "run_id", runID, "container", c.ID(), "err", err)
 	}
 }
 
+// taskState is what a deleter knows of a task.
+type taskState int
+
+const (
+	taskUnknown taskState = iota // ask the daemon
+	taskExited
+	taskRunning
+)
+
+func stateOf(exited bool) taskState {
+	if exited {
+		return taskExited
+	}
+	return taskRunning
+}
+
 // deleteTask deletes a task, killing it first if it still runs. NotFound is success.
 // A kill of a task that has exited fails on some runtimes (runsc: the sandbox is
-// gone), so an exited task is deleted without one, and a failed kill is retried
-// without it.
-func deleteTask(ctx context.Context, task client.Task) error {
-	var opts []client.ProcessDeleteOpts
-	if st, err := task.Status(ctx); err != nil || st.Status != client.Stopped {
-		opts = append(opts, client.WithProcessKill)
+// gone), so an exited task is deleted without one, and a delete that fails one way
+// is retried the other.
+func deleteTask(ctx context.Context, task client.Task, state taskState) error {
+	if state == taskUnknown {
+		state = taskRunning
+		if st, err := task.Status(ctx); err == nil && st.Status == client.Stopped {
+			state = taskExited
+		}
 	}
-	_, err := task.Delete(ctx, opts...)
-	if err != nil && len(opts) > 0 && !errdefs.IsNotFound(err) {
-		_, err = task.Delete(ctx)
+	kill := []client.ProcessDeleteOpts{client.WithProcessKill}
+	first, second := kill, []client.ProcessDeleteOpts(nil)
+	if state == taskExited {
+		first, second = second, first
+	}
+	_, err := task.Delete(ctx, first...)
+	if err != nil && !errdefs.IsNotFound(err) {
+		_, err = task.Delete(ctx, second...)
 	}
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete task: %w", err)
@@ -452,13 +526,19 @@ func deleteTask(ctx context.Context, task client.Task) error {
 	return nil
 }
 
-func deleteContainer(ctx context.Context, c client.Container) error {
-	if task, err := c.Task(ctx, nil); err == nil {
-		if err := deleteTask(ctx, task); err != nil {
-			return err
+// deleteContainer deletes a container with its snapshot, and its task first unless
+// taskGone. NotFound is success.
+func deleteContainer(ctx context.Context, c client.Container, taskGone bool) error {
+	if !taskGone {
+		task, err := c.Task(ctx, nil)
+		switch {
+		case err == nil:
+			if err := deleteTask(ctx, task, taskUnknown); err != nil {
+				return err
+			}
+		case !errdefs.IsNotFound(err):
+			return fmt.Errorf("load task: %w", err)
 		}
-	} else if !errdefs.IsNotFound(err) {
-		return fmt.Errorf("load task: %w", err)
 	}
 	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container: %w", err)

@@ -62,7 +62,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if opts.DryRun {
 			continue
 		}
-		if err := deleteContainer(ctx, c); err != nil {
+		if err := deleteContainer(ctx, c, false); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", c.ID(), err))
 			continue
 		}

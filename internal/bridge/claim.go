@@ -63,12 +63,11 @@ func (c Claim) Encode() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// ReadClaim reads one claim (one line) from r, and nothing after it. Errors wrap
-// ErrBadClaim.
+// ReadClaim reads one claim (one line) from r; whatever follows is never used (the
+// bridge closes the channel after it). Errors wrap ErrBadClaim.
 func ReadClaim(r io.Reader) (Claim, error) {
 	var c Claim
-	// One byte at a time, so nothing past the line is taken from r.
-	br := bufio.NewReaderSize(&byteReader{io.LimitReader(r, MaxClaimBytes+1)}, 16)
+	br := bufio.NewReader(io.LimitReader(r, MaxClaimBytes+1))
 	line, err := br.ReadBytes('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return c, fmt.Errorf("%w: %v", ErrBadClaim, err)
@@ -110,14 +109,4 @@ func (c Claim) Path() (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// byteReader reads at most one byte per call.
-type byteReader struct{ r io.Reader }
-
-func (b *byteReader) Read(p []byte) (int, error) {
-	if len(p) > 1 {
-		p = p[:1]
-	}
-	return b.r.Read(p)
 }
