@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -379,14 +380,32 @@ func bridgeBinary(t *testing.T) string {
 
 // startBinary runs the bridge binary with a shell script as the child and waits until
 // the script prints "ready".
-func startBinary(t *testing.T, flags []string, script string) (*exec.Cmd, *strings.Builder) {
+// lockedBuffer is a stderr a test can read while the process still writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startBinary(t *testing.T, flags []string, script string) (*exec.Cmd, *lockedBuffer) {
 	needSh(t)
 	bin := bridgeBinary(t)
 	args := append(append([]string{"-listen", "127.0.0.1:0"}, flags...), "--", "sh", "-c", script)
 	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
+	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
