@@ -32,3 +32,6 @@ run ./openclaw/gateway AgentStream 5x
 run ./openclaw/gateway RealGatewayAgent 20x
 run ./internal/e2e OpenClawOneShot 5x
 run ./internal/e2e ConcurrentSandboxes 1x
+run ./adapters/containerd 'PooledRun|PooledRunCreated' 30x
+run ./adapters/containerd IdleMemory 1x
+run ./adapters/containerd Throughput 1x

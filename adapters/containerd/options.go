@@ -63,6 +63,7 @@ func defaultConfig() config {
 		cleanupTimeout:     30 * time.Second,
 		cleanupConcurrency: DefaultCleanupConcurrency,
 		poolDir:            DefaultPoolDir,
+		poolStarted:        true,
 	}
 }
 
@@ -180,11 +181,12 @@ func WithPoolDir(dir string) Option {
 	}
 }
 
-// WithPoolStarted makes warm pools start each sandbox's stub when the sandbox is
-// created rather than when it is claimed: a claim then costs no runtime start (runc's
-// is most of a pooled run's latency), and the idle sandbox holds a running bridge
-// (a few MiB) that waits on its stdin. Either way no code of any run has run in a
-// sandbox before its claim. Default off.
+// WithPoolStarted says whether warm pools start each sandbox's stub when the sandbox
+// is created (the default) or only when it is claimed. Started, a claim costs no
+// runtime start (runc's start is most of a pooled run's latency otherwise) and the idle
+// sandbox holds the bridge waiting on its stdin, smaller than runc's init waiting to be
+// started (see docs/benchmarks.md). Either way no code of any run has run in a sandbox
+// before its claim.
 func WithPoolStarted(started bool) Option {
 	return func(c *config) error {
 		c.poolStarted = started

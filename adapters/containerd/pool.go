@@ -51,13 +51,14 @@ const (
 var _ port.Pooler = (*Runner)(nil)
 
 // Pool is a warm pool of containerd sandboxes (see port.Pooler). Each sandbox is a
-// task created but not started, its snapshot prepared and its mounts in place, with
-// the bridge as a stub entrypoint waiting on its stdin for the run (bridge.Claim). A
-// run that matches the template claims one: its workspace, extra mounts and LLM socket
-// directory are mounted on the sandbox's mount points (shared on the host, rslave in
-// the sandbox), the claim is written and stdin closed, and the task starts; the agent
-// starts only after the bridge has consumed the channel, with /dev/null as stdin. The
-// sandbox is removed after the run, as a cold one is, and the pool refilled.
+// task with its snapshot prepared and its mounts in place, and the bridge as a stub
+// entrypoint that waits on its stdin for the run (bridge.Claim), already started or
+// (WithPoolStarted(false)) created but not started. A run that matches the template
+// claims one: its workspace, extra mounts and LLM socket directory are mounted on the
+// sandbox's mount points (shared on the host, rslave in the sandbox), the claim is
+// written, and the task starts if it had not; the bridge reads the claim and closes its
+// stdin before the agent starts, with /dev/null as stdin. The sandbox is removed after
+// the run, as a cold one is, and the pool refilled. See docs/warm-pools-and-runtimes.md.
 type Pool struct {
 	r    *Runner
 	tmpl port.PoolTemplate

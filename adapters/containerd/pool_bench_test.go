@@ -19,9 +19,9 @@ import (
 // sample of either side. Goal: pooled p50 <= 20 ms.
 func BenchmarkPooledRun(b *testing.B) { benchPooledRun(b) }
 
-// BenchmarkPooledRunStarted is BenchmarkPooledRun with the stubs started ahead of the
-// claim (WithPoolStarted).
-func BenchmarkPooledRunStarted(b *testing.B) { benchPooledRun(b, WithPoolStarted(true)) }
+// BenchmarkPooledRunCreated is BenchmarkPooledRun with the stubs started only at the
+// claim (WithPoolStarted(false)): the task is created, not started, until then.
+func BenchmarkPooledRunCreated(b *testing.B) { benchPooledRun(b, WithPoolStarted(false)) }
 
 func benchPooledRun(b *testing.B, opts ...Option) {
 	base, err := os.MkdirTemp("", "bench-pool-proxy")

@@ -104,9 +104,9 @@ func suiteSpec(image string) port.RunSpec {
 // are served warm, then requires nothing left after the pools close.
 func TestPoolConformance(t *testing.T) { poolConformance(t) }
 
-// TestPoolStartedConformance is TestPoolConformance with the stubs started ahead of
-// the claim (WithPoolStarted).
-func TestPoolStartedConformance(t *testing.T) { poolConformance(t, WithPoolStarted(true)) }
+// TestPoolCreatedConformance is TestPoolConformance with the stubs started only at the
+// claim (WithPoolStarted(false)).
+func TestPoolCreatedConformance(t *testing.T) { poolConformance(t, WithPoolStarted(false)) }
 
 func poolConformance(t *testing.T, opts ...Option) {
 	r, image := poolEnv(t, "porttest-pool", opts...)
