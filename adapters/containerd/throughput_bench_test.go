@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/port/porttest"
 )
@@ -117,8 +115,8 @@ func BenchmarkThroughput(b *testing.B) {
 // BenchmarkIdleMemory holds 16 idle pooled sandboxes (created, and with their stubs
 // started) and reports the memory each costs on the host: the proportional set size
 // of its shim and of the processes in the sandbox (runc's init waiting to start, or
-// the bridge waiting for its claim), and the heap and stacks of one idle in-process
-// LLM proxy.
+// the bridge waiting for its claim). An idle in-process proxy's share is measured by
+// the inproc package's BenchmarkConcurrentRuns500.
 func BenchmarkIdleMemory(b *testing.B) {
 	const n = 16
 	ctx := context.Background()
@@ -151,31 +149,6 @@ func BenchmarkIdleMemory(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		base := b.TempDir()
-		pm, err := inproc.New(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		runtime.GC()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		var stops []func()
-		const proxies = 256 // enough to rise above the heap's noise
-		for i := range proxies {
-			px, err := pm.Start(ctx, port.ProxySpec{RunID: "bench-" + strconv.Itoa(i), Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			stops = append(stops, func() { _, _ = px.Stop(ctx) })
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&m1)
-		used := int64(m1.HeapInuse+m1.StackInuse) - int64(m0.HeapInuse+m0.StackInuse)
-		b.ReportMetric(float64(used)/proxies/(1<<10), "proxy-heap-KiB")
-		for _, s := range stops {
-			s()
-		}
-		_ = pm.Shutdown(ctx)
 	}
 	b.ReportMetric(0, "ns/op")
 }
