@@ -115,6 +115,9 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 		return nil, opErr("WarmPool", "", fmt.Errorf("%w: warm pools need the bridge (WithBridge) as the sandboxes' stub", port.ErrUnsupported))
 	}
 	tmpl.Limits.Timeout = 0
+	if (tmpl.Workspace || tmpl.LLM || len(tmpl.Mounts) > 0) && !r.propagatesMounts() {
+		return nil, opErr("WarmPool", "", fmt.Errorf("%w: runtime %s does not see host mounts made after a sandbox starts: it can pool only templates without a workspace, mounts or LLM socket", port.ErrUnsupported, r.Runtime()))
+	}
 	if err := r.check(tmpl.Spec("pool-template")); err != nil {
 		return nil, opErr("WarmPool", "", err)
 	}

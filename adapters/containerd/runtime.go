@@ -70,3 +70,10 @@ func (r *Runner) phase(name string) {
 		r.cfg.phaseHook(name)
 	}
 }
+
+// propagatesMounts reports whether the runtime's sandboxes see a host mount made on
+// one of their bind sources after they were created, as warm pools need. gVisor does
+// not: its gofer serves each bind mount from the directory it opened at start.
+func (r *Runner) propagatesMounts() bool {
+	return !strings.Contains(filepath.Base(r.Runtime()), "runsc")
+}

@@ -119,3 +119,40 @@ func TestRunscLockdown(t *testing.T) {
 		t.Errorf("network view: %q, want loopback only and no route", res.Stdout)
 	}
 }
+
+// TestRunscPool: on gVisor a pool serves runs without host data (its sandboxes would
+// not see the mounts attached at claim time), and refuses templates that need them.
+func TestRunscPool(t *testing.T) {
+	r, image := poolEnv(t, "pool-runsc", WithRuntime(needRunsc(t)))
+	ctx := context.Background()
+	spec := suiteSpec(image)
+	for _, shape := range []func(*port.RunSpec){
+		func(s *port.RunSpec) { s.WorkspaceDir = "/" },
+		func(s *port.RunSpec) { s.LLM = &port.LLMSocket{HostDir: "/"} },
+		func(s *port.RunSpec) { s.Mounts = []port.Mount{{Source: "/", Target: "/data"}} },
+	} {
+		s := spec
+		shape(&s)
+		if _, err := r.WarmPool(ctx, port.TemplateOf(s), port.PoolOptions{Size: 1}); !errors.Is(err, port.ErrUnsupported) {
+			t.Errorf("a template with host data on runsc: err = %v, want ErrUnsupported", err)
+		}
+	}
+	p, err := r.NewPool(ctx, port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	waitReady(t, p)
+	spec.RunID = porttest.RunID("pool-runsc")
+	spec.Argv = []string{"/agent", "echo", "out", "err"}
+	res, err := p.RunOnce(ctx, spec)
+	if err != nil || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	if st := p.Stats(); st.Warm != 1 {
+		t.Errorf("the run was not warm: %+v", st)
+	}
+	if left, err := leftovers(r)(ctx, spec.RunID); err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v %v", left, err)
+	}
+}

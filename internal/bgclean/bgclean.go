@@ -14,10 +14,11 @@ import (
 // Queue runs removals in the background. The zero value is not usable; use New.
 type Queue struct {
 	sem chan struct{}
-	wg  sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	pending int
+	idle    chan struct{} // closed while nothing is pending
 }
 
 // New returns a Queue with at most n removals pending; n <= 0 runs every removal
@@ -26,7 +27,9 @@ func New(n int) *Queue {
 	if n < 0 {
 		n = 0
 	}
-	return &Queue{sem: make(chan struct{}, n)}
+	idle := make(chan struct{})
+	close(idle)
+	return &Queue{sem: make(chan struct{}, n), idle: idle}
 }
 
 // Go runs fn in the background when a slot is free and the queue is open, else inline
@@ -45,20 +48,32 @@ func (q *Queue) Go(fn func()) {
 		fn()
 		return
 	}
-	q.wg.Add(1)
+	if q.pending == 0 {
+		q.idle = make(chan struct{})
+	}
+	q.pending++
 	q.mu.Unlock()
 	go func() {
-		defer func() { <-q.sem; q.wg.Done() }()
+		defer func() {
+			<-q.sem
+			q.mu.Lock()
+			if q.pending--; q.pending == 0 {
+				close(q.idle)
+			}
+			q.mu.Unlock()
+		}()
 		fn()
 	}()
 }
 
-// Wait returns when every removal started so far has finished, or with ctx's error.
+// Wait returns when no removal is pending (every one started so far has finished), or
+// with ctx's error.
 func (q *Queue) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { q.wg.Wait(); close(done) }()
+	q.mu.Lock()
+	idle := q.idle
+	q.mu.Unlock()
 	select {
-	case <-done:
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
