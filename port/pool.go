@@ -62,17 +62,26 @@ type PoolStats struct {
 // directories behind its workspace, mounts and LLM socket) is attached when it is
 // claimed.
 type PoolTemplate struct {
-	Image     string
-	User      string // after RunSpec defaults
-	Limits    Limits // Timeout is not part of the shape
-	Workspace bool   // a workspace is mounted at WorkspacePath
-	Mounts    []PoolMount
-	LLM       bool // an LLM socket directory is mounted at LLMSocketDir
+	// Image is the image reference, as in RunSpec.
+	Image string
+	// User is "uid[:gid]", after RunSpec defaults.
+	User string
+	// Limits are the sandbox's limits; Timeout is not part of the shape (each run
+	// brings its own deadline).
+	Limits Limits
+	// Workspace says a workspace is mounted at WorkspacePath.
+	Workspace bool
+	// Mounts are the extra mounts' targets and writability, in order.
+	Mounts []PoolMount
+	// LLM says an LLM socket directory is mounted at LLMSocketDir.
+	LLM bool
 }
 
-// PoolMount is the shape of an extra mount: where, and whether writable.
+// PoolMount is the shape of an extra mount.
 type PoolMount struct {
-	Target   string
+	// Target is the absolute path in the sandbox.
+	Target string
+	// Writable is Mount.Writable.
 	Writable bool
 }
 

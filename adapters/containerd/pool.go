@@ -316,18 +316,39 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	if err := p.r.check(spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	var s *slot
-	select {
-	case s = <-p.ready:
-		p.signal()
-	default:
-	}
+	s := p.take()
 	if s == nil {
 		p.cold.Add(1)
 		return p.r.RunOnce(ctx, spec)
 	}
 	p.warm.Add(1)
 	return p.run(ctx, spec, s)
+}
+
+// take returns a ready slot, or nil when there is none. A started stub that ended
+// before its claim (killed from outside, say) is no sandbox to run in: it is dropped
+// and the next one taken.
+func (p *Pool) take() *slot {
+	for {
+		var s *slot
+		select {
+		case s = <-p.ready:
+			p.signal()
+		default:
+			return nil
+		}
+		if !s.started {
+			return s
+		}
+		select {
+		case <-s.statusC:
+			s.exited.Store(true)
+			p.failed.Add(1)
+			p.r.cleanup.Go(func() { p.destroy(s) })
+		default:
+			return s
+		}
+	}
 }
 
 // run runs spec in the claimed slot s.

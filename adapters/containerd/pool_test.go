@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
@@ -336,5 +338,43 @@ func TestPoolOptionsValidate(t *testing.T) {
 	}
 	if _, err := noBridge.WarmPool(context.Background(), ok, port.PoolOptions{Size: 1}); !errors.Is(err, port.ErrUnsupported) {
 		t.Errorf("without a bridge: err = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestPoolDropsDeadStub: a ready sandbox whose stub was killed before its claim is
+// dropped, and the run still completes.
+func TestPoolDropsDeadStub(t *testing.T) {
+	r, image := poolEnv(t, "pool-dead")
+	ctx := r.ns(context.Background())
+	spec := suiteSpec(image)
+	p, err := r.NewPool(ctx, port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	waitReady(t, p)
+	s := <-p.ready
+	if err := s.task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := s.task.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status == client.Stopped {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.ready <- s
+	spec.RunID = porttest.RunID("pool-dead")
+	spec.Argv = []string{"/agent", "echo", "out", "err"}
+	res, err := p.RunOnce(context.Background(), spec)
+	if err != nil || string(res.Stdout) != "out" {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	if st := p.Stats(); st.Failed != 1 {
+		t.Errorf("the dead stub was not dropped: %+v", st)
 	}
 }
