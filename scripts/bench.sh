@@ -21,6 +21,8 @@ run() { # package, benchmark regexp, iterations
 
 run ./adapters/docker RunOnceVsCLI 30x
 run ./adapters/containerd 'RunOverhead|RunOverheadWithProxy' 30x
+run ./adapters/containerd CriticalPath 30x
+run ./adapters/docker CriticalPath 30x
 run ./adapters/docker 'ProxyLatency|ProxyTTFT' 2000x
 run ./adapters/docker ProxyStartup 30x
 run ./adapters/inproc 'AddedLatency|TimeToFirstToken|StartStop' 2000x
@@ -30,3 +32,6 @@ run ./openclaw/gateway AgentStream 5x
 run ./openclaw/gateway RealGatewayAgent 20x
 run ./integration OpenClawOneShot 5x
 run ./integration ConcurrentSandboxes 1x
+run ./adapters/containerd 'PooledRun|PooledRunCreated' 30x
+run ./adapters/containerd IdleMemory 1x
+run ./adapters/containerd Throughput 1x

@@ -52,3 +52,54 @@ if ! docker version >/dev/null 2>&1; then
   for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVersion}})' >&2
+
+# OCI runtimes besides runc (see the adapters' WithRuntime): gVisor's runsc and crun
+# from Debian when available. runsc runs here only on the ptrace platform (no KVM) and
+# without a network stack of its own (sandboxes have none anyway): containerd's runc
+# shim cannot pass it flags, so it gets a wrapper; Docker gets them in daemon.json.
+runsc_wrapper=/usr/local/bin/runsc-sandbox
+optional_pkgs=()
+for p in runsc crun; do
+  dpkg -s "$p" >/dev/null 2>&1 || optional_pkgs+=("$p")
+done
+if ((${#optional_pkgs[@]})) && [ "$(id -u)" = 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends "${optional_pkgs[@]}" >/dev/null 2>&1 ||
+    log "could not install ${optional_pkgs[*]}; the runtime tests that need them say so"
+fi
+if command -v runsc >/dev/null && [ "$(id -u)" = 0 ]; then
+  want="#!/bin/sh
+exec $(command -v runsc) --platform=ptrace --network=none \"\$@\""
+  if [ ! -x "$runsc_wrapper" ] || [ "$(cat "$runsc_wrapper")" != "$want" ]; then
+    log "installing $runsc_wrapper"
+    printf '%s\n' "$want" >"$runsc_wrapper.tmp" && chmod 755 "$runsc_wrapper.tmp" && mv "$runsc_wrapper.tmp" "$runsc_wrapper"
+  fi
+fi
+# Docker: register the runtimes in daemon.json and have dockerd reload it (SIGHUP: the
+# runtimes are a live-reloadable setting, no restart). An existing daemon.json is
+# merged with jq when present, else left alone with a message.
+daemon_json=/etc/docker/daemon.json
+runtimes='{}'
+command -v runsc >/dev/null && runtimes=$(printf '{"runsc":{"path":"%s","runtimeArgs":["--platform=ptrace","--network=none"]}}' "$(command -v runsc)")
+if command -v crun >/dev/null; then
+  crun_json=$(printf '"crun":{"path":"%s"}' "$(command -v crun)")
+  if [ "$runtimes" = '{}' ]; then runtimes="{$crun_json}"; else runtimes="${runtimes%\}},$crun_json}"; fi
+fi
+if [ "$runtimes" != '{}' ] && [ "$(id -u)" = 0 ]; then
+  mkdir -p "$(dirname "$daemon_json")"
+  if [ ! -s "$daemon_json" ]; then
+    new=$(printf '{"runtimes":%s}' "$runtimes")
+  elif command -v jq >/dev/null; then
+    new=$(jq -c --argjson rt "$runtimes" '.runtimes = ((.runtimes // {}) + $rt)' "$daemon_json")
+  else
+    new=$(cat "$daemon_json")
+    grep -q '"runsc"' "$daemon_json" || log "$daemon_json exists and jq is missing: add the runtimes $runtimes yourself"
+  fi
+  if [ "$new" != "$(cat "$daemon_json" 2>/dev/null)" ]; then
+    log "registering the runtimes $runtimes with Docker"
+    printf '%s\n' "$new" >"$daemon_json"
+    pid=$(cat "$run_dir/docker.pid" 2>/dev/null || pidof dockerd || true)
+    [ -n "$pid" ] && kill -HUP "$pid"
+    for _ in $(seq 1 50); do docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q runsc && break; sleep 0.2; done
+  fi
+fi

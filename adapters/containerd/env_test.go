@@ -46,7 +46,7 @@ func runnerEnv(t testing.TB, opts ...Option) (*Runner, string) {
 			env.err = err
 			return
 		}
-		if _, err := r.image(r.ns(ctx), ref); err == nil {
+		if _, err := r.imageInfo(r.ns(ctx), ref); err == nil {
 			env.image = ref
 			return
 		}
@@ -66,6 +66,10 @@ func runnerEnv(t testing.TB, opts ...Option) (*Runner, string) {
 // leftovers lists the containers and snapshots still labelled with runID.
 func leftovers(r *Runner) func(context.Context, string) ([]string, error) {
 	return func(ctx context.Context, runID string) ([]string, error) {
+		// Removals finish in the background after RunOnce returns: count what they leave.
+		if err := r.Drain(ctx); err != nil {
+			return nil, err
+		}
 		ctx = r.ns(ctx)
 		filter := fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID)
 		var out []string

@@ -17,6 +17,11 @@ const (
 	DefaultAddress     = "/run/containerd/containerd.sock"
 	DefaultNamespace   = "agentsandbox"
 	DefaultSnapshotter = "overlayfs"
+	// DefaultCleanupConcurrency is how many finished runs may be being removed in the
+	// background at once (see WithCleanupConcurrency).
+	DefaultCleanupConcurrency = 16
+	// DefaultPoolDir holds the host directories of pooled sandboxes (see WithPoolDir).
+	DefaultPoolDir = "/run/agentsandbox/pool"
 )
 
 // Option configures a Runner. Options validate their arguments.
@@ -30,6 +35,16 @@ type config struct {
 	logger         *slog.Logger
 	bridgePath     string
 	cleanupTimeout time.Duration
+	// cleanupConcurrency bounds the removals running in the background.
+	cleanupConcurrency int
+	// runtime is the OCI runtime binary the runc shim runs ("" for runc).
+	runtime string
+	// poolStarted starts pooled sandboxes' stubs ahead of the claim.
+	poolStarted bool
+	// poolDir holds the host directories of pooled sandboxes.
+	poolDir string
+	// phaseHook, if set, is called at each phase boundary of a run (benchmarks).
+	phaseHook func(phase string)
 	// ignoreOOMEvents is for tests: OOM kills must be found without the event.
 	ignoreOOMEvents bool
 }
@@ -41,12 +56,15 @@ func defaultConfig() config {
 		addr = strings.TrimPrefix(a, "unix://")
 	}
 	return config{
-		address:        addr,
-		namespace:      DefaultNamespace,
-		snapshotter:    DefaultSnapshotter,
-		owner:          port.DefaultOwner,
-		logger:         slog.New(slog.DiscardHandler),
-		cleanupTimeout: 30 * time.Second,
+		address:            addr,
+		namespace:          DefaultNamespace,
+		snapshotter:        DefaultSnapshotter,
+		owner:              port.DefaultOwner,
+		logger:             slog.New(slog.DiscardHandler),
+		cleanupTimeout:     30 * time.Second,
+		cleanupConcurrency: DefaultCleanupConcurrency,
+		poolDir:            DefaultPoolDir,
+		poolStarted:        true,
 	}
 }
 
@@ -129,6 +147,50 @@ func WithCleanupTimeout(d time.Duration) Option {
 			return port.Invalidf("cleanup timeout %v is not positive", d)
 		}
 		c.cleanupTimeout = d
+		return nil
+	}
+}
+
+// WithCleanupConcurrency sets how many finished runs may be being removed in the
+// background at once (default DefaultCleanupConcurrency). RunOnce returns a run's
+// result as soon as its output is in and leaves the removal of its task, container
+// and snapshot to the background; past n pending removals it removes inline, so a
+// burst of runs cannot pile up containers. Zero removes every run inline, before
+// RunOnce returns. Close waits for pending removals; Sweep finds what a dead host
+// left pending.
+func WithCleanupConcurrency(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return port.Invalidf("cleanup concurrency %d is negative", n)
+		}
+		c.cleanupConcurrency = n
+		return nil
+	}
+}
+
+// WithPoolDir sets where warm pools keep their sandboxes' host directories (default
+// DefaultPoolDir), under <dir>/<namespace>/<owner>/. Each holds the mount points a run's
+// workspace, mounts and LLM socket directory are attached to; Sweep removes those of
+// sandboxes that are gone. It must be on a local file system the daemon sees.
+func WithPoolDir(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return port.Invalidf("pool directory %q is not absolute", dir)
+		}
+		c.poolDir = filepath.Clean(dir)
+		return nil
+	}
+}
+
+// WithPoolStarted says whether warm pools start each sandbox's stub when the sandbox
+// is created (the default) or only when it is claimed. Started, a claim costs no
+// runtime start (runc's start is most of a pooled run's latency otherwise) and the idle
+// sandbox holds the bridge waiting on its stdin, smaller than runc's init waiting to be
+// started (see docs/benchmarks.md). Either way no code of any run has run in a sandbox
+// before its claim.
+func WithPoolStarted(started bool) Option {
+	return func(c *config) error {
+		c.poolStarted = started
 		return nil
 	}
 }

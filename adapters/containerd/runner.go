@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,11 +23,12 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
-	"github.com/distribution/reference"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/bgclean"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
@@ -35,9 +37,21 @@ import (
 
 // Runner runs sandboxes on containerd. It is safe for concurrent use.
 type Runner struct {
-	cfg    config
-	cli    *client.Client
-	dialed atomic.Bool // the socket answered once
+	cfg     config
+	cli     *client.Client
+	dialed  atomic.Bool    // the socket answered once
+	images  sync.Map       // name@digest -> *imageInfo
+	cleanup *bgclean.Queue // removals of finished runs, off the critical path
+
+	oom struct { // the shared OOM event subscription (see watchOOM)
+		mu   sync.Mutex
+		subs map[string]func() // container ID -> callback
+		stop context.CancelFunc
+	}
+
+	poolsMu sync.Mutex
+	pools   map[*Pool]struct{} // open pools, closed with the runner
+	closed  bool
 }
 
 var (
@@ -62,7 +76,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 		return nil, opErr("NewRunner", "", fmt.Errorf("%w: %v", port.ErrInvalidSpec, err))
 	}
 	cfg.logger = cfg.logger.With(logattr.Component, "containerd.runner")
-	return &Runner{cfg: cfg, cli: cli}, nil
+	return &Runner{cfg: cfg, cli: cli, cleanup: bgclean.New(cfg.cleanupConcurrency), pools: map[*Pool]struct{}{}}, nil
 }
 
 // Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
@@ -76,8 +90,45 @@ func (r *Runner) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection to the daemon.
-func (r *Runner) Close() error { return r.cli.Close() }
+// Close closes the runner's warm pools, waits (up to the cleanup timeout) for the removals of finished runs still in
+// the background, then closes the connection to the daemon. What a removal could not
+// finish stays labelled for Sweep.
+func (r *Runner) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+	defer cancel()
+	r.poolsMu.Lock()
+	r.closed = true
+	pools := make([]*Pool, 0, len(r.pools))
+	for p := range r.pools {
+		pools = append(pools, p)
+	}
+	r.poolsMu.Unlock()
+	for _, p := range pools {
+		if err := p.Close(ctx); err != nil {
+			r.cfg.logger.Warn("closing a warm pool failed; a Sweep will finish it", "err", err)
+		}
+	}
+	if err := r.cleanup.Close(ctx); err != nil {
+		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
+	}
+	r.oom.mu.Lock()
+	if r.oom.stop != nil {
+		r.oom.stop()
+	}
+	r.oom.mu.Unlock()
+	return r.cli.Close()
+}
+
+// Drain waits until the removals of the runs that have returned so far are done, or
+// until ctx ends. RunOnce returns a run's result before its task, container and
+// snapshot are removed (see WithCleanupConcurrency); Drain is for callers that need
+// them gone, such as a test counting leftovers.
+func (r *Runner) Drain(ctx context.Context) error {
+	if err := r.cleanup.Wait(ctx); err != nil {
+		return opErr("Drain", "", err)
+	}
+	return nil
+}
 
 // Client returns the underlying containerd client, for callers that manage images
 // themselves. Calls must carry the runner's namespace (see Namespace).
@@ -128,7 +179,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
 
-	img, err := r.image(ctx, spec.Image)
+	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
 		if errors.Is(err, port.ErrNotFound) {
 			return fail(port.CodeContainerFailed, err)
@@ -141,13 +192,16 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
 	var oomKilled atomic.Bool
-	evCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopEvents()
 	oomSeen := make(chan struct{})
 	if !r.cfg.ignoreOOMEvents {
-		r.watchOOM(evCtx, id, &oomKilled, oomSeen)
+		defer r.watchOOM(id, func() {
+			if oomKilled.CompareAndSwap(false, true) {
+				close(oomSeen)
+			}
+		})()
 	}
 
+	r.phase("image")
 	container, err := r.create(ctx, id, spec, img, lbls)
 	if err != nil {
 		if errors.Is(err, port.ErrUnavailable) {
@@ -155,20 +209,35 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	// Registered before anything else can fail; ignores ctx's cancellation so a
-	// cancelled caller or a panic cannot leak the task, container or snapshot.
-	defer r.remove(ctx, container, spec.RunID)
+	r.phase("container")
+	// Registered before anything else can fail. The removal runs after the result is
+	// in, in the background (bounded, with a fresh context, so a cancelled caller or a
+	// panic cannot leak the task, container or snapshot; all stay labelled for Sweep).
+	var (
+		task   client.Task
+		exited atomic.Bool // its exit was seen: delete it without a kill
+	)
+	defer func() {
+		r.cleanup.Go(func() {
+			gone := task == nil
+			if task != nil {
+				// Before the container: only this task value holds the IO, whose Close
+				// removes the FIFO directory (a task loaded again has no IO).
+				gone = r.deleteTask(task, spec.RunID, stateOf(exited.Load()))
+			}
+			r.remove(container, spec.RunID, gone)
+		})
+	}()
 	log.Debug("container created")
 
 	stdout := &capture.Buffer{Max: spec.OutputLimit}
 	stderr := &capture.Buffer{Max: spec.OutputLimit}
-	task, err := container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
+	task, err = container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
 	if err != nil {
+		task = nil
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
-	// Runs before remove: only this task value holds the IO, whose Close removes the
-	// FIFO directory under the daemon's state (a task loaded again has no IO).
-	defer r.deleteTask(ctx, task, spec.RunID)
+	r.phase("task")
 	collect := func() {
 		done := make(chan struct{})
 		go func() { task.IO().Wait(); close(done) }()
@@ -191,11 +260,15 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	if err := task.Start(ctx); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
+	r.phase("start")
 	log.Debug("task started")
 
 	select {
 	case st := <-statusC:
+		exited.Store(true)
+		r.phase("exit")
 		collect()
+		r.phase("output")
 		res.Duration = time.Since(start)
 		code, _, err := st.Result()
 		if err != nil {
@@ -237,6 +310,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		select {
 		case <-statusC:
+			exited.Store(true)
 		case <-kctx.Done():
 			log.Warn("task did not exit after kill")
 		}
@@ -259,51 +333,38 @@ func (r *Runner) check(spec port.RunSpec) error {
 	return spec.CheckHostPaths()
 }
 
-// image finds ref in the namespace, as given or as normalised (docker.io/library/...),
-// and makes sure it is unpacked for the snapshotter.
-func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
-	img, err := r.cli.GetImage(ctx, ref)
-	if errdefs.IsNotFound(err) {
-		if named, perr := reference.ParseNormalizedNamed(ref); perr == nil {
-			img, err = r.cli.GetImage(ctx, reference.TagNameOnly(named).String())
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
-	}
-	ok, err := img.IsUnpacked(ctx, r.cfg.snapshotter)
-	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
-	}
-	if !ok {
-		if err := img.Unpack(ctx, r.cfg.snapshotter); err != nil {
-			return nil, fmt.Errorf("unpack %q: %w", ref, classify(err))
-		}
-	}
-	return img, nil
-}
-
 // create makes the container and its snapshot under a lease, so that a crash between
 // the two leaves nothing the garbage collector cannot reclaim.
-func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img client.Image, lbls map[string]string) (client.Container, error) {
+func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string, extra ...oci.SpecOpts) (client.Container, error) {
 	lctx, done, err := r.cli.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour), leases.WithLabels(map[string]string{port.LabelOwner: r.cfg.owner, port.LabelRunID: spec.RunID}))
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", classify(err))
 	}
-	defer func() {
-		cctx, cancel := r.cleanupCtx(ctx)
+	// Once the container exists it holds its snapshot: the lease can go after the
+	// result, and is labelled for Sweep (and expires) if the host dies first.
+	defer r.cleanup.Go(func() {
+		cctx, cancel := r.cleanupCtx(context.Background())
 		defer cancel()
 		if err := done(cctx); err != nil {
 			r.cfg.logger.Warn("releasing lease failed; it expires in an hour", logattr.Err, err)
 		}
-	}()
-	c, err := r.cli.NewContainer(lctx, id,
-		client.WithImage(img),
-		client.WithSnapshotter(r.cfg.snapshotter),
-		client.WithNewSnapshot(id, img, snapshots.WithLabels(lbls)),
-		client.WithNewSpec(specOpts(spec, img, r.cfg.bridgePath)...),
-		client.WithContainerLabels(lbls),
-	)
+	})
+	newContainer := func() (client.Container, error) {
+		return r.cli.NewContainer(lctx, id,
+			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
+			client.WithNewSpec(append(specOpts(spec, img, r.cfg.bridgePath), extra...)...),
+			client.WithContainerLabels(lbls),
+			r.withRuntime(),
+		)
+	}
+	c, err := newContainer()
+	if errdefs.IsNotFound(err) {
+		// The image's unpacked layers went away under the cache: look again, once.
+		r.forget(img)
+		if img, err = r.imageInfo(ctx, spec.Image); err == nil {
+			c, err = newContainer()
+		}
+	}
 	if err != nil {
 		// A half-made snapshot is labelled; remove it now rather than at the next sweep.
 		cctx, cancel := r.cleanupCtx(ctx)
@@ -314,31 +375,60 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img c
 	return c, nil
 }
 
-func (r *Runner) watchOOM(ctx context.Context, id string, flag *atomic.Bool, seen chan struct{}) {
-	ch, errs := r.cli.Subscribe(ctx, `topic=="/tasks/oom"`)
-	go func() {
+// watchOOM calls onOOM when an OOM event arrives for container id, until stop.
+func (r *Runner) watchOOM(id string, onOOM func()) (stop func()) {
+	w := &r.oom
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs == nil {
+		w.subs = map[string]func(){}
+		ctx, cancel := context.WithCancel(r.ns(context.Background()))
+		w.stop = cancel
+		go r.oomEvents(ctx)
+	}
+	w.subs[id] = onOOM
+	return func() {
+		w.mu.Lock()
+		delete(w.subs, id)
+		w.mu.Unlock()
+	}
+}
+
+// oomEvents is the runner's one subscription to OOM events, shared by its runs (one
+// stream per run would cost a stream set-up per run), resubscribing until Close.
+func (r *Runner) oomEvents(ctx context.Context) {
+	for ctx.Err() == nil {
+		ch, errs := r.cli.Subscribe(ctx, `topic=="/tasks/oom"`)
+	recv:
 		for {
 			select {
 			case env := <-ch:
 				if env == nil {
-					return
+					break recv
 				}
 				ev, err := typeurl.UnmarshalAny(env.Event)
 				if err != nil {
 					continue
 				}
-				if oom, ok := ev.(*apievents.TaskOOM); ok && oom.ContainerID == id {
-					if flag.CompareAndSwap(false, true) {
-						close(seen)
+				if oom, ok := ev.(*apievents.TaskOOM); ok {
+					r.oom.mu.Lock()
+					fn := r.oom.subs[oom.ContainerID]
+					r.oom.mu.Unlock()
+					if fn != nil {
+						fn()
 					}
 				}
 			case <-errs:
-				return
+				break recv
 			case <-ctx.Done():
 				return
 			}
 		}
-	}()
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
 }
 
 // oomKills returns the number of OOM kills in the task's memory cgroup, from the
@@ -372,11 +462,13 @@ func oomKills(ctx context.Context, task client.Task) (uint64, error) {
 }
 
 // deleteTask deletes a task this process created, killing it if needed, and closes
-// its IO, which removes its FIFOs. NotFound is success.
-func (r *Runner) deleteTask(ctx context.Context, task client.Task, runID string) {
-	ctx, cancel := r.cleanupCtx(ctx)
+// its IO, which removes its FIFOs. NotFound is success. It reports whether the task is
+// gone.
+func (r *Runner) deleteTask(task client.Task, runID string, state taskState) bool {
+	ctx, cancel := r.cleanupCtx(context.Background())
 	defer cancel()
-	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+	err := deleteTask(ctx, task, state)
+	if err != nil {
 		r.cfg.logger.Error("deleting the task failed; removing the container retries", logattr.RunID, runID, logattr.Err, err)
 	}
 	if io := task.IO(); io != nil {
@@ -385,25 +477,74 @@ func (r *Runner) deleteTask(ctx context.Context, task client.Task, runID string)
 			r.cfg.logger.Warn("closing the task's IO failed", logattr.RunID, runID, logattr.Err, err)
 		}
 	}
+	return err == nil
 }
 
-// remove deletes the task (killing it if needed), the container and its snapshot.
-// NotFound is success.
-func (r *Runner) remove(ctx context.Context, c client.Container, runID string) {
-	ctx, cancel := r.cleanupCtx(ctx)
+// remove deletes the task (killing it if needed; unless taskGone), the container and
+// its snapshot. NotFound is success.
+func (r *Runner) remove(c client.Container, runID string, taskGone bool) {
+	ctx, cancel := r.cleanupCtx(context.Background())
 	defer cancel()
-	if err := deleteContainer(ctx, c); err != nil {
+	if err := deleteContainer(ctx, c, taskGone); err != nil {
 		r.cfg.logger.Error("removing container failed; a Sweep will retry", logattr.RunID, runID, logattr.Container, c.ID(), logattr.Err, err)
 	}
 }
 
-func deleteContainer(ctx context.Context, c client.Container) error {
-	if task, err := c.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("delete task: %w", err)
+// taskState is what a deleter knows of a task.
+type taskState int
+
+const (
+	taskUnknown taskState = iota // ask the daemon
+	taskExited
+	taskRunning
+)
+
+func stateOf(exited bool) taskState {
+	if exited {
+		return taskExited
+	}
+	return taskRunning
+}
+
+// deleteTask deletes a task, killing it first if it still runs. NotFound is success.
+// A kill of a task that has exited fails on some runtimes (runsc: the sandbox is
+// gone), so an exited task is deleted without one, and a delete that fails one way
+// is retried the other.
+func deleteTask(ctx context.Context, task client.Task, state taskState) error {
+	if state == taskUnknown {
+		state = taskRunning
+		if st, err := task.Status(ctx); err == nil && st.Status == client.Stopped {
+			state = taskExited
 		}
-	} else if !errdefs.IsNotFound(err) {
-		return fmt.Errorf("load task: %w", err)
+	}
+	kill := []client.ProcessDeleteOpts{client.WithProcessKill}
+	first, second := kill, []client.ProcessDeleteOpts(nil)
+	if state == taskExited {
+		first, second = second, first
+	}
+	_, err := task.Delete(ctx, first...)
+	if err != nil && !errdefs.IsNotFound(err) {
+		_, err = task.Delete(ctx, second...)
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete task: %w", err)
+	}
+	return nil
+}
+
+// deleteContainer deletes a container with its snapshot, and its task first unless
+// taskGone. NotFound is success.
+func deleteContainer(ctx context.Context, c client.Container, taskGone bool) error {
+	if !taskGone {
+		task, err := c.Task(ctx, nil)
+		switch {
+		case err == nil:
+			if err := deleteTask(ctx, task, taskUnknown); err != nil {
+				return err
+			}
+		case !errdefs.IsNotFound(err):
+			return fmt.Errorf("load task: %w", err)
+		}
 	}
 	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container: %w", err)

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -25,7 +24,12 @@ const bridgeTarget = "/.agentsandbox/bridge"
 // specOpts builds the OCI spec of a sandbox. The default spec already gives a new,
 // empty network namespace (runc brings its loopback up) and masks /proc's sensitive
 // paths; these options lock the rest down.
-func specOpts(spec port.RunSpec, img client.Image, bridgePath string) []oci.SpecOpts {
+func specOpts(spec port.RunSpec, img *imageInfo, bridgePath string) []oci.SpecOpts {
+	return append([]oci.SpecOpts{withImageConfig(img)}, lockdown(spec, bridgePath)...)
+}
+
+// lockdown is every spec option but the image's config: what a sandbox is allowed.
+func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 	uid, gid := parseUser(spec.User)
 	argv := spec.Argv // empty: the image's own entrypoint and cmd
 	tmpfs := func(dst string) specs.Mount {
@@ -52,27 +56,15 @@ func specOpts(spec port.RunSpec, img client.Image, bridgePath string) []oci.Spec
 	if bridgePath != "" {
 		mounts = append(mounts, bind(bridgePath, bridgeTarget, true))
 	}
-	// HOSTNAME as Docker sets it, so an agent sees the same environment on both.
-	env := map[string]string{"HOSTNAME": sandboxHostname}
-	for k, v := range spec.Env {
-		env[k] = v
-	}
 	if spec.LLM != nil {
 		mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
-		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
-		}
 	}
-	envList := make([]string, 0, len(env))
-	for k, v := range env {
-		envList = append(envList, k+"="+v)
-	}
-	sort.Strings(envList)
+	envList := runEnvList(spec)
 
 	opts := []oci.SpecOpts{
-		oci.WithImageConfig(img),
+		// No supplementary groups: the user is numeric and the image's /etc/group is
+		// not read (that would mount the root filesystem on every run).
 		oci.WithUIDGID(uid, gid),
-		oci.WithAdditionalGIDs(""),
 		oci.WithEnv(envList),
 		oci.WithCapabilities([]string{}),
 		oci.WithAmbientCapabilities([]string{}),
@@ -110,4 +102,25 @@ func wrapWithBridge(prefix []string) oci.SpecOpts {
 		s.Process.Args = append(prefix, s.Process.Args...)
 		return nil
 	}
+}
+
+// runEnvList is the environment a run sets over the image's, sorted: HOSTNAME as
+// Docker sets it (so an agent sees the same environment on both), the spec's, and
+// OPENAI_API_BASE when the run has an LLM socket and the spec does not set it.
+func runEnvList(spec port.RunSpec) []string {
+	env := map[string]string{"HOSTNAME": sandboxHostname}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	if spec.LLM != nil {
+		if _, ok := env["OPENAI_API_BASE"]; !ok {
+			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -44,10 +44,16 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
 	}
+	live := map[string]bool{}
 	for _, c := range cs {
+		live[c.ID()] = true
 		lbls, err := c.Labels(ctx)
 		if err != nil || lbls[port.LabelOwner] != r.cfg.owner || !old(lbls) {
 			continue
+		}
+		slotDir := r.slotDir(lbls[LabelSlotDir])
+		if slotDir != "" {
+			rep.Removed = append(rep.Removed, "dir:"+slotDir)
 		}
 		rep.Removed = append(rep.Removed, "container:"+c.ID())
 		fifos := fifoDirs(c.ID())
@@ -57,13 +63,37 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if opts.DryRun {
 			continue
 		}
-		if err := deleteContainer(ctx, c); err != nil {
+		if err := deleteContainer(ctx, c, false); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", c.ID(), err))
 			continue
 		}
 		for _, d := range fifos {
 			if err := os.RemoveAll(d); err != nil {
 				rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
+			}
+		}
+		if slotDir != "" {
+			if err := removeSlotDir(slotDir); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", slotDir, err))
+			}
+		}
+	}
+	// Slot directories of pooled sandboxes whose container never came to be (a host
+	// that died while creating one).
+	if opts.RunID == "" {
+		ents, _ := os.ReadDir(r.poolDir())
+		for _, e := range ents {
+			d := filepath.Join(r.poolDir(), e.Name())
+			fi, err := e.Info()
+			if err != nil || live[e.Name()] || !e.IsDir() || fi.ModTime().After(cutoff) {
+				continue
+			}
+			rep.Removed = append(rep.Removed, "dir:"+d)
+			if opts.DryRun {
+				continue
+			}
+			if err := removeSlotDir(d); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", d, err))
 			}
 		}
 	}
@@ -143,4 +173,13 @@ func fifoDirs(containerID string) []string {
 		}
 	}
 	return dirs
+}
+
+// slotDir returns a pooled sandbox's directory from its label, if it is one of this
+// runner's ("" otherwise: a label never makes Sweep touch another path).
+func (r *Runner) slotDir(label string) string {
+	if label == "" || filepath.Dir(label) != r.poolDir() || !strings.HasPrefix(filepath.Base(label), "agentsandbox-pool-") {
+		return ""
+	}
+	return label
 }

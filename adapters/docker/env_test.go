@@ -87,3 +87,13 @@ func leftovers(cli *client.Client) func(context.Context, string) ([]string, erro
 		return out, nil
 	}
 }
+
+// drained is leftovers after r's background removals are done.
+func drained(r *Runner, left func(context.Context, string) ([]string, error)) func(context.Context, string) ([]string, error) {
+	return func(ctx context.Context, runID string) ([]string, error) {
+		if err := r.Drain(ctx); err != nil {
+			return nil, err
+		}
+		return left(ctx, runID)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -30,14 +31,19 @@ type config struct {
 	cleanupTimeout time.Duration
 	killGrace      time.Duration
 	proxy          proxyConfig
+	// cleanupConcurrency bounds the removals running in the background.
+	cleanupConcurrency int
+	// runtime is the OCI runtime the daemon runs sandboxes with ("" for its default).
+	runtime string
 }
 
 func defaultConfig() config {
 	return config{
-		owner:          port.DefaultOwner,
-		logger:         slog.New(slog.DiscardHandler),
-		cleanupTimeout: 30 * time.Second,
-		killGrace:      10 * time.Second,
+		owner:              port.DefaultOwner,
+		logger:             slog.New(slog.DiscardHandler),
+		cleanupTimeout:     30 * time.Second,
+		killGrace:          10 * time.Second,
+		cleanupConcurrency: DefaultCleanupConcurrency,
 		proxy: proxyConfig{
 			image:        DefaultProxyImage,
 			network:      DefaultProxyNetwork,
@@ -116,6 +122,40 @@ func WithCleanupTimeout(d time.Duration) SharedOption {
 			return port.Invalidf("cleanup timeout %v is not positive", d)
 		}
 		c.cleanupTimeout = d
+		return nil
+	}
+}
+
+// DefaultCleanupConcurrency is how many finished runs may be being removed in the
+// background at once (see WithCleanupConcurrency).
+const DefaultCleanupConcurrency = 16
+
+// WithCleanupConcurrency sets how many finished runs may be being removed in the
+// background at once (default DefaultCleanupConcurrency). RunOnce returns a run's
+// result as soon as its output is in and leaves the removal of its container to the
+// background; past n pending removals it removes inline, so a burst of runs cannot
+// pile up containers. Zero removes inline, before RunOnce returns. Close waits for
+// pending removals; Sweep finds what a dead host left pending.
+func WithCleanupConcurrency(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return port.Invalidf("cleanup concurrency %d is negative", n)
+		}
+		c.cleanupConcurrency = n
+		return nil
+	}
+}
+
+// WithRuntime selects the OCI runtime the daemon runs sandboxes with, by the name it
+// is registered under in the daemon's configuration ("runtimes" in daemon.json; runc is
+// always there). scripts/setup.sh registers "runsc" (gVisor) and "crun" when they are
+// installed. The lockdown is the same whichever runtime runs it.
+func WithRuntime(name string) Option {
+	return func(c *config) error {
+		if name == "" || strings.ContainsAny(name, " \t\r\n\x00/") {
+			return port.Invalidf("runtime %q is not a registered runtime name", name)
+		}
+		c.runtime = name
 		return nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/bgclean"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
@@ -22,7 +23,8 @@ import (
 
 // Runner runs sandboxes on a Docker engine. It is safe for concurrent use.
 type Runner struct {
-	cfg config
+	cfg     config
+	cleanup *bgclean.Queue // removals of finished runs, off the critical path
 }
 
 var (
@@ -40,7 +42,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 		return nil, opErr("NewRunner", "", err)
 	}
 	cfg.logger = cfg.logger.With(logattr.Component, "docker.runner")
-	return &Runner{cfg: cfg}, nil
+	return &Runner{cfg: cfg, cleanup: bgclean.New(cfg.cleanupConcurrency)}, nil
 }
 
 // Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
@@ -51,8 +53,29 @@ func (r *Runner) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the SDK client (unless it was passed in with WithClient).
-func (r *Runner) Close() error { return r.cfg.api.Close() }
+// Close waits (up to the cleanup timeout) for the removals of finished runs still in
+// the background, then releases the SDK client (unless it was passed in with
+// WithClient). What a removal could not finish stays labelled for Sweep.
+func (r *Runner) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+	defer cancel()
+	if err := r.cleanup.Close(ctx); err != nil {
+		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
+	}
+	return r.cfg.api.Close()
+}
+
+// Drain waits until the removals of the runs that have returned so far are done, or
+// until ctx ends (see WithCleanupConcurrency).
+func (r *Runner) Drain(ctx context.Context) error {
+	if err := r.cleanup.Wait(ctx); err != nil {
+		return opErr("Drain", "", err)
+	}
+	return nil
+}
+
+// Runtime returns the OCI runtime name sandboxes run with ("" for the daemon's default).
+func (r *Runner) Runtime() string { return r.cfg.runtime }
 
 // Owner returns the owner label value of the resources this runner creates.
 func (r *Runner) Owner() string { return r.cfg.owner }
@@ -79,6 +102,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
+	hc.Runtime = r.cfg.runtime
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
 	})
@@ -90,9 +114,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeContainerFailed, err)
 	}
 	id := created.ID
-	// Registered before anything else can fail, and ignores ctx's cancellation so a
-	// cancelled caller (or a panic unwinding through here) cannot leak the container.
-	defer r.remove(ctx, id, spec.RunID)
+	// Registered before anything else can fail, and run with a fresh context so a
+	// cancelled caller (or a panic unwinding through here) cannot leak the container;
+	// in the background after the result is in (bounded; the container stays labelled
+	// for Sweep until it is gone).
+	defer r.cleanup.Go(func() { r.remove(context.WithoutCancel(ctx), id, spec.RunID) })
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
 	log.Debug("container created")
 

@@ -24,7 +24,7 @@ func TestRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(cli)})
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: drained(r, leftovers(cli))})
 }
 
 // panicHandler panics on the first record with the given message, standing in for any
@@ -58,7 +58,7 @@ func TestRunnerRemovesContainerOnPanic(t *testing.T) {
 		}()
 		_, _ = r.RunOnce(context.Background(), port.RunSpec{RunID: runID, Image: image, Argv: []string{"/agent", "sleep", "60"}})
 	}()
-	left, err := leftovers(cli)(context.Background(), runID)
+	left, err := drained(r, leftovers(cli))(context.Background(), runID)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("after a panic: leftovers %v, %v", left, err)
 	}
@@ -165,7 +165,7 @@ func TestSweepAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(cli), Image: image})
+	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: drained(r, leftovers(cli)), Image: image})
 }
 
 func TestDeadlineWithoutHost(t *testing.T) {
@@ -175,7 +175,7 @@ func TestDeadlineWithoutHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	sandboxtest.TestDeadlineWithoutHost(t, sandboxtest.CrashHarness{
-		Sweeper: r, Leftovers: leftovers(cli), Image: image, Bridge: testenv.Bridge(t),
+		Sweeper: r, Leftovers: drained(r, leftovers(cli)), Image: image, Bridge: testenv.Bridge(t),
 		Running: func(ctx context.Context, runID string) (bool, error) {
 			list, err := cli.ContainerList(ctx, client.ContainerListOptions{
 				Filters: make(client.Filters).Add("label", port.LabelRunID+"="+runID).Add("status", "running"),

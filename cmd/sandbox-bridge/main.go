@@ -2,6 +2,12 @@
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
 //	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
+//	sandbox-bridge -claim [-listen ...] [-socket ...] [-subreaper] [-v]
+//
+// With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
+// (argv, environment, working directory, forwarding, deadline; see bridge.Claim) as one
+// line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
+// command never sees the channel the run came through.
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
@@ -22,6 +28,9 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 )
 
+// stdin is the claim channel with -claim (a variable for tests).
+var stdin = os.Stdin
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -37,6 +46,7 @@ func run(args []string, stderr io.Writer) int {
 	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
+	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
 		fs.PrintDefaults()
@@ -48,17 +58,24 @@ func run(args []string, stderr io.Writer) int {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	code, err := bridge.Run(context.Background(), bridge.Config{
-		Listen:    *listen,
-		Socket:    *socket,
+	cfg := bridge.Config{
 		NoForward: *noForward,
 		Attest:    *attest,
 		Deadline:  deadlineTime(*deadline),
 		KillGrace: *grace,
 		Argv:      fs.Args(),
-		Subreaper: *subreaper,
-		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-	})
+	}
+	if *claim {
+		var err error
+		if cfg, err = readClaim(stdin); err != nil {
+			fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+			return bridge.ExitBridgeFailed
+		}
+		defer cfg.Stdin.Close()
+	}
+	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	code, err := bridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, bridge.ErrDeadline):
 		fmt.Fprintf(stderr, "sandbox-bridge: %v; the command was stopped\n", err)
@@ -75,4 +92,27 @@ func deadlineTime(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
+}
+
+// readClaim reads the run from the claim channel (stdin), closes it, and
+// returns its configuration with /dev/null as the command's stdin. argv[0] is looked
+// up in the claim's PATH, as it would be in a sandbox started with its run.
+func readClaim(in *os.File) (bridge.Config, error) {
+	c, err := bridge.ReadClaim(in)
+	_ = in.Close()
+	if err != nil {
+		return bridge.Config{}, err
+	}
+	if p, ok := c.Path(); ok {
+		if err := os.Setenv("PATH", p); err != nil {
+			return bridge.Config{}, err
+		}
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return bridge.Config{}, err
+	}
+	cfg := c.Config()
+	cfg.Stdin = null
+	return cfg, nil
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/internal/bridge"
 )
@@ -25,4 +29,36 @@ func TestRunFlags(t *testing.T) {
 	stderr.Reset()
 	assert.Equal(t, 4, run([]string{"-listen", "127.0.0.1:0", "--", "sh", "-c", "exit 4"}, &stderr))
 	assert.Empty(t, stderr.String())
+}
+
+// TestClaimChannelConsumedBeforeCommand: with -claim the run comes from stdin, and the
+// command it starts reads nothing from it (it gets /dev/null), even what is written
+// after the claim.
+func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
+	t.Setenv("PATH", os.Getenv("PATH"))
+	out := filepath.Join(t.TempDir(), "out")
+	c, err := bridge.NewClaim([]string{"sh", "-c", `cat > "$OUT"; echo "$X" >> "$OUT"; exit 3`}, []string{"PATH=" + os.Getenv("PATH"), "OUT=" + out, "X=from-claim"}, "", false, 0, time.Now()).Encode()
+	require.NoError(t, err)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	_, err = w.Write(append(c, "spoken-by-someone-else\n"...))
+	require.NoError(t, err)
+	defer w.Close() // left open: the bridge must not wait for the end
+	old := stdin
+	stdin = r
+	t.Cleanup(func() { stdin = old })
+	var stderr strings.Builder
+	assert.Equal(t, 3, run([]string{"-claim"}, &stderr), stderr.String())
+	got, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, "from-claim\n", string(got), "the command read the claim channel or lost its env")
+
+	r, w, err = os.Pipe()
+	require.NoError(t, err)
+	_, _ = w.Write([]byte("not a claim\n"))
+	require.NoError(t, w.Close())
+	stdin = r
+	stderr.Reset()
+	assert.Equal(t, bridge.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
+	assert.Contains(t, stderr.String(), "bad claim")
 }

@@ -91,6 +91,8 @@ type Config struct {
 	Argv []string
 	// Env is the child's environment; nil means the bridge's own.
 	Env []string
+	// Dir is the child's working directory; empty means the bridge's own.
+	Dir string
 	// Stdin, Stdout and Stderr are the child's; nil means the bridge's own. They are
 	// files so the child gets them directly, with no copying goroutines.
 	Stdin, Stdout, Stderr *os.File
@@ -155,6 +157,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return execFailure(cfg.Argv[0], cmd.Err)
 	}
 	cmd.Env = cfg.Env
+	cmd.Dir = cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
 
 	// Subscribe before the child exists so that no signal (or SIGCHLD) is missed.
