@@ -140,6 +140,7 @@ func crashHost(t *testing.T, h CrashHarness, runID string, limit time.Duration) 
 		}
 		select {
 		case err := <-done:
+			done <- err // for the deferred receive
 			t.Fatalf("child exited before its sandbox existed: %v", err)
 		default:
 		}

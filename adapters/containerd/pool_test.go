@@ -299,7 +299,7 @@ func crashPool(bridge string) (port.SandboxRunner, error) {
 		return nil, err
 	}
 	// The crash run's shape (see sandboxtest.CrashChildMain).
-	tmpl := port.TemplateOf(port.RunSpec{Image: os.Getenv("AGENTSANDBOX_PORTTEST_CRASH_IMAGE")})
+	tmpl := port.TemplateOf(port.RunSpec{Image: os.Getenv("AGENTSANDBOX_SANDBOXTEST_CRASH_IMAGE")})
 	p, err := r.NewPool(context.Background(), tmpl, port.PoolOptions{Size: 2})
 	if err != nil {
 		return nil, err
