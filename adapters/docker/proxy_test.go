@@ -71,7 +71,8 @@ func proxyEnv(t testing.TB, owner string, extra ...ProxyOption) (*ProxyManager, 
 func TestProxyManagerConformance(t *testing.T) {
 	m, r, agent, base := proxyEnv(t, "porttest")
 	cli, _ := dockerEnv(t)
-	labelled := leftovers(cli)
+	// The sandboxes share the run id; their removal runs after each result, so drain it.
+	labelled := drained(r, leftovers(cli))
 	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{
 		Manager: m, Runner: r, Image: agent, Budget: false,
 		Kill: func(ctx context.Context, p port.Proxy) error {
