@@ -333,16 +333,11 @@ func checkDir(what, p string) error {
 	return nil
 }
 
-// noBridge is the reason runners give for a run with LLM access they cannot connect.
-func noBridge() error {
-	return Invalidf("the run has LLM access but the runner has no bridge (WithBridge, built by bridge.Build) and the spec does not say the image brings one (RunSpec.OwnBridge): the agent could not reach its proxy")
-}
-
 // CheckBridge refuses a run with LLM access that nothing connects to its socket, given
 // whether the runner has a bridge. Errors wrap ErrInvalidSpec.
 func (s RunSpec) CheckBridge(runnerHasBridge bool) error {
 	if s.LLM != nil && !runnerHasBridge && !s.OwnBridge {
-		return noBridge()
+		return Invalidf("the run has LLM access but the runner has no bridge (WithBridge, built by bridge.Build) and the spec does not say the image brings one (RunSpec.OwnBridge): the agent could not reach its proxy")
 	}
 	return nil
 }

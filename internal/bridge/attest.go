@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -158,28 +159,11 @@ func readSmall(p string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(&limitedReader{f, 1 << 20}); err != nil {
-		return nil, err
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
+	if err == nil && len(b) > 1<<20 {
+		err = fmt.Errorf("%s: over 1 MiB", p)
 	}
-	return buf.Bytes(), nil
-}
-
-type limitedReader struct {
-	f *os.File
-	n int64
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, fmt.Errorf("%s: over 1 MiB", l.f.Name())
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.f.Read(p)
-	l.n -= int64(n)
-	return n, err
+	return b, err
 }
 
 // postAttestation sends a to the proxy on socket, before the agent exists.
