@@ -96,7 +96,9 @@ func (p *Proxy) serve(ln net.Listener) {
 
 // Socket says where the socket directory is on the host. Runners bind-mount it at
 // port.LLMSocketDir.
-func (p *Proxy) Socket() port.LLMSocket { return port.LLMSocket{HostDir: p.dir, Egress: p.egress != nil} }
+func (p *Proxy) Socket() port.LLMSocket {
+	return port.LLMSocket{HostDir: p.dir, Egress: p.egress != nil}
+}
 
 // SocketPath is the host path of the proxy's unix socket.
 func (p *Proxy) SocketPath() string { return p.dir + string(os.PathSeparator) + port.LLMSocketName }
