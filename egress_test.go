@@ -10,6 +10,11 @@ import (
 
 type egressFakeProxy struct{ fakeProxy }
 
+func (f *egressFakeProxy) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, error) {
+	_, _ = f.fakeProxy.Start(ctx, spec)
+	return f, nil
+}
+
 func (f *egressFakeProxy) EgressAudit() []port.EgressRecord {
 	return []port.EgressRecord{{RunID: "run-1", Mode: "mitm", Provider: "gh", Status: 200}}
 }
