@@ -8,17 +8,18 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -69,6 +70,7 @@ type Proxy struct {
 	transport *http.Transport
 	log       *slog.Logger
 
+	upstream               string // host:port of the upstream proxy; "" for none
 	maxReq, maxRun         int64
 	respLimit, respCeiling int64
 	runBytes               atomic.Int64
@@ -127,19 +129,19 @@ func New(cfg Config) (*Proxy, error) {
 		ExpectContinueTimeout:  time.Second,
 	}
 	if up != nil {
-		// The host chose this proxy: it is dialled as is; targets are still checked
-		// here first (resolved by this process) and again by nothing else.
-		upHost := up.Host
+		// The host chose this proxy: it is dialled as is, and nothing else is. Targets
+		// are checked here first (precheck), resolved by this process.
+		p.upstream = up.Host
 		if up.Port() == "" {
-			upHost = net.JoinHostPort(up.Hostname(), "80")
+			p.upstream = net.JoinHostPort(up.Hostname(), "80")
 		}
 		nd := &net.Dialer{Timeout: dialTimeout}
 		p.transport.Proxy = http.ProxyURL(up)
 		p.transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == upHost {
-				return nd.DialContext(ctx, network, addr)
+			if addr != p.upstream {
+				return nil, errors.New("egress: only the upstream proxy is dialled")
 			}
-			return p.dialer.DialContext(ctx, network, addr)
+			return nd.DialContext(ctx, network, addr)
 		}
 	}
 	return p, nil
@@ -505,6 +507,10 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	default:
 		out.Body = http.NoBody
 	}
+	if d := p.precheck(ctx, t.host, t.host); d != nil {
+		p.deny(w, rec, d)
+		return
+	}
 	resp, err := p.transport.RoundTrip(out)
 	rec.ReqBytes += cnt.n
 	if err != nil {
@@ -680,7 +686,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	var up net.Conn
 	if pr.tunnelOnly {
-		up, err = p.dialer.DialContext(r.Context(), "tcp", t.hostPort())
+		up, err = p.dialTunnel(r.Context(), t)
 		if err != nil {
 			if dd := denyFor(err, t.hostPort()); dd != nil {
 				p.deny(w, rec, dd)
@@ -913,4 +919,71 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-var _ = netip.Addr{}
+// precheck resolves and checks a target that an upstream proxy will dial (without
+// one, the dial hook checks every connection instead).
+func (p *Proxy) precheck(ctx context.Context, host, shown string) *port.EgressDenial {
+	if p.upstream == "" {
+		return nil
+	}
+	err := p.resolveCheck(ctx, host)
+	if err == nil {
+		return nil
+	}
+	if d := denyFor(err, shown); d != nil {
+		return d
+	}
+	return &port.EgressDenial{Status: http.StatusBadGateway, Guard: port.GuardSSRF, Target: shown, Message: "the destination could not be resolved"}
+}
+
+// resolveCheck resolves host and refuses it if any of its addresses is refused.
+func (p *Proxy) resolveCheck(ctx context.Context, host string) error {
+	addrs, err := p.cfg.Resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return err
+	}
+	if len(addrs) == 0 {
+		return errors.New("egress: no address")
+	}
+	for _, a := range addrs {
+		if cl := p.cfg.Classifier.Classify(a); cl != ClassAllowed && cl != ClassAllowedByTest {
+			return &DenyError{Addr: a.WithZone("").Unmap(), Class: cl}
+		}
+	}
+	return nil
+}
+
+// dialTunnel connects a tunnel-only CONNECT: through the upstream proxy (its own
+// CONNECT) when there is one, else directly through the checking dialer.
+func (p *Proxy) dialTunnel(ctx context.Context, t *target) (net.Conn, error) {
+	if p.upstream == "" {
+		return p.dialer.DialContext(ctx, "tcp", t.hostPort())
+	}
+	if err := p.resolveCheck(ctx, t.host); err != nil {
+		return nil, err
+	}
+	c, err := (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, "tcp", p.upstream)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", t.hostPort(), t.hostPort()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		return nil, fmt.Errorf("egress: upstream proxy answered CONNECT with %d", resp.StatusCode)
+	}
+	_ = c.SetDeadline(time.Time{})
+	if n := br.Buffered(); n > 0 {
+		pre, _ := br.Peek(n)
+		return &prefixConn{Conn: c, pre: append([]byte(nil), pre...)}, nil
+	}
+	return c, nil
+}
