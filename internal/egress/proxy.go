@@ -757,34 +757,35 @@ func (p *Proxy) untrack(c net.Conn) {
 }
 
 // splice copies both ways, counting against the per-request (upload) and per-run
-// caps; it returns the bytes each way and why it was cut, if it was.
+// caps; it returns the bytes each way and why it was cut, if it was. Bytes move in
+// bounded io.CopyN steps between the bare connections, so the kernel can splice them.
 func (p *Proxy) splice(client, up net.Conn) (sent, recv int64, why string) {
 	defer client.Close()
 	defer up.Close()
+	rawClient := unwrapConn(client)
 	var cut atomic.Value
 	copyDir := func(dst, src net.Conn, n *int64, max int64) {
-		buf := make([]byte, 32<<10)
 		for {
-			k, err := src.Read(buf)
-			if k > 0 {
-				*n += int64(k)
-				if *n > max {
+			step := min(int64(spliceStep), max-*n, p.maxRun-p.runBytes.Load())
+			if step <= 0 {
+				if max-*n <= 0 {
 					cut.Store("the tunnel's upload is over the per-request cap")
-					break
-				}
-				if p.runBytes.Add(int64(k)) > p.maxRun {
+				} else {
 					cut.Store("the run's egress byte cap was reached")
-					break
 				}
-				if _, werr := dst.Write(buf[:k]); werr != nil {
-					break
-				}
+				break
 			}
-			if err != nil {
-				if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == io.EOF {
+			k, err := io.CopyN(dst, src, step)
+			*n += k
+			p.runBytes.Add(k)
+			if err == io.EOF {
+				if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 					_ = cw.CloseWrite()
 					return
 				}
+				break
+			}
+			if err != nil {
 				break
 			}
 		}
@@ -792,13 +793,28 @@ func (p *Proxy) splice(client, up net.Conn) (sent, recv int64, why string) {
 		_ = up.Close()
 	}
 	done := make(chan struct{})
-	go func() { copyDir(up, client, &sent, p.maxReq); close(done) }()
-	copyDir(client, up, &recv, 1<<62)
+	go func() { copyDir(up, rawClient, &sent, p.maxReq); close(done) }()
+	copyDir(rawClient, up, &recv, 1<<62)
 	<-done
 	if v, ok := cut.Load().(string); ok {
 		why = v
 	}
 	return sent, recv, why
+}
+
+// spliceStep bounds one copy step of a tunnel, so caps are checked between steps.
+const spliceStep = 1 << 20
+
+// unwrapConn returns the connection under listener wrappers (NetConn), so io.Copy sees
+// the kernel socket.
+func unwrapConn(c net.Conn) net.Conn {
+	for {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = w.NetConn()
+	}
 }
 
 // mitm terminates TLS for an allowlisted host with a leaf of the run's CA and serves

@@ -25,7 +25,7 @@ import (
 const canary = "canary-egress-7f3a9c1e5b2d4086"
 
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	p        *Proxy
 	addr     string
 	up       *egresstest.Upstream
@@ -39,7 +39,7 @@ type harness struct {
 // newHarness serves a run's proxy on loopback TCP, with a TLS upstream answering as
 // api.test and echo.test and a plain one as plain.test, both on 127.0.0.1 (allowed
 // through the test exception only).
-func newHarness(t *testing.T, mod func(*port.EgressPolicy)) *harness {
+func newHarness(t testing.TB, mod func(*port.EgressPolicy)) *harness {
 	h := &harness{t: t, res: egresstest.NewResolver()}
 	h.up = egresstest.NewUpstream(t, true, "api.test", "echo.test", "other.test", "tunnel.test")
 	h.plain = egresstest.NewUpstream(t, false)
