@@ -3,7 +3,9 @@ package egress
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net/url"
 	"strings"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -136,12 +138,19 @@ type Redactor struct {
 // to redact.
 func NewRedactor(vals map[string]string) *Redactor {
 	r := &Redactor{}
+	var seen []string
 	for n, v := range vals {
 		if len(v) < 4 {
 			continue // too short to redact without mangling ordinary text
 		}
-		r.secrets = append(r.secrets, []byte(v))
-		r.repls = append(r.repls, []byte("{{"+n+"}}"))
+		// The value as sent, and as an upstream would echo it from a URL or in JSON.
+		for _, form := range append([]string{v, url.QueryEscape(v), url.PathEscape(v)}, jsonForms(v)...) {
+			if !contains(seen, form) {
+				seen = append(seen, form)
+				r.secrets = append(r.secrets, []byte(form))
+				r.repls = append(r.repls, []byte("{{"+n+"}}"))
+			}
+		}
 	}
 	if len(r.secrets) == 0 {
 		return nil
@@ -208,4 +217,19 @@ func (r *Redactor) String(s string) string {
 	out := t.Feed([]byte(s), true)
 	r.Count += t.Count
 	return string(out)
+}
+
+// jsonForms are v as a JSON string body, with and without HTML escaping.
+func jsonForms(v string) []string {
+	var out []string
+	for _, html := range []bool{true, false} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(v) == nil {
+			s := strings.TrimSuffix(b.String(), "\n")
+			out = append(out, s[1:len(s)-1])
+		}
+	}
+	return out
 }

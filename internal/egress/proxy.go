@@ -437,6 +437,9 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 			}
 		}
 	}
+	// Body substitution is opt-in, on every way in (the endpoint reads the header
+	// before this; curl can send it through the forward proxy too).
+	substBody = substBody || strings.EqualFold(r.Header.Get("X-Substitute-Body"), "true")
 	var body []byte
 	if substBody && r.Body != nil && r.Body != http.NoBody {
 		var err error

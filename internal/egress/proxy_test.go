@@ -545,3 +545,32 @@ func TestAmbiguous(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// TestReflectedEscaped: a credential the upstream echoes percent-encoded is redacted
+// too, and forward requests may opt in to body substitution.
+func TestReflectedEscaped(t *testing.T) {
+	const odd = "tok/en+with space&="
+	h := newHarness(t, func(p *port.EgressPolicy) {
+		p.Credentials = port.CredentialFunc(func(context.Context, string, string, string) (string, error) { return odd, nil })
+	})
+	req, _ := http.NewRequest("POST", h.url("api.test", "/v1/q?k={{token}}"), strings.NewReader(`{"t":"{{token}}"}`))
+	req.Header.Set("X-Substitute-Body", "true")
+	resp, err := h.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	seen := h.up.Seen()
+	if len(seen) != 1 || seen[0].Body != `{"t":"`+odd+`"}` || seen[0].RawQuery != "k="+url.QueryEscape(odd) {
+		t.Fatalf("upstream saw %+v", seen)
+	}
+	jsonForm, _ := json.Marshal(odd)
+	if !strings.Contains(body, `{\"t\":\"{{token}}\"}`) {
+		t.Fatalf("JSON-escaped echo not redacted: %s", body)
+	}
+	for _, form := range []string{odd, url.QueryEscape(odd), strings.Trim(string(jsonForm), `"`)} {
+		if strings.Contains(body, form) {
+			t.Fatalf("%q reflected in %s", form, body)
+		}
+	}
+}

@@ -70,7 +70,10 @@ func (c *chainProxy) requests() []string {
 func TestUpstreamProxyCascade(t *testing.T) {
 	chain := newChainProxy(t)
 	unused := newChainProxy(t)
-	h := newHarness(t, func(p *port.EgressPolicy) { p.UpstreamProxy = chain.URL })
+	h := newHarness(t, func(p *port.EgressPolicy) {
+		p.UpstreamProxy = chain.URL
+		p.Providers = append(p.Providers, port.EgressProvider{ID: "inner", URIs: []string{"http://inner.test/"}})
+	})
 	h.res.Set("inner.test", []netip.Addr{netip.MustParseAddr("10.0.0.7")})
 	// The manager's default is replaced by the run's.
 	cp, _ := Compile(h.p.pol.src)
@@ -99,10 +102,6 @@ func TestUpstreamProxyCascade(t *testing.T) {
 		t.Error("the manager's default proxy was used")
 	}
 	// A name resolving inside is refused here, before the upstream proxy sees it.
-	pol := h.p.pol.src
-	pol.Providers = append(pol.Providers, port.EgressProvider{ID: "inner", URIs: []string{"http://inner.test/"}})
-	cp, _ = Compile(pol)
-	h.p.pol = cp
 	n := len(chain.requests())
 	resp, err := c.Get("http://inner.test/")
 	if err != nil {
