@@ -50,13 +50,13 @@ type EgressPolicy struct {
 
 // Egress defaults.
 const (
-	DefaultEgressMaxRequestBytes  = 16 << 20
-	DefaultEgressMaxRunBytes      = 1 << 30
-	DefaultEgressResponseLimit    = 50 << 10
-	DefaultEgressResponseCeiling  = 8 << 20
-	maxEgressProviders            = 256
-	maxEgressURIsPerProvider      = 256
-	maxEgressCredentialsPerProvid = 64
+	DefaultEgressMaxRequestBytes = 16 << 20
+	DefaultEgressMaxRunBytes     = 1 << 30
+	DefaultEgressResponseLimit   = 50 << 10
+	DefaultEgressResponseCeiling = 8 << 20
+	maxEgressProviders           = 256
+	maxEgressURIsPerProvider     = 256
+	maxEgressCredsPerProvider    = 64
 )
 
 // EgressProvider is one allowed destination (an API, a docs site).
@@ -180,7 +180,7 @@ func (p *EgressPolicy) Validate() error {
 		if len(pr.URIs) == 0 || len(pr.URIs) > maxEgressURIsPerProvider {
 			return Invalidf("egress: provider %q: 1 to %d URIs needed", pr.ID, maxEgressURIsPerProvider)
 		}
-		if len(pr.Credentials) > maxEgressCredentialsPerProvid {
+		if len(pr.Credentials) > maxEgressCredsPerProvider {
 			return Invalidf("egress: provider %q: too many credentials", pr.ID)
 		}
 		for _, c := range pr.Credentials {
