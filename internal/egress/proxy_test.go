@@ -574,3 +574,26 @@ func TestReflectedEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectsNotFollowed: a redirect reaches the agent as it is; the proxy never
+// follows it, and the agent's next request is checked again.
+func TestRedirectsNotFollowed(t *testing.T) {
+	h := newHarness(t, nil)
+	h.up.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+	})
+	c := h.client()
+	resp, err := c.Get(h.url("api.test", "/v1/r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "http://169.254.169.254/latest/meta-data/" || len(h.up.Seen()) != 1 {
+		t.Fatalf("%d %v %d", resp.StatusCode, resp.Header, len(h.up.Seen()))
+	}
+	resp, err = c.Get(resp.Header.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDenial(t, resp, 403, port.GuardSSRF)
+}
