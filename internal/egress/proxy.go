@@ -55,7 +55,8 @@ type Config struct {
 	RootCAs *x509.CertPool
 	// UpstreamProxy is the manager's default upstream proxy; the policy's beats it.
 	UpstreamProxy *url.URL
-	// CAValidity is how long the run's CA is valid (default 24h).
+	// CAValidity is how long the run's CA is valid (default a week: longer than any
+	// run; the CA dies with the run anyway).
 	CAValidity time.Duration
 	Logger     *slog.Logger
 }
@@ -98,7 +99,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Resolver = net.DefaultResolver
 	}
 	if cfg.CAValidity <= 0 {
-		cfg.CAValidity = 24 * time.Hour
+		cfg.CAValidity = 7 * 24 * time.Hour
 	}
 	ca, err := NewCA(cfg.RunID, cfg.CAValidity)
 	if err != nil {
@@ -626,19 +627,22 @@ func (c *countReader) Read(b []byte) (int, error) {
 type redactReader struct {
 	r    io.Reader
 	red  *Redactor
+	buf  []byte
 	out  []byte
 	done bool
 }
 
 func (rr *redactReader) Read(b []byte) (int, error) {
-	buf := make([]byte, 32<<10)
+	if rr.buf == nil {
+		rr.buf = make([]byte, 32<<10)
+	}
 	for len(rr.out) == 0 {
 		if rr.done {
 			return 0, io.EOF
 		}
-		n, err := rr.r.Read(buf)
+		n, err := rr.r.Read(rr.buf)
 		final := err != nil
-		rr.out = append(rr.out, rr.red.Feed(buf[:n], final)...)
+		rr.out = append(rr.out, rr.red.Feed(rr.buf[:n], final)...)
 		if err != nil {
 			rr.done = true
 			if err != io.EOF {
