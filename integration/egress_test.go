@@ -128,6 +128,10 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	require.Equal(t, 0, result.Run.ExitCode, "stdout: %s\nstderr: %s", result.Run.Stdout, result.Run.Stderr)
 
 	var out struct {
+		Endpoint struct {
+			Status                 int
+			Truncated, Body, Error string
+		}
 		Fetch, FetchDenied struct {
 			Status      int
 			Body, Error string
@@ -152,12 +156,21 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	assert.Equal(t, "Bearer "+egressCanary, paths["/v1/fetch"], "fetch: %+v", out.Fetch)
 	assert.Equal(t, "Bearer "+egressCanary, paths["/v1/curl"], "curl: %+v", out.Curl)
 	assert.Equal(t, "Bearer "+egressCanary, paths["/v1/relay"], "relay: %+v", out.RelayAllowed)
+	var endpointBody string
+	for _, s := range seen {
+		if s.Path == "/v1/endpoint" {
+			endpointBody = s.Body
+		}
+	}
+	assert.Equal(t, `{"auth":"`+egressCanary+`"}`, endpointBody, "endpoint: %+v", out.Endpoint)
+	assert.Equal(t, 200, out.Endpoint.Status, "%+v", out.Endpoint)
+	assert.Contains(t, out.Endpoint.Body, "{{token}}")
 	assert.Equal(t, 200, out.Fetch.Status, "fetch: %+v", out.Fetch)
 	assert.Contains(t, out.Fetch.Body, `"Bearer {{token}}"`)
 	assert.Contains(t, out.Curl.Out, `"Bearer {{token}}"`)
 	assert.NotContains(t, paths, "/v1/direct", "a request bypassed the proxy")
 	assert.NotContains(t, paths, "/v1/front", "a fronted request reached the upstream")
-	assert.Len(t, seen, 3, "only the three allowed requests reached the upstream: %+v", paths)
+	assert.Len(t, seen, 4, "only the four allowed requests reached the upstream: %+v", paths)
 
 	// Denials: JSON naming the guard, for forward requests; failed tunnels for CONNECT.
 	// Node's fetch tunnels plain http through CONNECT as well: the refusal is a
@@ -184,8 +197,11 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	mu.Lock()
 	assert.Equal(t, len(result.Egress), len(live))
 	mu.Unlock()
-	var mitm int
+	var mitm, endpoint int
 	for _, r := range result.Egress {
+		if r.Mode == "proxy" && r.Status == 200 {
+			endpoint++
+		}
 		assert.Equal(t, runID, r.RunID)
 		if r.Mode == "mitm" && r.Status == 200 {
 			mitm++
@@ -194,6 +210,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 		}
 	}
 	assert.Equal(t, 3, mitm)
+	assert.Equal(t, 1, endpoint)
 	mu.Lock()
 	for _, f := range fetched {
 		assert.Equal(t, runID+"/github/token", f)

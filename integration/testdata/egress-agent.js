@@ -60,6 +60,15 @@ function dump(file) {
     const r = await fetch(`http://evil.test:${port}/`);
     out.fetchDenied = { status: r.status, body: await r.text() };
   } catch (e) { out.fetchDenied = { error: String(e && (e.cause || e)) }; }
+  // 1b. The explicit endpoint (NO_PROXY sends 127.0.0.1 straight to the bridge), with
+  //     the credential placed in the body.
+  try {
+    const r = await fetch('http://127.0.0.1:3128/proxy', {
+      method: 'POST', body: JSON.stringify({ auth: '{{token}}' }),
+      headers: { 'X-Provider': 'github', 'X-Target': `${api}/v1/endpoint`, 'X-Substitute-Body': 'true', 'Content-Type': 'application/json' },
+    });
+    out.endpoint = { status: r.status, truncated: r.headers.get('x-truncated'), body: await r.text() };
+  } catch (e) { out.endpoint = { error: String(e && (e.cause || e)) }; }
   // 2. curl, unmodified, through HTTPS_PROXY with the CA from CURL_CA_BUNDLE.
   out.curl = curl(['-H', 'Authorization: Bearer {{token}}', `${api}/v1/curl`]);
   out.curlDenied = curl([`http://evil.test:${port}/`]);
