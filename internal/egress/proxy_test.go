@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -596,4 +597,39 @@ func TestRedirectsNotFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDenial(t, resp, 403, port.GuardSSRF)
+}
+
+// TestCloseLeavesNothing: after Close (with terminated and opaque tunnels still
+// open) every tunnel is recorded, and once the run's servers are gone no goroutine
+// of the proxy is left.
+func TestCloseLeavesNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Run("run", func(t *testing.T) { // its cleanups (servers, upstreams) run at its end
+		h := newHarness(t, nil)
+		c := h.client()
+		for _, u := range []string{h.url("api.test", "/v1/a"), h.url("tunnel.test", "/b")} {
+			resp, err := c.Get(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		h.p.Close()
+		c.CloseIdleConnections()
+		modes := map[string]int{}
+		for _, r := range h.p.Audit() {
+			modes[r.Mode]++
+		}
+		if modes["mitm"] != 1 || modes["tunnel"] != 1 {
+			t.Fatalf("audit modes %v", modes)
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
 }
