@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -259,10 +260,11 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		return
 	}
 	resp, err := p.transport.RoundTrip(out)
-	rec.ReqBytes += cnt.n
 	if err != nil {
-		if cnt.err != nil {
-			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: cnt.err.Error()})
+		n, cerr := cnt.state()
+		rec.ReqBytes += n
+		if cerr != nil {
+			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: cerr.Error()})
 			return
 		}
 		if dd := denyFor(err, t.host); dd != nil {
@@ -293,6 +295,9 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		src = &redactReader{r: resp.Body, red: red}
 	}
 	defer func() {
+		// The transport may still be sending the body when the answer arrives.
+		n, _ := cnt.state()
+		rec.ReqBytes += n
 		if red != nil {
 			rec.Reflected = red.Count
 		}
@@ -344,16 +349,21 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 }
 
 // countReader counts a request body against the per-request and per-run caps.
+// The transport reads it from its own goroutine, which may outlive RoundTrip.
 type countReader struct {
 	p   *Proxy
 	r   io.Reader
-	n   int64
 	max int64
+
+	mu  sync.Mutex
+	n   int64
 	err error
 }
 
 func (c *countReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.n += int64(n)
 	if c.n > c.max {
 		c.err = errors.New("the request body is over the per-request cap")
@@ -364,6 +374,13 @@ func (c *countReader) Read(b []byte) (int, error) {
 		return 0, c.err
 	}
 	return n, err
+}
+
+// state is the bytes read so far and the cap error, if one was hit.
+func (c *countReader) state() (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.err
 }
 
 // redactReader runs a body through a Redactor.
