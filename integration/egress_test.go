@@ -68,10 +68,12 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	runner, image := runnerFor(t, bin, func(ctx context.Context) (string, []byte, error) { return testimages.NodeArchive(ctx, nodeBin) })
 
 	up := egresstest.NewUpstream(t, true, "api.test", "other.test")
+	docs := egresstest.NewUpstream(t, false)
 	res := egresstest.NewResolver()
 	res.Set("api.test", egresstest.Loopback)
 	res.Set("other.test", egresstest.Loopback)
 	res.Set("evil.test", egresstest.Loopback)
+	res.Set("docs.test", egresstest.Loopback)
 	llm := httptest.NewServer(http.NotFoundHandler())
 	defer llm.Close()
 
@@ -115,13 +117,14 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	result, err := sb.Run(ctx, sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
 		Argv:         []string{testimages.NodeBinary, testimages.AppDir + "/agent.js"},
-		Env:          map[string]string{"UPSTREAM_PORT": up.Port(), "HTTPS_PROXY": "http://caller-tried.example:1", "NO_PROXY": "*"},
+		Env:          map[string]string{"UPSTREAM_PORT": up.Port(), "PLAIN_PORT": docs.Port(), "HTTPS_PROXY": "http://caller-tried.example:1", "NO_PROXY": "*"},
 		WorkspaceDir: ws,
 		Mounts:       []port.Mount{{Source: app, Target: testimages.AppDir}, {Source: curlDir, Target: testimages.CurlMountDir}},
 		Attribution:  port.Attribution{BillingAccountID: "acct-egress"},
 		Limits:       port.Limits{Timeout: 2 * time.Minute},
 		Egress: &port.EgressPolicy{Providers: []port.EgressProvider{
 			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"}},
+			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"}},
 		}},
 	})
 	require.NoError(t, err)
@@ -132,7 +135,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 			Status                 int
 			Truncated, Body, Error string
 		}
-		Fetch, FetchDenied struct {
+		Fetch, FetchDenied, FetchPlain struct {
 			Status      int
 			Body, Error string
 		}
@@ -166,6 +169,12 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	assert.Equal(t, 200, out.Endpoint.Status, "%+v", out.Endpoint)
 	assert.Contains(t, out.Endpoint.Body, "{{token}}")
 	assert.Equal(t, 200, out.Fetch.Status, "fetch: %+v", out.Fetch)
+	assert.Equal(t, 200, out.FetchPlain.Status, "fetch, plain http: %+v", out.FetchPlain)
+	if ds := docs.Seen(); assert.Len(t, ds, 1) {
+		assert.Equal(t, egressCanary, ds[0].Header.Get("X-Key"))
+		assert.Equal(t, "/page", ds[0].Path)
+	}
+	assert.Contains(t, out.FetchPlain.Body, `"X-Key":["{{token}}"]`)
 	assert.Contains(t, out.Fetch.Body, `"Bearer {{token}}"`)
 	assert.Contains(t, out.Curl.Out, `"Bearer {{token}}"`)
 	assert.NotContains(t, paths, "/v1/direct", "a request bypassed the proxy")
@@ -213,7 +222,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	assert.Equal(t, 1, endpoint)
 	mu.Lock()
 	for _, f := range fetched {
-		assert.Equal(t, runID+"/github/token", f)
+		assert.Contains(t, []string{runID + "/github/token", runID + "/docs/token"}, f, "a credential fetched for the run and provider it serves")
 	}
 	mu.Unlock()
 

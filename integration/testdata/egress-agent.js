@@ -60,6 +60,11 @@ function dump(file) {
     const r = await fetch(`http://evil.test:${port}/`);
     out.fetchDenied = { status: r.status, body: await r.text() };
   } catch (e) { out.fetchDenied = { error: String(e && (e.cause || e)) }; }
+  // 1a. Node's fetch to a plain-http provider: undici tunnels it through CONNECT.
+  try {
+    const r = await fetch(`http://docs.test:${process.env.PLAIN_PORT}/page`, { headers: { 'X-Key': '{{token}}' } });
+    out.fetchPlain = { status: r.status, body: await r.text() };
+  } catch (e) { out.fetchPlain = { error: String(e && (e.cause || e)) }; }
   // 1b. The explicit endpoint (NO_PROXY sends 127.0.0.1 straight to the bridge), with
   //     the credential placed in the body.
   try {

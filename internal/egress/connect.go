@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,10 +43,28 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.Host = t.host
-	pr, d := p.pol.match("https", t.host, t.port, "", false, "", t.hostPort())
-	if d != nil {
-		p.deny(w, rec, d)
+	// A CONNECT says nothing of what will flow: TLS for https rules, or plain HTTP
+	// for http rules (Node's fetch tunnels http:// through its proxy too). Which one
+	// is decided by the first byte inside the tunnel.
+	prTLS, dTLS := p.pol.match("https", t.host, t.port, "", false, "", t.hostPort())
+	prPlain, dPlain := p.pol.match("http", t.host, t.port, "", false, "", t.hostPort())
+	switch {
+	case dTLS != nil && dTLS.Guard == port.GuardAmbiguous:
+		p.deny(w, rec, dTLS)
 		return
+	case dPlain != nil && dPlain.Guard == port.GuardAmbiguous:
+		p.deny(w, rec, dPlain)
+		return
+	case dTLS != nil && dPlain != nil:
+		if dTLS.Guard == port.GuardAllowlist && dPlain.Guard != port.GuardAllowlist {
+			dTLS = dPlain // the host is known: say which guard
+		}
+		p.deny(w, rec, dTLS)
+		return
+	}
+	pr := prTLS
+	if pr == nil {
+		pr = prPlain
 	}
 	rec.Provider = pr.id
 	hj, ok := w.(http.Hijacker)
@@ -104,7 +123,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		p.record(rec)
 		return
 	}
-	p.mitm(client, t)
+	p.mitm(client, t, prTLS != nil, prPlain != nil)
 }
 
 func (p *Proxy) track(c net.Conn) bool {
@@ -189,9 +208,33 @@ func unwrapConn(c net.Conn) net.Conn {
 // mitm terminates TLS for an allowlisted host with a leaf of the run's CA and serves
 // the requests inside through serveForward, each checked again: a request for another
 // host inside the tunnel (domain fronting) is refused.
-func (p *Proxy) mitm(client net.Conn, t *target) {
+//
+// A tunnel whose first byte does not start a TLS handshake carries plain HTTP, served
+// the same way for hosts with http rules.
+func (p *Proxy) mitm(client net.Conn, t *target, allowTLS, allowPlain bool) {
+	br := bufio.NewReader(client)
+	_ = client.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+	first, err := br.Peek(1)
+	_ = client.SetReadDeadline(time.Time{})
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	conn := &bufConn{Conn: client, r: br}
+	if first[0] != tlsHandshakeRecord {
+		if !allowPlain {
+			p.refuseInTunnel(conn, t, "http", "plain http to a host allowed for https only")
+			return
+		}
+		p.serveTunnel(conn, t, "http")
+		return
+	}
+	if !allowTLS {
+		p.refuseInTunnel(conn, t, "https", "TLS to a host allowed for plain http only")
+		return
+	}
 	var sniBad atomic.Bool
-	tc := tls.Server(client, &tls.Config{
+	tc := tls.Server(conn, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -214,6 +257,32 @@ func (p *Proxy) mitm(client net.Conn, t *target) {
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
+	p.serveTunnel(tc, t, "https")
+}
+
+// tlsHandshakeRecord is the first byte of a TLS connection (a handshake record).
+const tlsHandshakeRecord = 0x16
+
+// refuseInTunnel records a tunnel whose content does not fit its host's rules and
+// closes it (with a JSON denial when the client speaks plain HTTP).
+func (p *Proxy) refuseInTunnel(c net.Conn, t *target, scheme, why string) {
+	p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "tunnel", Method: "CONNECT", Scheme: scheme, Host: t.host,
+		Status: http.StatusForbidden, Guard: port.GuardPort, Error: why})
+	if scheme == "http" {
+		body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": "egress_denied", "guard": port.GuardPort, "target": t.hostPort(), "message": why}})
+		_ = c.SetWriteDeadline(time.Now().Add(readHeaderTimeout))
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(body)+1, body)
+	}
+	_ = c.Close()
+}
+
+// serveTunnel serves the HTTP requests inside a tunnel (TLS terminated, or plain),
+// each checked again through serveForward.
+func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
+	mode := "mitm"
+	if scheme == "http" {
+		mode = "forward"
+	}
 	authority := t.hostPort()
 	srv := &http.Server{
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -223,10 +292,10 @@ func (p *Proxy) mitm(client net.Conn, t *target) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			u := *r.URL
 			if !u.IsAbs() {
-				u.Scheme, u.Host = "https", r.Host
+				u.Scheme, u.Host = scheme, r.Host
 			}
 			// Domain fronting: the inner request must name the tunnel's host and port.
-			ht := &target{port: 443}
+			ht := &target{port: defaultPort(scheme)}
 			h, ps, err := net.SplitHostPort(u.Host)
 			if err != nil {
 				h, ps = u.Host, ""
@@ -238,16 +307,16 @@ func (p *Proxy) mitm(client net.Conn, t *target) {
 				h = "[" + h + "]"
 			}
 			name, _, herr := ParseHost(h)
-			if herr != nil || name != t.host || ht.port != t.port || strings.ToLower(u.Scheme) != "https" {
-				p.deny(w, port.EgressRecord{Time: time.Now().UTC(), Mode: "mitm", Method: clip(r.Method, 16), Scheme: "https", Host: t.host},
+			if herr != nil || name != t.host || ht.port != t.port || strings.ToLower(u.Scheme) != scheme {
+				p.deny(w, port.EgressRecord{Time: time.Now().UTC(), Mode: mode, Method: clip(r.Method, 16), Scheme: scheme, Host: t.host},
 					&port.EgressDenial{Status: http.StatusMisdirectedRequest, Guard: port.GuardRequest, Target: authority, Message: "the request inside the tunnel names another host than the CONNECT"})
 				return
 			}
 			u.Host = authority
-			p.serveForward(w, r, "mitm", &u, "", false, 0)
+			p.serveForward(w, r, mode, &u, "", false, 0)
 		}),
 	}
-	ln := newOneConnListener(tc)
+	ln := newOneConnListener(c)
 	_ = srv.Serve(ln)
 	<-ln.closed
 }
@@ -372,3 +441,11 @@ func (p *Proxy) dialTunnel(ctx context.Context, t *target) (net.Conn, error) {
 	}
 	return c, nil
 }
+
+// bufConn reads through the reader that peeked at the tunnel's first byte.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }

@@ -633,3 +633,62 @@ func TestCloseLeavesNothing(t *testing.T) {
 		t.Fatalf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestPlainHTTPInsideConnect: clients that tunnel http:// through CONNECT (Node's
+// fetch does) are served for hosts with http rules, each request checked; the wrong
+// protocol for a host's rules is refused.
+func TestPlainHTTPInsideConnect(t *testing.T) {
+	h := newHarness(t, nil)
+	open := func(authority string) (net.Conn, *bufio.Reader) {
+		conn, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+		br := bufio.NewReader(conn)
+		r, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("CONNECT %s: %v %v", authority, r, err)
+		}
+		return conn, br
+	}
+	plain := "plain.test:" + h.plain.Port()
+	conn, br := open(plain)
+	fmt.Fprintf(conn, "GET /in-tunnel HTTP/1.1\r\nHost: %s\r\nX-Key: {{token}}\r\n\r\n", plain)
+	r, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, r)
+	seen := h.plain.Seen()
+	if r.StatusCode != 200 || len(seen) != 1 || seen[0].Header.Get("X-Key") != canary || strings.Contains(body, canary) {
+		t.Fatalf("%d %s %+v", r.StatusCode, body, seen)
+	}
+	// Another host inside the same tunnel is refused.
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: api.test:%s\r\n\r\n", h.plain.Port())
+	r, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDenial(t, r, http.StatusMisdirectedRequest, port.GuardRequest)
+
+	// Plain HTTP inside a tunnel to a host allowed for https only.
+	api := "api.test:" + h.up.Port()
+	conn, br = open(api)
+	fmt.Fprintf(conn, "GET /v1/x HTTP/1.1\r\nHost: %s\r\n\r\n", api)
+	r, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDenial(t, r, 403, port.GuardPort)
+	// TLS inside a tunnel to a host allowed for plain http only.
+	conn, _ = open(plain)
+	tc := tls.Client(conn, &tls.Config{ServerName: "plain.test", InsecureSkipVerify: true})
+	if err := tc.Handshake(); err == nil {
+		t.Fatal("TLS accepted in an http-only tunnel")
+	}
+	if len(h.up.Seen()) != 0 || len(h.plain.Seen()) != 1 {
+		t.Fatal("a refused request reached an upstream")
+	}
+}
