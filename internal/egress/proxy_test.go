@@ -544,7 +544,6 @@ func TestAmbiguous(t *testing.T) {
 	if len(a) != 1 || a[0].Guard != port.GuardAmbiguous {
 		t.Fatalf("audit %+v", a)
 	}
-	_ = time.Second
 }
 
 // TestReflectedEscaped: a credential the upstream echoes percent-encoded is redacted
