@@ -37,6 +37,7 @@ type Sandbox struct {
 	logger       *slog.Logger
 	messagesFile string
 	modelEnv     string
+	egress       *egressConfig // WithEgress
 }
 
 // New returns a Sandbox running agents on runner. It does no I/O.
@@ -107,6 +108,8 @@ type Request struct {
 	Limits port.Limits
 	// Reconcile asks for the run's usage from the reconciler after the run.
 	Reconcile bool
+	// Egress, if set, gives the run allowlisted web access (see WithEgress).
+	Egress *port.EgressPolicy
 }
 
 // Result is the outcome of a run.
@@ -124,6 +127,8 @@ type Result struct {
 	// Attestation is what the sandbox's bridge observed about its own isolation,
 	// when the proxy can receive it (port.Attester); judge it with Violations.
 	Attestation *port.Attestation
+	// Egress is the proxy's record of every egress request (port.EgressAuditor).
+	Egress []port.EgressRecord
 }
 
 // Run executes req end to end and returns its result. The result is non-nil whenever
@@ -136,6 +141,10 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	}
 	if err := port.ValidateRunID(req.RunID); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	egressPolicy, err := s.egressPolicy(req)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	if req.Reconcile && (s.reconciler == nil || s.llm == nil) {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
@@ -171,6 +180,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		proxy, err := s.llm.Proxy.Start(ctx, port.ProxySpec{
 			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
 			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+			Egress: egressPolicy,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
@@ -187,6 +197,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			res.Audit = audit
 			if a, ok := proxy.(port.Attester); ok {
 				res.Attestation = a.Attestation()
+			}
+			if a, ok := proxy.(port.EgressAuditor); ok {
+				res.Egress = a.EgressAudit()
 			}
 			return err
 		}

@@ -48,6 +48,10 @@ type ProxySpec struct {
 	RequireAttestation bool
 	// Labels are extra labels for created resources; the LabelPrefix namespace is reserved.
 	Labels map[string]string
+	// Egress, if set, gives the run allowlisted web access through an egress proxy
+	// in the same socket directory (see EgressPolicy). Adapters that cannot serve it
+	// refuse the spec with ErrUnsupported. Nil: no egress, the behaviour without it.
+	Egress *EgressPolicy
 }
 
 // Attribution is the billing and tracing identity the proxy injects on every call.

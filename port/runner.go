@@ -107,6 +107,10 @@ type LLMSocket struct {
 	HostDir string
 	// Volume is a runtime volume holding LLMSocketName, mounted at LLMSocketDir.
 	Volume string
+	// Egress says the directory also holds EgressSocketName and EgressCAName: the
+	// bridge then listens on EgressProxyAddr and the runner points the agent's proxy
+	// and CA variables at it (see EgressEnv).
+	Egress bool
 }
 
 // RunSpec describes one sandboxed run.

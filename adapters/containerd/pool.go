@@ -418,7 +418,9 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	if spec.WorkspaceDir != "" {
 		dir = port.WorkspacePath
 	}
-	msg, err := bridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now()).Encode()
+	claim := bridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
+	claim.Egress = egressOn(spec)
+	msg, err := claim.Encode()
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}

@@ -91,7 +91,7 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
 	}
 	if bridgePath != "" {
-		opts = append(opts, wrapWithBridge(bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())))
+		opts = append(opts, wrapWithBridge(egressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
 	}
 	return opts
 }
@@ -117,6 +117,7 @@ func runEnvList(spec port.RunSpec) []string {
 			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
 		}
 	}
+	addEgressEnv(env, spec)
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

@@ -35,6 +35,7 @@ func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]strin
 			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
 		}
 	}
+	addEgressEnv(env, spec)
 	tmpfsOpts := fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d", spec.Limits.TmpfsBytes)
 	pids := spec.Limits.PIDs
 	hc := &container.HostConfig{

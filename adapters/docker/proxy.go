@@ -119,6 +119,9 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	if spec.RequireAttestation {
 		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot receive the sandbox's attestation; use the in-process proxy", port.ErrUnsupported))
 	}
+	if spec.Egress != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: the nginx proxy has no egress front (allowlist, placeholders, SSRF guard); use the in-process proxy (adapters/inproc)", port.ErrUnsupported))
+	}
 	if !m.cfg.proxy.unfilteredBodies {
 		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot filter request bodies (fields such as user or metadata would reach LiteLLM as the agent wrote them); use the in-process proxy, or acknowledge with WithUnfilteredBodies", port.ErrUnsupported))
 	}

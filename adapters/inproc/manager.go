@@ -105,6 +105,10 @@ func (m *Manager) start(ctx context.Context, spec port.ProxySpec) (*Proxy, error
 	if err != nil {
 		return nil, opErr("Start", spec.RunID, err)
 	}
+	egressPolicy, err := compileEgress(spec.Egress)
+	if err != nil {
+		return nil, opErr("Start", spec.RunID, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("Start", spec.RunID, err)
 	}
@@ -151,6 +155,13 @@ func (m *Manager) start(ctx context.Context, spec port.ProxySpec) (*Proxy, error
 		return nil, opErr("Start", spec.RunID, internal("chmod socket: %w", err))
 	}
 	p := newProxy(m, spec, policy, upstream, name, dir, markerPath, created)
+	if egressPolicy != nil {
+		if err := p.startEgress(egressPolicy); err != nil {
+			_ = ln.Close()
+			cleanup()
+			return nil, opErr("Start", spec.RunID, err)
+		}
+	}
 	m.mu.Lock()
 	m.active[name] = p
 	m.mu.Unlock()

@@ -27,6 +27,7 @@ type config struct {
 	tokenEstimate   int64 // 0: llmproxy.DefaultTokenEstimate
 	connsPerRun     int
 	connsTotal      int
+	egress          egressConfig
 }
 
 // DefaultMaxRequestBytes bounds a request body unless WithMaxRequestBytes says otherwise.

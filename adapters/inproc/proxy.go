@@ -44,6 +44,7 @@ type Proxy struct {
 	engine *llmproxy.Engine
 	meter  *llmproxy.Meter
 	served chan struct{}
+	egress *egressFront // nil without an egress policy
 
 	mu            sync.Mutex
 	rejectedPeers int
@@ -95,7 +96,9 @@ func (p *Proxy) serve(ln net.Listener) {
 
 // Socket says where the socket directory is on the host. Runners bind-mount it at
 // port.LLMSocketDir.
-func (p *Proxy) Socket() port.LLMSocket { return port.LLMSocket{HostDir: p.dir} }
+func (p *Proxy) Socket() port.LLMSocket {
+	return port.LLMSocket{HostDir: p.dir, Egress: p.egress != nil}
+}
 
 // SocketPath is the host path of the proxy's unix socket.
 func (p *Proxy) SocketPath() string { return p.dir + string(os.PathSeparator) + port.LLMSocketName }
@@ -155,6 +158,7 @@ func (p *Proxy) stop(ctx context.Context) error {
 		_ = p.srv.Close()
 	}
 	<-p.served
+	p.stopEgress(ctx)
 	// Handlers whose connections were cut may still be recording their calls.
 	graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerGrace)
 	_, werr := p.meter.Stop(graceCtx)

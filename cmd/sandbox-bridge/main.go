@@ -1,7 +1,7 @@
 // Command sandbox-bridge is a sandbox's entrypoint: it forwards a loopback TCP address
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
-//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
+//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-egress 127.0.0.1:3128] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
 //	sandbox-bridge -claim [-listen ...] [-socket ...] [-subreaper] [-v]
 //
 // With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
@@ -46,6 +46,8 @@ func run(args []string, stderr io.Writer) int {
 	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
+	egressAddr := fs.String("egress", "", "also listen on this loopback `address` as the run's HTTP/HTTPS forward proxy, forwarding to -egress-socket")
+	egressSocket := fs.String("egress-socket", bridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
 	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
@@ -74,6 +76,10 @@ func run(args []string, stderr io.Writer) int {
 		defer cfg.Stdin.Close()
 	}
 	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
+	if *egressAddr != "" {
+		cfg.Egress = *egressAddr
+	}
+	cfg.EgressSocket = *egressSocket
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	code, err := bridge.Run(context.Background(), cfg)
 	switch {

@@ -86,6 +86,11 @@ type Config struct {
 	// Socket is the unix socket connections are forwarded to (default DefaultSocket).
 	// It is dialled per connection, so it need not exist when Run starts.
 	Socket string
+	// Egress, if set, is a second loopback address the bridge listens on, forwarding
+	// to EgressSocket: the run's HTTP/HTTPS forward proxy (see egress.go).
+	Egress string
+	// EgressSocket is the egress proxy's socket (default DefaultEgressSocket).
+	EgressSocket string
 	// Argv is the child's command line, passed as is (never through a shell). argv[0]
 	// is looked up in the bridge's PATH.
 	Argv []string
@@ -145,6 +150,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			cfg.Ready(ln.Addr())
 		}
 	}
+	stopEgress, err := startEgress(cfg)
+	if err != nil {
+		return ExitBridgeFailed, err
+	}
+	defer stopEgress()
 
 	if cfg.Subreaper {
 		if err := setSubreaper(); err != nil {

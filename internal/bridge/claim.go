@@ -34,6 +34,8 @@ type Claim struct {
 	DeadlineMS int64 `json:"deadline_ms,omitempty"`
 	// GraceMS is Config.KillGrace in milliseconds; zero for the default.
 	GraceMS int64 `json:"grace_ms,omitempty"`
+	// Egress starts the egress forward proxy listener (DefaultEgressListen).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // ErrBadClaim reports a claim the bridge refuses.
@@ -96,6 +98,9 @@ func (c Claim) Config() Config {
 	}
 	if c.GraceMS > 0 {
 		cfg.KillGrace = time.Duration(c.GraceMS) * time.Millisecond
+	}
+	if c.Egress {
+		cfg.Egress = DefaultEgressListen
 	}
 	return cfg
 }

@@ -110,3 +110,8 @@ func (c *limitedConn) Close() error {
 	})
 	return err
 }
+
+// NetConn returns the accepted connection itself, so a front that takes a connection
+// over (a tunnel) can let the kernel move its bytes (splice); Close stays the
+// wrapper's.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }

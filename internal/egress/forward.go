@@ -1,0 +1,418 @@
+package egress
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// target is a checked destination.
+type target struct {
+	scheme, host string
+	port         int
+	path         string // decoded, for matching
+	escPath      string // template, escaped
+	rawQuery     string // template
+}
+
+func (t *target) hostPort() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
+
+// display is the destination as audited: placeholders in template form, query values
+// redacted.
+func (t *target) display() string { return clip(t.escPath+redactQuery(t.rawQuery), 512) }
+
+func redactQuery(q string) string {
+	if q == "" {
+		return ""
+	}
+	parts := strings.Split(q, "&")
+	for i, kv := range parts {
+		if k, _, ok := strings.Cut(kv, "="); ok {
+			parts[i] = k + "=REDACTED"
+		}
+	}
+	return "?" + strings.Join(parts, "&")
+}
+
+// checkTarget normalises and checks a URL's scheme, user info, host and path.
+func (p *Proxy) checkTarget(u *url.URL) (*target, *port.EgressDenial) {
+	shown := clip(u.Scheme+"://"+u.Host, 256)
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != "http" && scheme != "https" {
+		return nil, &port.EgressDenial{Status: 403, Guard: port.GuardScheme, Target: clip(scheme, 32) + ":", Message: "only http and https are proxied"}
+	}
+	if u.User != nil {
+		return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: scheme + "://", Message: "URLs with user info are refused"}
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: shown, Message: "the URL has no host"}
+	}
+	t := &target{scheme: scheme, port: defaultPort(scheme)}
+	if ps := u.Port(); ps != "" {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: shown, Message: "bad port"}
+		}
+		t.port = n
+	}
+	if d := p.checkHost(u.Hostname(), t, shown); d != nil {
+		return nil, d
+	}
+	t.escPath = u.EscapedPath()
+	if t.escPath == "" {
+		t.escPath = "/"
+	}
+	t.path = u.Path
+	if t.path == "" {
+		t.path = "/"
+	}
+	low := strings.ToLower(t.escPath)
+	if !cleanPath(t.path) || strings.Contains(low, "%2f") || strings.Contains(low, "%5c") || strings.Contains(low, "%2e") || strings.Contains(low, "%00") {
+		return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: shown, Message: "the path is not canonical (dot segments, doubled or escaped slashes)"}
+	}
+	t.rawQuery = u.RawQuery
+	return t, nil
+}
+
+// checkHost normalises a host into t, refusing IP literals (ssrf when internal,
+// allowlist otherwise: a policy names hosts, never addresses).
+func (p *Proxy) checkHost(h string, t *target, shown string) *port.EgressDenial {
+	name, ip, err := ParseHost(h)
+	if err != nil {
+		return &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: shown, Message: "bad host"}
+	}
+	if ip.IsValid() {
+		// Without the test exception: a literal never matches a provider anyway, and
+		// the agent learns which guard it met.
+		strict := Classifier{Self: p.cfg.Classifier.Self}
+		if cl := strict.Classify(ip); cl != ClassAllowed {
+			return &port.EgressDenial{Status: 403, Guard: port.GuardSSRF, Target: shown, Message: "the destination is an internal address (" + string(cl) + ")"}
+		}
+		return &port.EgressDenial{Status: 403, Guard: port.GuardAllowlist, Target: shown, Message: "IP literals are never on the allowlist"}
+	}
+	t.host = name
+	return nil
+}
+
+// allowedMethods are forwarded; others (TRACE, CONNECT inside a tunnel, made-up
+// ones) are refused.
+var allowedMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true}
+
+// hop-by-hop and reserved request headers, never forwarded from the agent.
+var droppedReqHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Forwarded", "Via", "X-Real-Ip",
+	"X-Provider", "X-Target", "X-Substitute-Body", "X-Max-Response-Size", "X-Proxy"}
+
+var droppedRespHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func cleanRequestHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, k := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range droppedReqHeaders {
+		h.Del(k)
+	}
+	for k := range h {
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "x-forwarded-") || strings.HasPrefix(lk, "proxy-") {
+			delete(h, k)
+		}
+	}
+}
+
+// unbrace turns escaped braces back into braces, so {{name}} is found in URLs
+// whatever the client escaped.
+var unbrace = strings.NewReplacer("%7B", "{", "%7b", "{", "%7D", "}", "%7d", "}")
+
+// serveForward is the one enforcement path of every request with a known URL:
+// checks, placeholders, forwarding, reflection guard, byte caps and audit. mode is
+// "forward", "proxy" or "mitm"; want is the endpoint's X-Provider; limit > 0
+// truncates the response (the endpoint).
+func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string, u *url.URL, want string, substBody bool, limit int64) {
+	rec := port.EgressRecord{Time: time.Now().UTC(), Mode: mode, Method: clip(r.Method, 16)}
+	t, d := p.checkTarget(u)
+	if d != nil {
+		p.deny(w, rec, d)
+		return
+	}
+	rec.Scheme, rec.Host, rec.Path = t.scheme, clip(t.host, 256), t.display()
+	if mode == "mitm" && t.scheme != "https" {
+		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "plain http inside a TLS tunnel"})
+		return
+	}
+	if !allowedMethods[r.Method] {
+		p.deny(w, rec, &port.EgressDenial{Status: 403, Guard: port.GuardMethod, Target: t.host, Message: "method " + clip(r.Method, 16) + " is not proxied"})
+		return
+	}
+	pr, d := p.pol.match(t.scheme, t.host, t.port, t.path, true, want, t.host)
+	if d != nil {
+		p.deny(w, rec, d)
+		return
+	}
+	rec.Provider = pr.id
+	if pr.tunnelOnly {
+		p.deny(w, rec, &port.EgressDenial{Status: 403, Guard: port.GuardAllowlist, Target: t.host, Message: "the provider is tunnel-only: reach it with CONNECT"})
+		return
+	}
+	if p.runBytes.Load() >= p.maxRun {
+		p.deny(w, rec, &port.EgressDenial{Status: 403, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"})
+		return
+	}
+	h := r.Header.Clone()
+	cleanRequestHeaders(h)
+	escPath, rawQuery := unbrace.Replace(t.escPath), unbrace.Replace(t.rawQuery)
+	names := Placeholders(escPath + "\n" + rawQuery)
+	for _, vs := range h {
+		for _, v := range vs {
+			for _, n := range Placeholders(v) {
+				if !contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	// Body substitution is opt-in, on every way in (the endpoint reads the header
+	// before this; curl can send it through the forward proxy too).
+	substBody = substBody || strings.EqualFold(r.Header.Get("X-Substitute-Body"), "true")
+	var body []byte
+	if substBody && r.Body != nil && r.Body != http.NoBody {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, p.maxReq+1))
+		if err != nil {
+			p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the request body could not be read"})
+			return
+		}
+		if int64(len(body)) > p.maxReq {
+			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"})
+			return
+		}
+		for _, n := range Placeholders(string(body)) {
+			if !contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	// A provider with credentials gets them only through placeholders: credential
+	// headers the agent wrote out in full are dropped.
+	if len(pr.creds) > 0 {
+		for _, k := range []string{"Authorization", "Cookie"} {
+			if v := h.Get(k); v != "" && len(Placeholders(v)) == 0 {
+				h.Del(k)
+			}
+		}
+	}
+	vals, d := resolve(r.Context(), p.pol.src.Credentials, p.cfg.RunID, pr, names, t.host)
+	if d != nil {
+		p.deny(w, rec, d)
+		return
+	}
+	for k, vs := range h {
+		for i, v := range vs {
+			vs[i] = Substitute(v, vals, nil)
+		}
+		h[k] = vs
+	}
+	red := NewRedactor(vals)
+	if red != nil {
+		h.Del("Accept-Encoding") // the reflection guard reads plain bodies
+	}
+	outURL := t.scheme + "://" + t.hostPort() + Substitute(escPath, vals, url.PathEscape)
+	if rawQuery != "" {
+		outURL += "?" + Substitute(rawQuery, vals, url.QueryEscape)
+	}
+	ou, err := url.Parse(outURL)
+	if err != nil || ou.Host != t.hostPort() {
+		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the URL is malformed after substitution"})
+		return
+	}
+	ctx := r.Context()
+	out := (&http.Request{Method: r.Method, URL: ou, Header: h, Host: ou.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(ctx)
+	cnt := &countReader{p: p}
+	switch {
+	case body != nil:
+		b := []byte(Substitute(string(body), vals, nil))
+		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		rec.ReqBytes = int64(len(b))
+		p.runBytes.Add(int64(len(b)))
+	case r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0:
+		if r.ContentLength > p.maxReq {
+			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"})
+			return
+		}
+		cnt.r, cnt.max = r.Body, p.maxReq
+		out.Body, out.ContentLength = io.NopCloser(cnt), r.ContentLength
+	default:
+		out.Body = http.NoBody
+	}
+	if d := p.precheck(ctx, t.host, t.host); d != nil {
+		p.deny(w, rec, d)
+		return
+	}
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		n, cerr := cnt.state()
+		rec.ReqBytes += n
+		if cerr != nil {
+			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: cerr.Error()})
+			return
+		}
+		if dd := denyFor(err, t.host); dd != nil {
+			p.deny(w, rec, dd)
+			return
+		}
+		rec.Status, rec.Error, rec.Latency = http.StatusBadGateway, clip(red.String(err.Error()), 256), time.Since(rec.Time)
+		p.record(rec)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, `{"error":{"type":"egress_upstream_error","message":"the upstream could not be reached"}}`+"\n")
+		return
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	wh := w.Header()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			wh.Add(k, red.String(v))
+		}
+	}
+	for _, k := range droppedRespHeaders {
+		wh.Del(k)
+	}
+	var src io.Reader = resp.Body
+	if red != nil {
+		wh.Del("Content-Length")
+		src = &redactReader{r: resp.Body, red: red}
+	}
+	defer func() {
+		// The transport may still be sending the body when the answer arrives.
+		n, _ := cnt.state()
+		rec.ReqBytes += n
+		if red != nil {
+			rec.Reflected = red.Count
+		}
+		rec.Latency = time.Since(rec.Time)
+		p.record(rec)
+	}()
+	if limit > 0 {
+		buf, err := io.ReadAll(io.LimitReader(src, limit+1))
+		if int64(len(buf)) > limit {
+			buf, rec.Truncated = buf[:limit], true
+			wh.Set("X-Truncated", "true")
+		}
+		wh.Set("Content-Length", strconv.Itoa(len(buf)))
+		w.WriteHeader(resp.StatusCode)
+		n, _ := w.Write(buf)
+		rec.RespBytes = int64(n)
+		p.runBytes.Add(int64(n))
+		if err != nil {
+			rec.Error = "upstream body: " + clip(red.String(err.Error()), 200)
+		}
+		return
+	}
+	w.WriteHeader(resp.StatusCode)
+	fl, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if p.runBytes.Add(int64(n)) > p.maxRun {
+				rec.Error, rec.Guard = "the run's egress byte cap was reached mid-response", port.GuardBytes
+				panic(http.ErrAbortHandler)
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				rec.Error = "client gone"
+				return
+			}
+			rec.RespBytes += int64(n)
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if rerr != nil {
+			if rerr != io.EOF {
+				rec.Error = "upstream body: " + clip(red.String(rerr.Error()), 200)
+			}
+			return
+		}
+	}
+}
+
+// countReader counts a request body against the per-request and per-run caps.
+// The transport reads it from its own goroutine, which may outlive RoundTrip.
+type countReader struct {
+	p   *Proxy
+	r   io.Reader
+	max int64
+
+	mu  sync.Mutex
+	n   int64
+	err error
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += int64(n)
+	if c.n > c.max {
+		c.err = errors.New("the request body is over the per-request cap")
+		return 0, c.err
+	}
+	if c.p.runBytes.Add(int64(n)) > c.p.maxRun {
+		c.err = errors.New("the run's egress byte cap is reached")
+		return 0, c.err
+	}
+	return n, err
+}
+
+// state is the bytes read so far and the cap error, if one was hit.
+func (c *countReader) state() (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.err
+}
+
+// redactReader runs a body through a Redactor.
+type redactReader struct {
+	r    io.Reader
+	red  *Redactor
+	buf  []byte
+	out  []byte
+	done bool
+}
+
+func (rr *redactReader) Read(b []byte) (int, error) {
+	if rr.buf == nil {
+		rr.buf = make([]byte, 32<<10)
+	}
+	for len(rr.out) == 0 {
+		if rr.done {
+			return 0, io.EOF
+		}
+		n, err := rr.r.Read(rr.buf)
+		final := err != nil
+		rr.out = append(rr.out, rr.red.Feed(rr.buf[:n], final)...)
+		if err != nil {
+			rr.done = true
+			if err != io.EOF {
+				if len(rr.out) == 0 {
+					return 0, err
+				}
+			}
+		}
+	}
+	n := copy(b, rr.out)
+	rr.out = rr.out[n:]
+	return n, nil
+}

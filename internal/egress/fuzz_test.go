@@ -1,0 +1,118 @@
+package egress
+
+import (
+	"bytes"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// FuzzParseHost: a host is a name or an address, never both; names are canonical
+// (lower case, no trailing dot, safe characters) and parse to themselves; an
+// address never slips past the classifier as a name.
+func FuzzParseHost(f *testing.F) {
+	for _, s := range []string{"127.0.0.1", "2130706433", "0177.0.0.1", "0x7f.1", "127.1", "127.0.0.1.", "[::1]", "[fe80::1%25eth0]",
+		"api.example.com", "API.Example.COM.", "a..b", "0x", "1.2.3.4.5", "[::ffff:10.0.0.1]", "xn--bcher-kva.example", "1e3", "0.0.0.0x1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		name, ip, err := ParseHost(h)
+		if err != nil {
+			return
+		}
+		if (name != "") == ip.IsValid() {
+			t.Fatalf("%q: name %q and ip %v", h, name, ip)
+		}
+		if name == "" {
+			return
+		}
+		if name != strings.ToLower(name) || strings.HasSuffix(name, ".") || strings.ContainsAny(name, "%:[]/@\\ \x00") {
+			t.Fatalf("%q: name %q is not canonical", h, name)
+		}
+		again, ip2, err := ParseHost(name)
+		if err != nil || again != name || ip2.IsValid() {
+			t.Fatalf("%q: %q does not parse to itself (%q, %v, %v)", h, name, again, ip2, err)
+		}
+		// A name is never all numeric labels (inet_aton would read it as an address).
+		labels := strings.Split(name, ".")
+		if isNumericLabel(labels[len(labels)-1]) {
+			t.Fatalf("%q: name %q ends in a numeric label", h, name)
+		}
+	})
+}
+
+// FuzzTargetURL: whatever the agent writes as a URL, a target the proxy accepts has
+// a canonical host, an http(s) scheme, no user info, and a clean path.
+func FuzzTargetURL(f *testing.F) {
+	for _, s := range []string{"https://api.test/v1/x", "http://a@b/", "https://api.test/v1/../x", "https://api.test/%2e%2e/", "file:///etc/passwd",
+		"https://API.test.:443/v1/{{token}}?q={{token}}", "http://[::1]:80/", "https://0x7f.1/", "gopher://x/"} {
+		f.Add(s)
+	}
+	p := &Proxy{cfg: Config{Classifier: &Classifier{}}}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := url.Parse(s)
+		if err != nil {
+			return
+		}
+		tg, d := p.checkTarget(u)
+		if d != nil {
+			if d.Guard == "" || d.Status < 400 {
+				t.Fatalf("%q: bad denial %+v", s, d)
+			}
+			return
+		}
+		if tg.scheme != "http" && tg.scheme != "https" || u.User != nil || !cleanPath(tg.path) || tg.port < 1 || tg.port > 65535 {
+			t.Fatalf("%q accepted as %+v", s, tg)
+		}
+		if name, ip, err := ParseHost(tg.host); err != nil || name != tg.host || ip.IsValid() {
+			t.Fatalf("%q: host %q is not a canonical name", s, tg.host)
+		}
+	})
+}
+
+// FuzzSubstitute: substitution replaces exactly the known placeholders; the values
+// escaped for a path stay inside one path segment.
+func FuzzSubstitute(f *testing.F) {
+	f.Add("/v1/{{token}}/x", "s3cr/et?#")
+	f.Add("{{{token}}}{{token}", "v")
+	f.Add("a{{tok en}}b{{token}}", "\x00")
+	f.Fuzz(func(t *testing.T, tmpl, val string) {
+		vals := map[string]string{"token": val}
+		out := Substitute(tmpl, vals, url.PathEscape)
+		if !strings.Contains(tmpl, "{{token}}") && out != tmpl {
+			t.Fatalf("%q changed without a placeholder: %q", tmpl, out)
+		}
+		if strings.Count(out, "/") != strings.Count(tmpl, "/") {
+			t.Fatalf("%q: a value added a path separator: %q", tmpl, out)
+		}
+		if strings.Contains(tmpl, "{{token}}") && !strings.Contains(out, url.PathEscape(val)) {
+			t.Fatalf("%q: the value is missing from %q", tmpl, out)
+		}
+	})
+}
+
+// FuzzRedactor: however a stream is split, no secret survives and the output equals
+// the redaction of the whole.
+func FuzzRedactor(f *testing.F) {
+	f.Add([]byte("abc secret-value-1 def secret-value-1"), uint8(3))
+	f.Add([]byte("secret-valsecret-value-1ue-1"), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, split uint8) {
+		vals := map[string]string{"a": "secret-value-1", "b": "value-1-other"}
+		whole := NewRedactor(vals).Feed(data, true)
+		r := NewRedactor(vals)
+		n := int(split)%16 + 1
+		var out []byte
+		for i := 0; i < len(data); i += n {
+			out = append(out, r.Feed(data[i:min(i+n, len(data))], false)...)
+		}
+		out = append(out, r.Feed(nil, true)...)
+		if !bytes.Equal(out, whole) {
+			t.Fatalf("split %d: %q != %q", n, out, whole)
+		}
+		for _, v := range vals {
+			if bytes.Contains(out, []byte(v)) {
+				t.Fatalf("secret %q survived in %q", v, out)
+			}
+		}
+	})
+}

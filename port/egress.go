@@ -1,0 +1,234 @@
+package port
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Egress socket and CA file names inside LLMSocketDir, and the in-sandbox forward proxy
+// address the bridge exposes when a run has egress.
+const (
+	// EgressSocketName is the egress proxy's unix socket in a run's socket directory.
+	EgressSocketName = "egress.sock"
+	// EgressCAName is the PEM bundle the agent trusts for TLS through the egress proxy:
+	// the run's CA certificate (never its key), followed by the host's system roots
+	// when they could be read.
+	EgressCAName = "egress-ca.pem"
+	// EgressProxyAddr is where the bridge listens as an HTTP/HTTPS forward proxy;
+	// agents get HTTP_PROXY=http://127.0.0.1:3128 and its kin.
+	EgressProxyAddr = "127.0.0.1:3128"
+)
+
+// EgressPolicy is a run's web access: default deny, every provider lists what it may
+// reach and which credentials the proxy may put into its requests. A nil policy means
+// no egress at all (the run has only its LLM socket).
+type EgressPolicy struct {
+	// Providers are the allowed destinations. A request must match exactly one
+	// provider (by scheme, host, port and path prefix); two matches are refused.
+	Providers []EgressProvider
+	// Credentials resolves {{name}} placeholders. It may be nil when no provider
+	// names credentials. Values are fetched per request and never written anywhere.
+	Credentials CredentialSource `json:"-"`
+	// MaxRequestBytes caps one forward-proxy request body (and one CONNECT tunnel's
+	// upload); zero means DefaultEgressMaxRequestBytes.
+	MaxRequestBytes int64
+	// MaxRunBytes caps the bytes a run moves through the egress proxy in both
+	// directions; zero means DefaultEgressMaxRunBytes.
+	MaxRunBytes int64
+	// ResponseLimit is the /proxy endpoint's default response size before truncation
+	// (zero: DefaultEgressResponseLimit); a request's X-Max-Response-Size may raise it
+	// up to ResponseCeiling (zero: DefaultEgressResponseCeiling).
+	ResponseLimit, ResponseCeiling int64
+	// UpstreamProxy, if set, is an http:// proxy every egress request goes through
+	// (it beats the proxy manager's default). Process proxy variables are never used.
+	UpstreamProxy string
+	// OnAudit, if set, receives every egress record as it is written (live audit).
+	// It is called from request goroutines and must not block for long.
+	OnAudit func(EgressRecord) `json:"-"`
+}
+
+// Egress defaults.
+const (
+	DefaultEgressMaxRequestBytes = 16 << 20
+	DefaultEgressMaxRunBytes     = 1 << 30
+	DefaultEgressResponseLimit   = 50 << 10
+	DefaultEgressResponseCeiling = 8 << 20
+	maxEgressProviders           = 256
+	maxEgressURIsPerProvider     = 256
+	maxEgressCredsPerProvider    = 64
+)
+
+// EgressProvider is one allowed destination (an API, a docs site).
+type EgressProvider struct {
+	// ID names the provider in audit records, X-Provider headers and credential
+	// look-ups ([A-Za-z0-9_.-], 1 to 64 characters).
+	ID string
+	// URIs are the allowed URL prefixes: scheme (http or https), host name (no IP
+	// literals, no wildcards), optional port (default the scheme's) and optional
+	// path prefix, e.g. "https://api.github.com/repos/". A path prefix ending without
+	// "/" also matches itself and its sub-paths ("/v1" matches "/v1" and "/v1/x",
+	// not "/v10").
+	URIs []string
+	// Credentials are the placeholder names ({{name}}) the proxy may resolve for
+	// this provider through the policy's CredentialSource.
+	Credentials []string
+	// TunnelOnly makes HTTPS to this provider a plain CONNECT tunnel: no TLS
+	// termination, no placeholders, no path check (only scheme, host and port).
+	TunnelOnly bool
+}
+
+// CredentialSource gives the egress proxy credential values on demand. It is called
+// once per request that needs a value (never cached beyond the request, never for a
+// name the provider does not list). Errors are reported to the agent as an
+// unresolved placeholder (400) naming the placeholder, never the error's text.
+type CredentialSource interface {
+	Credential(ctx context.Context, runID, providerID, name string) (string, error)
+}
+
+// CredentialFunc adapts a function to CredentialSource.
+type CredentialFunc func(ctx context.Context, runID, providerID, name string) (string, error)
+
+// Credential calls f.
+func (f CredentialFunc) Credential(ctx context.Context, runID, providerID, name string) (string, error) {
+	return f(ctx, runID, providerID, name)
+}
+
+// Egress guards: which check refused a request (EgressDenial.Guard, EgressRecord.Guard).
+const (
+	GuardAllowlist   = "allowlist"   // no provider allows the destination
+	GuardSSRF        = "ssrf"        // the destination address is internal
+	GuardScheme      = "scheme"      // not http or https (file, gopher, ...)
+	GuardPort        = "port"        // the provider does not allow the port
+	GuardMethod      = "method"      // a method the proxy does not forward
+	GuardRequest     = "request"     // malformed request (bad target, userinfo, Host mismatch)
+	GuardPlaceholder = "placeholder" // unresolved or refused placeholder
+	GuardBytes       = "bytes"       // a byte cap was reached
+	GuardAmbiguous   = "ambiguous"   // two providers match
+)
+
+// EgressDenial is the proxy's refusal of one egress request. The agent receives it as
+// JSON: {"error":{"type":"egress_denied","guard":...,"target":...,"message":...}}.
+type EgressDenial struct {
+	Status  int    `json:"-"`
+	Guard   string `json:"guard"`
+	Target  string `json:"target,omitempty"`
+	Message string `json:"message"`
+}
+
+// Error implements error.
+func (d *EgressDenial) Error() string {
+	return fmt.Sprintf("egress denied (%s): %s", d.Guard, d.Message)
+}
+
+// EgressRecord is the proxy's record of one egress request. The path keeps
+// placeholders in template form and redacts query values; no credential appears.
+type EgressRecord struct {
+	Time     time.Time `json:"time"`
+	RunID    string    `json:"run_id"`
+	Provider string    `json:"provider,omitempty"`
+	// Mode is "proxy" (the /proxy endpoint), "forward" (absolute-form HTTP),
+	// "mitm" (HTTPS terminated by the run's CA) or "tunnel" (CONNECT, opaque).
+	Mode      string        `json:"mode"`
+	Method    string        `json:"method"`
+	Scheme    string        `json:"scheme"`
+	Host      string        `json:"host"`
+	Path      string        `json:"path,omitempty"`
+	Status    int           `json:"status"`
+	ReqBytes  int64         `json:"req_bytes"`
+	RespBytes int64         `json:"resp_bytes"`
+	Latency   time.Duration `json:"latency_ns"`
+	// Guard is the refusing guard; empty when the request was forwarded.
+	Guard string `json:"guard,omitempty"`
+	// Truncated says the /proxy response was cut at its limit.
+	Truncated bool `json:"truncated,omitempty"`
+	// Reflected counts credential values the reflection guard replaced in the response.
+	Reflected int    `json:"reflected,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// EgressAuditor is implemented by proxies that serve egress: the records of every
+// egress request so far (also after Stop).
+type EgressAuditor interface {
+	EgressAudit() []EgressRecord
+}
+
+// Validate checks the policy's shape (the proxy checks URIs in depth when it starts).
+// Errors wrap ErrInvalidSpec.
+func (p *EgressPolicy) Validate() error {
+	if p == nil {
+		return nil
+	}
+	if len(p.Providers) == 0 {
+		return Invalidf("egress: the policy has no providers")
+	}
+	if len(p.Providers) > maxEgressProviders {
+		return Invalidf("egress: %d providers, at most %d", len(p.Providers), maxEgressProviders)
+	}
+	if p.MaxRequestBytes < 0 || p.MaxRunBytes < 0 || p.ResponseLimit < 0 || p.ResponseCeiling < 0 {
+		return Invalidf("egress: negative byte limit")
+	}
+	seen := map[string]bool{}
+	for i, pr := range p.Providers {
+		if !validEgressID(pr.ID) {
+			return Invalidf("egress: provider %d: id %q is not 1-64 of [A-Za-z0-9_.-]", i, pr.ID)
+		}
+		if seen[pr.ID] {
+			return Invalidf("egress: provider id %q appears twice", pr.ID)
+		}
+		seen[pr.ID] = true
+		if len(pr.URIs) == 0 || len(pr.URIs) > maxEgressURIsPerProvider {
+			return Invalidf("egress: provider %q: 1 to %d URIs needed", pr.ID, maxEgressURIsPerProvider)
+		}
+		if len(pr.Credentials) > maxEgressCredsPerProvider {
+			return Invalidf("egress: provider %q: too many credentials", pr.ID)
+		}
+		for _, c := range pr.Credentials {
+			if !validEgressID(c) {
+				return Invalidf("egress: provider %q: credential name %q is not 1-64 of [A-Za-z0-9_.-]", pr.ID, c)
+			}
+		}
+		if len(pr.Credentials) > 0 && p.Credentials == nil {
+			return Invalidf("egress: provider %q names credentials but the policy has no CredentialSource", pr.ID)
+		}
+		if pr.TunnelOnly && len(pr.Credentials) > 0 {
+			return Invalidf("egress: provider %q is tunnel-only: the proxy cannot inject its credentials", pr.ID)
+		}
+	}
+	return nil
+}
+
+func validEgressID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// EgressEnv is the environment a runner sets for a run whose socket directory serves
+// egress: the proxy variables (both cases) pointing at the bridge's forward proxy,
+// loopback excluded, and the CA variables of common tools pointing at the run's
+// bundle. Node 24 honours the proxy variables only with NODE_USE_ENV_PROXY=1. These
+// variables replace the caller's of the same name: an agent must not be able to
+// route around its proxy through its request's environment.
+func EgressEnv() map[string]string {
+	proxy := "http://" + EgressProxyAddr
+	ca := LLMSocketDir + "/" + EgressCAName
+	return map[string]string{
+		"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+		"ALL_PROXY": proxy, "all_proxy": proxy,
+		"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+		"NODE_USE_ENV_PROXY":  "1",
+		"SSL_CERT_FILE":       ca,
+		"NODE_EXTRA_CA_CERTS": ca,
+		"REQUESTS_CA_BUNDLE":  ca,
+		"CURL_CA_BUNDLE":      ca,
+		"GIT_SSL_CAINFO":      ca,
+	}
+}
