@@ -230,8 +230,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	}()
 	log.Debug("container created")
 
-	stdout := &capture.Buffer{Max: spec.OutputLimit}
-	stderr := &capture.Buffer{Max: spec.OutputLimit}
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	task, err = container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
 	if err != nil {
 		task = nil

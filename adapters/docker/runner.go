@@ -127,8 +127,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	defer att.Close()
-	stdout := &capture.Buffer{Max: spec.OutputLimit}
-	stderr := &capture.Buffer{Max: spec.OutputLimit}
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	copied := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)

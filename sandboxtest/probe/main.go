@@ -110,6 +110,18 @@ func main() {
 		}
 	case "stream":
 		stream(args[0], args[1], args[2])
+	case "await":
+		// Print to both streams, then wait for the file: only a host that saw the
+		// output while the run went on can create it.
+		fmt.Fprint(os.Stdout, args[1])
+		fmt.Fprint(os.Stderr, args[2])
+		for {
+			if _, err := os.Stat(args[0]); err == nil {
+				fmt.Fprint(os.Stdout, " done")
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	default:
 		fail(2, "unknown subcommand "+os.Args[1])
 	}
