@@ -169,4 +169,3 @@ func (w *watch) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
