@@ -41,6 +41,8 @@ type Sandbox struct {
 	// reconcileTimeout bounds a reconciliation (WithReconcileTimeout).
 	reconcileTimeout time.Duration
 	noWorkspaceCheck bool
+	relay            port.RepoRelay
+	prs              port.PullRequester
 }
 
 // DefaultReconcileTimeout bounds a run's reconciliation unless WithReconcileTimeout
@@ -148,6 +150,10 @@ type Request struct {
 	// path (a failed, timed-out or cancelled run's calls are billed too), with a fresh
 	// context bounded by WithReconcileTimeout. Run waits for it and fills Result.Usage.
 	Reconcile bool
+	// Repo, if set, clones a repository into the (empty) workspace before the run and
+	// pushes the agent's commits to a branch after it (WithRepoRelay); see RepoRequest
+	// for what happens when the run fails.
+	Repo *RepoRequest
 	// ReconcileAsync reconciles as Reconcile does, but in the background: Run returns
 	// as soon as the run is over, and Result.Reconciling delivers the usage when
 	// LiteLLM has written it (real LiteLLM writes spend rows every 10 to 60 s).
@@ -173,6 +179,9 @@ type Result struct {
 	// Attestation is what the sandbox's bridge observed about its own isolation,
 	// when the proxy can receive it (port.Attester); judge it with Violations.
 	Attestation *port.Attestation
+	// Repo is what became of Request.Repo: the checkout, the exported commits, the
+	// pushed branch and the pull request.
+	Repo *RepoResult
 }
 
 // Policy is what the run's proxy refused, from its audit.
@@ -246,7 +255,8 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // the sandbox ran, also with an error (a timeout, say, or a reconciliation that found
 // calls missing). Errors: ErrNotPermitted without the grant; port.ErrInvalidSpec for bad
 // input (nothing is started), a *WorkspaceError for a workspace the sandbox user
-// cannot use; port.ErrBudgetExceeded with FailOnBudget; the runner's, proxy's and
+// cannot use; port.ErrBudgetExceeded with FailOnBudget; the relay's errors with Repo
+// (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
 	if !req.Grant.AllowSandbox {
@@ -281,14 +291,23 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err := spec.CheckHostPaths(); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
+	if err := s.checkRepo(req); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
 	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	var repo *RepoResult
+	if req.Repo != nil {
+		if repo, err = s.cloneRepo(ctx, req); err != nil {
+			return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+		}
 	}
 	if err := writeMessages(req.WorkspaceDir, s.messagesFile, req.Messages); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	log := s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)
-	res = &Result{}
+	res = &Result{Repo: repo}
 	started := time.Now()
 
 	var runErr error
@@ -343,6 +362,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	errs := []error{runErr}
 	if req.FailOnBudget && res.Policy.BudgetExceeded {
 		errs = append(errs, budgetError(res.Policy))
+	}
+	if repo != nil {
+		errs = append(errs, s.finishRepo(ctx, req, res.Run, repo))
 	}
 	if reconcile {
 		rreq := port.ReconcileRequest{
