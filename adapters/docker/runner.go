@@ -312,8 +312,10 @@ func short(id string) string {
 	return id
 }
 
-// LoadImage loads a Docker image archive (as made by `docker save`) into the daemon
-// and returns the daemon's progress output.
+// LoadImage loads a Docker image archive (as made by `docker save`, or
+// agentimage.Image.Archive) into the daemon. It returns only an error: the daemon's
+// progress output is read and dropped, and an error it reports there becomes an error
+// wrapping port.ErrInvalidSpec.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
 	rc, err := r.cfg.api.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
 	if err != nil {
