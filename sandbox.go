@@ -363,9 +363,6 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if req.FailOnBudget && res.Policy.BudgetExceeded {
 		errs = append(errs, budgetError(res.Policy))
 	}
-	if repo != nil {
-		errs = append(errs, s.finishRepo(ctx, req, res.Run, repo))
-	}
 	if reconcile {
 		rreq := port.ReconcileRequest{
 			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
@@ -380,6 +377,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 				errs = append(errs, fmt.Errorf("reconcile: %w", rerr))
 			}
 		}
+	}
+	if repo != nil {
+		errs = append(errs, s.finishRepo(ctx, req, res.Run, repo))
 	}
 	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
 	if err := errors.Join(errs...); err != nil {
