@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +64,20 @@ func testFacade(t *testing.T, newRunner runnerFunc) {
 		if err != nil || string(b) != "from-agent" {
 			t.Errorf("host read %q, %v", b, err)
 		}
+		// Hostile leftovers: links out, a FIFO, a tree locked with mode 0.
+		r = req("fwsplant", "plant", "/workspace")
+		r.WorkspaceDir = w.Dir()
+		if res, err := sb.Run(ctx, r); err != nil || res.Run.ExitCode != 0 {
+			t.Fatalf("plant: %v %+v", err, res)
+		}
 		if err := w.Remove(); err != nil {
-			t.Errorf("Remove: %v", err)
+			t.Errorf("Remove after a hostile run: %v", err)
+		}
+		if _, err := os.Lstat(filepath.Dir(w.Dir())); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the workspace is still there: %v", err)
+		}
+		if _, err := os.Stat("/etc/hostname"); err != nil {
+			t.Errorf("Remove followed a link out: %v", err)
 		}
 		// A directory the sandbox user cannot write: refused before anything starts.
 		bad := t.TempDir()
