@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -51,6 +52,29 @@ func WithReconciler(r port.SpendReconciler) Option {
 			return port.Invalidf("reconciler is nil")
 		}
 		s.reconciler = r
+		return nil
+	}
+}
+
+// WithReconcileTimeout bounds each run's reconciliation (default
+// DefaultReconcileTimeout): calls LiteLLM has not logged by then are reported
+// missing (port.ErrUnattributed).
+func WithReconcileTimeout(d time.Duration) Option {
+	return func(s *Sandbox) error {
+		if d <= 0 || d > 24*time.Hour {
+			return port.Invalidf("reconcile timeout %s out of range (0, 24h]", d)
+		}
+		s.reconcileTimeout = d
+		return nil
+	}
+}
+
+// WithoutWorkspaceCheck turns off Run's check that the sandbox user can enter, read
+// and write the workspace (CheckWorkspace), for hosts where owner and mode bits do not
+// tell: ACLs, or a runtime that remaps users (rootless Docker, userns-remap).
+func WithoutWorkspaceCheck() Option {
+	return func(s *Sandbox) error {
+		s.noWorkspaceCheck = true
 		return nil
 	}
 }

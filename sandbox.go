@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -38,7 +39,16 @@ type Sandbox struct {
 	messagesFile string
 	modelEnv     string
 	egress       *egressConfig // WithEgress
+	// reconcileTimeout bounds a reconciliation (WithReconcileTimeout).
+	reconcileTimeout time.Duration
+	noWorkspaceCheck bool
+	relay            port.RepoRelay
+	prs              port.PullRequester
 }
+
+// DefaultReconcileTimeout bounds a run's reconciliation unless WithReconcileTimeout
+// says otherwise: long enough for LiteLLM's batch writes (every 10 to 60 s).
+const DefaultReconcileTimeout = 3 * time.Minute
 
 // New returns a Sandbox running agents on runner. It does no I/O.
 func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
@@ -48,6 +58,7 @@ func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 	s := &Sandbox{
 		runner: runner, logger: slog.New(slog.DiscardHandler),
 		messagesFile: DefaultMessagesFile, modelEnv: DefaultModelEnv,
+		reconcileTimeout: DefaultReconcileTimeout,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -80,14 +91,20 @@ type Request struct {
 	// RunID is host-generated (port.ValidateRunID); Attempt numbers retries.
 	RunID   string
 	Attempt int
-	// Image and Argv are the agent; Env its environment.
+	// Image and Argv are the agent. A non-empty Argv replaces the image's ENTRYPOINT
+	// and CMD (Argv[0] is the program); an empty one runs the image's own.
 	Image string
 	Argv  []string
-	Env   map[string]string
+	// Env is the agent's environment, set over the image's. The library's own
+	// variables win over a variable of the same name here: the model variable
+	// (Model), HOSTNAME, and with LLM access the SDK variables of port.LLMEnv
+	// (OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ...).
+	Env map[string]string
 	// WorkspaceDir is an existing host directory, mounted at /workspace; the messages
 	// are written to the messages file in it (DefaultMessagesFile unless
-	// WithMessagesFile says otherwise). The sandbox user (uid 1001 by default) must be
-	// able to enter it, and to write in it if the agent writes.
+	// WithMessagesFile says otherwise). The sandbox user (User, uid 1001 by default)
+	// must be able to enter, read and write it: NewWorkspace makes one that is, and
+	// Run refuses one that is not with a *WorkspaceError.
 	WorkspaceDir string
 	Messages     []Message
 	// Mounts are extra host directories, read-only unless marked writable: an agent
@@ -98,18 +115,52 @@ type Request struct {
 	Model string
 	// Attribution says who pays for the run's LLM calls (required with LLM access).
 	Attribution port.Attribution
-	// Budget caps the run's LLM calls.
+	// Budget caps the run's LLM calls. A call over it is refused by the proxy (HTTP
+	// 429 to the agent) and listed in Result.Policy; FailOnBudget also makes it an
+	// error.
 	Budget port.Budget
+	// FailOnBudget makes a run whose proxy refused a call for its budget return an
+	// error wrapping port.ErrBudgetExceeded, with the full result. Without it the
+	// agent decides what a refused call means, and Result.Policy tells the host.
+	FailOnBudget bool
 	// RequireAttestation gives the run no LLM access until its sandbox attested the
 	// promised isolation from inside (see port.Attestation); the proxy must be able
 	// to receive attestations (the in-process one can).
 	RequireAttestation bool
 	// Limits bound the sandbox (defaults from port.RunSpec).
 	Limits port.Limits
-	// Reconcile asks for the run's usage from the reconciler after the run.
+	// User is the sandbox's "uid:gid" (default port.DefaultUser, "1001:1001"); root
+	// is refused.
+	User string
+	// Network is the sandbox's network: none (the default, loopback only) or a
+	// pre-existing internal network where the runner supports one.
+	Network port.NetworkMode
+	// OutputLimit caps each of stdout and stderr (default port.DefaultOutputLimit).
+	OutputLimit int
+	// Labels are extra labels on the sandbox's container, for the host's own
+	// bookkeeping; the dev.agentsandbox. prefix is reserved.
+	Labels map[string]string
+	// OwnBridge says the image brings its own bridge to the LLM socket (see
+	// port.RunSpec.OwnBridge); without it a runner with no bridge refuses LLM runs.
+	OwnBridge bool
+	// Stdout and Stderr, if set, receive the agent's output while it runs, capped
+	// like the result's (see port.RunSpec.Stdout): for progress or logs. They are
+	// written from other goroutines; Result.Run still has all of it at the end.
+	Stdout, Stderr io.Writer
+	// Reconcile asks for the run's usage from the reconciler after the run, on every
+	// path (a failed, timed-out or cancelled run's calls are billed too), with a fresh
+	// context bounded by WithReconcileTimeout. Run waits for it and fills Result.Usage.
 	Reconcile bool
 	// Egress, if set, gives the run allowlisted web access (see WithEgress).
 	Egress *port.EgressPolicy
+	// Repo, if set, clones a repository into the (empty) workspace before the run and
+	// pushes the agent's commits to a branch after it (WithRepoRelay); see RepoRequest
+	// for what happens when the run fails.
+	Repo *RepoRequest
+	// ReconcileAsync reconciles as Reconcile does, but in the background: Run returns
+	// as soon as the run is over, and Result.Reconciling delivers the usage when
+	// LiteLLM has written it (real LiteLLM writes spend rows every 10 to 60 s).
+	ReconcileAsync bool
 }
 
 // Result is the outcome of a run.
@@ -122,19 +173,96 @@ type Result struct {
 	Text string
 	// Audit is the proxy's record of every LLM call, also after a failed run.
 	Audit []port.AuditRecord
-	// Usage is the reconciled usage, when asked for.
+	// Policy says what the proxy refused: budget, routes, bodies.
+	Policy Policy
+	// Usage is the reconciled usage, when Reconcile asked for it.
 	Usage *port.Reconciliation
+	// Reconciling delivers the usage when ReconcileAsync asked for it; nil otherwise.
+	Reconciling *Reconciling
 	// Attestation is what the sandbox's bridge observed about its own isolation,
 	// when the proxy can receive it (port.Attester); judge it with Violations.
 	Attestation *port.Attestation
 	// Egress is the proxy's record of every egress request (port.EgressAuditor).
 	Egress []port.EgressRecord
+	// Repo is what became of Request.Repo: the checkout, the exported commits, the
+	// pushed branch and the pull request.
+	Repo *RepoResult
+}
+
+// Policy is what the run's proxy refused, from its audit.
+type Policy struct {
+	// Blocked are the audit records of the calls the proxy refused itself, each with
+	// its rule (AuditRecord.Blocked, e.g. "budget_exceeded: max_calls") and the model
+	// the call asked for, when its body named one.
+	Blocked []port.AuditRecord
+	// BudgetExceeded is set when at least one call was refused for the run's budget.
+	BudgetExceeded bool
+}
+
+// budgetBlocked is the prefix of AuditRecord.Blocked for budget refusals.
+const budgetBlocked = "budget_exceeded"
+
+func policyOf(audit []port.AuditRecord) Policy {
+	var p Policy
+	for _, a := range audit {
+		if a.Blocked == "" {
+			continue
+		}
+		p.Blocked = append(p.Blocked, a)
+		if strings.HasPrefix(a.Blocked, budgetBlocked) {
+			p.BudgetExceeded = true
+		}
+	}
+	return p
+}
+
+// budgetError describes the budget refusals of p as an error wrapping
+// port.ErrBudgetExceeded.
+func budgetError(p Policy) error {
+	var n int
+	var first port.AuditRecord
+	for _, a := range p.Blocked {
+		if strings.HasPrefix(a.Blocked, budgetBlocked) {
+			if n == 0 {
+				first = a
+			}
+			n++
+		}
+	}
+	return fmt.Errorf("%w: the proxy refused %d call(s), the first %s %s for model %q (%s)",
+		port.ErrBudgetExceeded, n, first.Method, first.Path, first.Model, first.Blocked)
+}
+
+// Reconciling is a reconciliation running in the background (Request.ReconcileAsync).
+type Reconciling struct {
+	done  chan struct{}
+	usage *port.Reconciliation
+	err   error
+}
+
+// Done is closed when the reconciliation has finished.
+func (r *Reconciling) Done() <-chan struct{} { return r.done }
+
+// Wait waits for the reconciliation, or for ctx to end, and returns its outcome:
+// the usage found (also with an error, when calls are missing) and the reconciler's
+// error, wrapping port.ErrUnattributed when LiteLLM had no row for some call by the
+// end of WithReconcileTimeout. Ending ctx stops the wait, not the reconciliation.
+func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
+	select {
+	case <-r.done:
+		return r.usage, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Run executes req end to end and returns its result. The result is non-nil whenever
 // the sandbox ran, also with an error (a timeout, say, or a reconciliation that found
 // calls missing). Errors: ErrNotPermitted without the grant; port.ErrInvalidSpec for bad
-// input (nothing is started); the runner's, proxy's and reconciler's errors otherwise.
+// input (nothing is started), a *WorkspaceError for a workspace the sandbox user
+// cannot use; port.ErrBudgetExceeded with FailOnBudget; the relay's errors with Repo
+// (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
+// reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
 	if !req.Grant.AllowSandbox {
 		return nil, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
@@ -146,12 +274,15 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
-	if req.Reconcile && (s.reconciler == nil || s.llm == nil) {
+	reconcile := req.Reconcile || req.ReconcileAsync
+	if reconcile && (s.reconciler == nil || s.llm == nil) {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
 	}
 	spec := port.RunSpec{
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
 		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
+		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
+		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
 	}
 	for k, v := range req.Env {
 		spec.Env[k] = v
@@ -169,13 +300,26 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err := spec.CheckHostPaths(); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
+	if err := s.checkRepo(req); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	var repo *RepoResult
+	if req.Repo != nil {
+		if repo, err = s.cloneRepo(ctx, req); err != nil {
+			return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+		}
+	}
 	if err := writeMessages(req.WorkspaceDir, s.messagesFile, req.Messages); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	log := s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)
-	res = &Result{}
+	res = &Result{Repo: repo}
 	started := time.Now()
 
+	var runErr error
 	if s.llm != nil {
 		proxy, err := s.llm.Proxy.Start(ctx, port.ProxySpec{
 			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
@@ -211,46 +355,85 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		}()
 		sock := proxy.Socket()
 		spec.LLM = &sock
-		run, runErr := s.runner.RunOnce(ctx, spec)
-		res.Run = run
+		res.Run, runErr = s.runner.RunOnce(ctx, spec)
 		if serr := stop(); serr != nil {
 			log.Warn("stopping proxy failed", logattr.Err, serr)
 			runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
 		}
-		if runErr != nil {
-			return s.finish(res, req, runErr)
-		}
 	} else {
-		run, runErr := s.runner.RunOnce(ctx, spec)
-		res.Run = run
-		if runErr != nil {
-			return s.finish(res, req, runErr)
-		}
+		res.Run, runErr = s.runner.RunOnce(ctx, spec)
 	}
 	if res.Run == nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w: runner returned no result", req.RunID, port.ErrInternal)
+		if runErr == nil {
+			runErr = fmt.Errorf("%w: runner returned no result", port.ErrInternal)
+		}
+		// Nothing ran, so nothing was billed: there is nothing to reconcile.
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, runErr)
 	}
 	res.Text = strings.TrimSpace(string(res.Run.Stdout))
-	if req.Reconcile {
-		usage, rerr := s.reconciler.Reconcile(ctx, port.ReconcileRequest{
+	res.Policy = policyOf(res.Audit)
+	errs := []error{runErr}
+	if req.FailOnBudget && res.Policy.BudgetExceeded {
+		errs = append(errs, budgetError(res.Policy))
+	}
+	if reconcile {
+		rreq := port.ReconcileRequest{
 			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
 			Since: started, Until: time.Now(), Calls: res.Audit,
-		})
-		res.Usage = usage
-		if rerr != nil {
-			return res, fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, rerr)
+		}
+		if req.ReconcileAsync {
+			res.Reconciling = s.reconcileAsync(ctx, rreq, log)
+		} else {
+			usage, rerr := s.reconcile(ctx, rreq)
+			res.Usage = usage
+			if rerr != nil {
+				errs = append(errs, fmt.Errorf("reconcile: %w", rerr))
+			}
 		}
 	}
-	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit))
+	if repo != nil {
+		errs = append(errs, s.finishRepo(ctx, req, res.Run, repo))
+	}
+	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
 	return res, nil
 }
 
-func (s *Sandbox) finish(res *Result, req Request, err error) (*Result, error) {
-	if res.Run == nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+func (s *Sandbox) checkWorkspace(dir, user string) error {
+	if s.noWorkspaceCheck {
+		return nil
 	}
-	res.Text = strings.TrimSpace(string(res.Run.Stdout))
-	return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	return CheckWorkspace(dir, user)
+}
+
+// reconcile runs the reconciler with a fresh context, so a cancelled or timed-out run
+// is billed too, bounded by the reconcile timeout.
+func (s *Sandbox) reconcile(ctx context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.reconcileTimeout)
+	defer cancel()
+	return s.reconciler.Reconcile(rctx, req)
+}
+
+func (s *Sandbox) reconcileAsync(ctx context.Context, req port.ReconcileRequest, log *slog.Logger) *Reconciling {
+	r := &Reconciling{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		defer func() {
+			// A reconciler's panic must not take the host down from a goroutine no
+			// caller can recover in.
+			if v := recover(); v != nil {
+				r.err = fmt.Errorf("sandbox: run %s: reconcile: %w: panic: %v", req.RunID, port.ErrInternal, v)
+			}
+		}()
+		r.usage, r.err = s.reconcile(ctx, req)
+		if r.err != nil {
+			r.err = fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, r.err)
+			log.Warn("reconciliation failed", logattr.Err, r.err)
+		}
+	}()
+	return r
 }
 
 // writeMessages writes the messages file inside the workspace without following

@@ -48,17 +48,40 @@ func (f *fakeProxy) Stop(context.Context) ([]port.AuditRecord, error) {
 	return f.audit, nil
 }
 
-type fakeReconciler struct{ req port.ReconcileRequest }
+type fakeReconciler struct {
+	req   port.ReconcileRequest
+	ctxOK bool          // the context was live when Reconcile was called
+	gate  chan struct{} // if set, Reconcile waits for it
+}
 
-func (f *fakeReconciler) Reconcile(_ context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
+func (f *fakeReconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
 	f.req = req
+	f.ctxOK = ctx.Err() == nil
+	if f.gate != nil {
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &port.Reconciliation{Total: port.Usage{Calls: len(req.Calls), TotalTokens: 42}}, nil
+}
+
+// workspaceDir is a workspace the default sandbox user can use.
+func workspaceDir(t *testing.T) string {
+	t.Helper()
+	w, err := NewWorkspace(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Remove() })
+	return w.Dir()
 }
 
 func request(t *testing.T) Request {
 	return Request{
 		Grant: Grant{AllowSandbox: true}, RunID: "run-1", Image: "img", Argv: []string{"/agent"},
-		WorkspaceDir: t.TempDir(), Messages: []Message{{Role: "user", Content: "hi"}}, Model: "m1",
+		WorkspaceDir: workspaceDir(t), Messages: []Message{{Role: "user", Content: "hi"}}, Model: "m1",
 		Attribution: port.Attribution{BillingAccountID: "acct"},
 	}
 }
@@ -155,7 +178,7 @@ func TestAuditKeptWhenRunFails(t *testing.T) {
 }
 
 func TestMessagesDoNotFollowSymlinks(t *testing.T) {
-	ws := t.TempDir()
+	ws := workspaceDir(t)
 	outside := t.TempDir()
 	if err := os.Symlink(outside, filepath.Join(ws, ".cogni")); err != nil {
 		t.Fatal(err)

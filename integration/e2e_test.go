@@ -135,10 +135,7 @@ func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 	})
 
 	const calls = 4
-	ws := t.TempDir()
-	if err := os.Chmod(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ws := newWorkspace(t)
 	runID := sandboxtest.RunID("e2e")
 	res, err := sb.Run(ctx, sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,

@@ -97,10 +97,7 @@ func (s *openClawStack) run(ctx context.Context, t testing.TB, runID string, att
 		Timeout:   150 * time.Second,
 		Command:   []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"},
 	}
-	ws = t.TempDir()
-	if err := os.Chmod(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ws = newWorkspace(t)
 	if err := one.Prepare(ws, s.cfg, files, prompt); err != nil {
 		t.Fatal(err)
 	}

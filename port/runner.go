@@ -3,6 +3,7 @@ package port
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"regexp"
@@ -120,9 +121,13 @@ type RunSpec struct {
 	// Image is the container image reference.
 	Image string
 	// Argv is the command. It is passed as an argv, never joined into a shell string.
-	// Empty means the image's default command.
+	// Empty means the image's default command (ENTRYPOINT and CMD); a non-empty Argv
+	// replaces both the image's ENTRYPOINT and its CMD, on every runner, so Argv[0]
+	// must be the program itself.
 	Argv []string
-	// Env is the environment, exactly as given (plus OPENAI_API_BASE when LLM is set).
+	// Env is the caller's environment, set over the image's. The library's own
+	// variables (LibraryEnv: HOSTNAME, and LLMEnv with LLM access) win over a variable
+	// of the same name here; SandboxEnv is the result.
 	Env map[string]string
 	// WorkspaceDir is a host directory mounted read-write at /workspace; empty for none.
 	WorkspaceDir string
@@ -145,6 +150,14 @@ type RunSpec struct {
 	OutputLimit int
 	// Labels are extra labels for the container; the LabelPrefix namespace is reserved.
 	Labels map[string]string
+	// Stdout and Stderr, if set, receive the streams as they are produced, while the
+	// run goes on: the same bytes RunResult keeps, so at most OutputLimit each. They are
+	// written from the runner's goroutines, one write at a time per stream; a writer
+	// that returns an error gets nothing more (the capture goes on), and a slow one
+	// slows the sandbox's output, so hand off to a buffer or channel when in doubt. With
+	// a bridge, stderr can end with the bridge's one-line OOM notice, which RunResult
+	// leaves out.
+	Stdout, Stderr io.Writer
 }
 
 // RunResult is the outcome of a run.

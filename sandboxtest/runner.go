@@ -67,6 +67,8 @@ var runnerCases = []struct {
 	{"NonRootUser", testNonRootUser},
 	{"ArgvBoundariesKept", testArgvBoundaries},
 	{"EnvExactlyAsGiven", testEnv},
+	{"LibraryEnvWins", testLibraryEnvWins},
+	{"LiveOutput", testLiveOutput},
 	{"MissingImageFails", testMissingImage},
 	{"BadEntrypointFails", testBadEntrypoint},
 	{"InvalidSpecCreatesNothing", testInvalidSpec},

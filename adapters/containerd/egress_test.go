@@ -36,7 +36,7 @@ func TestEgressEnv(t *testing.T) {
 		t.Errorf("other variables lost: %s", env)
 	}
 	spec.LLM.Egress = false
-	if env := strings.Join(runEnvList(spec), "\n"); strings.Contains(env, "NODE_USE_ENV_PROXY") {
+	if env := strings.Join(port.EnvList(spec.SandboxEnv()), "\n"); strings.Contains(env, "NODE_USE_ENV_PROXY") {
 		t.Errorf("egress variables without egress: %s", env)
 	}
 }

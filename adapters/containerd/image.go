@@ -1,9 +1,13 @@
 package containerd
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
@@ -13,6 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -127,4 +132,135 @@ func withImageConfig(info *imageInfo) oci.SpecOpts {
 		}
 		return nil
 	}
+}
+
+// maxHashedEntry is the largest archive entry whose digest present hashes: configs
+// and manifests are small; layers are not hashed.
+const maxHashedEntry = 4 << 20
+
+// present reports whether every image an archive names is already in the namespace,
+// unpacked, with the same content, and returns their names: then LoadImage skips the
+// import, which another process made already (the per-digest cache of imageInfo only
+// helps within one process). It reads the archive once, hashing its small entries;
+// anything it does not understand means "import".
+//
+// The content is compared by the image config's digest (a `docker save` archive,
+// whose manifest containerd generates on import) or by the manifest's digest (an OCI
+// layout whose index names the image). The config holds the layers' diff ids, so the
+// same config digest is the same root filesystem.
+func (r *Runner) present(ctx context.Context, archive io.Reader) ([]string, bool) {
+	sums := map[string]digest.Digest{}
+	files := map[string][]byte{}
+	tr := tar.NewReader(archive)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, false
+		}
+		if h.Typeflag != tar.TypeReg || h.Size > maxHashedEntry {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, maxHashedEntry))
+		if err != nil {
+			return nil, false
+		}
+		name := path.Clean(h.Name)
+		sums[name] = digest.FromBytes(b)
+		if name == "manifest.json" || name == "index.json" {
+			files[name] = b
+		}
+	}
+	type want struct {
+		name         string
+		config, root digest.Digest // one of them is set
+	}
+	var wants []want
+	switch {
+	case files["manifest.json"] != nil:
+		var m []struct {
+			Config   string
+			RepoTags []string
+		}
+		if json.Unmarshal(files["manifest.json"], &m) != nil {
+			return nil, false
+		}
+		for _, e := range m {
+			cfg, ok := sums[path.Clean(e.Config)]
+			if !ok || len(e.RepoTags) == 0 {
+				return nil, false
+			}
+			for _, tag := range e.RepoTags {
+				named, err := reference.ParseNormalizedNamed(tag)
+				if err != nil {
+					return nil, false
+				}
+				wants = append(wants, want{name: reference.TagNameOnly(named).String(), config: cfg})
+			}
+		}
+	case files["index.json"] != nil:
+		var idx ocispec.Index
+		if json.Unmarshal(files["index.json"], &idx) != nil {
+			return nil, false
+		}
+		for _, m := range idx.Manifests {
+			name := m.Annotations[images.AnnotationImageName]
+			if name == "" {
+				return nil, false
+			}
+			wants = append(wants, want{name: name, root: m.Digest})
+		}
+	}
+	if len(wants) == 0 {
+		return nil, false
+	}
+	is := r.cli.ImageService()
+	names := make([]string, 0, len(wants))
+	for _, w := range wants {
+		i, err := is.Get(ctx, w.name)
+		if err != nil {
+			return nil, false
+		}
+		img := client.NewImage(r.cli, i)
+		if w.root != "" && i.Target.Digest != w.root {
+			return nil, false
+		}
+		if w.config != "" {
+			desc, err := img.Config(ctx)
+			if err != nil || desc.Digest != w.config {
+				return nil, false
+			}
+		}
+		if ok, err := img.IsUnpacked(ctx, r.cfg.snapshotter); err != nil || !ok {
+			return nil, false
+		}
+		names = append(names, i.Name)
+	}
+	return names, true
+}
+
+// seekable returns archive as an io.ReadSeeker: itself when it is one, else a copy in a
+// temporary file that done removes.
+func seekable(archive io.Reader) (rs io.ReadSeeker, done func(), err error) {
+	if rs, ok := archive.(io.ReadSeeker); ok {
+		if _, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			return rs, func() {}, nil
+		}
+	}
+	f, err := os.CreateTemp("", "agentsandbox-image-*.tar")
+	if err != nil {
+		return nil, nil, err
+	}
+	done = func() { f.Close(); os.Remove(f.Name()) }
+	if _, err := io.Copy(f, archive); err != nil {
+		done()
+		return nil, nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return f, done, nil
 }

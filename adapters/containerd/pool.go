@@ -424,8 +424,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
-	stdout := &capture.Buffer{Max: spec.OutputLimit}
-	stderr := &capture.Buffer{Max: spec.OutputLimit}
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	s.stdout.set(stdout)
 	s.stderr.set(stderr)
 	go func() {
@@ -508,28 +508,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	}
 }
 
-// runEnv is the environment a cold run of spec gets: the image's, then HOSTNAME, the
-// spec's and OPENAI_API_BASE, each replacing a variable of the same name.
+// runEnv is the environment a cold run of spec gets: the image's, with each variable
+// of port.RunSpec.SandboxEnv replacing one of the same name.
 func runEnv(spec port.RunSpec, img *imageInfo) []string {
 	env := img.config.Env
 	if len(env) == 0 {
 		env = defaultUnixEnv
 	}
-	out := append([]string(nil), env...)
-	set := func(k, v string) {
-		for i, kv := range out {
-			if name, _, _ := strings.Cut(kv, "="); name == k {
-				out[i] = k + "=" + v
-				return
-			}
-		}
-		out = append(out, k+"="+v)
-	}
-	for _, kv := range runEnvList(spec) {
-		k, v, _ := strings.Cut(kv, "=")
-		set(k, v)
-	}
-	return out
+	return port.MergeEnv(env, port.EnvList(spec.SandboxEnv()))
 }
 
 // destroy removes a slot whatever state it is in: its task (killed), its claim

@@ -230,8 +230,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	}()
 	log.Debug("container created")
 
-	stdout := &capture.Buffer{Max: spec.OutputLimit}
-	stderr := &capture.Buffer{Max: spec.OutputLimit}
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	task, err = container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
 	if err != nil {
 		task = nil
@@ -553,9 +553,39 @@ func deleteContainer(ctx context.Context, c client.Container, taskGone bool) err
 }
 
 // LoadImage imports an image archive (`docker save` or OCI layout) into the runner's
-// namespace and unpacks it. It returns the names of the imported images.
+// namespace and unpacks it. It returns the names of the images in the archive, as
+// containerd names them (e.g. "docker.io/library/agent:1"); it writes no progress
+// output. When every image the archive names is already there with the same content
+// and unpacked (loaded by another process, say), the import is skipped: the archive
+// is only read and hashed. An archive that is not an io.ReadSeeker is copied to a
+// temporary file first.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
+	return r.loadImage(ctx, archive, true)
+}
+
+func (r *Runner) loadImage(ctx context.Context, archive io.Reader, skipPresent bool) ([]string, error) {
 	ctx = r.ns(ctx)
+	if err := r.reachable(); err != nil {
+		return nil, opErr("LoadImage", "", err)
+	}
+	if skipPresent {
+		rs, done, err := seekable(archive)
+		if err != nil {
+			return nil, opErr("LoadImage", "", err)
+		}
+		defer done()
+		start, err := rs.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return nil, opErr("LoadImage", "", err)
+		}
+		if names, ok := r.present(ctx, rs); ok {
+			return names, nil
+		}
+		if _, err := rs.Seek(start, io.SeekStart); err != nil {
+			return nil, opErr("LoadImage", "", err)
+		}
+		archive = rs
+	}
 	imgs, err := r.cli.Import(ctx, archive)
 	if err != nil {
 		return nil, opErr("LoadImage", "", classify(err))

@@ -3,7 +3,6 @@ package containerd
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
@@ -14,9 +13,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/port"
 )
-
-// sandboxHostname is every sandbox's host name.
-const sandboxHostname = "sandbox"
 
 // bridgeTarget is where the bridge binary is mounted inside a sandbox.
 const bridgeTarget = "/.agentsandbox/bridge"
@@ -59,13 +55,12 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 	if spec.LLM != nil {
 		mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
 	}
-	envList := runEnvList(spec)
 
 	opts := []oci.SpecOpts{
 		// No supplementary groups: the user is numeric and the image's /etc/group is
 		// not read (that would mount the root filesystem on every run).
 		oci.WithUIDGID(uid, gid),
-		oci.WithEnv(envList),
+		oci.WithEnv(port.EnvList(spec.SandboxEnv())), // one precedence rule: port.RunSpec.SandboxEnv
 		oci.WithCapabilities([]string{}),
 		oci.WithAmbientCapabilities([]string{}),
 		oci.WithNoNewPrivileges,
@@ -77,7 +72,7 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 		oci.WithMemorySwap(spec.Limits.MemoryBytes),
 		oci.WithPidsLimit(spec.Limits.PIDs),
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: uint64(spec.Limits.OpenFiles), Soft: uint64(spec.Limits.OpenFiles)}),
-		oci.WithHostname(sandboxHostname),
+		oci.WithHostname(port.SandboxHostname),
 	}
 	if len(argv) > 0 {
 		// The argv replaces the image's entrypoint and cmd, as with the Docker adapter.
@@ -102,26 +97,4 @@ func wrapWithBridge(prefix []string) oci.SpecOpts {
 		s.Process.Args = append(prefix, s.Process.Args...)
 		return nil
 	}
-}
-
-// runEnvList is the environment a run sets over the image's, sorted: HOSTNAME as
-// Docker sets it (so an agent sees the same environment on both), the spec's, and
-// OPENAI_API_BASE when the run has an LLM socket and the spec does not set it.
-func runEnvList(spec port.RunSpec) []string {
-	env := map[string]string{"HOSTNAME": sandboxHostname}
-	for k, v := range spec.Env {
-		env[k] = v
-	}
-	if spec.LLM != nil {
-		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
-		}
-	}
-	addEgressEnv(env, spec)
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
 }

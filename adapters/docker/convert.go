@@ -2,7 +2,6 @@ package docker
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -13,29 +12,9 @@ import (
 // bridgeTarget is where the bridge binary is mounted inside a sandbox.
 const bridgeTarget = "/.agentsandbox/bridge"
 
-// envList renders env sorted, so container configs are deterministic.
-func envList(env map[string]string) []string {
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // sandboxConfig turns a validated spec (with defaults) into the container config.
 // entrypoint is the full command: argv, or the image's, wrapped by the bridge if any.
 func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]string, bridge string) (*container.Config, *container.HostConfig) {
-	env := make(map[string]string, len(spec.Env)+1)
-	for k, v := range spec.Env {
-		env[k] = v
-	}
-	if spec.LLM != nil {
-		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
-		}
-	}
-	addEgressEnv(env, spec)
 	tmpfsOpts := fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d", spec.Limits.TmpfsBytes)
 	pids := spec.Limits.PIDs
 	hc := &container.HostConfig{
@@ -78,11 +57,11 @@ func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]strin
 	cfg := &container.Config{
 		Image:           spec.Image,
 		User:            spec.User,
-		Env:             envList(env),
+		Env:             port.EnvList(spec.SandboxEnv()), // one precedence rule: port.RunSpec.SandboxEnv
 		Entrypoint:      entrypoint,
 		Cmd:             []string{},
 		Labels:          lbls,
-		Hostname:        "sandbox",
+		Hostname:        port.SandboxHostname,
 		WorkingDir:      workdir(spec),
 		AttachStdout:    true,
 		AttachStderr:    true,

@@ -186,7 +186,11 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 		},
 	})
 	if err != nil {
-		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("create proxy container: %w", classify(err)))
+		err = classify(err)
+		if errors.Is(err, port.ErrNotFound) {
+			err = fmt.Errorf("%w: the nginx image %q is not in Docker: pull it (docker pull %s), or build one from the host's nginx with no registry (agentimage.Nginx, then Runner.LoadImage) and pass it with WithProxyImage", err, m.cfg.proxy.image, m.cfg.proxy.image)
+		}
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("create proxy container: %w", err))
 	}
 	p.id = created.ID
 	if _, err := m.cfg.api.ContainerStart(ctx, p.id, client.ContainerStartOptions{}); err != nil {

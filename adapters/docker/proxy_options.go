@@ -30,8 +30,10 @@ type proxyConfig struct {
 	unfilteredBodies bool
 }
 
-// WithProxyImage sets the nginx image (default "nginx:alpine"). The image must have
-// nginx on PATH; the manager supplies the whole command line and configuration.
+// WithProxyImage sets the nginx image (default "nginx:alpine", which must be pulled:
+// the manager never pulls). The image must have nginx on PATH; the manager supplies
+// the whole command line and configuration. agentimage.Nginx builds one from the
+// host's nginx with no registry; load it with Runner.LoadImage.
 func WithProxyImage(ref string) ProxyOption {
 	return func(c *config) error {
 		if ref == "" {

@@ -127,8 +127,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	defer att.Close()
-	stdout := &capture.Buffer{Max: spec.OutputLimit}
-	stderr := &capture.Buffer{Max: spec.OutputLimit}
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	copied := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
@@ -312,8 +312,10 @@ func short(id string) string {
 	return id
 }
 
-// LoadImage loads a Docker image archive (as made by `docker save`) into the daemon
-// and returns the daemon's progress output.
+// LoadImage loads a Docker image archive (as made by `docker save`, or
+// agentimage.Image.Archive) into the daemon. It returns only an error: the daemon's
+// progress output is read and dropped, and an error it reports there becomes an error
+// wrapping port.ErrInvalidSpec.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
 	rc, err := r.cfg.api.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
 	if err != nil {

@@ -137,35 +137,32 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		return err
 	}
 
-	workspace, err := os.MkdirTemp("", "quickstart-workspace-")
+	// A workspace the sandbox user (uid 1001) can enter, read and write; removed
+	// afterwards whatever the agent left in it.
+	workspace, err := sandbox.NewWorkspace("", "")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(workspace)
-	// The agent runs as uid 1001: it must be able to enter its workspace.
-	if err := os.Chmod(workspace, 0o755); err != nil {
-		return err
-	}
+	defer workspace.Remove()
 	runID := fmt.Sprintf("quickstart-%d", time.Now().UnixNano())
 	fmt.Printf("run %s on %s\n", runID, runtime)
 	res, err := sb.Run(ctx, sandbox.Request{
 		Grant:        sandbox.Grant{AllowSandbox: true},
 		RunID:        runID,
 		Image:        image,
-		WorkspaceDir: workspace,
+		WorkspaceDir: workspace.Dir(),
 		Messages:     []sandbox.Message{{Role: "user", Content: prompt}},
 		Model:        "gpt-4o-mini",
 		Attribution:  port.Attribution{BillingAccountID: "acct-demo", UserID: "user-demo", GraphID: "sandbox:agent"},
 		Budget:       port.Budget{MaxCalls: 5},
 		Limits:       port.Limits{Timeout: 2 * time.Minute, MemoryBytes: 128 << 20},
 		Reconcile:    true,
+		// The agent's stderr as it is written (its progress), capped like the result's.
+		Stderr: prefixed("agent> "),
 	})
 	if res != nil && res.Run != nil {
 		fmt.Printf("\nagent exit code %d in %v\nanswer: %s\n", res.Run.ExitCode, res.Run.Duration.Round(time.Millisecond), res.Text)
-		if len(res.Run.Stderr) > 0 {
-			fmt.Printf("agent stderr: %s\n", res.Run.Stderr)
-		}
-		fmt.Printf("\naudit (%d LLM calls, written by the proxy):\n", len(res.Audit))
+		fmt.Printf("\naudit (%d LLM calls, written by the proxy; %d refused):\n", len(res.Audit), len(res.Policy.Blocked))
 		for _, a := range res.Audit {
 			fmt.Printf("  %s %s -> %d, %d bytes, call id %s, ttfb %v, total %v\n", a.Method, a.Path, a.Status, a.RespBytes, a.CallID, a.TTFB.Round(time.Microsecond), a.Latency.Round(time.Microsecond))
 		}
@@ -179,4 +176,12 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		fmt.Printf("  total: %d calls, %d tokens, $%.6f; missing: %v\n", t.Calls, t.TotalTokens, t.Spend, res.Usage.Missing)
 	}
 	return err
+}
+
+// prefixed writes each chunk it gets to stdout behind prefix: the live output.
+type prefixed string
+
+func (p prefixed) Write(b []byte) (int, error) {
+	fmt.Printf("%s%s", p, b)
+	return len(b), nil
 }

@@ -5,7 +5,6 @@ package adapterutil
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -28,8 +27,16 @@ func ResourceLabels(owner, runID, kind string, extra map[string]string, now time
 // ValidateOwner checks an owner label value with the same rules as run IDs
 // (port.ValidateRunID). The error wraps port.ErrInvalidSpec.
 func ValidateOwner(owner string) error {
-	if err := port.ValidateRunID(owner); err != nil {
-		return port.Invalidf("owner: %v", strings.TrimPrefix(err.Error(), port.ErrInvalidSpec.Error()+": "))
+	// An owner is a label value with the run id's alphabet; the message says owner.
+	if port.ValidateRunID(owner) != nil {
+		switch {
+		case owner == "":
+			return port.Invalidf("owner is empty")
+		case len(owner) > port.MaxRunIDLen:
+			return port.Invalidf("owner is %d bytes, over the limit of %d", len(owner), port.MaxRunIDLen)
+		default:
+			return port.Invalidf("owner %q has characters outside [A-Za-z0-9_.-] or does not start with a letter or digit", owner)
+		}
 	}
 	return nil
 }

@@ -30,8 +30,8 @@ func TestValidateOwner(t *testing.T) {
 		t.Error(err)
 	}
 	err := ValidateOwner("has space")
-	if !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "owner") {
-		t.Errorf("err = %v, want ErrInvalidSpec naming the owner", err)
+	if !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), `owner "has space"`) || strings.Contains(err.Error(), "run id") {
+		t.Errorf("err = %v, want ErrInvalidSpec naming the owner, not a run id", err)
 	}
 }
 

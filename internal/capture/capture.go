@@ -3,14 +3,22 @@ package capture
 
 import (
 	"bytes"
+	"io"
 	"sync"
 )
 
 // Buffer keeps the first Max bytes written and drops the rest, flagging it, so a
 // flooding sandbox never grows host memory and its stream never blocks.
+//
+// Live, if set, gets each kept part as it is written (so never more than Max bytes),
+// outside the lock: one writer at a time keeps the order. A Live writer that fails is
+// dropped; so is one still set when Result is called, so nothing is written after it.
 type Buffer struct {
-	Max       int
+	Max  int
+	Live io.Writer
+
 	mu        sync.Mutex
+	liveOff   bool
 	buf       []byte
 	truncated bool
 	tail      []byte // the last tailLen bytes written, kept even past Max
@@ -23,7 +31,6 @@ const tailLen = 256
 // Write implements io.Writer; it never fails.
 func (c *Buffer) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if len(p) >= tailLen {
 		c.tail = append(c.tail[:0], p[len(p)-tailLen:]...)
 	} else {
@@ -32,14 +39,23 @@ func (c *Buffer) Write(p []byte) (int, error) {
 			c.tail = append(c.tail[:0], c.tail[over:]...)
 		}
 	}
-	room := c.Max - len(c.buf)
-	if room >= len(p) {
-		c.buf = append(c.buf, p...)
-	} else {
-		if room > 0 {
-			c.buf = append(c.buf, p[:room]...)
-		}
+	kept := p
+	if room := c.Max - len(c.buf); room < len(p) {
+		kept = p[:max(room, 0)]
 		c.truncated = true
+	}
+	c.buf = append(c.buf, kept...)
+	live := c.Live
+	if c.liveOff || len(kept) == 0 {
+		live = nil
+	}
+	c.mu.Unlock()
+	if live != nil {
+		if _, err := live.Write(kept); err != nil {
+			c.mu.Lock()
+			c.liveOff = true
+			c.mu.Unlock()
+		}
 	}
 	return len(p), nil
 }
@@ -48,6 +64,7 @@ func (c *Buffer) Write(p []byte) (int, error) {
 func (c *Buffer) Result() ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.liveOff = true
 	return append([]byte(nil), c.buf...), c.truncated
 }
 

@@ -1,6 +1,8 @@
 package capture
 
 import (
+	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -56,5 +58,55 @@ func TestTrimNotice(t *testing.T) {
 	out2, _ := b2.Result()
 	if got, ok := TrimNotice(out2, b2.Tail(), notice); ok || string(got) != string(out2) {
 		t.Errorf("TrimNotice on a stream not ending in the notice = %q, %v", got, ok)
+	}
+}
+
+type failAfter struct {
+	got []string
+	n   int
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	f.got = append(f.got, string(p))
+	if len(f.got) >= f.n {
+		return 0, errFail
+	}
+	return len(p), nil
+}
+
+var errFail = errors.New("live writer failed")
+
+func TestLiveGetsKeptBytesAsWritten(t *testing.T) {
+	var live bytes.Buffer
+	b := &Buffer{Max: 5, Live: &live}
+	_, _ = b.Write([]byte("ab"))
+	if live.String() != "ab" {
+		t.Fatalf("live after the first write: %q", live.String())
+	}
+	_, _ = b.Write([]byte("cdefg"))
+	_, _ = b.Write([]byte("h"))
+	if live.String() != "abcde" {
+		t.Errorf("live %q, want the capped %q", live.String(), "abcde")
+	}
+	out, _ := b.Result()
+	_, _ = b.Write([]byte("late"))
+	if live.String() != string(out) {
+		t.Errorf("live %q differs from the result %q (or got bytes after Result)", live.String(), out)
+	}
+}
+
+func TestLiveWriterDroppedOnError(t *testing.T) {
+	f := &failAfter{n: 2}
+	b := &Buffer{Max: 100, Live: f}
+	for _, s := range []string{"a", "b", "c", "d"} {
+		if n, err := b.Write([]byte(s)); n != 1 || err != nil {
+			t.Fatalf("Write = %d, %v: a failing live writer must not fail the capture", n, err)
+		}
+	}
+	if strings.Join(f.got, "") != "ab" {
+		t.Errorf("live writer got %q after failing, want only %q", f.got, "ab")
+	}
+	if out, _ := b.Result(); string(out) != "abcd" {
+		t.Errorf("capture %q, want abcd", out)
 	}
 }

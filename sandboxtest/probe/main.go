@@ -110,6 +110,20 @@ func main() {
 		}
 	case "stream":
 		stream(args[0], args[1], args[2])
+	case "plant":
+		plant(args[0])
+	case "await":
+		// Print to both streams, then wait for the file: only a host that saw the
+		// output while the run went on can create it.
+		fmt.Fprint(os.Stdout, args[1])
+		fmt.Fprint(os.Stderr, args[2])
+		for {
+			if _, err := os.Stat(args[0]); err == nil {
+				fmt.Fprint(os.Stdout, " done")
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	default:
 		fail(2, "unknown subcommand "+os.Args[1])
 	}
@@ -391,4 +405,22 @@ func httpGet(url string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	fmt.Printf("status %d\n%s\n", resp.StatusCode, b)
+}
+
+// plant leaves what a hostile agent would in dir for the host to clean up: links out
+// (to / and to a host path), a FIFO, and a tree it locks with mode 0.
+func plant(dir string) {
+	must := func(err error) {
+		if err != nil {
+			fail(4, "plant: "+err.Error())
+		}
+	}
+	must(os.Symlink("/", filepath.Join(dir, "root-link")))
+	must(os.Symlink("../../../../../../etc", filepath.Join(dir, "etc-link")))
+	must(syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600))
+	must(os.MkdirAll(filepath.Join(dir, "locked", "inner"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "locked", "inner", "f"), []byte("x"), 0o000))
+	must(os.Chmod(filepath.Join(dir, "locked", "inner"), 0))
+	must(os.Chmod(filepath.Join(dir, "locked"), 0))
+	fmt.Println("planted")
 }

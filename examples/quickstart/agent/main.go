@@ -1,7 +1,8 @@
 // Command agent is the quickstart's example agent: it reads the run's messages from
 // /workspace/.cogni/messages.json, asks the model in COGNI_MODEL through
-// OPENAI_API_BASE (the sandbox's bridge to its proxy), streams the answer and prints it.
-// It holds no key: the proxy adds it.
+// OPENAI_BASE_URL (the sandbox's bridge to its proxy, as the OpenAI SDKs read it),
+// streams the answer and prints it, with its progress on stderr. It holds no key: the
+// proxy adds it.
 package main
 
 import (
@@ -31,7 +32,8 @@ func main() {
 		"model": os.Getenv("COGNI_MODEL"), "messages": msgs, "stream": true,
 		"stream_options": map[string]bool{"include_usage": true},
 	})
-	resp, err := http.Post(os.Getenv("OPENAI_API_BASE")+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
+	fmt.Fprintf(os.Stderr, "asking %s through %s\n", os.Getenv("COGNI_MODEL"), os.Getenv("OPENAI_BASE_URL"))
+	resp, err := http.Post(os.Getenv("OPENAI_BASE_URL")+"/chat/completions", "application/json", strings.NewReader(string(body)))
 	if err != nil {
 		die("calling the model: %v", err)
 	}
@@ -40,6 +42,7 @@ func main() {
 		die("the model answered %s", resp.Status)
 	}
 	var answer strings.Builder
+	chunks := 0
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
@@ -62,6 +65,7 @@ func main() {
 		if chunk.Error != nil {
 			die("stream error: %s", chunk.Error.Message)
 		}
+		chunks++
 		for _, c := range chunk.Choices {
 			answer.WriteString(c.Delta.Content)
 		}
@@ -69,6 +73,7 @@ func main() {
 	if err := sc.Err(); err != nil {
 		die("stream broken: %v", err)
 	}
+	fmt.Fprintf(os.Stderr, "received %d chunks\n", chunks)
 	fmt.Println(answer.String())
 }
 

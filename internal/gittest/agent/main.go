@@ -1,6 +1,7 @@
 // Command agent is a test agent that commits in /workspace with go-git (the sandbox has
-// no git). "commit N" makes N commits, each writing notes/N.txt; it prints its
-// environment first so tests can scan it for secrets.
+// no git). "commit N" makes N commits, each writing notes/N.txt; "commit N fail" then
+// exits 3, as an agent that committed and then failed. It prints its environment
+// first so tests can scan it for secrets.
 package main
 
 import (
@@ -52,6 +53,10 @@ func main() {
 			fail(err)
 		}
 		fmt.Println("commit", h)
+	}
+	if len(os.Args) > 3 && os.Args[3] == "fail" {
+		fmt.Fprintln(os.Stderr, "agent: failing after its commits")
+		os.Exit(3)
 	}
 }
 
