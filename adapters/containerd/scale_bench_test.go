@@ -26,7 +26,7 @@ import (
 // to start or ends early, or a guard stops the climb first: the host's available memory
 // below SCALE_MIN_FREE_MIB (default 3072), or the host's tasks (threads) above 60% of
 // kernel.pid_max or kernel.threads-max, so that a shared machine's other work keeps
-// running; SCALE_MAX (default 4096) caps it. It reports the largest number held, what
+// running, or SCALE_MINUTES (default 20) of climbing; SCALE_MAX (default 4096) caps it. It reports the largest number held, what
 // stopped the climb, and the memory per sandbox at the end: the proportional set size
 // of the shim, of the bridge and of the agent (16 sampled), and the proxies' heap.
 // Everything is removed afterwards. A bench-only run (scripts/bench.sh LiveSandboxes):
@@ -34,13 +34,14 @@ import (
 func BenchmarkLiveSandboxes(b *testing.B) {
 	maxN, step := envInt("SCALE_MAX", 4096), envInt("SCALE_STEP", 64)
 	minFree := uint64(envInt("SCALE_MIN_FREE_MIB", 3072))
+	budget := time.Duration(envInt("SCALE_MINUTES", 20)) * time.Minute
 	for b.Loop() {
-		liveSandboxes(b, maxN, step, minFree)
+		liveSandboxes(b, maxN, step, minFree, budget)
 	}
 	b.ReportMetric(0, "ns/op")
 }
 
-func liveSandboxes(b *testing.B, maxN, step int, minFree uint64) {
+func liveSandboxes(b *testing.B, maxN, step int, minFree uint64, budget time.Duration) {
 	r, image := runnerEnv(b, WithOwner("bench-scale"), WithBridge(testenv.Bridge(b)))
 	base, err := os.MkdirTemp("", "bench-scale")
 	if err != nil {
@@ -113,6 +114,10 @@ func liveSandboxes(b *testing.B, maxN, step int, minFree uint64) {
 	for held < maxN && stopped == "" {
 		if free := memAvailableMiB(); free < minFree {
 			stopped = fmt.Sprintf("memory guard: %d MiB available, under %d", free, minFree)
+			break
+		}
+		if time.Since(t0) > budget {
+			stopped = fmt.Sprintf("time guard: %v of climbing (SCALE_MINUTES)", budget)
 			break
 		}
 		if tasks, limit := hostTasks(); tasks > limit*6/10 {
