@@ -62,21 +62,22 @@ docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVer
 # the LLM socket), Debian's on ptrace. containerd's runc shim cannot pass flags, so
 # runsc gets a wrapper; Docker gets them in daemon.json.
 runsc_wrapper=/usr/local/bin/runsc-sandbox
-optional_pkgs=()
-for p in runsc crun; do
-  dpkg -s "$p" >/dev/null 2>&1 || optional_pkgs+=("$p")
-done
-if ((${#optional_pkgs[@]})) && [ "$(id -u)" = 0 ]; then
+install_optional() { # Debian packages that only some tests need
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  ((${#missing[@]})) && [ "$(id -u)" = 0 ] || return 0
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends "${optional_pkgs[@]}" >/dev/null 2>&1 ||
-    log "could not install ${optional_pkgs[*]}; the runtime tests that need them say so"
-fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+    log "could not install ${missing[*]}; the runtime tests that need them say so"
+}
+install_optional crun
 runsc_bin='' runsc_args=()
 if [ "$(id -u)" = 0 ] && runsc_bin=$(bash "$(dirname "$0")/install-runsc.sh"); then
   runsc_args=(--network=none --host-uds=open --oci-seccomp)
-elif command -v runsc >/dev/null; then
+else
   log "building runsc failed: using Debian's (the runsc conformance tests will say what it lacks)"
-  runsc_bin=$(command -v runsc) runsc_args=(--platform=ptrace --network=none)
+  install_optional runsc
+  command -v runsc >/dev/null && runsc_bin=$(command -v runsc) runsc_args=(--platform=ptrace --network=none)
 fi
 if [ -n "$runsc_bin" ] && [ "$(id -u)" = 0 ]; then
   want="#!/bin/sh
