@@ -340,7 +340,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			audit, err := proxy.Stop(sctx)
 			res.Audit = audit
 			if a, ok := proxy.(port.Attester); ok {
-				res.Attestation = a.Attestation()
+				res.Attestation = withRuntime(a.Attestation(), s.runner)
 			}
 			if a, ok := proxy.(port.EgressAuditor); ok {
 				res.Egress = a.EgressAudit()
@@ -461,4 +461,19 @@ func writeMessages(workspace, file string, msgs []Message) error {
 	}
 	_ = root.Remove(file)
 	return root.WriteFile(file, b, 0o644)
+}
+
+// withRuntime returns a copy of a that records the OCI runtime the runner chose (the
+// host's word, replacing anything the sandbox sent), so Violations checks it against
+// the kernel the bridge saw inside.
+func withRuntime(a *port.Attestation, runner port.SandboxRunner) *port.Attestation {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	c.Runtime = ""
+	if rr, ok := runner.(port.RuntimeReporter); ok {
+		c.Runtime = rr.Runtime()
+	}
+	return &c
 }

@@ -43,6 +43,41 @@ type Attestation struct {
 	PIDsMax   string `json:"pids_max"`
 	// Mounts counts the mount points.
 	Mounts int `json:"mounts"`
+	// Kernel is the kernel the sandbox's processes talk to, as the bridge sees it
+	// from inside: KernelGVisor when /proc/version is gVisor's, else KernelLinux
+	// (empty from bridges that predate the field). KernelVersion is /proc/version's
+	// first line (informational).
+	Kernel        string `json:"kernel,omitempty"`
+	KernelVersion string `json:"kernel_version,omitempty"`
+	// Runtime is the OCI runtime the host chose for the sandbox (its runner's
+	// RuntimeReporter). The host sets it; the bridge never does. When set, Violations
+	// checks that the kernel seen inside is that runtime's (RuntimeKernel).
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// Kernels an Attestation can report.
+const (
+	// KernelLinux is the host's Linux kernel, shared with the host (runc, crun).
+	KernelLinux = "linux"
+	// KernelGVisor is gVisor's own kernel in user space (runsc).
+	KernelGVisor = "gvisor"
+)
+
+// RuntimeKernel returns the kernel a sandbox run by the OCI runtime named runtime
+// (a name or a path, as runners report it) must see: KernelGVisor for gVisor (a
+// name containing "runsc", as gVisor's binary and the wrappers and registrations
+// around it are named), else KernelLinux.
+func RuntimeKernel(runtime string) string {
+	if strings.Contains(runtime, "runsc") {
+		return KernelGVisor
+	}
+	return KernelLinux
+}
+
+// RuntimeReporter is an optional capability of a SandboxRunner (found by type
+// assertion): the OCI runtime its sandboxes run on.
+type RuntimeReporter interface {
+	Runtime() string
 }
 
 // Violations judges a: the isolation every sandbox must have. It returns one line per
@@ -81,8 +116,16 @@ func (a *Attestation) Violations() []string {
 	if a.OpenFiles == 0 || a.OpenFiles > MaxOpenFiles {
 		v = append(v, fmt.Sprintf("open files limit %d, want at most %d", a.OpenFiles, MaxOpenFiles))
 	}
-	if a.PIDsMax == "" || a.PIDsMax == "max" {
+	// gVisor's own cgroupfs shows no pids limit ("max"): the limit holds on the
+	// host's cgroup of the whole sandbox, whose processes each thread of the agent
+	// needs (a fork bomb fails there; the conformance suite's ForkBombContained).
+	if (a.PIDsMax == "" || a.PIDsMax == "max") && !(a.Kernel == KernelGVisor && a.PIDsMax == "max") {
 		v = append(v, fmt.Sprintf("pids limit %q, want a number", a.PIDsMax))
+	}
+	if a.Runtime != "" {
+		if want := RuntimeKernel(a.Runtime); a.Kernel != want {
+			v = append(v, fmt.Sprintf("kernel %q seen inside, but the host ran runtime %q (want kernel %q)", a.Kernel, a.Runtime, want))
+		}
 	}
 	return v
 }

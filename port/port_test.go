@@ -86,23 +86,41 @@ func TestAttestationViolations(t *testing.T) {
 		mut  func(*Attestation)
 		want string
 	}{
-		"eth0":          {func(a *Attestation) { a.Interfaces = []string{"eth0", "lo"} }, "network interfaces"},
-		"route":         {func(a *Attestation) { a.Routes = 1 }, "routes"},
-		"cap_net_raw":   {func(a *Attestation) { a.CapBnd = "0000000000002000" }, "bounding capabilities"},
-		"bad hex":       {func(a *Attestation) { a.CapEff = "zz" }, "effective capabilities"},
-		"privs":         {func(a *Attestation) { a.NoNewPrivs = false }, "no_new_privs"},
-		"seccomp off":   {func(a *Attestation) { a.Seccomp = 0 }, "seccomp"},
-		"root":          {func(a *Attestation) { a.UID = 0 }, "root"},
-		"writable root": {func(a *Attestation) { a.ReadOnlyRoot = false }, "writable"},
-		"docker.sock":   {func(a *Attestation) { a.EngineSockets = []string{"/var/run/docker.sock"} }, "engine sockets"},
-		"nofile":        {func(a *Attestation) { a.OpenFiles = 1 << 20 }, "open files"},
-		"pids":          {func(a *Attestation) { a.PIDsMax = "max" }, "pids limit"},
+		"eth0":                    {func(a *Attestation) { a.Interfaces = []string{"eth0", "lo"} }, "network interfaces"},
+		"route":                   {func(a *Attestation) { a.Routes = 1 }, "routes"},
+		"cap_net_raw":             {func(a *Attestation) { a.CapBnd = "0000000000002000" }, "bounding capabilities"},
+		"bad hex":                 {func(a *Attestation) { a.CapEff = "zz" }, "effective capabilities"},
+		"privs":                   {func(a *Attestation) { a.NoNewPrivs = false }, "no_new_privs"},
+		"seccomp off":             {func(a *Attestation) { a.Seccomp = 0 }, "seccomp"},
+		"root":                    {func(a *Attestation) { a.UID = 0 }, "root"},
+		"writable root":           {func(a *Attestation) { a.ReadOnlyRoot = false }, "writable"},
+		"docker.sock":             {func(a *Attestation) { a.EngineSockets = []string{"/var/run/docker.sock"} }, "engine sockets"},
+		"nofile":                  {func(a *Attestation) { a.OpenFiles = 1 << 20 }, "open files"},
+		"pids":                    {func(a *Attestation) { a.PIDsMax = "max" }, "pids limit"},
+		"no pids file":            {func(a *Attestation) { a.PIDsMax = "" }, "pids limit"},
+		"gvisor unseen pids file": {func(a *Attestation) { a.Kernel, a.PIDsMax = KernelGVisor, "" }, "pids limit"},
+		"runsc on linux":          {func(a *Attestation) { a.Kernel, a.Runtime = KernelLinux, "/usr/local/bin/runsc-sandbox" }, "runtime"},
+		"runc on gvisor":          {func(a *Attestation) { a.Kernel, a.Runtime = KernelGVisor, "runc" }, "runtime"},
+		"runtime, kernel unknown": {func(a *Attestation) { a.Runtime = "crun" }, "runtime"},
 	} {
 		a := good
 		c.mut(&a)
 		v := a.Violations()
 		if len(v) != 1 || !strings.Contains(v[0], c.want) {
 			t.Errorf("%s: violations %v, want one about %q", name, v, c.want)
+		}
+	}
+	// What the runtime explains is no violation: gVisor's cgroupfs shows no pids limit
+	// (the host's cgroup holds it), and a kernel that matches the host's runtime.
+	for name, mut := range map[string]func(*Attestation){
+		"gvisor pids":    func(a *Attestation) { a.Kernel, a.PIDsMax, a.Runtime = KernelGVisor, "max", "runsc" },
+		"runc on linux":  func(a *Attestation) { a.Kernel, a.Runtime = KernelLinux, "runc" },
+		"docker default": func(a *Attestation) { a.Kernel = KernelLinux },
+	} {
+		a := good
+		mut(&a)
+		if v := a.Violations(); len(v) != 0 {
+			t.Errorf("%s: violations %v", name, v)
 		}
 	}
 	var none *Attestation

@@ -25,11 +25,18 @@ var probe struct {
 // ProbeImage builds the probe agent image the suites need and returns its reference
 // and its image archive, which the adapter under test loads before calling a suite
 // (both runners' LoadImage take it). The image is agentimage.Static around the probe
-// plus /agent-suid, the same binary setuid root, to prove no-new-privileges.
+// plus /agent-suid, the same binary setuid root, to prove no-new-privileges, and
+// ProbeWritableDir.
 //
 // It compiles ProbePackage with the go command, from this module's sources when they
 // are on disk (so it works in another module that requires this one), once per
 // process. The reference is derived from the content.
+// ProbeWritableDir is a directory of the probe image's root filesystem that file
+// permissions let anyone write to: only the read-only mount of the root stops a write
+// there, so the suite sees that mount and not a permission check. (A runtime may check
+// permissions first: gVisor answers a write to "/" by a non-root user with EACCES.)
+const ProbeWritableDir = "/world-writable"
+
 func ProbeImage(ctx context.Context) (ref string, archive []byte, err error) {
 	probe.Lock()
 	defer probe.Unlock()
@@ -41,7 +48,8 @@ func ProbeImage(ctx context.Context) (ref string, archive []byte, err error) {
 		return "", nil, fmt.Errorf("sandboxtest: building the probe: %w", err)
 	}
 	img := agentimage.Static(ProbeImageName, bin)
-	img.Files = append(img.Files, agentimage.File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: bin})
+	img.Files = append(img.Files, agentimage.File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: bin},
+		agentimage.File{Path: ProbeWritableDir, Mode: 0o777, Dir: true})
 	ref, archive, err = img.Archive()
 	if err != nil {
 		return "", nil, err

@@ -549,6 +549,30 @@ func testIsolationAttested(t *testing.T, h ProxyHarness) {
 	if len(a.Interfaces) != 1 || a.Interfaces[0] != "lo" || a.UID != 1001 || a.OpenFiles != port.DefaultOpenFiles {
 		t.Errorf("attestation %+v: want only lo, uid 1001, %d open files", *a, port.DefaultOpenFiles)
 	}
+	// The kernel seen inside is the one of the runtime the runner chose, and the host's
+	// record of that runtime judges it.
+	var runtime string
+	if rr, ok := h.Runner.(port.RuntimeReporter); ok {
+		runtime = rr.Runtime()
+	}
+	if want := port.RuntimeKernel(runtime); a.Kernel != want || a.KernelVersion == "" {
+		t.Errorf("attested kernel %q (%q), want %q for runtime %q", a.Kernel, a.KernelVersion, want, runtime)
+	}
+	judged := *a
+	judged.Runtime = runtime
+	if v := judged.Violations(); len(v) > 0 {
+		t.Errorf("with the host's runtime %q recorded: violations %v", runtime, v)
+	}
+	if runtime != "" { // "" is the daemon's default runtime: nothing to compare with
+		other := port.KernelGVisor
+		if a.Kernel == port.KernelGVisor {
+			other = port.KernelLinux
+		}
+		judged.Kernel = other
+		if v := judged.Violations(); len(v) == 0 {
+			t.Errorf("kernel %q with runtime %q was not judged a violation", other, runtime)
+		}
+	}
 	stop()
 }
 

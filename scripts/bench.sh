@@ -35,3 +35,6 @@ run ./integration ConcurrentSandboxes 1x
 run ./adapters/containerd 'PooledRun|PooledRunCreated' 30x
 run ./adapters/containerd IdleMemory 1x
 run ./adapters/containerd Throughput 1x
+run ./adapters/docker Throughput 1x
+# Most of the machine for minutes, until something gives (SCALE_MAX caps it).
+run ./adapters/containerd LiveSandboxes 1x

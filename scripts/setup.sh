@@ -8,7 +8,7 @@ set -euo pipefail
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 need_pkgs=()
-for p in docker.io containerd nginx-light socat iproute2 git; do
+for p in docker.io containerd nginx-light socat iproute2 git jq; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
@@ -53,25 +53,37 @@ if ! docker version >/dev/null 2>&1; then
 fi
 docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVersion}})' >&2
 
-# OCI runtimes besides runc (see the adapters' WithRuntime): gVisor's runsc and crun
-# from Debian when available. runsc runs here only on the ptrace platform (no KVM) and
-# without a network stack of its own (sandboxes have none anyway): containerd's runc
-# shim cannot pass it flags, so it gets a wrapper; Docker gets them in daemon.json.
+# OCI runtimes besides runc (see the adapters' WithRuntime): gVisor's runsc and crun.
+# runsc is built at a pinned version from the Go module proxy (scripts/install-runsc.sh:
+# Debian's 2022 release lacks /proc files the conformance suite reads); Debian's is the
+# fallback when that build fails. Either runs without a network stack of its own
+# (sandboxes have none anyway); the built one on the systrap platform (no KVM needed),
+# allowed to connect to the host unix sockets mounted into the sandbox (--host-uds=open:
+# the LLM socket), Debian's on ptrace. containerd's runc shim cannot pass flags, so
+# runsc gets a wrapper; Docker gets them in daemon.json.
 runsc_wrapper=/usr/local/bin/runsc-sandbox
-optional_pkgs=()
-for p in runsc crun; do
-  dpkg -s "$p" >/dev/null 2>&1 || optional_pkgs+=("$p")
-done
-if ((${#optional_pkgs[@]})) && [ "$(id -u)" = 0 ]; then
+install_optional() { # Debian packages that only some tests need
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  ((${#missing[@]})) && [ "$(id -u)" = 0 ] || return 0
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends "${optional_pkgs[@]}" >/dev/null 2>&1 ||
-    log "could not install ${optional_pkgs[*]}; the runtime tests that need them say so"
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+    log "could not install ${missing[*]}; the runtime tests that need them say so"
+}
+install_optional crun
+runsc_bin='' runsc_args=()
+if [ "$(id -u)" = 0 ] && runsc_bin=$(bash "$(dirname "$0")/install-runsc.sh"); then
+  runsc_args=(--network=none --host-uds=open --oci-seccomp)
+else
+  log "building runsc failed: using Debian's (the runsc conformance tests will say what it lacks)"
+  install_optional runsc
+  command -v runsc >/dev/null && runsc_bin=$(command -v runsc) runsc_args=(--platform=ptrace --network=none)
 fi
-if command -v runsc >/dev/null && [ "$(id -u)" = 0 ]; then
+if [ -n "$runsc_bin" ] && [ "$(id -u)" = 0 ]; then
   want="#!/bin/sh
-exec $(command -v runsc) --platform=ptrace --network=none \"\$@\""
+exec $runsc_bin ${runsc_args[*]} \"\$@\""
   if [ ! -x "$runsc_wrapper" ] || [ "$(cat "$runsc_wrapper")" != "$want" ]; then
-    log "installing $runsc_wrapper"
+    log "installing $runsc_wrapper ($runsc_bin)"
     printf '%s\n' "$want" >"$runsc_wrapper.tmp" && chmod 755 "$runsc_wrapper.tmp" && mv "$runsc_wrapper.tmp" "$runsc_wrapper"
   fi
 fi
@@ -80,7 +92,7 @@ fi
 # merged with jq when present, else left alone with a message.
 daemon_json=/etc/docker/daemon.json
 runtimes='{}'
-command -v runsc >/dev/null && runtimes=$(printf '{"runsc":{"path":"%s","runtimeArgs":["--platform=ptrace","--network=none"]}}' "$(command -v runsc)")
+[ -n "$runsc_bin" ] && runtimes=$(printf '%s\n' "${runsc_args[@]}" | jq -R . | jq -cs --arg path "$runsc_bin" '{runsc: {path: $path, runtimeArgs: .}}')
 if command -v crun >/dev/null; then
   crun_json=$(printf '"crun":{"path":"%s"}' "$(command -v crun)")
   if [ "$runtimes" = '{}' ]; then runtimes="{$crun_json}"; else runtimes="${runtimes%\}},$crun_json}"; fi
@@ -100,6 +112,6 @@ if [ "$runtimes" != '{}' ] && [ "$(id -u)" = 0 ]; then
     printf '%s\n' "$new" >"$daemon_json"
     pid=$(cat "$run_dir/docker.pid" 2>/dev/null || pidof dockerd || true)
     [ -n "$pid" ] && kill -HUP "$pid"
-    for _ in $(seq 1 50); do docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q runsc && break; sleep 0.2; done
+    for _ in $(seq 1 50); do docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -qF "\"${runsc_bin:-runsc}\"" && break; sleep 0.2; done
   fi
 fi

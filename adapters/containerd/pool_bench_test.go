@@ -3,6 +3,8 @@ package containerd
 import (
 	"context"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +57,9 @@ func benchPooledRun(b *testing.B, opts ...Option) {
 		b.Fatal(err)
 	}
 	defer p.Close(ctx)
-	var pooled, withProxy, raw []time.Duration
+	// toAgent: RunOnce called → the agent runs (its own clock reading); fromAgent: the
+	// agent runs → RunOnce returned (its exit, the bridge's, the shim's report).
+	var pooled, withProxy, raw, toAgent, fromAgent []time.Duration
 	for b.Loop() {
 		_, res, _, err := rawRun(ctx, r, port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}})
 		if err != nil {
@@ -70,7 +74,7 @@ func benchPooledRun(b *testing.B, opts ...Option) {
 		t0 := time.Now()
 		spec := tmpl
 		spec.RunID = sandboxtest.RunID("bench")
-		spec.Argv = []string{"/agent", "exit", "0"}
+		spec.Argv = []string{"/agent", "now"}
 		px, err := pm.Start(ctx, port.ProxySpec{RunID: spec.RunID, Upstream: "http://127.0.0.1:9", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
 		if err != nil {
 			b.Fatal(err)
@@ -84,8 +88,16 @@ func benchPooledRun(b *testing.B, opts ...Option) {
 		if err != nil || out.ExitCode != 0 {
 			b.Fatalf("pooled: %v %+v", err, out)
 		}
-		pooled = append(pooled, time.Since(t1))
-		withProxy = append(withProxy, time.Since(t0))
+		end := time.Now()
+		pooled = append(pooled, end.Sub(t1))
+		withProxy = append(withProxy, end.Sub(t0))
+		if ns, err := strconv.ParseInt(strings.TrimSpace(string(out.Stdout)), 10, 64); err == nil {
+			agent := time.Unix(0, ns)
+			toAgent = append(toAgent, agent.Sub(t1))
+			fromAgent = append(fromAgent, end.Sub(agent))
+		} else {
+			b.Fatalf("the agent printed no time: %q", out.Stdout)
+		}
 		_, _ = px.Stop(ctx)
 		if err := r.Drain(ctx); err != nil {
 			b.Fatal(err)
@@ -98,6 +110,8 @@ func benchPooledRun(b *testing.B, opts ...Option) {
 	benchutil.Report(b, "pooled+proxystart", withProxy)
 	r50 := benchutil.Report(b, "rawcold", raw)
 	benchutil.Ratio(b, "pooled/rawcold-p50-ratio", p50, r50)
+	b.ReportMetric(float64(benchutil.Quantile(toAgent, 0.5))/1e6, "pooled-to-agent-ms")
+	b.ReportMetric(float64(benchutil.Quantile(fromAgent, 0.5))/1e6, "pooled-agent-to-result-ms")
 	for _, ph := range []string{"attach", "claim", "start", "exit", "output"} {
 		b.ReportMetric(float64(benchutil.Quantile(phase[ph], 0.5))/1e6, "pooled-"+ph+"-ms")
 	}

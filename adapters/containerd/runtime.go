@@ -15,12 +15,14 @@ import (
 const (
 	// RuntimeRunc is the default.
 	RuntimeRunc = "runc"
-	// RuntimeRunsc is gVisor. The runc shim cannot pass it flags, and hosts that need
-	// some (this project's CI needs --platform=ptrace --network=none) give it a
-	// wrapper instead: scripts/setup.sh installs RuntimeRunscWrapper.
+	// RuntimeRunsc is gVisor. The runc shim cannot pass it flags, and sandboxes need
+	// some (--network=none, --host-uds=open for the LLM socket, --oci-seccomp): give
+	// it a wrapper instead, as scripts/setup.sh installs RuntimeRunscWrapper.
 	RuntimeRunsc = "runsc"
-	// RuntimeRunscWrapper is the wrapper scripts/setup.sh installs: runsc on the ptrace
-	// platform with no network stack of its own, for hosts without KVM.
+	// RuntimeRunscWrapper is the wrapper scripts/setup.sh installs: the runsc that
+	// scripts/install-runsc.sh builds (systrap platform, no KVM needed) with no network
+	// stack of its own, connecting to the host unix sockets mounted in, and applying
+	// the spec's seccomp profile inside gVisor too.
 	RuntimeRunscWrapper = "/usr/local/bin/runsc-sandbox"
 	// RuntimeCrun is crun. It needs a pure cgroup v2 (unified) or v1 host: on a hybrid
 	// layout (cgroup v1 controllers with a v2 mount at /sys/fs/cgroup/unified) it

@@ -17,7 +17,7 @@ import (
 func needRunsc(t *testing.T) string {
 	t.Helper()
 	_, err := os.Stat(RuntimeRunscWrapper)
-	testenv.Need(t, "runsc", err == nil, "gVisor: "+RuntimeRunscWrapper+" is missing (scripts/setup.sh installs it with Debian's runsc)")
+	testenv.Need(t, "runsc", err == nil, "gVisor: "+RuntimeRunscWrapper+" is missing (scripts/setup.sh installs it)")
 	return RuntimeRunscWrapper
 }
 
@@ -33,6 +33,17 @@ func TestWithRuntimeValidates(t *testing.T) {
 			t.Errorf("WithRuntime(%q): %v, Runtime() = %q", name, err, r.Runtime())
 		}
 	}
+}
+
+// TestRunscConformance runs the runner conformance suite on gVisor (the runsc
+// scripts/setup.sh builds: Debian bookworm's 2022 release lacks /proc/self/limits and
+// the NoNewPrivs and CapAmb lines the suite reads).
+func TestRunscConformance(t *testing.T) {
+	r, image := runnerEnv(t, WithOwner("porttest-runsc"), WithBridge(testenv.Bridge(t)), WithRuntime(needRunsc(t)))
+	if r.Runtime() != RuntimeRunscWrapper {
+		t.Fatalf("Runtime() = %q", r.Runtime())
+	}
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
 }
 
 // TestRunscLockdown checks on gVisor, with probes its /proc answers, the lockdown the

@@ -180,7 +180,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 			// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
 			// Docker's OOM event does.
 			res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
-		} else {
+		}
+		if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
 			// Docker sets its flag from the runtime's OOM event, which can come after
 			// the exit (or, when the cgroup is gone first, never): give it a bounded
 			// moment. Configure a bridge for an exact answer.

@@ -25,6 +25,19 @@ func needRuntime(t *testing.T, cli *client.Client, part, name string) {
 	testenv.Need(t, part, ok, "the Docker daemon has no runtime "+name+" (scripts/setup.sh registers it in daemon.json)")
 }
 
+// TestRunscConformance runs the runner conformance suite on gVisor (the runsc
+// scripts/setup.sh builds and registers: Debian bookworm's 2022 release lacks
+// /proc/self/limits and the NoNewPrivs and CapAmb lines the suite reads).
+func TestRunscConformance(t *testing.T) {
+	cli, image := dockerEnv(t)
+	needRuntime(t, cli, "runsc", "runsc")
+	r, err := NewRunner(WithClient(cli), WithOwner("porttest-runsc"), WithBridge(testenv.Bridge(t)), WithRuntime("runsc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: drained(r, leftovers(cli))})
+}
+
 // TestRunscLockdown checks on gVisor, with probes its /proc answers, the lockdown the
 // suite checks: a root that cannot be written, no effective capabilities, setuid(0)
 // refused, the non-root user, loopback only with no route, and nothing left behind.

@@ -37,6 +37,38 @@ type Attestation struct {
 	OpenFiles     uint64    `json:"open_files"`
 	PIDsMax       string    `json:"pids_max"`
 	Mounts        int       `json:"mounts"`
+	Kernel        string    `json:"kernel,omitempty"`
+	KernelVersion string    `json:"kernel_version,omitempty"`
+}
+
+// Kernels Attest reports (port.KernelLinux, port.KernelGVisor).
+const (
+	kernelLinux  = "linux"
+	kernelGVisor = "gvisor"
+)
+
+// gVisor's /proc/version: "-gvisor" in the release since 2023, and before that a
+// fixed build date of its own (Debian bookworm's 2022 release says "Linux version
+// 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016").
+var gvisorMarkers = []string{"gvisor", "Sun Jan 10 15:06:54 PST 2016"}
+
+// kernel reads /proc/version: which kernel the sandbox's processes talk to, and the
+// line itself (clipped).
+func kernel() (name, version string) {
+	b, err := readSmall("/proc/version")
+	if err != nil {
+		return "", ""
+	}
+	version, _, _ = strings.Cut(string(b), "\n")
+	if len(version) > 256 {
+		version = version[:256]
+	}
+	for _, m := range gvisorMarkers {
+		if strings.Contains(version, m) {
+			return kernelGVisor, version
+		}
+	}
+	return kernelLinux, version
 }
 
 // engineSockets are where container-engine sockets usually are; finding one inside a
@@ -48,7 +80,8 @@ var engineSockets = []string{
 }
 
 // Attest reads the sandbox's isolation from inside: interfaces, routes, resolv.conf,
-// capabilities, no_new_privs, seccomp, ids, the root mount, engine sockets, limits.
+// capabilities, no_new_privs, seccomp, ids, the root mount, engine sockets, limits,
+// and the kernel (gVisor's or the host's).
 // It reports facts; the host judges them.
 func Attest() Attestation {
 	a := Attestation{Time: time.Now().UTC(), UID: os.Getuid(), GID: os.Getgid()}
@@ -99,6 +132,7 @@ func Attest() Attestation {
 			break
 		}
 	}
+	a.Kernel, a.KernelVersion = kernel()
 	return a
 }
 

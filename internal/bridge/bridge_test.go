@@ -530,6 +530,12 @@ func TestAttestationMatchesThePort(t *testing.T) {
 	assert.Equal(t, os.Getuid(), pa.UID)
 	assert.NotEmpty(t, pa.Interfaces)
 	assert.NotEmpty(t, pa.CapBnd)
+	assert.Equal(t, port.KernelLinux, pa.Kernel, "the host's own kernel (tests do not run under gVisor)")
+	assert.True(t, strings.HasPrefix(pa.KernelVersion, "Linux version "), pa.KernelVersion)
+	assert.Empty(t, pa.Runtime, "the bridge never claims the host's runtime")
+	assert.Equal(t, port.KernelGVisor, port.RuntimeKernel("/usr/local/bin/runsc-sandbox"))
+	assert.Equal(t, kernelGVisor, port.KernelGVisor)
+	assert.Equal(t, kernelLinux, port.KernelLinux)
 }
 
 // TestAttestationPostedBeforeTheChild: with Attest, the proxy has the report before
