@@ -41,7 +41,14 @@ const (
 	// cannot write into the socket's directory through the shared /alloc.
 	sidecarUser = "65534:65534"
 	sidecarUID  = 65534
+
+	// resolvConf is the sandbox's /etc/resolv.conf, relative to its task directory.
+	resolvConf = "local/resolv.conf"
 )
+
+// outputFile is where the init writes the sandbox's stdout or stderr, relative to the
+// task directory (local/ appears at /local in the task).
+func outputFile(kind string) string { return "local/.sandbox-" + kind }
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -126,14 +133,20 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 			names = append(names, k)
 		}
 		sort.Strings(names)
-		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","))
+		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
+			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
 		if llm {
 			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
 		}
 		entrypoint = append(entrypoint, "--")
 	}
 	if r.cfg.bridgePath != "" {
-		entrypoint = append(entrypoint, bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)...)
+		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
+		if r.cfg.initPath != "" {
+			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
+			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
+		}
+		entrypoint = append(entrypoint, prefix...)
 	}
 	entrypoint = append(entrypoint, spec.Argv...)
 
@@ -143,10 +156,12 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 			"tmpfs_options": map[string]any{"size": spec.Limits.TmpfsBytes},
 		}
 	}
-	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run")}
 	bind := func(src, target string, ro bool) map[string]any {
 		return map[string]any{"type": "bind", "source": src, "target": target, "readonly": ro}
 	}
+	// Docker gives even a container without a network the host's resolv.conf; an
+	// empty one (rendered into the task's directory) replaces it.
+	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(resolvConf, "/etc/resolv.conf", true)}
 	if spec.WorkspaceDir != "" {
 		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
 	}
@@ -206,12 +221,18 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		res.CPU = ptr(r.cfg.cpuMHz)
 	}
 	return &api.Task{
-		Name:   agentTask,
-		Driver: "docker",
-		User:   spec.User,
-		Config: cfg,
-		Env:    env,
-		Meta:   js.meta,
+		Name: agentTask,
+		Templates: []*api.Template{{
+			EmbeddedTmpl: ptr("# no network\n"),
+			DestPath:     ptr(resolvConf),
+			ChangeMode:   ptr("noop"),
+			Perms:        ptr("0444"),
+		}},
+		Driver:      "docker",
+		User:        spec.User,
+		Config:      cfg,
+		Env:         env,
+		Meta:        js.meta,
 		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec))},
 		Resources:   res,
 		KillTimeout: ptr(2 * time.Second),
