@@ -150,3 +150,28 @@ func TestRunnerConformance(t *testing.T) {
 	r := e.runner(t)
 	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: e.image, Leftovers: e.leftovers(r)})
 }
+
+func TestProxyConformance(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	left := e.leftovers(r)
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{
+		Manager: r, Runner: r, Image: e.image,
+		Budget: true, Attestation: true, BodyPolicy: true,
+		Kill: func(ctx context.Context, p port.Proxy) error {
+			// The sidecar is killed where it runs, mid-run, as a crash would.
+			return p.(*Proxy).kill(ctx)
+		},
+		Leftovers: func(ctx context.Context, runID string) ([]string, error) {
+			l, err := left(ctx, runID)
+			r.mu.Lock()
+			for tok, p := range r.proxies {
+				if p.spec.RunID == runID {
+					l = append(l, "proxy:"+tok)
+				}
+			}
+			r.mu.Unlock()
+			return l, err
+		},
+	})
+}
