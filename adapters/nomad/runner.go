@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,9 @@ type Runner struct {
 
 	mu      sync.Mutex
 	proxies map[string]*Proxy // sidecar proxies started and not yet stopped, by token
+
+	// observe, if set (by tests), sees each run's finished allocation.
+	observe func(*api.Allocation)
 }
 
 var (
@@ -149,6 +153,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 	}
 	if alloc != nil {
+		if r.observe != nil {
+			r.observe(alloc)
+		}
 		r.collect(ctx, alloc, spec.OutputLimit, res)
 		if proxy != nil {
 			proxy.collect(ctx, r, alloc)
@@ -384,7 +391,8 @@ func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, 
 		} else if isNotFound(err) {
 			continue
 		}
-		if err := r.api.Allocations().GC(a, (&api.QueryOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+		// The endpoint answers with an empty body, which the client reports as EOF.
+		if err := r.api.Allocations().GC(a, (&api.QueryOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) && !errors.Is(err, io.EOF) {
 			errs = append(errs, fmt.Errorf("collect allocation %s: %w", id, err))
 		}
 	}

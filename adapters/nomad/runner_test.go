@@ -3,7 +3,9 @@ package nomad
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,7 +114,7 @@ func (e env) runner(t testing.TB, opts ...Option) *Runner {
 func (e env) leftovers(r *Runner) func(ctx context.Context, runID string) ([]string, error) {
 	return func(ctx context.Context, runID string) ([]string, error) {
 		var left []string
-		jobs, _, err := r.api.Jobs().List((&api.QueryOptions{Prefix: jobPrefix + runID + "-"}).WithContext(ctx))
+		jobs, _, err := r.api.Jobs().ListOptions(withMeta, (&api.QueryOptions{Prefix: jobPrefix + runID + "-"}).WithContext(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -174,4 +176,174 @@ func TestProxyConformance(t *testing.T) {
 			return l, err
 		},
 	})
+}
+
+func TestSweepAfterCrash(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: e.leftovers(r), Image: e.image, Bridge: e.bridge})
+}
+
+func TestDeadlineWithoutHost(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	sandboxtest.TestDeadlineWithoutHost(t, sandboxtest.CrashHarness{
+		Sweeper: r, Leftovers: e.leftovers(r), Image: e.image, Bridge: e.bridge,
+		Running: func(ctx context.Context, runID string) (bool, error) {
+			out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "status=running", "--filter", "status=created",
+				"--filter", "label="+port.LabelOwner+"="+e.owner, "--filter", "label="+port.LabelRunID+"="+runID).Output()
+			return len(bytes.TrimSpace(out)) > 0, err
+		},
+	})
+}
+
+// TestSweepGraceDryRunOwner plays a host that died after submitting a job: a Sweep
+// keeps it within the grace period, only reports it in a dry run, never touches
+// another owner's job, and then removes it with its allocation and containers.
+func TestSweepGraceDryRunOwner(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	other := e.runner(t, WithOwner(e.owner+"-other"))
+	ctx := context.Background()
+	submit := func(r *Runner, runID string) string {
+		spec := port.RunSpec{RunID: runID, Image: e.image, Argv: []string{"/agent", "sleep", "600"}}.WithDefaults()
+		created := time.Now()
+		js := jobSpec{id: jobID(runID), meta: meta(r.cfg.owner, runID, created), created: created}
+		if _, _, err := r.api.Jobs().Register(r.buildJob(spec, js), nil); err != nil {
+			t.Fatal(err)
+		}
+		return js.id
+	}
+	mine, theirs := sandboxtest.RunID("swept"), sandboxtest.RunID("kept")
+	submit(r, mine)
+	theirJob := submit(other, theirs)
+	defer func() { _ = other.remove(ctx, theirJob, nil, false) }()
+	left := e.leftovers(r)
+	// Wait until the sandbox runs, as it would have when the host died.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, _ := left(ctx, mine)
+		if len(l) >= 2 { // the job and its container
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never started: %v", l)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rep, err := r.Sweep(ctx, port.SweepOptions{OlderThan: time.Hour})
+	if err != nil || len(rep.Removed) != 0 {
+		t.Fatalf("a sweep within the grace period removed %v (%v)", rep.Removed, err)
+	}
+	rep, err = r.Sweep(ctx, port.SweepOptions{DryRun: true})
+	if err != nil || len(rep.Removed) != 1 || !strings.Contains(rep.Removed[0], mine) {
+		t.Fatalf("dry run = %v (%v), want only the job of %s", rep.Removed, err, mine)
+	}
+	if l, _ := left(ctx, mine); len(l) < 2 {
+		t.Fatalf("the dry run removed something: %v", l)
+	}
+	rep, err = r.Sweep(ctx, port.SweepOptions{})
+	if err != nil || len(rep.Errors) > 0 || len(rep.Removed) != 1 {
+		t.Fatalf("sweep = %+v (%v)", rep, err)
+	}
+	if l, err := left(ctx, mine); err != nil || len(l) > 0 {
+		t.Errorf("after the sweep: %v %v", l, err)
+	}
+	if j, _, err := r.api.Jobs().Info(theirJob, nil); err != nil || *j.Status == "dead" {
+		t.Errorf("the sweep touched another owner's job: %v", err)
+	}
+	if _, err := r.Sweep(ctx, port.SweepOptions{RunID: "../x"}); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Errorf("a bad run id: %v", err)
+	}
+}
+
+// TestManyRunsAcrossClients runs 100 sandboxes (SANDBOX_NOMAD_RUNS), 8 at a time,
+// and requires every one to succeed, both clients to have run some, and nothing to be
+// left in Nomad or Docker afterwards.
+func TestManyRunsAcrossClients(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t, WithLogger(slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	var mu sync.Mutex
+	nodes := map[string]int{}
+	r.observe = func(a *api.Allocation) {
+		mu.Lock()
+		nodes[a.NodeName]++
+		mu.Unlock()
+	}
+	n := testenv.Count("SANDBOX_NOMAD_RUNS", 100)
+	const par = 8
+	start := time.Now()
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	var failures []string
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			want := fmt.Sprintf("run-%d", i)
+			res, err := r.RunOnce(context.Background(), port.RunSpec{
+				RunID: sandboxtest.RunID("many"), Image: e.image, Argv: []string{"/agent", "echo", want, "err-" + want},
+				Limits: port.Limits{Timeout: 2 * time.Minute, MemoryBytes: 64 << 20},
+			})
+			if err != nil || string(res.Stdout) != want || string(res.Stderr) != "err-"+want || res.ExitCode != 0 {
+				mu.Lock()
+				failures = append(failures, fmt.Sprintf("%s: err=%v res=%+v", want, err, res))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	t.Logf("%d runs, %d at a time, in %v (%.1f runs/s); per node: %v", n, par, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), nodes)
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d runs failed:\n%s", len(failures), n, strings.Join(failures, "\n"))
+	}
+	if len(nodes) != len(e.cluster.NodeNames) {
+		t.Errorf("the runs went to %v, want all of %v", nodes, e.cluster.NodeNames)
+	}
+	for _, name := range e.cluster.NodeNames {
+		if nodes[name] < n/10 {
+			t.Errorf("node %s ran %d of %d runs: not spread", name, nodes[name], n)
+		}
+	}
+	ctx := context.Background()
+	jobs, _, err := r.api.Jobs().List(&api.QueryOptions{Prefix: jobPrefix + "many-"})
+	if err != nil || len(jobs) > 0 {
+		t.Errorf("jobs left: %d (%v)", len(jobs), err)
+	}
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+port.LabelOwner+"="+e.owner).Output()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("containers left: %q (%v)", out, err)
+	}
+	allocs, _, err := r.api.Allocations().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range allocs {
+		if strings.HasPrefix(a.JobID, jobPrefix+"many-") && !(a.ClientStatus == "complete" || a.ClientStatus == "failed") {
+			t.Errorf("allocation %s of %s is %s", a.ID, a.JobID, a.ClientStatus)
+		}
+	}
+	// The clients collected every allocation: no directory is left on the nodes.
+	for _, name := range e.cluster.NodeNames {
+		ents, err := os.ReadDir(filepath.Join(e.cluster.Dir(), name, "alloc"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		for _, d := range ents {
+			if a, _, err := r.api.Allocations().Info(d.Name(), nil); err == nil && strings.HasPrefix(a.JobID, jobPrefix+"many-") {
+				t.Errorf("node %s still holds the directory of allocation %s", name, d.Name())
+			}
+		}
+	}
+}
+
+// tlog writes log lines to the test's log.
+type tlog struct{ t testing.TB }
+
+func (w tlog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

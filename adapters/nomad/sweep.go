@@ -30,7 +30,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		prefix += opts.RunID + "-"
 	}
 	cutoff := time.Now().Add(-opts.OlderThan)
-	jobs, _, err := r.api.Jobs().List((&api.QueryOptions{Prefix: prefix}).WithContext(ctx))
+	jobs, _, err := r.api.Jobs().ListOptions(withMeta, (&api.QueryOptions{Prefix: prefix}).WithContext(ctx))
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
 	}
@@ -89,3 +89,6 @@ func old(meta map[string]string, cutoff time.Time) bool {
 	t, err := time.Parse(time.RFC3339Nano, meta[port.LabelCreatedAt])
 	return err != nil || !t.After(cutoff)
 }
+
+// withMeta asks job listings for the jobs' meta (left out by default).
+var withMeta = &api.JobListOptions{Fields: &api.JobListFields{Meta: true}}

@@ -155,7 +155,7 @@ func wait(cmd *exec.Cmd, srcs []io.Reader, dsts []*os.File, max int64) int {
 	for range srcs {
 		select {
 		case <-copied:
-		case <-time.After(2 * time.Second):
+		case <-time.After(5 * time.Second):
 		}
 	}
 	for _, f := range dsts {
