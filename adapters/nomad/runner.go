@@ -111,7 +111,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	// Cleanup is registered before anything is created, and runs with a fresh
 	// context so a cancelled caller (or a panic) cannot leak the job or the key.
 	var alloc *api.Allocation
-	defer func() { r.cleanup(context.WithoutCancel(ctx), js.id, alloc, proxy != nil, log) }()
+	var tPlaced, tFinished, tCollected time.Time
+	defer func() {
+		r.cleanup(context.WithoutCancel(ctx), js.id, alloc, proxy != nil, log)
+		if !tCollected.IsZero() {
+			log.Debug("run phases", "placed", tPlaced.Sub(start), "finished", tFinished.Sub(tPlaced),
+				"collected", tCollected.Sub(tFinished), "cleaned", time.Since(tCollected))
+		}
+	}()
 
 	if proxy != nil {
 		if err := r.putProxyConfig(ctx, js.id, proxy); err != nil {
@@ -135,9 +142,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		proxy.attach(allocID)
 		defer proxy.detach()
 	}
+	tPlaced = time.Now()
 	if err == nil {
 		alloc, err = r.finished(runCtx, allocID)
 	}
+	tFinished = time.Now()
 	timedOut := false
 	if err != nil {
 		if runCtx.Err() == nil {
@@ -160,6 +169,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if proxy != nil {
 			proxy.collect(ctx, r, alloc)
 		}
+		tCollected = time.Now()
 	}
 	res.Duration = time.Since(start)
 	if timedOut {
