@@ -103,3 +103,8 @@ if [ "$runtimes" != '{}' ] && [ "$(id -u)" = 0 ]; then
     for _ in $(seq 1 50); do docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q runsc && break; sleep 0.2; done
   fi
 fi
+
+# Nomad, for the Nomad runner's tests and example: built from the Go module proxy and
+# cached by version (see scripts/install-nomad.sh; minutes from a cold Go build cache,
+# seconds after).
+bash "$(dirname "$0")/install-nomad.sh" >/dev/null

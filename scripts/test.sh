@@ -34,6 +34,8 @@ fi
 
 eval "$(bash scripts/install-openclaw.sh)"
 export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
+eval "$(bash scripts/install-nomad.sh)"
+export NOMAD_BIN
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
 
 race=-race
