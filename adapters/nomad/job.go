@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -70,6 +71,10 @@ type jobSpec struct {
 	meta    map[string]string
 	created time.Time
 	proxy   bool // a sidecar proxy runs beside the sandbox
+	// copyWorkspace says the workspace is copied (WithWorkspaceCopy); workspace is
+	// its packed input.
+	copyWorkspace bool
+	workspace     []byte
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -104,11 +109,15 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 	if js.proxy {
 		disk += sidecarLogFiles * sidecarLogFileMB
 	}
-	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: ptr(disk)}
 	tg.Tasks = append(tg.Tasks, r.agentTask(spec, js))
 	if js.proxy {
 		tg.Tasks = append(tg.Tasks, r.sidecar(spec, js))
 	}
+	if js.copyWorkspace {
+		tg.Tasks = append(tg.Tasks, r.unpacker(spec, js))
+		disk += sidecarLogFiles*sidecarLogFileMB + mib(int64(2*len(js.workspace)))
+	}
+	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: ptr(disk)}
 	job.TaskGroups = []*api.TaskGroup{tg}
 	return job
 }
@@ -160,7 +169,10 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// Docker gives even a container without a network the host's resolv.conf; an
 	// empty file replaces it (a template would slow every start down).
 	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
-	if spec.WorkspaceDir != "" {
+	switch {
+	case js.copyWorkspace:
+		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
+	case spec.WorkspaceDir != "":
 		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
 	}
 	for _, m := range spec.Mounts {
@@ -289,6 +301,45 @@ const (
 )
 
 func agentLogFileMB(spec port.RunSpec) int { return max(1, mib(int64(spec.OutputLimit))) }
+
+// unpacker is the prestart task that unpacks a copied workspace into the allocation's
+// shared data directory, as the sandbox's user, with the sandbox's lockdown; the input
+// comes in its template, base64-encoded (an alphabet the template language cannot
+// misread).
+func (r *Runner) unpacker(spec port.RunSpec, js jobSpec) *api.Task {
+	tmpl := `{{ base64Decode "` + base64.StdEncoding.EncodeToString(js.workspace) + `" }}`
+	return &api.Task{
+		Name:      workspaceTask,
+		Driver:    "docker",
+		User:      spec.User,
+		Lifecycle: &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart},
+		Config: map[string]any{
+			"image":           spec.Image,
+			"entrypoint":      []string{initTarget, "-unpack", "/" + workspaceTar, "-into", "/alloc/data/workspace"},
+			"args":            []string{},
+			"network_mode":    "none",
+			"cap_drop":        []string{"ALL"},
+			"security_opt":    []string{"no-new-privileges"},
+			"readonly_rootfs": true,
+			"pids_limit":      16,
+			"mount": []map[string]any{
+				{"type": "bind", "source": r.cfg.initPath, "target": initTarget, "readonly": true},
+				{"type": "bind", "source": os.DevNull, "target": "/etc/resolv.conf", "readonly": true},
+			},
+			"labels":     []map[string]string{js.meta},
+			"force_pull": false,
+		},
+		Meta: js.meta,
+		Templates: []*api.Template{{
+			EmbeddedTmpl: ptr(tmpl),
+			DestPath:     ptr(workspaceTar),
+			ChangeMode:   ptr("noop"),
+			Perms:        ptr("0644"),
+		}},
+		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB)},
+		Resources: &api.Resources{CPU: ptr(50), MemoryMB: ptr(32)},
+	}
+}
 
 // mib rounds bytes up to whole MiB (Nomad's memory unit).
 func mib(b int64) int { return int((b + 1<<20 - 1) >> 20) }

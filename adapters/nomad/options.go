@@ -36,6 +36,7 @@ type config struct {
 	cleanupTimeout time.Duration
 	cpuMHz         int
 	hostPaths      bool
+	copyWorkspace  bool
 }
 
 func defaultConfig() config {
@@ -262,6 +263,30 @@ func WithCPU(mhz int) Option {
 func WithHostPaths(on bool) Option {
 	return func(c *config) error {
 		c.hostPaths = on
+		return nil
+	}
+}
+
+// Limits of WithWorkspaceCopy.
+const (
+	// MaxWorkspaceIn is the most a workspace may hold to be copied into the cluster
+	// (it travels in the job, base64-encoded).
+	MaxWorkspaceIn = 4 << 20
+	// MaxWorkspaceOut and MaxWorkspaceFiles bound what is copied back.
+	MaxWorkspaceOut   = 256 << 20
+	MaxWorkspaceFiles = 10000
+)
+
+// WithWorkspaceCopy makes RunSpec.WorkspaceDir a directory of the host running the
+// runner rather than of the node: its regular files and directories (at most
+// MaxWorkspaceIn bytes) are copied into the run's allocation before the sandbox starts,
+// and what the sandbox leaves there is copied back when it ends (regular files and
+// directories only, through os.Root: a link the agent made is never followed; files it
+// deleted stay on the host). It needs WithInit (the init unpacks the input on the
+// node). Without it, the workspace is bind-mounted from the node (WithHostPaths).
+func WithWorkspaceCopy(on bool) Option {
+	return func(c *config) error {
+		c.copyWorkspace = on
 		return nil
 	}
 }

@@ -105,6 +105,12 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
 	js := jobSpec{id: jobID(spec.RunID), meta: meta(r.cfg.owner, spec.RunID, start), created: start, proxy: proxy != nil}
+	if spec.WorkspaceDir != "" && r.cfg.copyWorkspace {
+		if js.workspace, err = packWorkspace(spec.WorkspaceDir, MaxWorkspaceIn); err != nil {
+			return nil, opErr("RunOnce", spec.RunID, err)
+		}
+		js.copyWorkspace = true
+	}
 	job := r.buildJob(spec, js)
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, "job", js.id)
 
@@ -169,6 +175,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if proxy != nil {
 			proxy.collect(ctx, r, alloc)
 		}
+		if js.copyWorkspace {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
+			err := copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
+			cancel()
+			if err != nil && !timedOut {
+				return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", err))
+			}
+		}
 		tCollected = time.Now()
 	}
 	res.Duration = time.Since(start)
@@ -203,7 +217,16 @@ func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
 		return nil, port.Invalidf("argv is empty: on Nomad the image's own command is not known to the host, so give the argv")
 	}
 	hostDir := spec.LLM != nil && spec.LLM.HostDir != ""
-	if spec.WorkspaceDir != "" || len(spec.Mounts) > 0 || hostDir {
+	copied := spec.WorkspaceDir != "" && r.cfg.copyWorkspace
+	if copied && r.cfg.initPath == "" {
+		return nil, port.Invalidf("WithWorkspaceCopy needs WithInit: the init unpacks the workspace on the node")
+	}
+	if copied {
+		if err := spec.CheckHostPaths(); err != nil {
+			return nil, err
+		}
+	}
+	if (spec.WorkspaceDir != "" && !copied) || len(spec.Mounts) > 0 || hostDir {
 		if !r.cfg.hostPaths {
 			return nil, fmt.Errorf("%w: nomad: host paths (workspace, mounts, a host socket directory) with WithHostPaths(false)", port.ErrUnsupported)
 		}

@@ -4,6 +4,11 @@
 // files that the host reads through Nomad's file system API.
 //
 //	sandbox-nomad-init [-keep NAME,...] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...
+//	sandbox-nomad-init -unpack TAR -into DIR
+//
+// With -unpack it only unpacks a workspace (regular files and directories; nothing
+// outside DIR, no links) into DIR, which it creates, and exits: the prestart task of a
+// run whose workspace is copied into the cluster.
 //
 // Why each part exists:
 //
@@ -26,13 +31,17 @@
 package main
 
 import (
+	"archive/tar"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -48,7 +57,16 @@ func main() {
 	stdout := fs.String("stdout", "", "`file` the command's stdout goes to")
 	stderr := fs.String("stderr", "", "`file` the command's stderr goes to")
 	maxBytes := fs.Int64("max", 2<<20, "bytes kept of each stream (one more is written to flag truncation)")
-	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() == 0 || (*stdout == "") != (*stderr == "") {
+	unpackFrom := fs.String("unpack", "", "tar `file` to unpack into -into, then exit")
+	into := fs.String("into", "", "`directory` to unpack into")
+	if err := fs.Parse(os.Args[1:]); err == nil && *unpackFrom != "" && *into != "" {
+		if err := unpack(*unpackFrom, *into); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox-nomad-init: unpacking the workspace: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if fs.NArg() == 0 || (*stdout == "") != (*stderr == "") {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-nomad-init [-keep NAMES] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...")
 		os.Exit(exitFailed)
 	}
@@ -168,4 +186,58 @@ func wait(cmd *exec.Cmd, srcs []io.Reader, dsts []*os.File, max int64) int {
 		return 128 + int(ws.Signal())
 	}
 	return state.ExitCode()
+}
+
+// unpack extracts the regular files and directories of the tar file src into dst,
+// refusing any name that is not local (absolute, or with ".." segments).
+func unpack(src, dst string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := os.Mkdir(dst, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("%q is not a local name", h.Name)
+		}
+		mode := fs.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, mode|0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				return err
+			}
+			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o600)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, tr); err != nil {
+				out.Close()
+				return err
+			}
+			if err := out.Close(); err != nil {
+				return err
+			}
+		}
+	}
 }
