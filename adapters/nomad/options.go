@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"log/slog"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -157,10 +158,11 @@ func WithLogger(l *slog.Logger) Option {
 // client nodes. It is bind-mounted read-only into each sandbox and made its
 // entrypoint, so the agent reaches its proxy at http://127.0.0.1:8080. The path must
 // exist on every client node (installed with the Nomad client; on a one-machine
-// cluster the host's file will do).
+// cluster the host's file will do). Only its form is checked here; a path missing on
+// the node makes the run fail with port.CodeContainerFailed.
 func WithBridge(path string) Option {
 	return func(c *config) error {
-		if err := adapterutil.ValidateBridge(path); err != nil {
+		if err := nodePath("bridge", path); err != nil {
 			return err
 		}
 		c.bridgePath = path
@@ -175,7 +177,7 @@ func WithBridge(path string) Option {
 // no secrets) and its first LLM call may race the sidecar's start.
 func WithInit(path string) Option {
 	return func(c *config) error {
-		if err := adapterutil.ValidateBridge(path); err != nil {
+		if err := nodePath("init", path); err != nil {
 			return err
 		}
 		c.initPath = path
@@ -289,6 +291,15 @@ func WithWorkspaceCopy(on bool) Option {
 		c.copyWorkspace = on
 		return nil
 	}
+}
+
+// nodePath checks a path on the client nodes. It cannot be checked from here (the
+// nodes are elsewhere); a missing file makes the run fail with container_failed.
+func nodePath(what, p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, " \t\r\n\x00:") {
+		return port.Invalidf("%s path %q is not a clean absolute path", what, p)
+	}
+	return nil
 }
 
 func (c *config) apply(opts []Option) error {
