@@ -62,6 +62,15 @@
 // (bridge.Build) and the init (BuildInit) must be at the same path on every node, and
 // the agent's and the proxy's images (ProxyImage) in every node's Docker engine.
 //
+// # The workspace
+//
+// By default RunSpec.WorkspaceDir and Mounts are bind-mounted from the node
+// (WithHostPaths): right on one machine or with shared storage. WithWorkspaceCopy
+// copies the workspace instead: packed on the host through os.Root, unpacked into the
+// allocation by a prestart task (the init's -unpack mode, as the sandbox's user), and
+// copied back when the run ends through Nomad's file system API, regular files and
+// directories only, written through os.Root.
+//
 // # The LLM proxy: a sidecar beside the sandbox
 //
 // The Runner is also a port.ProxyManager. Start validates the proxy spec (as
