@@ -231,13 +231,15 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		res.CPU = ptr(r.cfg.cpuMHz)
 	}
 	return &api.Task{
-		Name:        agentTask,
-		Driver:      "docker",
-		User:        spec.User,
-		Config:      cfg,
-		Env:         env,
-		Meta:        js.meta,
-		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec))},
+		Name:   agentTask,
+		Driver: "docker",
+		User:   spec.User,
+		Config: cfg,
+		Env:    env,
+		Meta:   js.meta,
+		// With the init capturing the output, Nomad's log collection (two plugin
+		// processes per task) is only a cost.
+		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec)), Disabled: ptr(r.cfg.initPath != "")},
 		Resources:   res,
 		KillTimeout: ptr(2 * time.Second),
 		KillSignal:  "SIGKILL",
@@ -336,7 +338,7 @@ func (r *Runner) unpacker(spec port.RunSpec, js jobSpec) *api.Task {
 			ChangeMode:   ptr("noop"),
 			Perms:        ptr("0644"),
 		}},
-		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB)},
+		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
 		Resources: &api.Resources{CPU: ptr(50), MemoryMB: ptr(32)},
 	}
 }
