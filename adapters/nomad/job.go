@@ -31,8 +31,11 @@ const (
 	initTarget   = "/.agentsandbox/init"
 
 	// sockSubdir is the directory in the allocation's shared directory that holds the
-	// proxy's socket; it is mounted read-only at port.LLMSocketDir in the sandbox.
-	sockSubdir = "llm"
+	// proxy's socket; it is mounted read-only at port.LLMSocketDir in the sandbox. It
+	// must exist before the sandbox's container is created, which Nomad starts as soon
+	// as the sidecar runs, not once it has made anything: Nomad's own tmp directory of
+	// the allocation does.
+	sockSubdir = "tmp"
 	// Files in the sidecar's own task directory (local/ and secrets/ are private to
 	// a task: the sandbox cannot see them).
 	sidecarConfig      = "secrets/proxy.json"

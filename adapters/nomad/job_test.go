@@ -61,7 +61,7 @@ func TestJobLockdown(t *testing.T) {
 	var targets []string
 	for _, m := range c["mount"].([]map[string]any) {
 		targets = append(targets, m["target"].(string))
-		if m["target"] == port.LLMSocketDir && (m["source"] != "../alloc/llm" || m["readonly"] != true) {
+		if m["target"] == port.LLMSocketDir && (m["source"] != "../alloc/tmp" || m["readonly"] != true) {
 			t.Errorf("socket mount %v", m)
 		}
 	}

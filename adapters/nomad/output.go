@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,7 +120,7 @@ func (r *Runner) collectFiles(ctx context.Context, alloc *api.Allocation, limit 
 		if !regular[name] {
 			continue
 		}
-		b, err := readAll(r.api.AllocFS().ReadAt(alloc, dir+"/"+name, 0, int64(limit)+1, q))
+		b, err := r.readFile(ctx, alloc, dir+"/"+name, int64(limit)+1)
 		if err != nil {
 			r.cfg.logger.Warn("reading the sandbox's output failed", "kind", s.kind, "alloc", alloc.ID, "err", err)
 			continue
@@ -129,4 +130,22 @@ func (r *Runner) collectFiles(ctx context.Context, alloc *api.Allocation, limit 
 		}
 		*s.out = b
 	}
+}
+
+// readFile reads up to limit bytes of a file of the allocation through the servers'
+// file system endpoint. The API client's own ReadAt and Cat dial the node directly
+// with a new HTTP transport per call, whose idle connections pile up until Nomad's
+// per-client connection limit (100) refuses further calls; through the servers the
+// runner's one connection pool is reused, and nodes need not be reachable from the
+// host.
+func (r *Runner) readFile(ctx context.Context, alloc *api.Allocation, p string, limit int64) ([]byte, error) {
+	q := (&api.QueryOptions{Params: map[string]string{
+		"path": p, "offset": "0", "limit": strconv.FormatInt(limit, 10),
+	}}).WithContext(ctx)
+	rc, err := r.api.Raw().Response("/v1/client/fs/readat/"+alloc.ID, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, limit))
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
@@ -166,8 +165,7 @@ func (r *Runner) putProxyConfig(ctx context.Context, job string, p *Proxy) error
 func (p *Proxy) collect(ctx context.Context, r *Runner, alloc *api.Allocation) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
-	q := (&api.QueryOptions{}).WithContext(ctx)
-	recs, err := readAll(r.api.AllocFS().Cat(alloc, sidecarTask+"/"+sidecarAudit, q))
+	recs, err := r.readFile(ctx, alloc, sidecarTask+"/"+sidecarAudit, maxAudit)
 	if err != nil && !isNotFound(err) {
 		r.cfg.logger.Warn("reading the proxy's audit failed", "alloc", alloc.ID, "err", err)
 	}
@@ -183,7 +181,7 @@ func (p *Proxy) collect(ctx context.Context, r *Runner, alloc *api.Allocation) {
 		got = append(got, rec)
 	}
 	var att *port.Attestation
-	if b, err := readAll(r.api.AllocFS().Cat(alloc, sidecarTask+"/"+sidecarAttestation, q)); err == nil && len(b) > 0 {
+	if b, err := r.readFile(ctx, alloc, sidecarTask+"/"+sidecarAttestation, 1<<20); err == nil && len(b) > 0 {
 		var a port.Attestation
 		if json.Unmarshal(b, &a) == nil {
 			att = &a
@@ -197,11 +195,5 @@ func (p *Proxy) collect(ctx context.Context, r *Runner, alloc *api.Allocation) {
 	p.mu.Unlock()
 }
 
-// readAll reads a file from the API, bounded (an audit is small).
-func readAll(rc io.ReadCloser, err error) ([]byte, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, 64<<20))
-}
+// maxAudit bounds the audit file read back (records are a few hundred bytes each).
+const maxAudit = 64 << 20

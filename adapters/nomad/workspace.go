@@ -98,7 +98,7 @@ func (n nomadFiles) List(ctx context.Context, p string) ([]*api.AllocFileInfo, e
 }
 
 func (n nomadFiles) Read(ctx context.Context, p string, limit int64) ([]byte, error) {
-	return readAll(n.r.api.AllocFS().ReadAt(n.alloc, p, 0, limit, (&api.QueryOptions{}).WithContext(ctx)))
+	return n.r.readFile(ctx, n.alloc, p, limit)
 }
 
 // copyBack copies the workspace the sandbox left in its allocation into the host
