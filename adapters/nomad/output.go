@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,14 +17,15 @@ import (
 
 // collect reads the sandbox task's stdout and stderr, each capped at limit bytes (the
 // prefix is kept; the flag says more was written): from the files the init wrote when
-// there is one, else through Nomad's log API.
-func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) {
+// there is one, else through Nomad's log API. An error means the output could not be
+// read whole: the run's result must not pass for one that printed nothing.
+func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	if r.cfg.initPath != "" {
-		r.collectFiles(ctx, alloc, limit, res)
-		return
+		return r.collectFiles(ctx, alloc, limit, res)
 	}
+	var errs []error
 	for _, s := range []struct {
 		kind  string
 		out   *[]byte
@@ -31,10 +33,11 @@ func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, 
 	}{{"stdout", &res.Stdout, &res.StdoutTruncated}, {"stderr", &res.Stderr, &res.StderrTruncated}} {
 		buf := &capture.Buffer{Max: limit}
 		if err := r.readLog(ctx, alloc, s.kind, buf); err != nil {
-			r.cfg.logger.Warn("reading the sandbox's output failed", "kind", s.kind, "alloc", alloc.ID, "err", err)
+			errs = append(errs, fmt.Errorf("reading %s: %w", s.kind, err))
 		}
 		*s.out, *s.trunc = buf.Result()
 	}
+	return errors.Join(errs...)
 }
 
 // readLog copies one log stream of the sandbox task into buf, stopping once buf has
@@ -97,13 +100,15 @@ func drain(frames <-chan *api.StreamFrame, buf *capture.Buffer, n *int) {
 // agent could have replaced them (they are in its own task directory): only regular
 // files are read, so a link the agent planted cannot make the host read another file
 // of the allocation. The agent is dead by then, so it cannot swap them in between.
-func (r *Runner) collectFiles(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) {
-	q := (&api.QueryOptions{}).WithContext(ctx)
+func (r *Runner) collectFiles(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) error {
 	dir := agentTask + "/local"
-	entries, _, err := r.api.AllocFS().List(alloc, dir, q)
+	var entries []*api.AllocFileInfo
+	err := retry(ctx, func() (err error) {
+		entries, _, err = r.api.AllocFS().List(alloc, dir, (&api.QueryOptions{}).WithContext(ctx))
+		return err
+	})
 	if err != nil {
-		r.cfg.logger.Warn("listing the sandbox's output failed", "alloc", alloc.ID, "err", err)
-		return
+		return fmt.Errorf("listing the sandbox's output: %w", err)
 	}
 	regular := map[string]bool{}
 	for _, e := range entries {
@@ -118,18 +123,19 @@ func (r *Runner) collectFiles(ctx context.Context, alloc *api.Allocation, limit 
 	}{{"stdout", &res.Stdout, &res.StdoutTruncated}, {"stderr", &res.Stderr, &res.StderrTruncated}} {
 		name := strings.TrimPrefix(outputFile(s.kind), "local/")
 		if !regular[name] {
+			// The init did not start (or the agent replaced the file): nothing to read.
 			continue
 		}
 		b, err := r.readFile(ctx, alloc, dir+"/"+name, int64(limit)+1)
 		if err != nil {
-			r.cfg.logger.Warn("reading the sandbox's output failed", "kind", s.kind, "alloc", alloc.ID, "err", err)
-			continue
+			return fmt.Errorf("reading the sandbox's %s: %w", s.kind, err)
 		}
 		if len(b) > limit {
 			b, *s.trunc = b[:limit], true
 		}
 		*s.out = b
 	}
+	return nil
 }
 
 // readFile reads up to limit bytes of a file of the allocation through the servers'
@@ -142,10 +148,38 @@ func (r *Runner) readFile(ctx context.Context, alloc *api.Allocation, p string, 
 	q := (&api.QueryOptions{Params: map[string]string{
 		"path": p, "offset": "0", "limit": strconv.FormatInt(limit, 10),
 	}}).WithContext(ctx)
-	rc, err := r.api.Raw().Response("/v1/client/fs/readat/"+alloc.ID, q)
-	if err != nil {
-		return nil, err
+	var b []byte
+	err := retry(ctx, func() error {
+		rc, err := r.api.Raw().Response("/v1/client/fs/readat/"+alloc.ID, q)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		b, err = io.ReadAll(io.LimitReader(rc, limit))
+		return err
+	})
+	return b, err
+}
+
+// retry runs fn up to four times while it fails with what a busy agent answers (429,
+// a 5xx, a transport error), backing off from 100 ms.
+func retry(ctx context.Context, fn func() error) error {
+	var err error
+	for i, d := 0, 100*time.Millisecond; i < 4; i, d = i+1, d*2 {
+		if err = fn(); err == nil || isNotFound(err) || !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(d):
+		}
 	}
-	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, limit))
+	return err
+}
+
+func transient(err error) bool {
+	st := statusOf(err)
+	return st == 429 || st >= 500 || errors.Is(classify(err), port.ErrUnavailable) ||
+		strings.Contains(err.Error(), "Unexpected response code: 429") || strings.Contains(err.Error(), "Unexpected response code: 5")
 }

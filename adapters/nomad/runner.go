@@ -117,6 +117,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	// Cleanup is registered before anything is created, and runs with a fresh
 	// context so a cancelled caller (or a panic) cannot leak the job or the key.
 	var alloc *api.Allocation
+	var outErr error
 	var tPlaced, tFinished, tCollected time.Time
 	defer func() {
 		r.cleanup(context.WithoutCancel(ctx), js.id, alloc, proxy != nil, log)
@@ -171,7 +172,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if r.observe != nil {
 			r.observe(alloc)
 		}
-		r.collect(ctx, alloc, spec.OutputLimit, res)
+		outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
 		if proxy != nil {
 			proxy.collect(ctx, r, alloc)
 		}
@@ -186,6 +187,18 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		tCollected = time.Now()
 	}
 	res.Duration = time.Since(start)
+	if outErr != nil && !timedOut {
+		if alloc != nil {
+			if ts := alloc.TaskStates[agentTask]; ts != nil {
+				for _, ev := range ts.Events {
+					if ev.Type == api.TaskTerminated {
+						res.ExitCode = ev.ExitCode
+					}
+				}
+			}
+		}
+		return fail(port.CodeInternal, outErr)
+	}
 	if timedOut {
 		cause := context.Cause(runCtx)
 		if ctx.Err() != nil {
