@@ -347,3 +347,25 @@ func (w tlog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestSocketDirectoryBelongsToTheProxy: Nomad mounts the allocation's shared directory
+// read-write in every task; the socket's directory in it is the proxy's, and the
+// sandbox can neither write there nor, through /llm-sock, anywhere near the socket.
+func TestSocketDirectoryBelongsToTheProxy(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	p, err := r.Start(context.Background(), port.ProxySpec{RunID: "sockdir", Upstream: "http://127.0.0.1:1", APIKey: "k",
+		Attribution: port.Attribution{BillingAccountID: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(context.Background())
+	sock := p.Socket()
+	for _, target := range []string{"/alloc/" + sockSubdir + "/planted", port.LLMSocketDir + "/planted"} {
+		res, err := r.RunOnce(context.Background(), port.RunSpec{RunID: sandboxtest.RunID("sockdir"), Image: e.image, LLM: &sock,
+			Argv: []string{"/agent", "write", target, "x"}})
+		if err != nil || res.ExitCode != 4 {
+			t.Errorf("writing %s: exit %d, %v: %s", target, res.ExitCode, err, res.Stderr)
+		}
+	}
+}
