@@ -364,8 +364,8 @@ func TestSocketDirectoryBelongsToTheProxy(t *testing.T) {
 	for _, target := range []string{"/alloc/" + sockSubdir + "/planted", port.LLMSocketDir + "/planted"} {
 		res, err := r.RunOnce(context.Background(), port.RunSpec{RunID: sandboxtest.RunID("sockdir"), Image: e.image, LLM: &sock,
 			Argv: []string{"/agent", "write", target, "x"}})
-		if err != nil || res.ExitCode != 4 {
-			t.Errorf("writing %s: exit %d, %v: %s", target, res.ExitCode, err, res.Stderr)
+		if err != nil || res == nil || res.ExitCode != 4 {
+			t.Errorf("writing %s: %+v, %v", target, res, err)
 		}
 	}
 }
