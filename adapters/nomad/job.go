@@ -290,7 +290,10 @@ func (r *Runner) sidecar(spec port.RunSpec, js jobSpec) *api.Task {
 			Uid:          ptr(sidecarUID),
 			Gid:          ptr(sidecarUID),
 		}},
-		LogConfig:   &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB)},
+		// Nobody reads the proxy's logs (the job is purged when the run ends), and
+		// Nomad would keep them in the allocation's logs directory, which the sandbox
+		// can read.
+		LogConfig:   &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
 		Resources:   &api.Resources{CPU: ptr(100), MemoryMB: ptr(64)},
 		KillTimeout: ptr(10 * time.Second),
 		KillSignal:  "SIGTERM",
