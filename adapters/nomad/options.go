@@ -82,8 +82,9 @@ func WithClient(cli *api.Client) Option {
 	}
 }
 
-// WithToken sets the ACL token the runner uses. It needs submit-job, read-job,
-// read-logs, read-fs, alloc-lifecycle and variables write in its namespace.
+// WithToken sets the ACL token the runner uses. It must be allowed to submit, read and
+// purge jobs, read allocations' files, signal and garbage-collect allocations, and
+// write, read, list and destroy variables under nomad/jobs/ in its namespace.
 func WithToken(token string) Option {
 	return func(c *config) error {
 		c.token = token
