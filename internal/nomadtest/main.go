@@ -36,8 +36,14 @@ func Main(m *testing.M) int {
 		shared.err = err
 		return m.Run()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	c, err := Start(ctx, Options{Bin: bin})
+	if err != nil && ctx.Err() == nil {
+		// A free port picked for an agent can be taken by another process before the
+		// agent binds it: one more try, with new ports.
+		fmt.Fprintf(os.Stderr, "nomadtest: retrying after: %v\n", err)
+		c, err = Start(ctx, Options{Bin: bin})
+	}
 	cancel()
 	if err != nil {
 		shared.err = err
