@@ -34,6 +34,9 @@ fi
 
 eval "$(bash scripts/install-openclaw.sh)"
 export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
+# Nomad (the Nomad runner's tests) is built into the same cache, by version.
+eval "$(bash scripts/install-nomad.sh)"
+export NOMAD_BIN
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
 
 race=-race

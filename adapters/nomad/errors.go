@@ -1,0 +1,62 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// statusOf returns the HTTP status of an API error, or 0.
+func statusOf(err error) int {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		return ue.StatusCode()
+	}
+	var uep *api.UnexpectedResponseError
+	if errors.As(err, &uep) && uep.HasStatusCode() {
+		return uep.StatusCode()
+	}
+	// Some endpoints still report their status only in the message.
+	if strings.Contains(err.Error(), "Unexpected response code: 404") {
+		return 404
+	}
+	return 0
+}
+
+func isNotFound(err error) bool {
+	return err != nil && (statusOf(err) == 404 || strings.Contains(err.Error(), "not found"))
+}
+
+// classify maps an API error to the port sentinels, keeping the original as the cause.
+func classify(err error) error {
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case isNotFound(err):
+		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
+	case statusOf(err) == 400:
+		return fmt.Errorf("%w: %w", port.ErrInvalidSpec, err)
+	case errors.As(err, &ue), errors.As(err, &ne):
+		return fmt.Errorf("%w: nomad: %w", port.ErrUnavailable, err)
+	default:
+		return err
+	}
+}
+
+func opErr(op, runID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &port.OpError{Op: "nomad." + op, RunID: runID, Err: err}
+}

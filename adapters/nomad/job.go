@@ -1,0 +1,364 @@
+package nomad
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Names inside a run's job.
+const (
+	groupName   = "sandbox"
+	agentTask   = "agent"
+	sidecarTask = "llmproxy"
+
+	// jobPrefix starts every job ID the runner submits.
+	jobPrefix = "agentsandbox-"
+
+	// Where the runner's binaries appear inside the sandbox.
+	bridgeTarget = "/.agentsandbox/bridge"
+	initTarget   = "/.agentsandbox/init"
+
+	// sockSubdir is the directory in the allocation's shared directory that holds the
+	// proxy's socket; it is mounted read-only at port.LLMSocketDir in the sandbox. It
+	// must exist before the sandbox's container is created, which Nomad starts as soon
+	// as the sidecar runs, not once it has made anything: Nomad's own tmp directory of
+	// the allocation does.
+	sockSubdir = "tmp"
+	// Files in the sidecar's own task directory (local/ and secrets/ are private to
+	// a task: the sandbox cannot see them).
+	sidecarConfig      = "secrets/proxy.json"
+	sidecarAudit       = "local/audit.jsonl"
+	sidecarAttestation = "local/attestation.json"
+
+	// sidecarUser runs the proxy: neither root nor the sandbox's user, so the sandbox
+	// cannot write into the socket's directory through the shared /alloc.
+	sidecarUser = "65534:65534"
+	sidecarUID  = 65534
+)
+
+// outputFile is where the init writes the sandbox's stdout or stderr, relative to the
+// task directory (local/ appears at /local in the task).
+func outputFile(kind string) string { return "local/.sandbox-" + kind }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// jobID is unique per RunOnce; the run id stays readable in it.
+func jobID(runID string) string { return jobPrefix + runID + "-" + randHex(4) }
+
+// variablePath is where a run's proxy configuration (key included) waits for the
+// sidecar's template: under the job's own path, which the job's workload identity may
+// read when ACLs are on.
+func variablePath(job string) string {
+	return "nomad/jobs/" + job + "/" + groupName + "/" + sidecarTask
+}
+
+// jobSpec is what buildJob needs besides the RunSpec.
+type jobSpec struct {
+	id      string
+	meta    map[string]string
+	created time.Time
+	proxy   bool // a sidecar proxy runs beside the sandbox
+	// copyWorkspace says the workspace is copied (WithWorkspaceCopy); workspace is
+	// its packed input.
+	copyWorkspace bool
+	workspace     []byte
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// buildJob turns a validated spec (with defaults) into a batch job of one group: the
+// sandbox task, and the proxy's sidecar when the run has one.
+func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
+	job := &api.Job{
+		ID:          ptr(js.id),
+		Name:        ptr(js.id),
+		Type:        ptr(api.JobTypeBatch),
+		Datacenters: append([]string(nil), r.cfg.datacenters...),
+		Meta:        js.meta,
+		Priority:    ptr(50),
+	}
+	if r.cfg.namespace != "" {
+		job.Namespace = ptr(r.cfg.namespace)
+	}
+	if r.cfg.region != "" {
+		job.Region = ptr(r.cfg.region)
+	}
+	tg := &api.TaskGroup{
+		Name:  ptr(groupName),
+		Count: ptr(1),
+		// A sandbox runs once: no restart, no reschedule on another node.
+		RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
+		ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
+		Meta:             js.meta,
+	}
+	// Nomad wants the disk to hold every task's logs, with room to spare.
+	disk := 10 + agentLogFiles*agentLogFileMB(spec)
+	if js.proxy {
+		disk += sidecarLogFiles * sidecarLogFileMB
+	}
+	tg.Tasks = append(tg.Tasks, r.agentTask(spec, js))
+	if js.proxy {
+		tg.Tasks = append(tg.Tasks, r.sidecar(spec, js))
+	}
+	if js.copyWorkspace {
+		tg.Tasks = append(tg.Tasks, r.unpacker(spec, js))
+		disk += sidecarLogFiles*sidecarLogFileMB + mib(int64(2*len(js.workspace)))
+	}
+	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: ptr(disk)}
+	job.TaskGroups = []*api.TaskGroup{tg}
+	return job
+}
+
+func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	llm := spec.LLM != nil
+	if llm {
+		if _, ok := env["OPENAI_API_BASE"]; !ok {
+			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
+		}
+	}
+	var entrypoint []string
+	if r.cfg.initPath != "" {
+		names := make([]string, 0, len(env))
+		for k := range env {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
+			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
+		if llm {
+			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
+		}
+		entrypoint = append(entrypoint, "--")
+	}
+	if r.cfg.bridgePath != "" {
+		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
+		if r.cfg.initPath != "" {
+			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
+			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
+		}
+		entrypoint = append(entrypoint, prefix...)
+	}
+	entrypoint = append(entrypoint, spec.Argv...)
+
+	tmpfs := func(target string) map[string]any {
+		return map[string]any{
+			"type": "tmpfs", "target": target, "readonly": false,
+			"tmpfs_options": map[string]any{"size": spec.Limits.TmpfsBytes},
+		}
+	}
+	bind := func(src, target string, ro bool) map[string]any {
+		return map[string]any{"type": "bind", "source": src, "target": target, "readonly": ro}
+	}
+	// Docker gives even a container without a network the host's resolv.conf; an
+	// empty file replaces it (a template would slow every start down).
+	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
+	switch {
+	case js.copyWorkspace:
+		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
+	case spec.WorkspaceDir != "":
+		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
+	}
+	if llm {
+		if spec.LLM.HostDir != "" {
+			mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
+		} else {
+			// Relative to the task directory: the allocation's shared directory.
+			mounts = append(mounts, bind("../alloc/"+sockSubdir, port.LLMSocketDir, true))
+		}
+	}
+	if r.cfg.bridgePath != "" {
+		mounts = append(mounts, bind(r.cfg.bridgePath, bridgeTarget, true))
+	}
+	if r.cfg.initPath != "" {
+		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
+	}
+	labels := map[string]string{}
+	for k, v := range js.meta {
+		labels[k] = v
+	}
+	labels[port.LabelKind] = port.KindSandbox
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	cfg := map[string]any{
+		"image":           spec.Image,
+		"network_mode":    "none",
+		"cap_drop":        []string{"ALL"},
+		"security_opt":    []string{"no-new-privileges"},
+		"readonly_rootfs": true,
+		"pids_limit":      spec.Limits.PIDs,
+		"ulimit":          []map[string]string{{"nofile": fmt.Sprintf("%d:%d", spec.Limits.OpenFiles, spec.Limits.OpenFiles)}},
+		"hostname":        "sandbox",
+		"ipc_mode":        "private",
+		"labels":          []map[string]string{labels},
+		"mount":           mounts,
+		"force_pull":      false,
+	}
+	if len(entrypoint) > 0 {
+		cfg["entrypoint"] = entrypoint
+		cfg["args"] = []string{}
+	}
+	if spec.WorkspaceDir != "" {
+		cfg["work_dir"] = port.WorkspacePath
+	}
+	if r.cfg.runtime != "" {
+		cfg["runtime"] = r.cfg.runtime
+	}
+	res := &api.Resources{MemoryMB: ptr(mib(spec.Limits.MemoryBytes))}
+	if spec.Limits.NanoCPUs > 0 {
+		res.Cores = ptr(int(spec.Limits.NanoCPUs / 1e9))
+	} else {
+		res.CPU = ptr(r.cfg.cpuMHz)
+	}
+	return &api.Task{
+		Name:   agentTask,
+		Driver: "docker",
+		User:   spec.User,
+		Config: cfg,
+		Env:    env,
+		Meta:   js.meta,
+		// With the init capturing the output, Nomad's log collection (two plugin
+		// processes per task) is only a cost.
+		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec)), Disabled: ptr(r.cfg.initPath != "")},
+		Resources:   res,
+		KillTimeout: ptr(2 * time.Second),
+		KillSignal:  "SIGKILL",
+	}
+}
+
+// sidecar is the proxy task: started before the sandbox and stopped after it
+// (Nomad's prestart sidecar), configured by a template that renders the run's
+// variable into its private secrets directory.
+func (r *Runner) sidecar(spec port.RunSpec, js jobSpec) *api.Task {
+	uid, _, _ := strings.Cut(spec.User, ":")
+	labels := map[string]string{port.LabelKind: port.KindProxy}
+	for k, v := range js.meta {
+		labels[k] = v
+	}
+	tmpl := fmt.Sprintf(`{{ with nomadVar %q }}{{ .config }}{{ end }}`, variablePath(js.id))
+	return &api.Task{
+		Name:      sidecarTask,
+		Driver:    "docker",
+		User:      sidecarUser,
+		Lifecycle: &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart, Sidecar: true},
+		Config: map[string]any{
+			"image": r.cfg.proxyImage,
+			"args": []string{
+				"-config", "/" + sidecarConfig,
+				"-socket", "/alloc/" + sockSubdir + "/" + port.LLMSocketName,
+				"-audit", "/" + sidecarAudit,
+				"-attestation", "/" + sidecarAttestation,
+				"-sandbox-uid", uid,
+			},
+			"network_mode":    r.cfg.proxyNetwork,
+			"cap_drop":        []string{"ALL"},
+			"security_opt":    []string{"no-new-privileges"},
+			"readonly_rootfs": true,
+			"pids_limit":      64,
+			"labels":          []map[string]string{labels},
+			"force_pull":      false,
+		},
+		Meta: js.meta,
+		Templates: []*api.Template{{
+			EmbeddedTmpl: ptr(tmpl),
+			DestPath:     ptr(sidecarConfig),
+			ChangeMode:   ptr("noop"),
+			Perms:        ptr("0400"),
+			Uid:          ptr(sidecarUID),
+			Gid:          ptr(sidecarUID),
+		}},
+		// Nobody reads the proxy's logs (the job is purged when the run ends), and
+		// Nomad would keep them in the allocation's logs directory, which the sandbox
+		// can read.
+		LogConfig:   &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
+		Resources:   &api.Resources{CPU: ptr(100), MemoryMB: ptr(64)},
+		KillTimeout: ptr(10 * time.Second),
+		KillSignal:  "SIGTERM",
+	}
+}
+
+// Log rotation: every file Nomad keeps for the sandbox holds at least the output
+// cap, so the capped prefix survives unless a stream is ten times the cap.
+const (
+	agentLogFiles    = 10
+	sidecarLogFiles  = 2
+	sidecarLogFileMB = 1
+)
+
+func agentLogFileMB(spec port.RunSpec) int { return max(1, mib(int64(spec.OutputLimit))) }
+
+// unpacker is the prestart task that unpacks a copied workspace into the allocation's
+// shared data directory, as the sandbox's user, with the sandbox's lockdown; the input
+// comes in its template, base64-encoded (an alphabet the template language cannot
+// misread).
+func (r *Runner) unpacker(spec port.RunSpec, js jobSpec) *api.Task {
+	tmpl := `{{ base64Decode "` + base64.StdEncoding.EncodeToString(js.workspace) + `" }}`
+	return &api.Task{
+		Name:      workspaceTask,
+		Driver:    "docker",
+		User:      spec.User,
+		Lifecycle: &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart},
+		Config: map[string]any{
+			"image":           spec.Image,
+			"entrypoint":      []string{initTarget, "-unpack", "/" + workspaceTar, "-into", "/alloc/data/workspace"},
+			"args":            []string{},
+			"network_mode":    "none",
+			"cap_drop":        []string{"ALL"},
+			"security_opt":    []string{"no-new-privileges"},
+			"readonly_rootfs": true,
+			"pids_limit":      16,
+			"mount": []map[string]any{
+				{"type": "bind", "source": r.cfg.initPath, "target": initTarget, "readonly": true},
+				{"type": "bind", "source": os.DevNull, "target": "/etc/resolv.conf", "readonly": true},
+			},
+			"labels":     []map[string]string{js.meta},
+			"force_pull": false,
+		},
+		Meta: js.meta,
+		Templates: []*api.Template{{
+			EmbeddedTmpl: ptr(tmpl),
+			DestPath:     ptr(workspaceTar),
+			ChangeMode:   ptr("noop"),
+			Perms:        ptr("0644"),
+		}},
+		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
+		Resources: &api.Resources{CPU: ptr(50), MemoryMB: ptr(32)},
+	}
+}
+
+// mib rounds bytes up to whole MiB (Nomad's memory unit).
+func mib(b int64) int { return int((b + 1<<20 - 1) >> 20) }
+
+// meta is the job's meta: the port's reserved labels (owner, run, creation time).
+func meta(owner, runID string, created time.Time) map[string]string {
+	return map[string]string{
+		port.LabelOwner:     owner,
+		port.LabelRunID:     runID,
+		port.LabelCreatedAt: created.UTC().Format(time.RFC3339Nano),
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,451 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// Runner runs sandboxes as Nomad batch jobs, one job per run, through Nomad's HTTP API.
+// It is safe for concurrent use.
+type Runner struct {
+	cfg config
+	api *api.Client
+
+	mu      sync.Mutex
+	proxies map[string]*Proxy // sidecar proxies started and not yet stopped, by token
+
+	// observe, if set (by tests), sees each run's finished allocation.
+	observe func(*api.Allocation)
+}
+
+var (
+	_ port.SandboxRunner = (*Runner)(nil)
+	_ port.Sweeper       = (*Runner)(nil)
+	_ port.ProxyManager  = (*Runner)(nil)
+)
+
+// NewRunner returns a Runner. It does no I/O; use Ping to check the cluster.
+func NewRunner(opts ...Option) (*Runner, error) {
+	cfg := defaultConfig()
+	if err := cfg.apply(opts); err != nil {
+		return nil, opErr("NewRunner", "", err)
+	}
+	cli := cfg.client
+	if cli == nil {
+		ac := api.DefaultConfig()
+		if cfg.address != "" {
+			ac.Address = cfg.address
+		}
+		var err error
+		if cli, err = api.NewClient(ac); err != nil {
+			return nil, opErr("NewRunner", "", port.Invalidf("nomad client: %v", err))
+		}
+	}
+	if cfg.token != "" {
+		cli.SetSecretID(cfg.token)
+	}
+	if cfg.namespace != "" {
+		cli.SetNamespace(cfg.namespace)
+	}
+	if cfg.region != "" {
+		cli.SetRegion(cfg.region)
+	}
+	cfg.logger = cfg.logger.With(logattr.Component, "nomad.runner")
+	return &Runner{cfg: cfg, api: cli, proxies: map[string]*Proxy{}}, nil
+}
+
+// Ping checks that the cluster has a leader. Errors wrap port.ErrUnavailable.
+func (r *Runner) Ping(ctx context.Context) error {
+	if _, err := r.api.Status().Leader(); err != nil {
+		return opErr("Ping", "", fmt.Errorf("%w: %w", port.ErrUnavailable, err))
+	}
+	return ctx.Err()
+}
+
+// Owner returns the owner recorded in the meta of the jobs this runner submits.
+func (r *Runner) Owner() string { return r.cfg.owner }
+
+// Client returns the runner's Nomad API client.
+func (r *Runner) Client() *api.Client { return r.api }
+
+// RunOnce implements port.SandboxRunner: it submits one batch job, waits for its
+// allocation to finish, collects the sandbox's output through Nomad's log API and
+// deregisters and purges the job on every path.
+//
+// Errors besides the port's: port.ErrUnsupported for what the docker driver cannot
+// express here (an internal network, CPU limits in fractions of a core, host paths
+// when WithHostPaths is off); a job the cluster cannot place (no eligible node with
+// the resources) gives a *port.RunError with port.CodeContainerFailed.
+func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
+	spec = spec.WithDefaults()
+	proxy, err := r.check(spec)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	start := time.Now()
+	res = &port.RunResult{ExitCode: -1}
+	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
+		res.ErrorCode = code
+		res.Duration = time.Since(start)
+		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
+	}
+	js := jobSpec{id: jobID(spec.RunID), meta: meta(r.cfg.owner, spec.RunID, start), created: start, proxy: proxy != nil}
+	if spec.WorkspaceDir != "" && r.cfg.copyWorkspace {
+		if js.workspace, err = packWorkspace(spec.WorkspaceDir, MaxWorkspaceIn); err != nil {
+			return nil, opErr("RunOnce", spec.RunID, err)
+		}
+		js.copyWorkspace = true
+	}
+	job := r.buildJob(spec, js)
+	log := r.cfg.logger.With(logattr.RunID, spec.RunID, "job", js.id)
+
+	// Cleanup is registered before anything is created, and runs with a fresh
+	// context so a cancelled caller (or a panic) cannot leak the job or the key.
+	var alloc *api.Allocation
+	var outErr error
+	var tPlaced, tFinished, tCollected time.Time
+	defer func() {
+		r.cleanup(context.WithoutCancel(ctx), js.id, alloc, proxy != nil, log)
+		if !tCollected.IsZero() {
+			log.Debug("run phases", "placed", tPlaced.Sub(start), "finished", tFinished.Sub(tPlaced),
+				"collected", tCollected.Sub(tFinished), "cleaned", time.Since(tCollected))
+		}
+	}()
+
+	if proxy != nil {
+		if err := r.putProxyConfig(ctx, js.id, proxy); err != nil {
+			return nil, opErr("RunOnce", spec.RunID, err)
+		}
+	}
+	reg, _, err := r.api.Jobs().Register(job, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+			return nil, opErr("RunOnce", spec.RunID, err)
+		}
+		return fail(port.CodeContainerFailed, fmt.Errorf("register job: %w", err))
+	}
+	log.Debug("job registered", "eval", reg.EvalID)
+
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	allocID, err := r.placed(runCtx, reg.EvalID)
+	if err == nil && proxy != nil {
+		proxy.attach(allocID)
+		defer proxy.detach()
+	}
+	tPlaced = time.Now()
+	if err == nil {
+		alloc, err = r.finished(runCtx, allocID)
+	}
+	tFinished = time.Now()
+	timedOut := false
+	if err != nil {
+		if runCtx.Err() == nil {
+			if errors.Is(err, errNotPlaced) {
+				return fail(port.CodeContainerFailed, err)
+			}
+			return fail(port.CodeInternal, err)
+		}
+		// The time limit or the caller ended the run: kill it where it is.
+		timedOut = true
+		if allocID != "" {
+			alloc = r.kill(ctx, allocID, log)
+		}
+	}
+	if alloc != nil {
+		if r.observe != nil {
+			r.observe(alloc)
+		}
+		outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
+		if proxy != nil {
+			proxy.collect(ctx, r, alloc)
+		}
+		if js.copyWorkspace {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
+			err := copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
+			cancel()
+			if err != nil && !timedOut {
+				return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", err))
+			}
+		}
+		tCollected = time.Now()
+	}
+	res.Duration = time.Since(start)
+	if outErr != nil && !timedOut {
+		if alloc != nil {
+			if ts := alloc.TaskStates[agentTask]; ts != nil {
+				for _, ev := range ts.Events {
+					if ev.Type == api.TaskTerminated {
+						res.ExitCode = ev.ExitCode
+					}
+				}
+			}
+		}
+		return fail(port.CodeInternal, outErr)
+	}
+	if timedOut {
+		cause := context.Cause(runCtx)
+		if ctx.Err() != nil {
+			cause = context.Cause(ctx)
+		} else {
+			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
+		}
+		return fail(port.CodeTimeout, cause)
+	}
+	return r.outcome(alloc, spec, res, fail)
+}
+
+// check validates spec at the boundary: the port's rules, then what Nomad's docker
+// driver can express here. It returns the run's sidecar proxy, if any.
+func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
+		return nil, err
+	}
+	if spec.Network.Internal != "" {
+		return nil, fmt.Errorf("%w: nomad: internal networks (the sandbox always has none)", port.ErrUnsupported)
+	}
+	if n := spec.Limits.NanoCPUs; n > 0 && n%1e9 != 0 {
+		return nil, fmt.Errorf("%w: nomad: a CPU limit of %v cores; only whole cores can be reserved", port.ErrUnsupported, float64(n)/1e9)
+	}
+	if len(spec.Argv) == 0 && (r.cfg.bridgePath != "" || r.cfg.initPath != "") {
+		return nil, port.Invalidf("argv is empty: on Nomad the image's own command is not known to the host, so give the argv")
+	}
+	hostDir := spec.LLM != nil && spec.LLM.HostDir != ""
+	copied := spec.WorkspaceDir != "" && r.cfg.copyWorkspace
+	if copied && r.cfg.initPath == "" {
+		return nil, port.Invalidf("WithWorkspaceCopy needs WithInit: the init unpacks the workspace on the node")
+	}
+	if copied {
+		if err := spec.CheckHostPaths(); err != nil {
+			return nil, err
+		}
+	}
+	if (spec.WorkspaceDir != "" && !copied) || len(spec.Mounts) > 0 || hostDir {
+		if !r.cfg.hostPaths {
+			return nil, fmt.Errorf("%w: nomad: host paths (workspace, mounts, a host socket directory) with WithHostPaths(false)", port.ErrUnsupported)
+		}
+		if err := spec.CheckHostPaths(); err != nil {
+			return nil, err
+		}
+	}
+	if spec.LLM == nil || spec.LLM.Volume == "" {
+		return nil, nil
+	}
+	r.mu.Lock()
+	p := r.proxies[spec.LLM.Volume]
+	r.mu.Unlock()
+	if p == nil {
+		return nil, port.Invalidf("llm socket volume %q is not a proxy of this runner (Runner.Start) or it was stopped", spec.LLM.Volume)
+	}
+	return p, nil
+}
+
+var errNotPlaced = errors.New("the cluster could not place the run")
+
+// placed waits for the job's evaluation and returns the allocation it made.
+func (r *Runner) placed(ctx context.Context, evalID string) (string, error) {
+	var idx uint64
+	for {
+		ev, meta, err := r.api.Evaluations().Info(evalID, (&api.QueryOptions{WaitIndex: idx, WaitTime: 5 * time.Second}).WithContext(ctx))
+		if err != nil {
+			return "", fmt.Errorf("evaluation %s: %w", evalID, classify(err))
+		}
+		idx = meta.LastIndex
+		switch ev.Status {
+		case api.EvalStatusComplete:
+			if len(ev.FailedTGAllocs) > 0 {
+				return "", fmt.Errorf("%w: %s", errNotPlaced, placementFailure(ev.FailedTGAllocs))
+			}
+			allocs, _, err := r.api.Evaluations().Allocations(evalID, (&api.QueryOptions{}).WithContext(ctx))
+			if err != nil {
+				return "", fmt.Errorf("allocations of %s: %w", evalID, classify(err))
+			}
+			if len(allocs) == 0 {
+				return "", fmt.Errorf("%w: evaluation %s made no allocation", errNotPlaced, evalID)
+			}
+			return allocs[0].ID, nil
+		case api.EvalStatusFailed, api.EvalStatusCancelled:
+			return "", fmt.Errorf("%w: evaluation %s %s: %s", errNotPlaced, evalID, ev.Status, ev.StatusDescription)
+		}
+	}
+}
+
+func placementFailure(failed map[string]*api.AllocationMetric) string {
+	var parts []string
+	for _, m := range failed {
+		parts = append(parts, fmt.Sprintf("%d nodes evaluated, %d filtered, %d exhausted %v %v", m.NodesEvaluated, m.NodesFiltered, m.NodesExhausted, m.DimensionExhausted, m.ConstraintFiltered))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// finished waits (with blocking queries) until the allocation is terminal.
+func (r *Runner) finished(ctx context.Context, allocID string) (*api.Allocation, error) {
+	var idx uint64
+	for {
+		a, meta, err := r.api.Allocations().Info(allocID, (&api.QueryOptions{WaitIndex: idx, WaitTime: 5 * time.Second}).WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("allocation %s: %w", allocID, classify(err))
+		}
+		idx = meta.LastIndex
+		if a.ClientTerminalStatus() {
+			return a, nil
+		}
+	}
+}
+
+// kill ends a run that outlived its limit: SIGKILL to the sandbox task (the sidecar
+// is then stopped by Nomad), or a stop of the allocation when the task is not running
+// yet. It waits (bounded) for the allocation to finish and returns it, or nil.
+func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(string, ...any) }) *api.Allocation {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
+	defer cancel()
+	stub := &api.Allocation{ID: allocID}
+	a, _, err := r.api.Allocations().Info(allocID, (&api.QueryOptions{}).WithContext(kctx))
+	if err == nil {
+		stub = a
+	}
+	if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, "SIGKILL"); err != nil {
+		if _, err := r.api.Allocations().Stop(stub, (&api.QueryOptions{}).WithContext(kctx)); err != nil {
+			log.Warn("stopping the allocation failed", logattr.Err, err)
+		}
+	}
+	a, err = r.finished(kctx, allocID)
+	if err != nil {
+		log.Warn("the allocation did not finish after the kill", logattr.Err, err)
+		return nil
+	}
+	return a
+}
+
+// outcome classifies a finished allocation: the sandbox task's exit code, an OOM
+// kill, or a failure to start it.
+func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.RunResult, fail func(port.ErrorCode, error) (*port.RunResult, error)) (*port.RunResult, error) {
+	ts := alloc.TaskStates[agentTask]
+	if ts == nil {
+		return fail(port.CodeContainerFailed, fmt.Errorf("the sandbox task never started: %s", alloc.ClientDescription))
+	}
+	var term *api.TaskEvent
+	var problems []string
+	for _, ev := range ts.Events {
+		switch ev.Type {
+		case api.TaskTerminated:
+			term = ev
+		case api.TaskDriverFailure, api.TaskSetupFailure, api.TaskFailedValidation, api.TaskArtifactDownloadFailed, "Template":
+			problems = append(problems, ev.Type+": "+firstNonEmpty(ev.DisplayMessage, ev.DriverError, ev.SetupError, ev.ValidationError, ev.Message))
+		}
+	}
+	if term == nil {
+		if len(problems) == 0 {
+			problems = append(problems, "the sandbox task ended without running: "+alloc.ClientDescription)
+		}
+		return fail(port.CodeContainerFailed, errors.New(strings.Join(problems, "; ")))
+	}
+	res.ExitCode = term.ExitCode
+	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, tailOf(res.Stderr)); ok {
+		return fail(port.CodeContainerFailed, errors.New(reason))
+	}
+	oom := term.Details["oom_killed"] == "true"
+	if r.cfg.bridgePath != "" && res.ExitCode == 137 {
+		var counted bool
+		res.Stderr, counted = capture.TrimNotice(res.Stderr, tailOf(res.Stderr), bridge.OOMNotice)
+		oom = oom || counted
+	}
+	if oom {
+		return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+	}
+	return res, nil
+}
+
+func tailOf(b []byte) []byte {
+	if len(b) > 256 {
+		return b[len(b)-256:]
+	}
+	return b
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// execFailed reports a command the bridge could not start (see bridge.ExecFailedPrefix).
+func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
+	if !bridged || (exit != bridge.ExitNotFound && exit != bridge.ExitCannotExec) {
+		return "", false
+	}
+	return bridge.ExecFailure(tail)
+}
+
+// cleanup removes everything a run made: the job (purged), its allocations on their
+// nodes (containers and directories, through the clients' garbage collection, now
+// rather than at their next pass) and the proxy's variable. NotFound is success; what
+// fails stays findable by Sweep.
+func (r *Runner) cleanup(ctx context.Context, job string, alloc *api.Allocation, proxy bool, log interface {
+	Warn(string, ...any)
+}) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.cleanupTimeout)
+	defer cancel()
+	if err := r.remove(ctx, job, alloc, proxy); err != nil {
+		log.Warn("removing the run's job failed; a Sweep will retry", logattr.Err, err)
+	}
+}
+
+// remove purges a job, collects its allocations and deletes its proxy variable.
+func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, proxy bool) error {
+	var errs []error
+	allocs := map[string]*api.Allocation{}
+	if alloc != nil {
+		allocs[alloc.ID] = alloc
+	}
+	if stubs, _, err := r.api.Jobs().Allocations(job, true, (&api.QueryOptions{}).WithContext(ctx)); err == nil {
+		for _, s := range stubs {
+			if allocs[s.ID] == nil {
+				allocs[s.ID] = &api.Allocation{ID: s.ID, NodeID: s.NodeID}
+			}
+		}
+	}
+	if _, _, err := r.api.Jobs().Deregister(job, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+		errs = append(errs, fmt.Errorf("purge job %s: %w", job, err))
+	}
+	for id, a := range allocs {
+		// The allocation is terminal soon after the job is gone.
+		if done, err := r.finished(ctx, id); err == nil {
+			a = done
+		} else if isNotFound(err) {
+			continue
+		}
+		// The endpoint answers with an empty body, which the client reports as EOF.
+		if err := r.api.Allocations().GC(a, (&api.QueryOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) && !errors.Is(err, io.EOF) {
+			errs = append(errs, fmt.Errorf("collect allocation %s: %w", id, err))
+		}
+	}
+	if proxy {
+		if _, err := r.api.Variables().Delete(variablePath(job), (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete variable of %s: %w", job, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,185 @@
+// Command nomad runs the quickstart agent (examples/quickstart/agent) on a Nomad
+// cluster instead of the local Docker engine: same sandbox facade, same lockdown, same
+// LLM proxy guarantees, another runner.
+//
+//	go run ./examples/nomad -local      # a throwaway local cluster (a server, two clients)
+//	go run ./examples/nomad -addr http://127.0.0.1:4646
+//
+// With -local it starts a server and two client agents on this machine (the nomad
+// binary from $NOMAD_BIN, which scripts/install-nomad.sh prints) and tears them down
+// at the end. Against an existing cluster, its clients need the docker driver with
+// volumes enabled and must see this machine's paths (the workspace, the bridge and
+// the init are bind-mounted from the node's file system): a one-machine cluster, or
+// shared storage. The agent and proxy images are loaded into this machine's Docker
+// engine; a cluster of several machines needs them loaded on every client.
+//
+// The per-run LLM proxy is a sidecar task beside the agent on its node, reaching
+// LiteLLM at $LITELLM_URL with $LITELLM_MASTER_KEY, or, when they are unset, the fake
+// LiteLLM of litellm/litellmtest on loopback (the sidecar uses the host network).
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/adapters/litellmspend"
+	"github.com/agentsandbox/sandbox/adapters/nomad"
+	"github.com/agentsandbox/sandbox/agentimage"
+	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/nomadtest"
+	"github.com/agentsandbox/sandbox/litellm"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// agentPackage is the quickstart's agent.
+const agentPackage = "github.com/agentsandbox/sandbox/examples/quickstart/agent"
+
+func main() {
+	addr := flag.String("addr", os.Getenv("NOMAD_ADDR"), "Nomad HTTP API `address` (default $NOMAD_ADDR)")
+	local := flag.Bool("local", false, "start a local cluster (a server and two clients) for the run")
+	prompt := flag.String("prompt", "MARKER:hello-from-nomad Please greet me.", "the user message")
+	verbose := flag.Bool("v", false, "log what the library does")
+	flag.Parse()
+	if err := run(os.Stdout, *addr, *local, *prompt, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "nomad example:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out io.Writer, addr string, local bool, prompt string, verbose bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	logger := slog.New(slog.DiscardHandler)
+	if verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if local {
+		c, err := nomadtest.Start(ctx, nomadtest.Options{})
+		if err != nil {
+			return fmt.Errorf("starting a local cluster: %w", err)
+		}
+		defer c.Close()
+		addr = c.Addr
+		fmt.Fprintf(out, "Nomad: a local cluster at %s (nodes %v), ready in %v\n", addr, c.NodeNames, c.Started.Round(time.Millisecond))
+	}
+	if addr == "" {
+		return fmt.Errorf("no cluster: give -addr (or set NOMAD_ADDR), or -local")
+	}
+
+	upstream, key := os.Getenv("LITELLM_URL"), os.Getenv("LITELLM_MASTER_KEY")
+	if upstream == "" {
+		fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(time.Second))
+		defer fake.Close()
+		upstream, key = fake.URL, fake.MasterKey()
+		fmt.Fprintf(out, "LiteLLM: the embedded fake at %s\n", upstream)
+	}
+
+	// What the client nodes need: the bridge and the init on their file system, the
+	// agent's and the proxy's images in their Docker engine.
+	bridgeBin, err := bridge.Build(ctx, "")
+	if err != nil {
+		return fmt.Errorf("building the bridge: %w", err)
+	}
+	initBin, err := nomad.BuildInit(ctx, filepath.Dir(bridgeBin))
+	if err != nil {
+		return err
+	}
+	agentBin, err := agentimage.BuildGo(ctx, agentPackage)
+	if err != nil {
+		return fmt.Errorf("building the agent: %w", err)
+	}
+	image, agentArchive, err := agentimage.Static("agentsandbox/quickstart-agent", agentBin).Archive()
+	if err != nil {
+		return err
+	}
+	proxyImage, proxyArchive, err := nomad.ProxyImage(ctx)
+	if err != nil {
+		return err
+	}
+	d, err := docker.NewRunner()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for _, a := range [][]byte{agentArchive, proxyArchive} {
+		if err := d.LoadImage(ctx, bytes.NewReader(a)); err != nil {
+			return fmt.Errorf("loading an image into Docker: %w", err)
+		}
+	}
+
+	// The Nomad runner is both the sandbox runner and the proxy manager: the proxy
+	// runs as a sidecar task in each run's job.
+	runner, err := nomad.NewRunner(nomad.WithAddress(addr), nomad.WithOwner("nomad-example"),
+		nomad.WithBridge(bridgeBin), nomad.WithInit(initBin), nomad.WithProxyImage(proxyImage), nomad.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	if err := runner.Ping(ctx); err != nil {
+		return err
+	}
+	lc, err := litellm.New(litellm.WithBaseURL(upstream), litellm.WithMasterKey(key), litellm.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	reconciler, err := litellmspend.NewReconciler(lc)
+	if err != nil {
+		return err
+	}
+	sb, err := sandbox.New(runner,
+		sandbox.WithLLM(sandbox.LLM{Proxy: runner, Upstream: upstream, APIKey: key}),
+		sandbox.WithReconciler(reconciler),
+		sandbox.WithLogger(logger),
+	)
+	if err != nil {
+		return err
+	}
+
+	workspace, err := os.MkdirTemp("", "nomad-example-workspace-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(workspace)
+	if err := os.Chmod(workspace, 0o755); err != nil {
+		return err
+	}
+	runID := fmt.Sprintf("nomad-example-%d", time.Now().UnixNano())
+	fmt.Fprintf(out, "run %s on Nomad at %s\n", runID, addr)
+	res, err := sb.Run(ctx, sandbox.Request{
+		Grant:        sandbox.Grant{AllowSandbox: true},
+		RunID:        runID,
+		Image:        image,
+		Argv:         []string{agentimage.Entrypoint},
+		WorkspaceDir: workspace,
+		Messages:     []sandbox.Message{{Role: "user", Content: prompt}},
+		Model:        "gpt-4o-mini",
+		Attribution:  port.Attribution{BillingAccountID: "acct-demo", UserID: "user-demo", GraphID: "sandbox:agent"},
+		Budget:       port.Budget{MaxCalls: 5},
+		Limits:       port.Limits{Timeout: 2 * time.Minute, MemoryBytes: 128 << 20},
+		Reconcile:    true,
+	})
+	if res != nil && res.Run != nil {
+		fmt.Fprintf(out, "\nagent exit code %d in %v\nanswer: %s\n", res.Run.ExitCode, res.Run.Duration.Round(time.Millisecond), res.Text)
+		if len(res.Run.Stderr) > 0 {
+			fmt.Fprintf(out, "agent stderr: %s\n", res.Run.Stderr)
+		}
+		fmt.Fprintf(out, "\naudit (%d LLM calls, written by the sidecar proxy):\n", len(res.Audit))
+		for _, a := range res.Audit {
+			fmt.Fprintf(out, "  %s %s -> %d, %d bytes, call id %s, total %v\n", a.Method, a.Path, a.Status, a.RespBytes, a.CallID, a.Latency.Round(time.Microsecond))
+		}
+	}
+	if res != nil && res.Usage != nil {
+		t := res.Usage.Total
+		fmt.Fprintf(out, "\nreconciled usage: %d calls, %d tokens, $%.6f; missing: %v\n", t.Calls, t.TotalTokens, t.Spend, res.Usage.Missing)
+	}
+	return err
+}
