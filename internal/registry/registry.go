@@ -573,15 +573,35 @@ func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRec
 	return nil
 }
 
+// Entry is a stored audit record and its sequence number (increasing, not
+// contiguous).
+type Entry struct {
+	Seq    int64
+	Record port.AuditRecord
+}
+
 // Audit returns a registration's stored records, oldest first, after seq
 // (0: all), with the seq of the last one.
 func (r *Registry) Audit(ctx context.Context, id string, after int64) ([]port.AuditRecord, int64, error) {
+	es, last, err := r.Entries(ctx, id, after)
+	out := make([]port.AuditRecord, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.Record)
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, last, err
+}
+
+// Entries is Audit with each record's seq.
+func (r *Registry) Entries(ctx context.Context, id string, after int64) ([]Entry, int64, error) {
 	rows, err := r.db.QueryContext(ctx, "SELECT seq, record FROM audit WHERE reg_id = ? AND seq > ? ORDER BY seq", id, after)
 	if err != nil {
 		return nil, after, fmt.Errorf("registry: audit: %w", err)
 	}
 	defer rows.Close()
-	var out []port.AuditRecord
+	var out []Entry
 	last := after
 	for rows.Next() {
 		var b []byte
@@ -592,7 +612,7 @@ func (r *Registry) Audit(ctx context.Context, id string, after int64) ([]port.Au
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return out, last, fmt.Errorf("%w: audit record %d", ErrCorrupt, last)
 		}
-		out = append(out, rec)
+		out = append(out, Entry{Seq: last, Record: rec})
 	}
 	return out, last, rows.Err()
 }

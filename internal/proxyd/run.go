@@ -1,0 +1,365 @@
+package proxyd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/runtoken"
+)
+
+// storedSpec is what the registry keeps of a run, sealed (it holds the API key).
+type storedSpec struct {
+	Req         api.RegisterRequest `json:"req"`
+	TokenExpiry int64               `json:"token_expiry"`
+}
+
+// run is one registered run served on its own socket.
+type run struct {
+	s      *Server
+	id     string
+	spec   storedSpec
+	dir    string
+	sock   string
+	token  string
+	log    *slog.Logger
+	engine *llmproxy.Engine
+	meter  *llmproxy.Meter
+	lim    *rate.Limiter // nil: no rate limit
+	slots  chan struct{} // nil: no stream cap
+	uid    int           // -1: no peer check
+
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[*runConn]struct{}
+	notify   chan struct{} // closed and replaced when a record is stored
+	seq      int64         // records stored
+	done     chan struct{} // closed when the run ends
+	stopOnce sync.Once
+	stopErr  error
+}
+
+type runKey struct{}
+
+// newRun makes a run from its registration without touching the file system.
+func (s *Server) newRun(g registry.Registration, spec storedSpec, restored llmproxy.Restored) (*run, error) {
+	pspec, err := validate(spec.Req)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := proxyconf.NewPolicy(pspec)
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(pspec.Upstream)
+	e, err := s.engine(u)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := runtoken.Mint(s.cfg.Keys.Current, pspec.RunID, pspec.Attempt, time.Unix(spec.TokenExpiry, 0))
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.cfg.SocketDir, g.Socket)
+	r := &run{s: s, id: g.ID, spec: spec, dir: dir, sock: filepath.Join(dir, port.LLMSocketName), token: tok,
+		log: s.log.With("run_id", pspec.RunID), engine: e, uid: -1,
+		conns: map[*runConn]struct{}{}, notify: make(chan struct{}), done: make(chan struct{})}
+	if spec.Req.SandboxUID != nil {
+		r.uid = *spec.Req.SandboxUID
+	}
+	rl := s.cfg.Rate
+	if spec.Req.Rate != nil {
+		rl = *spec.Req.Rate
+	}
+	if rl.RPS > 0 {
+		r.lim = rate.NewLimiter(rate.Limit(rl.RPS), max(rl.Burst, 1))
+	}
+	if rl.Streams > 0 {
+		r.slots = make(chan struct{}, rl.Streams)
+	}
+	r.seq = int64(len(restored.Records))
+	r.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
+		Budget: pspec.Budget, RequireAttestation: pspec.RequireAttestation, Logger: r.log,
+		Restored: restored, OnRecord: r.persist})
+	return r, nil
+}
+
+// persist stores a completed call's record and the run's usage before the call
+// ends: a daemon killed after this loses nothing of the call.
+func (r *run) persist(rec port.AuditRecord, used llmproxy.Usage) {
+	if err := r.s.reg.AppendAudit(context.Background(), r.id, rec, registry.Usage{Calls: used.Calls, Tokens: used.Tokens}); err != nil {
+		r.log.Error("proxyd: audit record not stored", "err", err)
+	}
+	r.mu.Lock()
+	r.seq++
+	close(r.notify)
+	r.notify = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// listen makes (or re-makes) the run's directory, token file and socket, and
+// serves it.
+func (r *run) listen() error {
+	if err := os.Mkdir(r.dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make run dir: %w", err)
+	}
+	if fi, err := os.Lstat(r.dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("run dir %s is not a directory", r.dir)
+	}
+	if err := os.Chmod(r.dir, 0o711); err != nil {
+		return err
+	}
+	// A socket file left by a killed daemon is stale: nobody listens on it.
+	if err := os.Remove(r.sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(r.dir, api.TokenFile), []byte(r.token), 0o644); err != nil {
+		return fmt.Errorf("write token file: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", r.sock, err)
+	}
+	if err := os.Chmod(r.sock, 0o666); err != nil {
+		ln.Close()
+		return err
+	}
+	var l net.Listener = ln
+	if r.uid >= 0 {
+		l = &peerListener{Listener: l, allowed: []int{r.uid, os.Geteuid()}, log: r.log}
+	}
+	l = &runListener{Listener: llmproxy.LimitListener(l, r.s.cfg.ConnsPerRun, r.s.conns), r: r}
+	r.mu.Lock()
+	r.ln = l
+	r.mu.Unlock()
+	go func() {
+		if err := r.s.srv.Serve(l); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+			r.log.Warn("proxyd: serve", "err", err)
+		}
+	}()
+	return nil
+}
+
+func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (r *run) closeListener() {
+	r.mu.Lock()
+	ln := r.ln
+	r.ln = nil
+	r.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+func (r *run) cutConns() {
+	r.mu.Lock()
+	cs := make([]*runConn, 0, len(r.conns))
+	for c := range r.conns {
+		cs = append(cs, c)
+	}
+	r.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// stop ends the run: no new connections, calls in flight get grace to end
+// (then they are cut), files removed. It returns the audit.
+func (r *run) stop(ctx context.Context, grace time.Duration) error {
+	r.stopOnce.Do(func() {
+		r.closeListener()
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		_, err := r.meter.Stop(gctx)
+		cancel()
+		r.cutConns()
+		if err != nil {
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerGrace)
+			if _, werr := r.meter.Stop(hctx); werr != nil {
+				r.log.Error("proxyd: handlers did not finish after their connections were cut", "err", werr)
+			}
+			cancel()
+			r.stopErr = fmt.Errorf("calls in flight were cut after the grace of %v", grace)
+		}
+		if err := os.RemoveAll(r.dir); err != nil {
+			r.log.Warn("proxyd: remove run dir", "err", err)
+		}
+		close(r.done)
+	})
+	return r.stopErr
+}
+
+// runListener tags every connection with its run.
+type runListener struct {
+	net.Listener
+	r *run
+}
+
+func (l *runListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	rc := &runConn{Conn: c, run: l.r}
+	l.r.mu.Lock()
+	l.r.conns[rc] = struct{}{}
+	l.r.mu.Unlock()
+	return rc, nil
+}
+
+type runConn struct {
+	net.Conn
+	run  *run
+	once sync.Once
+}
+
+func (c *runConn) Close() error {
+	c.once.Do(func() {
+		c.run.mu.Lock()
+		delete(c.run.conns, c)
+		c.run.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// serveRun serves a request on a run's socket: the socket names the run, the
+// run token must agree, then the rate limits, then the engine.
+func (s *Server) serveRun(w http.ResponseWriter, req *http.Request) {
+	r, _ := req.Context().Value(runKey{}).(*run)
+	if r == nil {
+		http.Error(w, "no run", http.StatusInternalServerError)
+		return
+	}
+	s.reg.Touch(r.id)
+	p := r.meter
+	if req.URL.Path == "/health" && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+		llmproxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.RunID()})
+		return
+	}
+	tok := req.Header.Get(runtoken.Header)
+	req.Header.Del(runtoken.Header)
+	_, terr := s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+	if req.URL.Path == port.AttestationPath {
+		if terr != nil {
+			llmproxy.WriteError(w, http.StatusUnauthorized, "authentication_error", "run_token: "+terr.Error())
+			return
+		}
+		llmproxy.ServeAttestation(w, req, p)
+		return
+	}
+	if !p.Enter() {
+		llmproxy.WriteError(w, http.StatusServiceUnavailable, "proxy_stopping", "proxy_stopping: the run's LLM proxy is stopping")
+		return
+	}
+	if terr != nil {
+		var te *runtoken.Error
+		reason := "invalid"
+		if errors.As(terr, &te) {
+			reason = string(te.Reason)
+		}
+		r.engine.Refuse(w, req, p, req.URL.Path, &llmproxy.Refusal{Status: http.StatusUnauthorized, Blocked: "run_token: " + reason,
+			Type: "authentication_error", Message: "run_token: " + terr.Error()})
+		return
+	}
+	if ok, wait := r.allow(); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(wait.Seconds(), 1)))))
+		r.engine.Refuse(w, req, p, req.URL.Path, &llmproxy.Refusal{Status: http.StatusTooManyRequests, Blocked: "rate_limited",
+			Type: "rate_limit_exceeded", Message: "rate_limit: too many calls; retry after the Retry-After header's seconds"})
+		return
+	}
+	if r.slots != nil {
+		select {
+		case r.slots <- struct{}{}:
+			defer func() { <-r.slots }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			r.engine.Refuse(w, req, p, req.URL.Path, &llmproxy.Refusal{Status: http.StatusTooManyRequests, Blocked: "rate_limited: streams",
+				Type: "rate_limit_exceeded", Message: "rate_limit: too many calls in flight for this run"})
+			return
+		}
+	}
+	r.engine.Forward(w, req, p, req.URL.Path)
+}
+
+// allow takes one call from the run's and the global rate limits, or says how
+// long to wait.
+func (r *run) allow() (bool, time.Duration) {
+	now := time.Now()
+	if r.lim != nil {
+		res := r.lim.ReserveN(now, 1)
+		if d := res.DelayFrom(now); d > 0 {
+			res.CancelAt(now)
+			return false, d
+		}
+	}
+	if g := r.s.global; g != nil {
+		res := g.ReserveN(now, 1)
+		if d := res.DelayFrom(now); d > 0 {
+			res.CancelAt(now)
+			return false, d
+		}
+	}
+	return true, 0
+}
+
+// validate turns a registration request into a proxy spec, checking it as the
+// in-process proxy does. Errors wrap port.ErrInvalidSpec.
+func validate(req api.RegisterRequest) (port.ProxySpec, error) {
+	spec := port.ProxySpec{RunID: req.RunID, Attempt: req.Attempt, Upstream: req.Upstream, APIKey: req.APIKey,
+		Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation, Labels: req.Labels}
+	if _, err := proxyconf.NewPolicy(spec); err != nil {
+		return spec, err
+	}
+	u, err := url.Parse(spec.Upstream)
+	switch {
+	case err != nil:
+		return spec, port.Invalidf("upstream %q is not a URL", spec.Upstream)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return spec, port.Invalidf("upstream %q is not an http or https URL", spec.Upstream)
+	case u.Host == "" || u.Opaque != "":
+		return spec, port.Invalidf("upstream %q has no host", spec.Upstream)
+	case u.User != nil:
+		return spec, port.Invalidf("upstream URL has user info; pass the key as api_key")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return spec, port.Invalidf("upstream %q has a query or fragment", spec.Upstream)
+	}
+	if spec.Budget.MaxCalls < 0 || spec.Budget.MaxTokens < 0 {
+		return spec, port.Invalidf("budget is negative")
+	}
+	if err := port.ValidateLabels(spec.Labels); err != nil {
+		return spec, err
+	}
+	if req.SandboxUID != nil && *req.SandboxUID < 0 {
+		return spec, port.Invalidf("sandbox uid is negative")
+	}
+	if rl := req.Rate; rl != nil && (rl.RPS < 0 || rl.Burst < 0 || rl.Streams < 0 || math.IsNaN(rl.RPS) || math.IsInf(rl.RPS, 0)) {
+		return spec, port.Invalidf("rate limit is negative or not a number")
+	}
+	return spec, nil
+}
