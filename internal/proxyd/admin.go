@@ -331,3 +331,7 @@ func (s *Server) attestation(w http.ResponseWriter, req *http.Request) {
 	}
 	llmproxy.WriteJSON(w, http.StatusOK, map[string]*port.Attestation{"attestation": r.meter.Attestation()})
 }
+
+// Validate checks a registration request as Register does, without side
+// effects. Errors wrap port.ErrInvalidSpec.
+func Validate(req api.RegisterRequest) (port.ProxySpec, error) { return validate(req) }

@@ -262,6 +262,7 @@ func (s *Server) serveRun(w http.ResponseWriter, req *http.Request) {
 		llmproxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.RunID()})
 		return
 	}
+	w = &chunkedWriter{ResponseWriter: w}
 	tok := req.Header.Get(runtoken.Header)
 	req.Header.Del(runtoken.Header)
 	_, terr := s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
@@ -306,6 +307,25 @@ func (s *Server) serveRun(w http.ResponseWriter, req *http.Request) {
 	}
 	r.engine.Forward(w, req, p, req.URL.Path)
 }
+
+// chunkedWriter drops the upstream's Content-Length, so every answer is chunked
+// and ends with the terminating chunk the server writes after the handler
+// returned, which is after the call's record was committed: a client that got
+// a whole answer knows its record is on disk (see docs/proxyd.md, durability).
+type chunkedWriter struct{ http.ResponseWriter }
+
+func (w *chunkedWriter) WriteHeader(code int) {
+	w.Header().Del("Content-Length")
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *chunkedWriter) Write(b []byte) (int, error) {
+	// A write without WriteHeader implies 200; the header goes out now.
+	w.Header().Del("Content-Length")
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *chunkedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // allow takes one call from the run's and the global rate limits, or says how
 // long to wait.

@@ -291,6 +291,14 @@ func (s *Server) Close() error {
 		r.closeListener()
 		r.cutConns()
 	}
+	// Handlers whose connections were cut still store their records.
+	ctx, cancel := context.WithTimeout(context.Background(), handlerGrace)
+	defer cancel()
+	for _, r := range rs {
+		if _, err := r.meter.Stop(ctx); err != nil {
+			s.log.Warn("proxyd: calls still in flight at close", "run_id", r.meter.RunID(), "err", err)
+		}
+	}
 	return s.reg.Close()
 }
 

@@ -443,7 +443,9 @@ func (r *Registry) seen(e *entry) (Registration, bool) {
 	now := r.now().UTC()
 	e.seen.Store(now)
 	e.dirty.Store(true)
+	r.mu.RLock()
 	g := e.reg
+	r.mu.RUnlock()
 	g.LastSeen = now
 	return g, true
 }

@@ -1,0 +1,333 @@
+package proxyd_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/llmproxy/llmproxytest"
+	"github.com/agentsandbox/sandbox/internal/proxyd"
+	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/runtoken"
+)
+
+var testKeys = runtoken.Keys{Current: []byte("proxyd-test-secret-0123456789abcdef0123")}
+
+// daemon is an in-process server with its admin API on a unix socket.
+type daemon struct {
+	dir    string
+	srv    *proxyd.Server
+	ln     net.Listener
+	client *api.Client
+}
+
+func startDaemon(t testing.TB, dir string, mut func(*proxyd.Config)) *daemon {
+	t.Helper()
+	cfg := proxyd.Config{StateDir: filepath.Join(dir, "state"), SocketDir: filepath.Join(dir, "runs"), Keys: testKeys}
+	if mut != nil {
+		mut(&cfg)
+	}
+	srv, err := proxyd.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := proxyd.ListenAdmin(filepath.Join(dir, "admin.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.ServeAdmin(ln)
+	c, err := api.NewClient(filepath.Join(dir, "admin.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{dir: dir, srv: srv, ln: ln, client: c}
+	t.Cleanup(d.close)
+	return d
+}
+
+func (d *daemon) close() {
+	d.ln.Close()
+	d.srv.Close()
+	d.client.Close()
+}
+
+func shortDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "pxd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// tokenTransport is what the bridge does: every request to the run's socket
+// carries the run token.
+type tokenTransport struct {
+	base  http.RoundTripper
+	token string
+}
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if t.token != "" {
+		r.Header.Set(runtoken.Header, t.token)
+	}
+	return t.base.RoundTrip(r)
+}
+
+func runClient(sock, token string) *http.Client {
+	return &http.Client{Transport: tokenTransport{token: token, base: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}}
+}
+
+func TestEngineSuite(t *testing.T) {
+	llmproxytest.Test(t, func(t testing.TB, cfg llmproxytest.Config) llmproxytest.Front {
+		d := startDaemon(t, shortDir(t), nil)
+		m, err := api.NewManager(d.client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &front{m: m, cfg: cfg}
+	})
+}
+
+type front struct {
+	m   *api.Manager
+	cfg llmproxytest.Config
+}
+
+func (f *front) StartRun(t testing.TB, s llmproxytest.RunSpec) llmproxytest.Run {
+	p, err := f.m.StartProxy(context.Background(), port.ProxySpec{RunID: s.RunID, Attempt: s.Attempt, Upstream: f.cfg.Upstream,
+		APIKey: f.cfg.APIKey, Attribution: s.Attribution, Budget: s.Budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	reg := p.Registration()
+	return llmproxytest.Run{Client: runClient(reg.SocketPath, reg.Token), BaseURL: "http://sandbox",
+		Audit: func() []port.AuditRecord {
+			recs, err := p.Audit(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			return recs
+		}, Stop: p.Stop}
+}
+
+const chat = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"MARKER:x hi"}]}`
+
+func register(t *testing.T, d *daemon, up *litellmtest.Server, runID string, mut func(*api.RegisterRequest)) api.Registered {
+	t.Helper()
+	req := api.RegisterRequest{RunID: runID, Attempt: 1, Upstream: up.URL, APIKey: up.MasterKey(),
+		Attribution: port.Attribution{BillingAccountID: "acct-" + runID}}
+	if mut != nil {
+		mut(&req)
+	}
+	reg, err := d.client.Register(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func post(t *testing.T, c *http.Client, body string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Post("http://sandbox/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// TestRunTokenRefusals: on its socket a run needs its own token; refusals are
+// 401, audited, and never reach the upstream.
+func TestRunTokenRefusals(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	d := startDaemon(t, shortDir(t), nil)
+	a := register(t, d, up, "run-a", nil)
+	b := register(t, d, up, "run-b", nil)
+	if tok, err := os.ReadFile(filepath.Join(a.SocketDir, api.TokenFile)); err != nil || string(tok) != a.Token {
+		t.Fatalf("token file: %q %v", tok, err)
+	}
+	other, _ := runtoken.Mint([]byte("another-secret-0123456789abcdef-0123456"), "run-a", 1, time.Now().Add(time.Hour))
+	for name, tok := range map[string]string{"none": "", "another run's": b.Token, "another secret's": other, "garbage": "x|y"} {
+		resp, body := post(t, runClient(a.SocketPath, tok), chat)
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "run_token") {
+			t.Errorf("%s token: %d %s", name, resp.StatusCode, body)
+		}
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("refused calls reached the upstream: %d", n)
+	}
+	resp, body := post(t, runClient(a.SocketPath, a.Token), chat)
+	if resp.StatusCode != 200 || !strings.Contains(body, "ECHO:x") {
+		t.Fatalf("own token: %d %s", resp.StatusCode, body)
+	}
+	out, err := d.client.Deregister(context.Background(), a.ID, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocked []string
+	for _, r := range out.Audit {
+		if r.Blocked != "" {
+			blocked = append(blocked, r.Blocked)
+		}
+	}
+	want := map[string]bool{"run_token: empty": true, "run_token: wrong_run": true, "run_token: bad_signature": true, "run_token: malformed": true}
+	if len(out.Audit) != 5 || len(blocked) != 4 {
+		t.Fatalf("audit %+v", out.Audit)
+	}
+	for _, b := range blocked {
+		if !want[b] {
+			t.Errorf("unexpected refusal %q", b)
+		}
+	}
+	if _, err := os.Stat(a.SocketDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket dir left after deregistration: %v", err)
+	}
+	if _, err := d.client.Deregister(context.Background(), a.ID, 0); !errors.Is(err, port.ErrNotFound) {
+		t.Errorf("second deregistration: %v", err)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	d := startDaemon(t, shortDir(t), nil)
+	a := register(t, d, up, "run-rate", func(r *api.RegisterRequest) { r.Rate = &api.RateLimit{RPS: 0.01, Burst: 2} })
+	c := runClient(a.SocketPath, a.Token)
+	for i := range 2 {
+		if resp, body := post(t, c, chat); resp.StatusCode != 200 {
+			t.Fatalf("call %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	resp, body := post(t, c, chat)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "rate_limit") {
+		t.Fatalf("call 3: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	var e struct{ Error struct{ Type string } }
+	if json.Unmarshal([]byte(body), &e) != nil || e.Error.Type != "rate_limit_exceeded" {
+		t.Errorf("429 body is not the API's error JSON: %s", body)
+	}
+	if n := len(up.Requests()); n != 2 {
+		t.Errorf("upstream saw %d calls, want 2", n)
+	}
+	page, err := d.client.Audit(context.Background(), a.ID, 0)
+	if err != nil || len(page.Records) != 3 || page.Records[2].Blocked != "rate_limited" || page.Records[2].Status != 429 {
+		t.Fatalf("audit %+v %v", page, err)
+	}
+}
+
+// TestRestartKeepsRunsAndBudgets: a closed daemon opened again serves the same
+// run at the same socket path with the same token, its audit and budget intact.
+func TestRestartKeepsRunsAndBudgets(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	dir := shortDir(t)
+	d := startDaemon(t, dir, nil)
+	a := register(t, d, up, "run-restart", func(r *api.RegisterRequest) { r.Budget.MaxCalls = 3 })
+	c := runClient(a.SocketPath, a.Token)
+	for range 2 {
+		if resp, body := post(t, c, chat); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	d.close()
+	if _, err := c.Post("http://sandbox/v1/chat/completions", "application/json", strings.NewReader(chat)); err == nil {
+		t.Fatal("the closed daemon still answered")
+	}
+	d2 := startDaemon(t, dir, nil)
+	runs, err := d2.client.List(context.Background())
+	if err != nil || len(runs) != 1 || runs[0].ID != a.ID || runs[0].SocketDir != a.SocketDir || runs[0].Calls != 2 {
+		t.Fatalf("runs after restart: %+v %v", runs, err)
+	}
+	c = runClient(a.SocketPath, a.Token)
+	if resp, body := post(t, c, chat); resp.StatusCode != 200 {
+		t.Fatalf("call 3 after restart: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := post(t, c, chat); resp.StatusCode != 429 || !strings.Contains(body, "budget") {
+		t.Fatalf("call 4 after restart: %d %s, want the budget's 429", resp.StatusCode, body)
+	}
+	out, err := d2.client.Deregister(context.Background(), a.ID, time.Second)
+	if err != nil || len(out.Audit) != 4 || out.Audit[0].Status != 200 || out.Audit[3].Blocked == "" {
+		t.Fatalf("audit after restart: %+v %v", out, err)
+	}
+}
+
+func TestCorruptRegistryIsAClearError(t *testing.T) {
+	dir := shortDir(t)
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	os.WriteFile(filepath.Join(dir, "state", proxyd.DBName), []byte(strings.Repeat("garbage!", 100)), 0o600)
+	_, err := proxyd.Open(context.Background(), proxyd.Config{StateDir: filepath.Join(dir, "state"), SocketDir: filepath.Join(dir, "runs"), Keys: testKeys})
+	if !errors.Is(err, registry.ErrCorrupt) {
+		t.Fatalf("err = %v, want ErrCorrupt", err)
+	}
+}
+
+func TestAdminRefusesBadRequests(t *testing.T) {
+	d := startDaemon(t, shortDir(t), nil)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(d.dir, "admin.sock"))
+	}}}
+	for name, body := range map[string]string{
+		"unknown field": `{"run_id":"r","api_key":"k","upstream":"http://x","attribution":{"BillingAccountID":"a"},"evil":1}`,
+		"trailing":      `{"run_id":"r"} {}`,
+		"not json":      `run_id=r`,
+		"huge":          `{"run_id":"` + strings.Repeat("r", api.MaxRequestBytes) + `"}`,
+		"bad run":       `{"run_id":"../x","api_key":"k","upstream":"http://127.0.0.1:1","attribution":{"BillingAccountID":"a"}}`,
+	} {
+		resp, err := hc.Post("http://proxyd"+api.PathRuns, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ae api.APIError
+		json.NewDecoder(resp.Body).Decode(&ae)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || ae.Code != "invalid_spec" {
+			t.Errorf("%s: %d %+v", name, resp.StatusCode, ae)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(d.dir, "admin.sock")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin socket mode: %v %v", fi.Mode(), err)
+	}
+	if n := d.srv.Runs(); n != 0 {
+		t.Errorf("%d runs registered by bad requests", n)
+	}
+}
+
+func FuzzDecodeRegister(f *testing.F) {
+	f.Add(`{"run_id":"r","attempt":1,"upstream":"http://127.0.0.1:4000","api_key":"k","attribution":{"BillingAccountID":"a"},"budget":{"MaxCalls":3}}`)
+	f.Add(`{"run_id":"r","rate":{"rps":1e309,"burst":-1}}`)
+	f.Add(`{"sandbox_uid":-5}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		req, err := proxyd.DecodeRegister(strings.NewReader(s))
+		if err != nil {
+			if !errors.Is(err, port.ErrInvalidSpec) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		// Whatever decodes either validates or is refused with a typed error.
+		if _, verr := proxyd.Validate(req); verr != nil && !errors.Is(verr, port.ErrInvalidSpec) {
+			t.Fatalf("untyped validation error %v", verr)
+		}
+	})
+}
