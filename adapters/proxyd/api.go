@@ -85,6 +85,8 @@ type RunInfo struct {
 // DeregisterResponse is a deregistered run's whole audit.
 type DeregisterResponse struct {
 	Audit []port.AuditRecord `json:"audit"`
+	// Attestation is what the run's bridge attested, if it did.
+	Attestation *port.Attestation `json:"attestation,omitempty"`
 	// Error reports calls that were cut because the grace ran out.
 	Error string `json:"error,omitempty"`
 }

@@ -125,7 +125,10 @@ type Proxy struct {
 	reg Registered
 
 	once    sync.Once
+	mu      sync.Mutex // stopped, attest
+	stopped bool
 	audit   []port.AuditRecord
+	attest  *port.Attestation
 	stopErr error
 }
 
@@ -152,6 +155,9 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 			return
 		}
 		p.audit = out.Audit
+		p.mu.Lock()
+		p.attest, p.stopped = out.Attestation, true
+		p.mu.Unlock()
 	})
 	return append([]port.AuditRecord(nil), p.audit...), p.stopErr
 }
@@ -163,8 +169,14 @@ func (p *Proxy) Audit(ctx context.Context) ([]port.AuditRecord, error) {
 }
 
 // Attestation implements port.Attester (nil before the bridge reported, or when
-// the daemon cannot be asked).
+// the daemon cannot be asked). After Stop it is what Stop received.
 func (p *Proxy) Attestation() *port.Attestation {
+	p.mu.Lock()
+	stopped, a := p.stopped, p.attest
+	p.mu.Unlock()
+	if stopped {
+		return a
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	a, err := p.m.c.Attestation(ctx, p.reg.ID)

@@ -227,7 +227,7 @@ func (s *Server) Deregister(ctx context.Context, id string, grace time.Duration)
 	if err := r.stop(ctx, grace); err != nil {
 		out.Error = err.Error()
 	}
-	out.Audit = r.meter.Audit()
+	out.Audit, out.Attestation = r.meter.Audit(), r.meter.Attestation()
 	if err := s.reg.Remove(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, port.ErrNotFound) {
 		s.log.Warn("proxyd: remove registration", "id", id, "err", err)
 	}
