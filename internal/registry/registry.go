@@ -106,6 +106,8 @@ type Config struct {
 // Registry is the identity registry. It is safe for concurrent use.
 type Registry struct {
 	db  *sql.DB
+	// Prepared statements of the per-call path (AppendAudit).
+	insAudit, updUsage *sql.Stmt
 	ttl time.Duration
 	now func() time.Time
 
@@ -197,6 +199,13 @@ func (r *Registry) init(ctx context.Context) error {
 		return fmt.Errorf("%w: quick_check: %s", ErrCorrupt, check)
 	}
 	if _, err := r.db.ExecContext(ctx, schema); err != nil {
+		return corrupt(err)
+	}
+	var err error
+	if r.insAudit, err = r.db.PrepareContext(ctx, "INSERT INTO audit (reg_id, record) VALUES (?, ?)"); err != nil {
+		return corrupt(err)
+	}
+	if r.updUsage, err = r.db.PrepareContext(ctx, "UPDATE registrations SET calls = max(calls, ?), tokens = max(tokens, ?) WHERE id = ?"); err != nil {
 		return corrupt(err)
 	}
 	rows, err := r.db.QueryContext(ctx, `SELECT id, run_id, attempt, name, start_time, socket, ip, session_hash, spec,
@@ -558,10 +567,10 @@ func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRec
 		return fmt.Errorf("registry: audit: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO audit (reg_id, record) VALUES (?, ?)", id, b); err != nil {
+	if _, err := tx.StmtContext(ctx, r.insAudit).ExecContext(ctx, id, b); err != nil {
 		return fmt.Errorf("registry: audit: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE registrations SET calls = max(calls, ?), tokens = max(tokens, ?) WHERE id = ?", u.Calls, u.Tokens, id); err != nil {
+	if _, err := tx.StmtContext(ctx, r.updUsage).ExecContext(ctx, u.Calls, u.Tokens, id); err != nil {
 		return fmt.Errorf("registry: audit: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
