@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
+	api "github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/port"
 )
 

@@ -105,11 +105,11 @@ type Config struct {
 
 // Registry is the identity registry. It is safe for concurrent use.
 type Registry struct {
-	db  *sql.DB
+	db *sql.DB
 	// Prepared statements of the per-call path (AppendAudit).
 	insAudit, updUsage *sql.Stmt
-	ttl time.Duration
-	now func() time.Time
+	ttl                time.Duration
+	now                func() time.Time
 
 	mu       sync.RWMutex
 	closed   bool
