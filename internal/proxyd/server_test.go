@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/llmproxy/llmproxytest"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
 	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"
@@ -330,4 +333,67 @@ func FuzzDecodeRegister(f *testing.F) {
 			t.Fatalf("untyped validation error %v", verr)
 		}
 	})
+}
+
+// TestAdminChecksThePeer: even with the socket's mode opened up, a process of
+// another uid is disconnected by the SO_PEERCRED check before any HTTP.
+func TestAdminChecksThePeer(t *testing.T) {
+	socat := testenv.NeedCommand(t, "socat", "socat")
+	if os.Geteuid() != 0 {
+		testenv.Need(t, "root", false, "running a client as another uid needs root")
+	}
+	d := startDaemon(t, shortDir(t), nil)
+	sock := filepath.Join(d.dir, "admin.sock")
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(uid uint32) string {
+		cmd := exec.Command(socat, "-t", "5", "-", "UNIX-CONNECT:"+sock)
+		cmd.Stdin = strings.NewReader("GET /v1/health HTTP/1.0\r\n\r\n")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	if out := ask(0); !strings.Contains(out, "200 OK") || !strings.Contains(out, `"status":"ok"`) {
+		t.Fatalf("the daemon's own uid was not served: %q", out)
+	}
+	if out := ask(1001); strings.Contains(out, "HTTP/") {
+		t.Errorf("uid 1001 got an answer: %q", out)
+	}
+}
+
+// TestExpiredRegistrationIsCollected: a run not seen for the TTL is removed by
+// the GC, its socket directory with it.
+func TestExpiredRegistrationIsCollected(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	d := startDaemon(t, shortDir(t), func(c *proxyd.Config) { c.TTL, c.GCInterval, c.FlushInterval = 300*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond })
+	a := register(t, d, up, "run-ttl", nil)
+	b := register(t, d, up, "run-busy", nil)
+	cb := runClient(b.SocketPath, b.Token)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := cb.Get("http://sandbox/health") // keeps b alive
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		runs, _ := d.client.List(context.Background())
+		if len(runs) == 1 {
+			if runs[0].ID != b.ID {
+				t.Fatalf("GC kept %+v, want run-busy", runs)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run-ttl was not collected: %+v", runs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(a.SocketDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the expired run's directory is left: %v", err)
+	}
 }
