@@ -370,7 +370,9 @@ func TestAdminChecksThePeer(t *testing.T) {
 func TestExpiredRegistrationIsCollected(t *testing.T) {
 	up := litellmtest.NewServer()
 	defer up.Close()
-	d := startDaemon(t, shortDir(t), func(c *proxyd.Config) { c.TTL, c.GCInterval, c.FlushInterval = 300*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond })
+	d := startDaemon(t, shortDir(t), func(c *proxyd.Config) {
+		c.TTL, c.GCInterval, c.FlushInterval = 300*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	})
 	a := register(t, d, up, "run-ttl", nil)
 	b := register(t, d, up, "run-busy", nil)
 	cb := runClient(b.SocketPath, b.Token)
