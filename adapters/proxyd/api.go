@@ -43,7 +43,27 @@ type RegisterRequest struct {
 	SandboxUID *int `json:"sandbox_uid,omitempty"`
 	// Rate overrides the daemon's default per-run rate limit.
 	Rate *RateLimit `json:"rate,omitempty"`
+	// Network, when set, registers a sandbox on an internal network instead of
+	// giving it a socket: the daemon's network listener (-listen-network) finds
+	// the run by the request's source IP.
+	Network *NetworkIdentity `json:"network,omitempty"`
 }
+
+// NetworkIdentity is a sandbox found by its source IP (seed 003's identity):
+// requests from IP are the run's; one that carries
+// "X-Sandbox-ID: name:start-time:session-token" must match all three, and a new
+// start time for the same name is a restart (a new registration with a fresh
+// budget; the old one is left to expire). The session token is kept only as a
+// hash.
+type NetworkIdentity struct {
+	IP           string    `json:"ip"`
+	Name         string    `json:"name"`
+	StartTime    time.Time `json:"start_time"`
+	SessionToken string    `json:"session_token"`
+}
+
+// HeaderSandboxID is the optional identity header of network sandboxes.
+const HeaderSandboxID = "X-Sandbox-ID"
 
 // RateLimit limits one run's calls.
 type RateLimit struct {
@@ -65,8 +85,11 @@ type Registered struct {
 	SocketDir  string `json:"socket_dir"`
 	SocketPath string `json:"socket_path"`
 	// Token is the run token; the same is in SocketDir/TokenFile for the bridge.
-	Token       string    `json:"token"`
-	TokenExpiry time.Time `json:"token_expiry"`
+	// Network registrations have neither socket nor token.
+	Token       string    `json:"token,omitempty"`
+	TokenExpiry time.Time `json:"token_expiry,omitzero"`
+	// Restarted names the registration a network sandbox's restart superseded.
+	Restarted string `json:"restarted,omitempty"`
 }
 
 // RunInfo describes a registered run.
@@ -74,12 +97,12 @@ type RunInfo struct {
 	ID           string    `json:"id"`
 	RunID        string    `json:"run_id"`
 	Attempt      int       `json:"attempt"`
-	SocketDir    string    `json:"socket_dir"`
+	SocketDir    string    `json:"socket_dir,omitempty"`
+	IP           string    `json:"ip,omitempty"`
 	RegisteredAt time.Time `json:"registered_at"`
 	LastSeen     time.Time `json:"last_seen"`
 	Calls        int       `json:"calls"`
 	Tokens       int64     `json:"tokens"`
-	InFlight     bool      `json:"-"`
 }
 
 // DeregisterResponse is a deregistered run's whole audit.

@@ -26,13 +26,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
@@ -70,6 +70,7 @@ func run(args []string, stderr io.Writer) int {
 	streams := fs.Int("rate-streams", 0, "per-run calls in flight (0: no cap)")
 	grps := fs.Float64("global-rps", 0, "calls per second of all runs together (0: no limit)")
 	gburst := fs.Int("global-burst", 0, "burst of all runs together")
+	network := fs.String("listen-network", "", "TCP `address` on the sandboxes' internal network for runs registered by source IP (off by default)")
 	var admins uidList
 	fs.Var(&admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
 	verbose := fs.Bool("v", false, "log debug messages")
@@ -116,8 +117,20 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log.Info("sandbox-proxyd: serving", "admin", *adminSock, "sockets", *socketDir, "runs", srv.Runs())
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.ServeAdmin(ln) }()
+	if *network != "" {
+		nl, err := net.Listen("tcp", *network)
+		if err != nil {
+			ln.Close()
+			srv.Close()
+			log.Error("sandbox-proxyd: network listener", "err", err)
+			return 1
+		}
+		defer nl.Close()
+		log.Info("sandbox-proxyd: serving network sandboxes", "addr", nl.Addr().String())
+		go func() { errc <- srv.ServeNetwork(nl) }()
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -186,5 +199,3 @@ func readSecret(path string) ([]byte, error) {
 	}
 	return b, nil
 }
-
-var _ = time.Second

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
@@ -131,7 +133,8 @@ func (s *Server) register(w http.ResponseWriter, req *http.Request) {
 	llmproxy.WriteJSON(w, http.StatusCreated, out)
 }
 
-// Register registers a run and starts serving its socket.
+// Register registers a run and starts serving its socket (or, for a network
+// sandbox, starts answering its source IP on the network listener).
 func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Registered, error) {
 	if _, err := validate(rr); err != nil {
 		return api.Registered{}, err
@@ -141,6 +144,9 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 	s.mu.Unlock()
 	if closed {
 		return api.Registered{}, errClosed
+	}
+	if rr.Network != nil {
+		return s.registerNetwork(ctx, rr)
 	}
 	name, err := s.dirName(rr.RunID)
 	if err != nil {
@@ -174,6 +180,49 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 		Token: r.token, TokenExpiry: time.Unix(spec.TokenExpiry, 0).UTC()}, nil
 }
 
+// registerNetwork registers a sandbox found by its source IP.
+func (s *Server) registerNetwork(ctx context.Context, rr api.RegisterRequest) (api.Registered, error) {
+	n := *rr.Network
+	if n.SessionToken == "" || n.StartTime.IsZero() {
+		return api.Registered{}, port.Invalidf("a network registration needs an ip, a start time and a session token")
+	}
+	ip, err := netip.ParseAddr(n.IP)
+	if err != nil {
+		return api.Registered{}, port.Invalidf("network ip %q is not an IP address", clip(n.IP))
+	}
+	if len(n.SessionToken) > 256 || strings.ContainsAny(n.SessionToken, ":\x00\r\n") {
+		return api.Registered{}, port.Invalidf("session token is over 256 bytes or holds ':' or control characters")
+	}
+	token := n.SessionToken
+	// The session token is kept as a hash only: not in the sealed spec.
+	stored := rr
+	sn := n
+	sn.SessionToken = ""
+	stored.Network = &sn
+	spec := storedSpec{Req: stored}
+	sealed, err := s.sealSpec(spec)
+	if err != nil {
+		return api.Registered{}, err
+	}
+	g := registry.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: n.Name, StartTime: n.StartTime, IP: ip.Unmap(), Spec: sealed}
+	r, err := s.newRun(g, spec, llmproxy.Restored{})
+	if err != nil {
+		return api.Registered{}, err
+	}
+	res, err := s.reg.Register(ctx, g, token)
+	if err != nil {
+		return api.Registered{}, err
+	}
+	r.id = res.ID
+	s.mu.Lock()
+	s.runs[res.ID] = r
+	s.mu.Unlock()
+	if res.Restarted != "" {
+		s.log.Info("proxyd: network sandbox restarted; the old registration is left to expire", "run_id", rr.RunID, "id", res.ID, "old", res.Restarted)
+	}
+	return api.Registered{ID: res.ID, RunID: rr.RunID, Attempt: rr.Attempt, Restarted: res.Restarted}, nil
+}
+
 // dirName is <run id, shortened to fit>-<random hex>.
 func (s *Server) dirName(runID string) (string, error) {
 	var b [suffixLen / 2]byte
@@ -193,8 +242,15 @@ func (s *Server) list(w http.ResponseWriter, _ *http.Request) {
 		if g.State != registry.Active {
 			continue
 		}
-		out = append(out, api.RunInfo{ID: g.ID, RunID: g.RunID, Attempt: g.Attempt, SocketDir: filepath.Join(s.cfg.SocketDir, g.Socket),
-			RegisteredAt: g.RegisteredAt, LastSeen: g.LastSeen, Calls: g.Calls, Tokens: g.Tokens})
+		ri := api.RunInfo{ID: g.ID, RunID: g.RunID, Attempt: g.Attempt,
+			RegisteredAt: g.RegisteredAt, LastSeen: g.LastSeen, Calls: g.Calls, Tokens: g.Tokens}
+		if g.Socket != "" {
+			ri.SocketDir = filepath.Join(s.cfg.SocketDir, g.Socket)
+		}
+		if g.IP.IsValid() {
+			ri.IP = g.IP.String()
+		}
+		out = append(out, ri)
 	}
 	llmproxy.WriteJSON(w, http.StatusOK, out)
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -45,6 +46,8 @@ type run struct {
 	lim    *rate.Limiter // nil: no rate limit
 	slots  chan struct{} // nil: no stream cap
 	uid    int           // -1: no peer check
+	// network: found by source IP on the network listener; no socket, no token.
+	network bool
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -73,12 +76,14 @@ func (s *Server) newRun(g registry.Registration, spec storedSpec, restored llmpr
 	if err != nil {
 		return nil, err
 	}
-	tok, err := runtoken.Mint(s.cfg.Keys.Current, pspec.RunID, pspec.Attempt, time.Unix(spec.TokenExpiry, 0))
-	if err != nil {
-		return nil, err
+	var tok, dir string
+	if g.Socket != "" {
+		if tok, err = runtoken.Mint(s.cfg.Keys.Current, pspec.RunID, pspec.Attempt, time.Unix(spec.TokenExpiry, 0)); err != nil {
+			return nil, err
+		}
+		dir = filepath.Join(s.cfg.SocketDir, g.Socket)
 	}
-	dir := filepath.Join(s.cfg.SocketDir, g.Socket)
-	r := &run{s: s, id: g.ID, spec: spec, dir: dir, sock: filepath.Join(dir, port.LLMSocketName), token: tok,
+	r := &run{s: s, id: g.ID, spec: spec, dir: dir, sock: filepath.Join(dir, port.LLMSocketName), token: tok, network: g.Socket == "",
 		log: s.log.With("run_id", pspec.RunID), engine: e, uid: -1,
 		conns: map[*runConn]struct{}{}, notify: make(chan struct{}), done: make(chan struct{})}
 	if spec.Req.SandboxUID != nil {
@@ -207,8 +212,10 @@ func (r *run) stop(ctx context.Context, grace time.Duration) error {
 			cancel()
 			r.stopErr = fmt.Errorf("calls in flight were cut after the grace of %v", grace)
 		}
-		if err := os.RemoveAll(r.dir); err != nil {
-			r.log.Warn("proxyd: remove run dir", "err", err)
+		if r.dir != "" {
+			if err := os.RemoveAll(r.dir); err != nil {
+				r.log.Warn("proxyd: remove run dir", "err", err)
+			}
 		}
 		close(r.done)
 	})
@@ -253,10 +260,38 @@ func (c *runConn) Close() error {
 func (s *Server) serveRun(w http.ResponseWriter, req *http.Request) {
 	r, _ := req.Context().Value(runKey{}).(*run)
 	if r == nil {
-		http.Error(w, "no run", http.StatusInternalServerError)
+		s.serveNetwork(w, req)
 		return
 	}
 	s.reg.Touch(r.id)
+	s.serveFound(w, req, r, nil)
+}
+
+// serveNetwork serves a request on the network listener: its source IP names
+// the run; an X-Sandbox-ID, if sent, must match the registration.
+func (s *Server) serveNetwork(w http.ResponseWriter, req *http.Request) {
+	ap, err := netip.ParseAddrPort(req.RemoteAddr)
+	if err != nil {
+		llmproxy.WriteError(w, http.StatusForbidden, "permission_denied", "sandbox_id: unknown source")
+		return
+	}
+	sid := req.Header.Get(api.HeaderSandboxID)
+	req.Header.Del(api.HeaderSandboxID)
+	g, err := s.reg.ByIP(ap.Addr(), sid)
+	var r *run
+	if g.ID != "" {
+		r = s.lookup(g.ID)
+	}
+	if r == nil || !r.network {
+		llmproxy.WriteError(w, http.StatusForbidden, "permission_denied", "sandbox_id: no sandbox is registered at this address")
+		return
+	}
+	s.serveFound(w, req, r, err)
+}
+
+// serveFound serves a request of a run that was found; idErr is a failed
+// identity check, refused and audited.
+func (s *Server) serveFound(w http.ResponseWriter, req *http.Request, r *run, idErr error) {
 	p := r.meter
 	if req.URL.Path == "/health" && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
 		llmproxy.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "run_id": p.RunID()})
@@ -265,7 +300,10 @@ func (s *Server) serveRun(w http.ResponseWriter, req *http.Request) {
 	w = &chunkedWriter{ResponseWriter: w}
 	tok := req.Header.Get(runtoken.Header)
 	req.Header.Del(runtoken.Header)
-	_, terr := s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+	var terr error
+	if !r.network {
+		_, terr = s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+	}
 	if req.URL.Path == port.AttestationPath {
 		if terr != nil {
 			llmproxy.WriteError(w, http.StatusUnauthorized, "authentication_error", "run_token: "+terr.Error())
@@ -276,6 +314,11 @@ func (s *Server) serveRun(w http.ResponseWriter, req *http.Request) {
 	}
 	if !p.Enter() {
 		llmproxy.WriteError(w, http.StatusServiceUnavailable, "proxy_stopping", "proxy_stopping: the run's LLM proxy is stopping")
+		return
+	}
+	if idErr != nil {
+		r.engine.Refuse(w, req, p, req.URL.Path, &llmproxy.Refusal{Status: http.StatusUnauthorized, Blocked: "sandbox_id",
+			Type: "authentication_error", Message: "sandbox_id: the X-Sandbox-ID header does not match this sandbox's registration"})
 		return
 	}
 	if terr != nil {

@@ -187,7 +187,7 @@ func sealKey(secret []byte) []byte {
 // restore brings back the runs of the registry.
 func (s *Server) restore(ctx context.Context) error {
 	for _, g := range s.reg.List() {
-		if g.State != registry.Active || g.Socket == "" {
+		if g.State != registry.Active {
 			continue
 		}
 		var spec storedSpec
@@ -204,9 +204,11 @@ func (s *Server) restore(ctx context.Context) error {
 			s.log.Error("proxyd: cannot restore a run", "run_id", g.RunID, "id", g.ID, "err", err)
 			continue
 		}
-		if err := r.listen(); err != nil {
-			s.log.Error("proxyd: cannot restore a run's socket", "run_id", g.RunID, "id", g.ID, "err", err)
-			continue
+		if !r.network {
+			if err := r.listen(); err != nil {
+				s.log.Error("proxyd: cannot restore a run's socket", "run_id", g.RunID, "id", g.ID, "err", err)
+				continue
+			}
 		}
 		s.mu.Lock()
 		s.runs[g.ID] = r
@@ -301,6 +303,11 @@ func (s *Server) Close() error {
 	}
 	return s.reg.Close()
 }
+
+// ServeNetwork serves network sandboxes (registered with a NetworkIdentity) on
+// ln, a TCP listener on the sandboxes' internal network, until ln is closed or
+// the server is. A request's source IP names its run.
+func (s *Server) ServeNetwork(ln net.Listener) error { return s.srv.Serve(ln) }
 
 // Runs is the number of runs served.
 func (s *Server) Runs() int {

@@ -399,3 +399,76 @@ func TestExpiredRegistrationIsCollected(t *testing.T) {
 		t.Errorf("the expired run's directory is left: %v", err)
 	}
 }
+
+// TestNetworkSandboxes: a sandbox on an internal network is found by its source
+// IP; an X-Sandbox-ID must match name, start time and session token; a restart
+// (new start time) registers anew with a fresh budget; other addresses are refused.
+func TestNetworkSandboxes(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	d := startDaemon(t, shortDir(t), nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go d.srv.ServeNetwork(ln)
+	start := time.Now().UTC().Truncate(time.Millisecond)
+	net1 := &api.NetworkIdentity{IP: "127.0.0.1", Name: "repo-feature", StartTime: start, SessionToken: "token123"}
+	first := register(t, d, up, "run-net", func(r *api.RegisterRequest) { r.Network = net1; r.Budget.MaxCalls = 1 })
+	if first.SocketDir != "" || first.Token != "" {
+		t.Errorf("a network registration got a socket or token: %+v", first)
+	}
+	from := func(src string) *http.Client {
+		return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext(ctx, "tcp", addr)
+		}}}
+	}
+	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+	callAs := func(c *http.Client, sid string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(chat))
+		req.Header.Set("Content-Type", "application/json")
+		if sid != "" {
+			req.Header.Set(api.HeaderSandboxID, sid)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	good := "repo-feature:" + start.Format(time.RFC3339Nano) + ":token123"
+	c := from("127.0.0.1")
+	if st, body := callAs(c, "repo-feature:"+start.Format(time.RFC3339Nano)+":token999"); st != 401 || !strings.Contains(body, "sandbox_id") {
+		t.Errorf("wrong session token: %d %s", st, body)
+	}
+	if st, body := callAs(c, good); st != 200 {
+		t.Fatalf("good identity: %d %s", st, body)
+	}
+	if st, _ := callAs(c, ""); st != 429 {
+		t.Errorf("the header is optional but the budget holds: %d", st)
+	}
+	if st, body := callAs(from("127.0.0.2"), ""); st != 403 {
+		t.Errorf("an unregistered address: %d %s", st, body)
+	}
+	// The sandbox restarts: new start time and token; a fresh registration and budget.
+	net2 := &api.NetworkIdentity{IP: "127.0.0.1", Name: "repo-feature", StartTime: start.Add(time.Minute), SessionToken: "token456"}
+	second := register(t, d, up, "run-net", func(r *api.RegisterRequest) { r.Network = net2; r.Budget.MaxCalls = 1 })
+	if second.Restarted != first.ID {
+		t.Fatalf("restart not detected: %+v", second)
+	}
+	if st, body := callAs(c, good); st != 401 {
+		t.Errorf("the old identity after the restart: %d %s", st, body)
+	}
+	if st, body := callAs(c, "repo-feature:"+net2.StartTime.Format(time.RFC3339Nano)+":token456"); st != 200 {
+		t.Errorf("the new identity: %d %s", st, body)
+	}
+	// The session token is stored only as a hash.
+	db, _ := os.ReadFile(filepath.Join(d.dir, "state", proxyd.DBName))
+	wal, _ := os.ReadFile(filepath.Join(d.dir, "state", proxyd.DBName+"-wal"))
+	if strings.Contains(string(db)+string(wal), "token456") {
+		t.Error("a session token is in the registry file")
+	}
+}

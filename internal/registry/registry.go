@@ -394,20 +394,25 @@ func (r *Registry) ByID(id string) (Registration, bool) {
 // ByIP returns the active registration of a source address and renews it. When
 // sandboxID (an X-Sandbox-ID value) is not empty it must name the registration:
 // same name, a start time within StartTimeSkew and the session token whose hash
-// is stored; otherwise the error wraps ErrIdentity.
+// is stored; otherwise the error wraps ErrIdentity, and the registration of the
+// address comes with it (not renewed) so the refusal can be recorded against it.
 func (r *Registry) ByIP(ip netip.Addr, sandboxID string) (Registration, error) {
 	r.mu.RLock()
 	e := r.byIP[ip.Unmap()]
+	var g Registration
+	if e != nil {
+		g = e.reg
+	}
 	r.mu.RUnlock()
 	if e == nil {
 		return Registration{}, ErrNotFound
 	}
 	if sandboxID != "" {
-		if err := checkSandboxID(e.reg, sandboxID); err != nil {
-			return Registration{}, err
+		if err := checkSandboxID(g, sandboxID); err != nil {
+			return g, err
 		}
 	}
-	g, _ := r.seen(e)
+	g, _ = r.seen(e)
 	return g, nil
 }
 
