@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -195,6 +196,28 @@ func (r *run) cutConns() {
 	}
 }
 
+// waitIdle waits (at most d) until no connection of the run is in the middle
+// of an answer: after the last call's record, the server still writes the end
+// of its chunked answer.
+func (r *run) waitIdle(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		busy := false
+		r.mu.Lock()
+		for c := range r.conns {
+			if http.ConnState(c.state.Load()) == http.StateActive {
+				busy = true
+				break
+			}
+		}
+		r.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // stop ends the run: no new connections, calls in flight get grace to end
 // (then they are cut), files removed. It returns the audit.
 func (r *run) stop(ctx context.Context, grace time.Duration) error {
@@ -203,6 +226,9 @@ func (r *run) stop(ctx context.Context, grace time.Duration) error {
 		gctx, cancel := context.WithTimeout(ctx, grace)
 		_, err := r.meter.Stop(gctx)
 		cancel()
+		if err == nil {
+			r.waitIdle(handlerGrace)
+		}
 		r.cutConns()
 		if err != nil {
 			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerGrace)
@@ -242,8 +268,9 @@ func (l *runListener) Accept() (net.Conn, error) {
 
 type runConn struct {
 	net.Conn
-	run  *run
-	once sync.Once
+	run   *run
+	once  sync.Once
+	state atomic.Int32 // http.ConnState
 }
 
 func (c *runConn) Close() error {

@@ -160,6 +160,13 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		IdleTimeout:       30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// A run's stop waits for its connections to go idle: the end of a chunked
+		// answer is written after the handler returned.
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if rc, ok := c.(*runConn); ok {
+				rc.state.Store(int32(st))
+			}
+		},
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if rc, ok := c.(*runConn); ok {
 				return context.WithValue(ctx, runKey{}, rc.run)
