@@ -29,6 +29,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
@@ -108,6 +109,8 @@ type Registry struct {
 	db *sql.DB
 	// Prepared statements of the per-call path (AppendAudit).
 	insAudit, updUsage *sql.Stmt
+	j                  *journal
+	moverErr           atomic.Value // string: the mover's last error
 	ttl                time.Duration
 	now                func() time.Time
 
@@ -146,6 +149,7 @@ CREATE TABLE IF NOT EXISTS registrations (
 CREATE TABLE IF NOT EXISTS audit (
 	reg_id TEXT NOT NULL REFERENCES registrations(id) ON DELETE CASCADE,
 	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	rid TEXT NOT NULL UNIQUE,
 	record BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_reg ON audit(reg_id, seq);
@@ -187,6 +191,21 @@ func Open(ctx context.Context, cfg Config) (*Registry, error) {
 		db.Close()
 		return nil, err
 	}
+	if r.j, err = openJournal(cfg.Path + ".journal"); err != nil {
+		db.Close()
+		return nil, err
+	}
+	// The journal first: it may hold usage newer than the rows.
+	err = r.replay(ctx)
+	if err == nil {
+		err = r.load(ctx)
+	}
+	if err != nil {
+		r.j.f.Close()
+		db.Close()
+		return nil, err
+	}
+	go r.mover()
 	return r, nil
 }
 
@@ -202,12 +221,18 @@ func (r *Registry) init(ctx context.Context) error {
 		return corrupt(err)
 	}
 	var err error
-	if r.insAudit, err = r.db.PrepareContext(ctx, "INSERT INTO audit (reg_id, record) VALUES (?, ?)"); err != nil {
+	// Records of registrations removed meanwhile are skipped, each record is stored once.
+	if r.insAudit, err = r.db.PrepareContext(ctx, "INSERT OR IGNORE INTO audit (reg_id, rid, record) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM registrations WHERE id = ?)"); err != nil {
 		return corrupt(err)
 	}
 	if r.updUsage, err = r.db.PrepareContext(ctx, "UPDATE registrations SET calls = max(calls, ?), tokens = max(tokens, ?) WHERE id = ?"); err != nil {
 		return corrupt(err)
 	}
+	return nil
+}
+
+// load fills the cache from the database.
+func (r *Registry) load(ctx context.Context) error {
 	rows, err := r.db.QueryContext(ctx, `SELECT id, run_id, attempt, name, start_time, socket, ip, session_hash, spec,
 		registered_at, last_seen, state, calls, tokens FROM registrations`)
 	if err != nil {
@@ -501,6 +526,12 @@ func (r *Registry) Flush(ctx context.Context) error {
 
 // Remove deletes a registration and its audit at once (proactive removal).
 func (r *Registry) Remove(ctx context.Context, id string) error {
+	// Journaled records go in first (and then with the registration).
+	r.j.flushMu.Lock()
+	defer r.j.flushMu.Unlock()
+	if err := r.flushAudit(ctx); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.byID[id]
@@ -519,6 +550,11 @@ func (r *Registry) Remove(ctx context.Context, id string) error {
 // removed) and returns them.
 func (r *Registry) GC(ctx context.Context) ([]Registration, error) {
 	if err := r.Flush(ctx); err != nil {
+		return nil, err
+	}
+	r.j.flushMu.Lock()
+	defer r.j.flushMu.Unlock()
+	if err := r.flushAudit(ctx); err != nil {
 		return nil, err
 	}
 	now := r.now()
@@ -561,25 +597,11 @@ type Usage struct {
 }
 
 // AppendAudit stores one audit record of a registration and its usage after
-// the call, in one transaction; it returns once committed.
+// the call. It returns once the record is in the journal (durable against the
+// process's death); it reaches the database within JournalFlushInterval.
 func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRecord, u Usage) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
+	if err := r.j.append(id, rec, u); err != nil {
 		return err
-	}
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("registry: audit: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.StmtContext(ctx, r.insAudit).ExecContext(ctx, id, b); err != nil {
-		return fmt.Errorf("registry: audit: %w", err)
-	}
-	if _, err := tx.StmtContext(ctx, r.updUsage).ExecContext(ctx, u.Calls, u.Tokens, id); err != nil {
-		return fmt.Errorf("registry: audit: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("registry: audit: %w", err)
 	}
 	r.mu.Lock()
 	if e := r.byID[id]; e != nil {
@@ -587,6 +609,13 @@ func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRec
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// sync moves journaled records into the database now.
+func (r *Registry) sync(ctx context.Context) error {
+	r.j.flushMu.Lock()
+	defer r.j.flushMu.Unlock()
+	return r.flushAudit(ctx)
 }
 
 // Entry is a stored audit record and its sequence number (increasing, not
@@ -612,6 +641,9 @@ func (r *Registry) Audit(ctx context.Context, id string, after int64) ([]port.Au
 
 // Entries is Audit with each record's seq.
 func (r *Registry) Entries(ctx context.Context, id string, after int64) ([]Entry, int64, error) {
+	if err := r.sync(ctx); err != nil {
+		return nil, after, err
+	}
 	rows, err := r.db.QueryContext(ctx, "SELECT seq, record FROM audit WHERE reg_id = ? AND seq > ? ORDER BY seq", id, after)
 	if err != nil {
 		return nil, after, fmt.Errorf("registry: audit: %w", err)
@@ -635,7 +667,26 @@ func (r *Registry) Entries(ctx context.Context, id string, after int64) ([]Entry
 
 // Close flushes renewals and closes the database.
 func (r *Registry) Close() error {
-	ferr := r.Flush(context.Background())
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	close(r.j.stop)
+	<-r.j.done
+	aerr := r.sync(context.Background())
+	r.j.mu.Lock()
+	if r.j.f != nil {
+		r.j.f.Close()
+		r.j.f = nil
+	}
+	r.j.mu.Unlock()
+	if aerr == nil {
+		// Everything journaled is in the database.
+		_ = os.Remove(r.j.path)
+	}
+	ferr := errors.Join(aerr, r.Flush(context.Background()))
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
