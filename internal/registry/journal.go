@@ -23,7 +23,7 @@ import (
 // crash left, each record once (its rid is unique in the table).
 
 // JournalFlushInterval is how often journaled records are moved into SQLite.
-const JournalFlushInterval = 50 * time.Millisecond
+const JournalFlushInterval = 250 * time.Millisecond
 
 type journalLine struct {
 	RID    string           `json:"rid"`
@@ -77,7 +77,7 @@ func (j *journal) append(regID string, rec port.AuditRecord, u Usage) error {
 		return fmt.Errorf("registry: journal: %w", err)
 	}
 	j.pending = append(j.pending, l)
-	if len(j.pending) == 256 {
+	if len(j.pending) == 1024 {
 		select {
 		case j.kick <- struct{}{}:
 		default:
