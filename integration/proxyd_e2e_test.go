@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,35 @@ func testProxydFacadeRun(t *testing.T, newRunner func(testing.TB, string) (port.
 	}
 	if left, _ := d.leftovers(ctx, runID); len(left) != 0 {
 		t.Errorf("the daemon still holds %v", left)
+	}
+
+	// Canary: neither the daemon's token secret nor the key is anywhere the agent
+	// can look (env, files, /proc), although the run's token is in its socket directory.
+	secret, err := os.ReadFile(filepath.Join(d.dir, "state", "secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexSecret := strings.TrimSpace(string(secret))
+	p, err := proxies.StartProxy(ctx, port.ProxySpec{RunID: runID + "-scan", Upstream: fake.URL, APIKey: fake.MasterKey(),
+		Attribution: port.Attribution{BillingAccountID: "acct-pxd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	sock := p.Socket()
+	for name, canary := range map[string]string{"token secret": hexSecret, "api key": fake.MasterKey()} {
+		scan, err := runner.RunOnce(ctx, port.RunSpec{RunID: runID + "-scan", Image: image, LLM: &sock,
+			Argv: []string{"/agent", "scan", canary[:len(canary)/2], canary[len(canary)/2:]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if scan.ExitCode != 0 || strings.TrimSpace(string(scan.Stdout)) != "clean" {
+			t.Errorf("the %s is visible in the sandbox: exit %d %s", name, scan.ExitCode, scan.Stdout)
+		}
+	}
+	tok, err := runner.RunOnce(ctx, port.RunSpec{RunID: runID + "-scan", Image: image, LLM: &sock,
+		Argv: []string{"/agent", "cat", port.LLMSocketDir + "/" + proxyd.TokenFile}})
+	if err != nil || !strings.Contains(string(tok.Stdout), p.Registration().Token) {
+		t.Errorf("the run token is not in the sandbox's socket directory: %v %s", err, tok.Stdout)
 	}
 }
