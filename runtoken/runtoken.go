@@ -72,6 +72,7 @@ type Error struct {
 	Detail string
 }
 
+// Error says why the token was refused, without the token.
 func (e *Error) Error() string {
 	if e.Detail == "" {
 		return "run token refused: " + string(e.Reason)

@@ -66,7 +66,8 @@ type Config struct {
 	Rate        api.RateLimit
 	GlobalRPS   float64
 	GlobalBurst int
-	// ConnsPerRun and ConnsTotal cap open connections (llmproxy defaults).
+	// ConnsPerRun and ConnsTotal cap open connections (defaults
+	// llmproxy.DefaultConnsPerRun and 65,536: one daemon serves thousands of runs).
 	ConnsPerRun, ConnsTotal int
 	// AdminUIDs may use the admin socket besides the daemon's own uid.
 	AdminUIDs []int
