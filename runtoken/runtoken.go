@@ -168,13 +168,12 @@ func sign(secret, data []byte) [sha256.Size]byte {
 	return out
 }
 
-// Verifier checks tokens. Its zero value is not usable: set Keys (NewVerifier
-// checks them).
+// Verifier checks tokens; make one with NewVerifier. It is safe for concurrent use.
 type Verifier struct {
 	keys Keys
 	// cur and prev hold keyed HMACs for reuse (Reset restores the keyed state).
 	cur, prev *sync.Pool
-	// Skew is the clock skew tolerated both ways.
+	// skew is the clock skew tolerated both ways.
 	skew time.Duration
 	// maxTTL bounds how far in the future an expiry may lie.
 	maxTTL time.Duration
