@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs and starts what the library's real-runtime tests and examples need on a Debian
-# machine: Docker Engine, containerd, nginx (for config checks), git (the git relay and its
+# machine: Docker Engine, containerd, nginx (config checks; njs for the shared proxy), git (the git relay and its
 # tests), and Go's tools.
 # Idempotent: installed packages and running daemons are left as they are.
 set -euo pipefail
@@ -8,7 +8,7 @@ set -euo pipefail
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 need_pkgs=()
-for p in docker.io containerd nginx-light socat iproute2 git jq; do
+for p in docker.io containerd nginx-light libnginx-mod-http-js socat iproute2 git jq; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then

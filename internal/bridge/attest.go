@@ -219,6 +219,7 @@ func postAttestation(ctx context.Context, socket string, a Attestation) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	setRunToken(req, socket) // a shared proxy checks it (token.go)
 	resp, err := cli.Do(req)
 	if err != nil {
 		return err

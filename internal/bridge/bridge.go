@@ -143,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		if err != nil {
 			return ExitBridgeFailed, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
 		}
-		fw := newForwarder(ln, cfg.Socket, log)
+		fw := newRelay(ln, cfg.Socket, log) // token.go: HTTP with the run token, or raw
 		go fw.serve()
 		defer fw.close()
 		if cfg.Ready != nil {

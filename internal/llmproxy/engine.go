@@ -292,6 +292,17 @@ func (e *Engine) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	WriteError(w, status, typ, msg)
 }
 
+// Refuse answers a request of m's run that the front refuses before Forward (a
+// bad run token, a rate limit) and records it in m's audit as blocked. Like
+// Forward, it needs the call counted with m.Enter and ends it.
+func (e *Engine) Refuse(w http.ResponseWriter, r *http.Request, m *Meter, path string, ref *Refusal) {
+	start := time.Now()
+	e.refuse(w, &Call{meter: m, start: start, rec: port.AuditRecord{
+		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
+		Method: Clip(r.Method, 16), Path: Clip(path, 256),
+	}}, ref)
+}
+
 // refuse answers a call that is not forwarded and records it as blocked.
 func (e *Engine) refuse(w http.ResponseWriter, c *Call, ref *Refusal) {
 	n := WriteRefusal(w, ref)

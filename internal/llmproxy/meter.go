@@ -42,6 +42,26 @@ type MeterConfig struct {
 	// Logger receives the run's call logs (default: discard). It should already
 	// carry the run id.
 	Logger *slog.Logger
+	// Restored is what an earlier life of the run used and recorded (a shared
+	// daemon that restarted): its usage counts against the budget, its records
+	// lead the audit.
+	Restored Restored
+	// OnRecord, if set, is called with every record the meter keeps, and the
+	// run's usage after the call, before the call ends (before Stop can return
+	// and before the handler returns): a durable front persists them there.
+	OnRecord func(rec port.AuditRecord, used Usage)
+}
+
+// Usage is what a run has taken from its budget.
+type Usage struct {
+	Calls  int   `json:"calls"`
+	Tokens int64 `json:"tokens"`
+}
+
+// Restored is a run's state carried over from an earlier Meter.
+type Restored struct {
+	Used    Usage
+	Records []port.AuditRecord
 }
 
 // MeterStats counts what a Meter saw but did not keep one by one.
@@ -87,11 +107,33 @@ func NewMeter(cfg MeterConfig) *Meter {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{cfg: cfg, log: l, idle: make(chan struct{}), bodies: make(chan struct{}, MaxBodiesInFlight)}
+	m := &Meter{cfg: cfg, log: l, idle: make(chan struct{}), bodies: make(chan struct{}, MaxBodiesInFlight)}
+	m.calls, m.tokens = cfg.Restored.Used.Calls, cfg.Restored.Used.Tokens
+	m.records = append(m.records, cfg.Restored.Records...)
+	for _, r := range cfg.Restored.Records {
+		switch {
+		case r.Blocked != "":
+			m.refusedKept++
+			m.stats.Refused++
+		case r.Method == "GET":
+			m.unbilled++
+			m.stats.Forwarded++
+		default:
+			m.stats.Forwarded++
+		}
+	}
+	return m
 }
 
 // RunID is the run the meter accounts for.
 func (m *Meter) RunID() string { return m.cfg.RunID }
+
+// Used is what the run has taken from its budget so far.
+func (m *Meter) Used() Usage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Usage{Calls: m.calls, Tokens: m.tokens}
+}
 
 // Attempt is the run's attempt number.
 func (m *Meter) Attempt() int { return m.cfg.Attempt }
@@ -113,8 +155,7 @@ func (m *Meter) Enter() bool {
 // it was the last. billable says the call may cost money.
 func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.inflight--
+	n := len(m.records)
 	switch {
 	case forwarded && billable:
 		m.stats.Forwarded++
@@ -136,6 +177,15 @@ func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
 			m.stats.RefusedDropped++
 		}
 	}
+	kept, used := len(m.records) > n, Usage{Calls: m.calls, Tokens: m.tokens}
+	m.mu.Unlock()
+	// Still in flight while the hook runs, so Stop waits for it.
+	if kept && m.cfg.OnRecord != nil {
+		m.cfg.OnRecord(rec, used)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inflight--
 	if m.stopping && m.inflight == 0 {
 		close(m.idle)
 	}

@@ -112,6 +112,19 @@ func main() {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	case "hold-then":
+		// One call, the barrier file, then n more calls: lets a test restart the proxy
+		// while the sandbox lives.
+		chat(args[1], "before", false)
+		for {
+			if _, err := os.Stat(args[0]); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for i := 0; i < atoi(args[2]); i++ {
+			chat(args[1], fmt.Sprintf("after-%d", i), false)
+		}
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":

@@ -1,0 +1,13 @@
+// Package proxyd is the client of the shared LLM proxy daemon
+// (cmd/sandbox-proxyd): the admin API's types, a typed Client, and a Manager
+// implementing port.ProxyManager on it.
+//
+// Where the in-process proxy (adapters/inproc) runs one proxy per run inside the
+// host process, the daemon is one long-lived process, possibly a container,
+// serving every run of many hosts: each registered run gets its own socket
+// directory (the runner mounts it as with any proxy), the socket names the run,
+// and the bridge inside the sandbox adds the run's HMAC token
+// (runtoken) to every request, which the daemon checks against the socket.
+// Runs, budgets and audits are kept in the daemon's registry and survive a
+// daemon restart.
+package proxyd

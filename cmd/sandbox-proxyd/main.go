@@ -1,0 +1,201 @@
+// Command sandbox-proxyd is the shared LLM proxy daemon: one process serving the
+// per-run LLM proxies of many runs, with HMAC run tokens, per-run rate limits and
+// a durable identity registry (see docs/proxyd.md).
+//
+//	sandbox-proxyd -state-dir /var/lib/agentsandbox-proxyd -socket-dir /run/agentsandbox-proxyd/runs \
+//	    -admin-socket /run/agentsandbox-proxyd/admin.sock [-secret-file F] [-previous-secret-file F] [flags]
+//
+// The admin API (adapters/proxyd) listens on -admin-socket only (mode 0600; peers
+// must run as the daemon's uid or an -admin-uid). Each registered run gets a
+// directory under -socket-dir holding llm.sock and the run's token file; a runner
+// mounts that directory at /llm-sock. SIGTERM and SIGINT stop the daemon without
+// deregistering runs: started again with the same directories and secret, it
+// serves the same runs at the same socket paths and their budgets continue.
+//
+// The secret file holds the token-signing secret as 64 hex digits; it is made
+// (mode 0600) if missing. To rotate, move it to -previous-secret-file and let a
+// new one be made: tokens of both are accepted.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/proxyd"
+	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/runtoken"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+type uidList []int
+
+func (u *uidList) String() string { return fmt.Sprint(*u) }
+func (u *uidList) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("uid %q is not a non-negative integer", v)
+	}
+	*u = append(*u, n)
+	return nil
+}
+
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sandbox-proxyd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", "/var/lib/agentsandbox-proxyd", "`directory` of the registry database")
+	socketDir := fs.String("socket-dir", "/run/agentsandbox-proxyd/runs", "`directory` of the per-run socket directories")
+	adminSock := fs.String("admin-socket", "/run/agentsandbox-proxyd/admin.sock", "admin API unix `socket`")
+	secretFile := fs.String("secret-file", "", "token secret `file` (default <state-dir>/secret; made if missing)")
+	prevFile := fs.String("previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
+	tokenTTL := fs.Duration("token-ttl", proxyd.DefaultTokenTTL, "run token lifetime")
+	ttl := fs.Duration("ttl", registry.DefaultTTL, "registration lifetime without a request")
+	gc := fs.Duration("gc-interval", registry.DefaultGCInterval, "how often expired registrations are removed")
+	rps := fs.Float64("rate-rps", 0, "per-run calls per second (0: no limit)")
+	burst := fs.Int("rate-burst", 0, "per-run burst of calls")
+	streams := fs.Int("rate-streams", 0, "per-run calls in flight (0: no cap)")
+	grps := fs.Float64("global-rps", 0, "calls per second of all runs together (0: no limit)")
+	gburst := fs.Int("global-burst", 0, "burst of all runs together")
+	network := fs.String("listen-network", "", "TCP `address` on the sandboxes' internal network for runs registered by source IP (off by default)")
+	var admins uidList
+	fs.Var(&admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
+	verbose := fs.Bool("v", false, "log debug messages")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "sandbox-proxyd: unexpected arguments")
+		return 2
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *secretFile == "" {
+		*secretFile = filepath.Join(*stateDir, "secret")
+	}
+	keys, err := loadKeys(*stateDir, *secretFile, *prevFile)
+	if err != nil {
+		log.Error("sandbox-proxyd: secret", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	srv, err := proxyd.Open(ctx, proxyd.Config{
+		StateDir: *stateDir, SocketDir: *socketDir, Keys: keys, TokenTTL: *tokenTTL, TTL: *ttl, GCInterval: *gc,
+		Rate: api.RateLimit{RPS: *rps, Burst: *burst, Streams: *streams}, GlobalRPS: *grps, GlobalBurst: *gburst,
+		AdminUIDs: admins, Logger: log,
+	})
+	if err != nil {
+		if errors.Is(err, registry.ErrCorrupt) {
+			log.Error("sandbox-proxyd: the registry database is corrupt; move it aside to start empty (its runs are lost)",
+				"path", filepath.Join(*stateDir, proxyd.DBName), "err", err)
+			return 3
+		}
+		log.Error("sandbox-proxyd: start", "err", err)
+		return 1
+	}
+	ln, err := proxyd.ListenAdmin(*adminSock)
+	if err != nil {
+		srv.Close()
+		log.Error("sandbox-proxyd: admin socket", "err", err)
+		return 1
+	}
+	log.Info("sandbox-proxyd: serving", "admin", *adminSock, "sockets", *socketDir, "runs", srv.Runs())
+	errc := make(chan error, 2)
+	go func() { errc <- srv.ServeAdmin(ln) }()
+	if *network != "" {
+		nl, err := net.Listen("tcp", *network)
+		if err != nil {
+			ln.Close()
+			srv.Close()
+			log.Error("sandbox-proxyd: network listener", "err", err)
+			return 1
+		}
+		defer nl.Close()
+		log.Info("sandbox-proxyd: serving network sandboxes", "addr", nl.Addr().String())
+		go func() { errc <- srv.ServeNetwork(nl) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		log.Error("sandbox-proxyd: admin", "err", err)
+	}
+	ln.Close()
+	if err := srv.Close(); err != nil {
+		log.Error("sandbox-proxyd: close", "err", err)
+		return 1
+	}
+	log.Info("sandbox-proxyd: stopped; registered runs come back with the next start")
+	return 0
+}
+
+// loadKeys reads the secrets, making the current one if it is missing.
+func loadKeys(stateDir, cur, prev string) (runtoken.Keys, error) {
+	var k runtoken.Keys
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return k, err
+	}
+	b, err := readSecret(cur)
+	if errors.Is(err, os.ErrNotExist) {
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return k, err
+		}
+		f, err := os.OpenFile(cur, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return k, err
+		}
+		if _, err := f.WriteString(hex.EncodeToString(raw) + "\n"); err != nil {
+			f.Close()
+			return k, err
+		}
+		if err := f.Close(); err != nil {
+			return k, err
+		}
+		b = raw
+	} else if err != nil {
+		return k, err
+	}
+	k.Current = b
+	if prev != "" {
+		if k.Previous, err = readSecret(prev); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+func readSecret(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("secret file %s is readable by others (mode %v); want 0600", path, fi.Mode().Perm())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := hex.DecodeString(strings.TrimSpace(string(raw)))
+	if err != nil || len(b) < runtoken.MinSecretLen {
+		return nil, fmt.Errorf("secret file %s does not hold at least %d bytes as hex", path, runtoken.MinSecretLen)
+	}
+	return b, nil
+}
