@@ -1,7 +1,7 @@
 // Command sandbox-bridge is a sandbox's entrypoint: it forwards a loopback TCP address
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
-//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
+//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-expose-dir d -expose port ...] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
 //	sandbox-bridge -claim [-listen ...] [-socket ...] [-subreaper] [-v]
 //
 // With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
@@ -46,6 +46,9 @@ func run(args []string, stderr io.Writer) int {
 	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
+	var expose exposeFlag
+	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
+	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
 	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
@@ -74,6 +77,7 @@ func run(args []string, stderr io.Writer) int {
 		defer cfg.Stdin.Close()
 	}
 	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
+	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	code, err := bridge.Run(context.Background(), cfg)
 	switch {

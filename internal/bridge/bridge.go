@@ -110,6 +110,11 @@ type Config struct {
 	// KillGrace) when the wall clock reaches it: the sandbox's time limit holds even
 	// when the host that should enforce it is gone. Run then returns ErrDeadline.
 	Deadline time.Time
+	// Expose lists loopback TCP ports reachable from outside through unix sockets
+	// named PORT.sock in ExposeDir (see expose.go).
+	Expose []int
+	// ExposeDir is the directory of the Expose sockets (a host directory mounted in).
+	ExposeDir string
 	// Ready, if set, is called with the listening address once the listener is up and
 	// before the child starts.
 	Ready func(net.Addr)
@@ -145,6 +150,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			cfg.Ready(ln.Addr())
 		}
 	}
+
+	closeExposed, err := exposeAll(cfg, log)
+	if err != nil {
+		return ExitBridgeFailed, err
+	}
+	defer closeExposed()
 
 	if cfg.Subreaper {
 		if err := setSubreaper(); err != nil {
