@@ -108,6 +108,10 @@ func main() {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	case "serve":
+		serve(args[0])
+	case "stubborn":
+		stubborn()
 	case "stream":
 		stream(args[0], args[1], args[2])
 	default:
