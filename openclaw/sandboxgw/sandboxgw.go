@@ -41,7 +41,6 @@ import (
 const (
 	DefaultPort         = 18789
 	DefaultReadyTimeout = 3 * time.Minute
-	DefaultLiveness     = 15 * time.Second
 	DefaultMemoryBytes  = 1536 << 20
 	DefaultPIDs         = 512
 	DefaultMinBackoff   = time.Second
@@ -118,8 +117,9 @@ type Options struct {
 	Limits port.Limits
 	// ReadyTimeout bounds the start-up (default DefaultReadyTimeout).
 	ReadyTimeout time.Duration
-	// Liveness is the client's liveness window (default DefaultLiveness): a silent
-	// connection is declared dead after it.
+	// Liveness is the client's liveness window (default: the client's, 2.5 gateway
+	// ticks): a silent connection is declared dead after it. A crashed gateway is seen
+	// sooner: its sandbox exits and the exposed socket closes.
 	Liveness time.Duration
 	// AutoRestart starts a new sandbox when the gateway goes down, waiting MinBackoff,
 	// then doubling up to MaxBackoff between failed attempts.
@@ -172,8 +172,8 @@ func (o *Options) check() error {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = DefaultReadyTimeout
 	}
-	if o.Liveness <= 0 {
-		o.Liveness = DefaultLiveness
+	if o.Liveness < 0 {
+		return port.Invalidf("sandboxgw: negative liveness window")
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = DefaultMinBackoff
@@ -426,9 +426,11 @@ func (g *Gateway) connect(ctx context.Context, sess port.Session) (*incarnation,
 	dial := func(ctx context.Context, _, _ string) (net.Conn, error) { return sess.Dial(ctx, g.opts.Port) }
 	var lastErr error
 	for {
-		c, err := gateway.Dial(ctx, "ws://127.0.0.1:"+strconv.Itoa(g.opts.Port),
-			gateway.WithToken(g.opts.Token), gateway.WithDialContext(dial),
-			gateway.WithRetry(1, 0), gateway.WithLivenessTimeout(g.opts.Liveness), gateway.WithLogger(g.log))
+		gopts := []gateway.Option{gateway.WithToken(g.opts.Token), gateway.WithDialContext(dial), gateway.WithRetry(1, 0), gateway.WithLogger(g.log)}
+		if g.opts.Liveness > 0 {
+			gopts = append(gopts, gateway.WithLivenessTimeout(g.opts.Liveness))
+		}
+		c, err := gateway.Dial(ctx, "ws://127.0.0.1:"+strconv.Itoa(g.opts.Port), gopts...)
 		if err == nil {
 			prep, err := billing.NewPreparer(c, RouterURL, g.opts.Models, billing.WithPreparerLogger(g.log))
 			if err != nil {
