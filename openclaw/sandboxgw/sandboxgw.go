@@ -198,6 +198,7 @@ type Gateway struct {
 
 	mu          sync.Mutex
 	cur         *incarnation // nil while down
+	last        *incarnation // the latest, up or down: Close removes it
 	gen         int          // incarnations started
 	downErr     error
 	up          chan struct{} // closed when an incarnation is up; replaced when down
@@ -216,6 +217,7 @@ type incarnation struct {
 	down   chan struct{} // closed when it ended
 	once   sync.Once
 	cause  error
+	retire sync.Once // its client closed and its sandbox removed
 }
 
 func (in *incarnation) end(cause error) {
@@ -471,7 +473,7 @@ func tail(b []byte) string {
 // install makes in the current incarnation and watches it.
 func (g *Gateway) install(in *incarnation) {
 	g.mu.Lock()
-	g.cur = in
+	g.cur, g.last = in, in
 	g.downErr = nil
 	close(g.up)
 	g.mu.Unlock()
@@ -522,7 +524,7 @@ func (g *Gateway) supervise(ctx context.Context) {
 		if cur != nil {
 			select {
 			case <-cur.down:
-				g.retire(cur)
+				g.retire(cur, 5*time.Second)
 				backoff = g.opts.MinBackoff
 			case <-ctx.Done():
 				return
@@ -557,14 +559,16 @@ func (g *Gateway) upChan() <-chan struct{} {
 	return g.up
 }
 
-// retire closes a dead incarnation's client and removes its sandbox.
-func (g *Gateway) retire(in *incarnation) {
-	_ = in.client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := in.sess.Stop(ctx, 5*time.Second); err != nil {
-		g.log.Warn("removing a dead gateway's sandbox failed; a Sweep will", "err", err)
-	}
+// retire closes an incarnation's client and removes its sandbox (once).
+func (g *Gateway) retire(in *incarnation, grace time.Duration) {
+	in.retire.Do(func() {
+		_ = in.client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), grace+30*time.Second)
+		defer cancel()
+		if _, err := in.sess.Stop(ctx, grace); err != nil {
+			g.log.Warn("removing the gateway's sandbox failed; a Sweep will", "err", err)
+		}
+	})
 }
 
 // Restart starts a new sandbox if the gateway is down (a no-op when it is up). Runs
@@ -580,7 +584,7 @@ func (g *Gateway) Restart(ctx context.Context) error {
 	if old != nil {
 		select {
 		case <-old.down:
-			g.retire(old)
+			g.retire(old, 5*time.Second)
 		default:
 			return nil
 		}
@@ -592,7 +596,7 @@ func (g *Gateway) Restart(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed || g.cur != nil {
 		g.mu.Unlock()
-		g.retire(in)
+		g.retire(in, 10*time.Second)
 		return nil
 	}
 	g.mu.Unlock()
@@ -705,6 +709,9 @@ func (g *Gateway) Run(ctx context.Context, req RunRequest) (*gateway.AgentResult
 		select {
 		case <-in.down:
 			return &DownError{RunID: runID, Cause: in.cause}
+		case <-in.client.Done():
+			// The connection ended before the watcher said so: the same event.
+			return &DownError{RunID: runID, Cause: in.client.Err()}
 		default:
 			return err
 		}
@@ -745,21 +752,25 @@ func (g *Gateway) Detach() error {
 		return nil
 	}
 	g.closed = true
-	in := g.cur
+	in, last := g.cur, g.last
 	g.cur = nil
 	g.mu.Unlock()
 	g.stop()
 	if in != nil {
 		in.end(errors.New("detached"))
-		_ = in.client.Close()
-		_ = in.sess.Detach()
+		in.retire.Do(func() {
+			_ = in.client.Close()
+			_ = in.sess.Detach()
+		})
+	} else if last != nil {
+		g.retire(last, 5*time.Second) // a dead gateway is not left behind
 	}
 	g.shutdownServer()
 	return nil
 }
 
-// Close stops the gateway's sandbox (TERM, then KILL after 10 seconds), its router
-// socket and the supervisor.
+// Close stops the gateway's sandbox (TERM, then KILL after 10 seconds; a dead one is
+// removed), its router socket and the supervisor.
 func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed {
@@ -767,18 +778,18 @@ func (g *Gateway) Close(ctx context.Context) error {
 		return nil
 	}
 	g.closed = true
-	in := g.cur
+	last := g.last
 	g.cur = nil
 	g.mu.Unlock()
 	g.stop()
-	var err error
-	if in != nil {
-		in.end(errors.New("closed"))
-		_ = in.client.Close()
-		_, err = in.sess.Stop(ctx, 10*time.Second)
+	if last != nil {
+		last.end(errors.New("closed"))
 	}
-	g.shutdownServer()
-	return err
+	g.shutdownServer() // the watchers have ended with last
+	if last != nil {
+		g.retire(last, 10*time.Second)
+	}
+	return ctx.Err()
 }
 
 // mkdirFor makes dir (if missing) owned by the sandbox's user.
