@@ -135,7 +135,9 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	sessDir := t.TempDir()
 	owner := sandboxtest.RunID("ocgw")
 	s.runner, s.image = newRunner(t, bin, owner, sessDir)
-	s.reopen = func() sessionRunner { r, _ := newRunner(t, bin, owner, sessDir); return r }
+	// The restarted host's runner, made now so that it is closed after the gateway.
+	second, _ := newRunner(t, bin, owner, sessDir)
+	s.reopen = func() sessionRunner { return second }
 	s.opts = sandboxgw.Options{
 		Runner: s.runner, Router: s.router, Image: s.image,
 		Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"},
