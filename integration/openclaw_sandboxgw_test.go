@@ -147,6 +147,8 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		Config:  []openclaw.Option{openclaw.WithAgentTimeout(150 * time.Second)},
 		RunID:   sandboxtest.RunID("ocgw"),
 		Limits:  port.Limits{Timeout: 30 * time.Minute},
+		// A dead gateway comes back by itself.
+		AutoRestart: true, MinBackoff: 500 * time.Millisecond,
 	}
 	start := time.Now()
 	s.gw, err = sandboxgw.Start(ctx, s.opts)
@@ -501,8 +503,12 @@ func testGWKill(t *testing.T, s *gwStack) {
 	}
 	_, _ = reg.Stop(ctx)
 
-	if err := s.gw.Restart(ctx); err != nil {
-		t.Fatalf("restart: %v", err)
+	// AutoRestart brings a new sandbox up.
+	if err := s.gw.WaitUp(ctx); err != nil {
+		t.Fatalf("no restart: %v", err)
+	}
+	if s.gw.ID() == sess.ID() {
+		t.Error("the restarted gateway has the dead one's id")
 	}
 	reg2 := s.register(t, "FOXTROT", "acct-f")
 	if got, err := s.turn(ctx, reg2, "FOXTROT"); err != nil || got != "ANSWER-FOXTROT" {

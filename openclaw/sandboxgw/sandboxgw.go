@@ -526,6 +526,10 @@ func (g *Gateway) supervise(ctx context.Context) {
 			case <-cur.down:
 				g.retire(cur, 5*time.Second)
 				backoff = g.opts.MinBackoff
+				// Until the watcher has marked it down.
+				for g.isCurrent(cur) && ctx.Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+				}
 			case <-ctx.Done():
 				return
 			}
@@ -551,6 +555,12 @@ func (g *Gateway) supervise(ctx context.Context) {
 			backoff = min(backoff*2, g.opts.MaxBackoff)
 		}
 	}
+}
+
+func (g *Gateway) isCurrent(in *incarnation) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cur == in
 }
 
 func (g *Gateway) upChan() <-chan struct{} {
@@ -606,11 +616,31 @@ func (g *Gateway) Restart(ctx context.Context) error {
 
 // WaitUp blocks until the gateway is up (after a restart) or ctx ends.
 func (g *Gateway) WaitUp(ctx context.Context) error {
-	select {
-	case <-g.upChan():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		g.mu.Lock()
+		cur, up, closed := g.cur, g.up, g.closed
+		g.mu.Unlock()
+		if closed {
+			return fmt.Errorf("%w: gateway closed", port.ErrClosed)
+		}
+		if cur != nil {
+			select {
+			case <-cur.down: // dead, not marked yet
+			default:
+				return nil
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
