@@ -1,13 +1,17 @@
 // Command sandbox-bridge is a sandbox's entrypoint: it forwards a loopback TCP address
 // to the per-run LLM proxy's unix socket and runs the agent as its child.
 //
-//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-expose-dir d -expose port ...] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
+//	sandbox-bridge [-listen 127.0.0.1:8080] [-socket /llm-sock/llm.sock] [-no-forward] [-attest] [-deadline unix-ms] [-grace d] [-subreaper] [-v] -- argv...
 //	sandbox-bridge -claim [-listen ...] [-socket ...] [-subreaper] [-v]
 //
 // With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
 // (argv, environment, working directory, forwarding, deadline; see bridge.Claim) as one
 // line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
 // command never sees the channel the run came through.
+//
+// With -expose-dir DIR -expose PORT (repeatable) it also listens on DIR/PORT.sock and
+// forwards each connection to 127.0.0.1:PORT: how a long-running sandbox's host reaches
+// a port its process listens on, through a directory mounted from the host.
 //
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
@@ -46,10 +50,10 @@ func run(args []string, stderr io.Writer) int {
 	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
+	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
 	var expose exposeFlag
 	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
-	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
 		fs.PrintDefaults()
@@ -77,8 +81,8 @@ func run(args []string, stderr io.Writer) int {
 		defer cfg.Stdin.Close()
 	}
 	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
-	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
 	code, err := bridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, bridge.ErrDeadline):

@@ -151,17 +151,16 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 	}
 
-	closeExposed, err := exposeAll(cfg, log)
-	if err != nil {
-		return ExitBridgeFailed, err
-	}
-	defer closeExposed()
-
 	if cfg.Subreaper {
 		if err := setSubreaper(); err != nil {
 			return ExitBridgeFailed, fmt.Errorf("bridge: become a subreaper: %w", err)
 		}
 	}
+	closeExposed, err := exposeAll(cfg, log)
+	if err != nil {
+		return ExitBridgeFailed, err
+	}
+	defer closeExposed()
 
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	if cmd.Err != nil {
