@@ -205,8 +205,11 @@ type Gateway struct {
 	closed      bool
 	attestation []byte // the last isolation report the sandbox's bridge sent
 
-	stop context.CancelFunc // ends the supervisor
-	wg   sync.WaitGroup
+	stop      context.CancelFunc // ends the supervisor
+	superCtx  context.Context
+	superOnce sync.Once  // the supervisor starts with the first incarnation
+	restartMu sync.Mutex // one Restart at a time
+	wg        sync.WaitGroup
 }
 
 // incarnation is one sandbox and its client.
@@ -287,10 +290,7 @@ func newGateway(opts Options) (*Gateway, error) {
 	if err := g.serveRouter(); err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithCancel(context.Background())
-	g.stop = cancel
-	g.wg.Add(1)
-	go g.supervise(sctx)
+	g.superCtx, g.stop = context.WithCancel(context.Background())
 	return g, nil
 }
 
@@ -477,6 +477,10 @@ func (g *Gateway) install(in *incarnation) {
 	g.downErr = nil
 	close(g.up)
 	g.mu.Unlock()
+	g.superOnce.Do(func() {
+		g.wg.Add(1)
+		go g.supervise(g.superCtx)
+	})
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -584,6 +588,8 @@ func (g *Gateway) retire(in *incarnation, grace time.Duration) {
 // Restart starts a new sandbox if the gateway is down (a no-op when it is up). Runs
 // that were in flight are not resumed: they failed with ErrGatewayDown.
 func (g *Gateway) Restart(ctx context.Context) error {
+	g.restartMu.Lock()
+	defer g.restartMu.Unlock()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
