@@ -40,7 +40,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultPort         = 18789
-	DefaultReadyTimeout = 3 * time.Minute
+	DefaultReadyTimeout = 5 * time.Minute
 	DefaultMemoryBytes  = 1536 << 20
 	DefaultPIDs         = 512
 	DefaultMinBackoff   = time.Second
