@@ -55,6 +55,19 @@ func (s RunSpec) LibraryEnv() map[string]string {
 	return env
 }
 
+// IsLibraryEnv says whether name is one of the variables the library sets itself
+// (HOSTNAME, LLMEnv's, EgressEnv's), which a caller cannot override.
+func IsLibraryEnv(name string) bool {
+	if name == "HOSTNAME" {
+		return true
+	}
+	if _, ok := LLMEnv()[name]; ok {
+		return true
+	}
+	_, ok := EgressEnv()[name]
+	return ok
+}
+
 // SandboxEnv is the environment a run sets over its image's, for every runner: the
 // spec's Env, then LibraryEnv, whose variables replace any of the same name the
 // caller set. One rule on every runtime: the library's own variables win, so a

@@ -1,7 +1,9 @@
 package port
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +37,17 @@ func TestEnvListAndMerge(t *testing.T) {
 	got := MergeEnv([]string{"PATH=/bin", "HOME=/", "X=old"}, []string{"X=new", "Y=1"})
 	if !slices.Equal(got, []string{"PATH=/bin", "HOME=/", "X=new", "Y=1"}) {
 		t.Errorf("MergeEnv = %v", got)
+	}
+}
+
+func TestExecEnvRefusesLibraryVariables(t *testing.T) {
+	for _, k := range []string{"HOSTNAME", "OPENAI_BASE_URL", "OPENAI_API_KEY", "HTTPS_PROXY", "SSL_CERT_FILE"} {
+		err := ExecSpec{Argv: []string{"/x"}, Env: map[string]string{k: "http://evil"}}.WithDefaults().Validate()
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), k) {
+			t.Errorf("exec env %s: err = %v, want ErrInvalidSpec naming it", k, err)
+		}
+	}
+	if err := (ExecSpec{Argv: []string{"/x"}, Env: map[string]string{"MY_VAR": "1"}}).WithDefaults().Validate(); err != nil {
+		t.Errorf("exec env MY_VAR: %v", err)
 	}
 }

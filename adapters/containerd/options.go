@@ -43,6 +43,8 @@ type config struct {
 	poolStarted bool
 	// poolDir holds the host directories of pooled sandboxes.
 	poolDir string
+	// sessionRoot holds the sessions' host directories (see WithSessionDir).
+	sessionRoot string
 	// phaseHook, if set, is called at each phase boundary of a run (benchmarks).
 	phaseHook func(phase string)
 	// ignoreOOMEvents is for tests: OOM kills must be found without the event.

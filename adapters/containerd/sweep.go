@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -36,8 +37,8 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	}
 	cutoff := time.Now().Add(-opts.OlderThan)
 	old := func(lbls map[string]string) bool {
-		t, err := time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
-		return err != nil || !t.After(cutoff)
+		// By creation time, or a session's last heartbeat.
+		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff)
 	}
 
 	cs, err := r.cli.Containers(ctx, filter)
@@ -55,6 +56,10 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if slotDir != "" {
 			rep.Removed = append(rep.Removed, "dir:"+slotDir)
 		}
+		sessDir := sessionkit.OwnDir(r.sessionRoot(), lbls[port.LabelSessionDir])
+		if sessDir != "" {
+			rep.Removed = append(rep.Removed, "dir:"+sessDir)
+		}
 		rep.Removed = append(rep.Removed, "container:"+c.ID())
 		fifos := fifoDirs(c.ID())
 		for _, d := range fifos {
@@ -71,6 +76,9 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 			if err := os.RemoveAll(d); err != nil {
 				rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
 			}
+		}
+		if err := sessionkit.RemoveDir(r.sessionRoot(), sessDir); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", sessDir, err))
 		}
 		if slotDir != "" {
 			if err := removeSlotDir(slotDir); err != nil {

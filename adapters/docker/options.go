@@ -35,6 +35,8 @@ type config struct {
 	cleanupConcurrency int
 	// runtime is the OCI runtime the daemon runs sandboxes with ("" for its default).
 	runtime string
+	// sessionRoot holds the sessions' host directories (see WithSessionDir).
+	sessionRoot string
 }
 
 func defaultConfig() config {

@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -37,9 +38,9 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 	}
 	cutoff := time.Now().Add(-opts.OlderThan)
 	old := func(lbls map[string]string) bool {
-		t, err := time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
-		// A resource with our owner label but no readable time is ours and broken: sweep it.
-		return err != nil || !t.After(cutoff)
+		// By creation time, or a session's last heartbeat; a resource with our owner
+		// label but no readable time is ours and broken: sweep it.
+		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff)
 	}
 
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
@@ -56,7 +57,9 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		}
 		if _, err := cfg.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
 			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", short(c.ID), classify(err)))
+			continue
 		}
+		sweepSessionDir(cfg, c.Labels, &rep)
 	}
 	vs, err := cfg.api.VolumeList(ctx, client.VolumeListOptions{Filters: f})
 	if err != nil {

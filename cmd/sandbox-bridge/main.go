@@ -9,6 +9,10 @@
 // line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
 // command never sees the channel the run came through.
 //
+// With -expose-dir DIR -expose PORT (repeatable) it also listens on DIR/PORT.sock and
+// forwards each connection to 127.0.0.1:PORT: how a long-running sandbox's host reaches
+// a port its process listens on, through a directory mounted from the host.
+//
 // It exits with the child's exit code (128+n if signal n killed it), 127 if argv[0] is
 // not found, 126 if it cannot be executed and 125 if the bridge itself cannot start.
 // Build it static (CGO_ENABLED=0 go build -trimpath ./cmd/sandbox-bridge), or let
@@ -49,6 +53,9 @@ func run(args []string, stderr io.Writer) int {
 	egressAddr := fs.String("egress", "", "also listen on this loopback `address` as the run's HTTP/HTTPS forward proxy, forwarding to -egress-socket")
 	egressSocket := fs.String("egress-socket", bridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
 	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
+	var expose exposeFlag
+	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
+	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
 		fs.PrintDefaults()
@@ -81,6 +88,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	cfg.EgressSocket = *egressSocket
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
 	code, err := bridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, bridge.ErrDeadline):

@@ -115,6 +115,11 @@ type Config struct {
 	// KillGrace) when the wall clock reaches it: the sandbox's time limit holds even
 	// when the host that should enforce it is gone. Run then returns ErrDeadline.
 	Deadline time.Time
+	// Expose lists loopback TCP ports reachable from outside through unix sockets
+	// named PORT.sock in ExposeDir (see expose.go).
+	Expose []int
+	// ExposeDir is the directory of the Expose sockets (a host directory mounted in).
+	ExposeDir string
 	// Ready, if set, is called with the listening address once the listener is up and
 	// before the child starts.
 	Ready func(net.Addr)
@@ -161,6 +166,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			return ExitBridgeFailed, fmt.Errorf("bridge: become a subreaper: %w", err)
 		}
 	}
+	closeExposed, err := exposeAll(cfg, log)
+	if err != nil {
+		return ExitBridgeFailed, err
+	}
+	defer closeExposed()
 
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	if cmd.Err != nil {

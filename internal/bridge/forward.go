@@ -18,6 +18,8 @@ type forwarder struct {
 	ln     net.Listener
 	socket string
 	log    *slog.Logger
+	// network is what socket is dialled with ("" for "unix"; "tcp" for an exposed port).
+	network string
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -84,7 +86,11 @@ func (f *forwarder) untrack(cs ...net.Conn) {
 func (f *forwarder) pipe(client net.Conn) {
 	defer f.pipes.Done()
 	defer client.Close()
-	up, err := net.DialTimeout("unix", f.socket, dialTimeout)
+	network := f.network
+	if network == "" {
+		network = "unix"
+	}
+	up, err := net.DialTimeout(network, f.socket, dialTimeout)
 	if err != nil {
 		f.log.Warn("bridge: cannot reach the LLM proxy socket", slog.String("socket", f.socket), slog.Any("err", err))
 		f.untrack(client)

@@ -125,6 +125,10 @@ func main() {
 		for i := 0; i < atoi(args[2]); i++ {
 			chat(args[1], fmt.Sprintf("after-%d", i), false)
 		}
+	case "serve":
+		serve(args[0])
+	case "stubborn":
+		stubborn()
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":

@@ -1,0 +1,550 @@
+package containerd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+var _ port.SessionRunner = (*Runner)(nil)
+
+// WithSessionDir sets the directory under which sessions get their host directories
+// (exposed sockets, heartbeat, stdio FIFOs). Default: agentsandbox-sessions in the
+// system's temporary directory. Sweep and Attach only act on session directories
+// directly under it, whatever a label says.
+func WithSessionDir(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return port.Invalidf("session dir %q is not absolute", dir)
+		}
+		c.sessionRoot = dir
+		return nil
+	}
+}
+
+func (r *Runner) sessionRoot() string {
+	if r.cfg.sessionRoot != "" {
+		return r.cfg.sessionRoot
+	}
+	return sessionkit.DefaultRoot()
+}
+
+// fifoDir holds a session's stdio FIFOs, in its host directory (out of the sandbox's
+// reach), so a new host process can attach to them again and Sweep removes them with it.
+const fifoDir = "fifo"
+
+// sessionIO attaches the rings to a session's FIFOs without ever removing them (Stop
+// and Sweep remove them with the session's directory), so a detached session can be
+// attached again.
+func sessionIO(fifos cio.Config, stdout, stderr io.Writer) (cio.IO, error) {
+	fifos.Stdin, fifos.Terminal = "", false
+	set := cio.NewFIFOSet(fifos, func() error { return nil })
+	return cio.NewAttach(cio.WithStreams(nil, stdout, stderr))(set)
+}
+
+// Start implements port.SessionRunner. Sessions need the bridge (WithBridge): it
+// exposes the ports and ends the session at its lifetime even without a host. Errors
+// are those of RunOnce before the process runs, plus port.ErrInvalidSpec without a
+// bridge.
+func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
+	ss = ss.WithDefaults()
+	if err := ss.Validate(); err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	if r.cfg.bridgePath == "" {
+		return nil, opErr("Start", ss.RunID, port.Invalidf("sessions need the runner's bridge (WithBridge)"))
+	}
+	if err := r.check(ss.RunSpec); err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	if err := r.reachable(); err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	ctx = r.ns(ctx)
+	img, err := r.imageInfo(ctx, ss.Image)
+	if err != nil {
+		if errors.Is(err, port.ErrNotFound) {
+			return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
+		}
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	id := containerID(ss.RunID)
+	root := r.sessionRoot()
+	dir, err := sessionkit.CreateDir(root, id, ss.User)
+	if err != nil {
+		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
+	start := time.Now()
+	deadline := start.Add(ss.Limits.Timeout)
+	lbls := adapterutil.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
+	for k, v := range sessionkit.Labels(ss, dir, deadline) {
+		lbls[k] = v
+	}
+	var c client.Container
+	defer func() {
+		if err != nil {
+			if c != nil {
+				r.remove(c, ss.RunID, false)
+			}
+			_ = sessionkit.RemoveDir(root, dir)
+		}
+	}()
+	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose))
+	if err != nil {
+		c = nil
+		if errors.Is(err, port.ErrUnavailable) {
+			return nil, opErr("Start", ss.RunID, err)
+		}
+		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
+	}
+	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
+		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
+	s := r.newSession(sessionkit.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
+	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
+		return sessionIO(cio.Config{
+			Stdout: filepath.Join(dir, fifoDir, "stdout"),
+			Stderr: filepath.Join(dir, fifoDir, "stderr"),
+		}, s.Stdout, s.Stderr)
+	})
+	if err != nil {
+		s.halt()
+		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("create task: %w", classify(err))})
+	}
+	if err := s.watch(ctx, task); err != nil {
+		s.halt()
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	if err := task.Start(ctx); err != nil {
+		s.halt()
+		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
+	}
+	close(s.started)
+	if err := sessionkit.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
+		s.halt()
+		if _, werr := s.Result(); werr != nil {
+			err = fmt.Errorf("%w (%w)", err, werr)
+		}
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, id)
+	return s, nil
+}
+
+// withExpose mounts the session's expose directory and has the bridge expose the
+// ports there. It runs after the lockdown options, which put the bridge first.
+func withExpose(dir string, ports []int) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: sessionkit.ExposeTarget, Type: "bind", Source: sessionkit.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, sessionkit.BridgeFlags(ports))
+		return nil
+	}
+}
+
+// Attach implements port.SessionRunner.
+func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
+	if err := port.ValidateRunID(id); err != nil {
+		return nil, opErr("Attach", "", fmt.Errorf("%w: %q is not a session id", port.ErrNotFound, id))
+	}
+	if err := r.reachable(); err != nil {
+		return nil, opErr("Attach", "", err)
+	}
+	ctx = r.ns(ctx)
+	c, err := r.cli.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, opErr("Attach", "", classify(err))
+	}
+	lbls, err := c.Labels(ctx)
+	if err != nil {
+		return nil, opErr("Attach", "", classify(err))
+	}
+	m, err := sessionkit.ParseLabels(r.cfg.owner, r.sessionRoot(), lbls)
+	if err != nil {
+		return nil, opErr("Attach", "", err)
+	}
+	m.ID = id
+	s := r.newSession(m, c)
+	task, err := c.Task(ctx, func(f *cio.FIFOSet) (cio.IO, error) {
+		if f == nil {
+			return nil, errors.New("the task has no stdio")
+		}
+		return sessionIO(f.Config, s.Stdout, s.Stderr)
+	})
+	if err != nil {
+		s.halt()
+		return nil, opErr("Attach", m.RunID, classify(err))
+	}
+	close(s.started)
+	if err := s.watch(ctx, task); err != nil {
+		s.halt()
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	_ = s.Heartbeat()
+	return s, nil
+}
+
+// ctrSession is a containerd session's handle.
+type ctrSession struct {
+	*sessionkit.Handle
+	r *Runner
+	c client.Container
+
+	mu       sync.Mutex
+	task     client.Task
+	cancel   context.CancelFunc
+	watching sync.WaitGroup
+	stopping bool
+	stopped  bool
+	started  chan struct{} // closed once the task runs
+}
+
+func (r *Runner) newSession(m sessionkit.Meta, c client.Container) *ctrSession {
+	return &ctrSession{Handle: sessionkit.NewHandle(m), r: r, c: c, started: make(chan struct{})}
+}
+
+// watch waits for the task's exit and records it as RunOnce classifies it.
+func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
+	wctx, cancel := context.WithCancel(s.r.ns(context.WithoutCancel(ctx)))
+	statusC, err := task.Wait(wctx)
+	if err != nil {
+		cancel()
+		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}
+	}
+	s.mu.Lock()
+	s.task, s.cancel = task, cancel
+	s.mu.Unlock()
+	s.watching.Add(1)
+	go func() {
+		defer s.watching.Done()
+		var timer <-chan time.Time
+		started := s.started // the lifetime is enforced once the task runs
+		var timedOut error
+		for {
+			select {
+			case <-started:
+				started = nil
+				if !s.Deadline.IsZero() {
+					t := time.NewTimer(time.Until(s.Deadline))
+					defer t.Stop()
+					timer = t.C
+				}
+			case st := <-statusC:
+				if wctx.Err() != nil && st.Error() != nil {
+					return
+				}
+				s.finish(task, st, timedOut)
+				return
+			case <-timer:
+				timer = nil
+				timedOut = fmt.Errorf("session exceeded its lifetime (%s)", s.Deadline.Format(time.RFC3339))
+				kctx, kcancel := s.r.cleanupCtx(wctx)
+				if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+					s.r.cfg.logger.Warn("session: kill at the end of its lifetime failed", logattr.RunID, s.RunID(), logattr.Err, err)
+				}
+				kcancel()
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut error) {
+	if io := task.IO(); io != nil {
+		done := make(chan struct{})
+		go func() { io.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	code, _, err := st.Result()
+	res := &port.RunResult{ExitCode: int(code)}
+	fail := func(c port.ErrorCode, cause error) {
+		res.ErrorCode = c
+		s.Handle.Finish(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}))
+	}
+	if err != nil {
+		fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
+		return
+	}
+	if timedOut != nil {
+		fail(port.CodeTimeout, timedOut)
+		return
+	}
+	errOut, _ := s.Stderr.Bytes()
+	tail := errOut[max(0, len(errOut)-256):]
+	if reason, ok := execFailed(true, res.ExitCode, tail); ok && !stopping {
+		fail(port.CodeContainerFailed, errors.New(reason))
+		return
+	}
+	if code == 137 {
+		ctx, cancel := s.r.cleanupCtx(context.Background())
+		n, err := oomKills(ctx, task)
+		cancel()
+		_, notice := capture.TrimNotice(errOut, tail, bridge.OOMNotice)
+		if (err == nil && n > 0) || notice {
+			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
+			return
+		}
+	}
+	s.Handle.Finish(res, nil)
+}
+
+// halt stops watching (Start's and Attach's failure paths).
+func (s *ctrSession) halt() {
+	s.StopHeartbeat()
+	s.mu.Lock()
+	cancel, task := s.cancel, s.task
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.watching.Wait()
+	if task != nil {
+		if io := task.IO(); io != nil {
+			io.Cancel()
+		}
+	}
+	s.Handle.Finish(nil, fmt.Errorf("%w: session not started or attached", port.ErrContainerFailed))
+}
+
+// Stop implements port.Session.
+func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunResult, error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return s.Result()
+	}
+	s.stopping = true
+	task := s.task
+	s.mu.Unlock()
+	ctx = s.r.ns(ctx)
+	select {
+	case <-s.Done():
+	default:
+		if task != nil {
+			if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+				s.r.cfg.logger.Warn("session: SIGTERM failed", logattr.RunID, s.RunID(), logattr.Err, err)
+			}
+			t := time.NewTimer(grace)
+			select {
+			case <-s.Done():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			select {
+			case <-s.Done():
+			default:
+				kctx, cancel := s.r.cleanupCtx(ctx)
+				_ = task.Kill(kctx, syscall.SIGKILL, client.WithKillAll)
+				select {
+				case <-s.Done():
+				case <-kctx.Done():
+				}
+				cancel()
+			}
+		}
+	}
+	s.StopHeartbeat()
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.watching.Wait()
+	gone := false
+	if task != nil {
+		gone = s.r.deleteTask(task, s.RunID(), taskUnknown)
+	}
+	s.r.remove(s.c, s.RunID(), gone)
+	if err := sessionkit.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
+		s.r.cfg.logger.Warn("session: removing its directory failed; a Sweep will retry", logattr.RunID, s.RunID(), logattr.Err, err)
+	}
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil)
+	return s.Result()
+}
+
+// Detach implements port.Session.
+func (s *ctrSession) Detach() error {
+	s.StopHeartbeat()
+	s.mu.Lock()
+	cancel, task := s.cancel, s.task
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.watching.Wait()
+	if task != nil {
+		if io := task.IO(); io != nil {
+			io.Cancel() // closes our ends of the FIFOs; the FIFOs stay for the next Attach
+			io.Wait()
+		}
+	}
+	s.MarkDetached()
+	return nil
+}
+
+// Exec implements port.Session: a process in the task with the sandbox's own process
+// spec (user, capabilities, no-new-privileges, rlimits), behind the bridge so its time
+// limit holds inside too.
+func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResult, error) {
+	es = es.WithDefaults()
+	if err := es.Validate(); err != nil {
+		return nil, opErr("Exec", s.RunID(), err)
+	}
+	select {
+	case <-s.Done():
+		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
+	default:
+	}
+	s.mu.Lock()
+	task := s.task
+	s.mu.Unlock()
+	ctx = s.r.ns(ctx)
+	spec, err := s.c.Spec(ctx)
+	if err != nil {
+		return nil, opErr("Exec", s.RunID(), classify(err))
+	}
+	timeout := s.ExecTimeout(es.Timeout)
+	start := time.Now()
+	p := *spec.Process
+	p.Terminal = false
+	p.Args = append(bridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	p.Env = mergeEnv(spec.Process.Env, es.Env)
+	if es.Dir != "" {
+		p.Cwd = es.Dir
+	}
+	stdout := &capture.Buffer{Max: es.OutputLimit}
+	stderr := &capture.Buffer{Max: es.OutputLimit}
+	var ow, ew io.Writer = stdout, stderr
+	if es.Stdout != nil {
+		ow = io.MultiWriter(stdout, es.Stdout)
+	}
+	if es.Stderr != nil {
+		ew = io.MultiWriter(stderr, es.Stderr)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	proc, err := task.Exec(ctx, "exec-"+hex.EncodeToString(b[:]), &p, cio.NewCreator(cio.WithStreams(nil, ow, ew)))
+	if err != nil {
+		return nil, opErr("Exec", s.RunID(), classify(err))
+	}
+	defer func() {
+		dctx, cancel := s.r.cleanupCtx(ctx)
+		defer cancel()
+		if _, err := proc.Delete(dctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			s.r.cfg.logger.Warn("session: deleting an exec failed", logattr.RunID, s.RunID(), logattr.Err, err)
+		}
+	}()
+	statusC, err := proc.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, opErr("Exec", s.RunID(), classify(err))
+	}
+	if err := proc.Start(ctx); err != nil {
+		return nil, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
+	}
+	res := &port.ExecResult{ExitCode: -1}
+	collect := func() {
+		if io := proc.IO(); io != nil {
+			done := make(chan struct{})
+			go func() { io.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		res.Stdout, res.StdoutTruncated = stdout.Result()
+		res.Stderr, res.StderrTruncated = stderr.Result()
+		res.Duration = time.Since(start)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var cause error
+	select {
+	case st := <-statusC:
+		collect()
+		code, _, err := st.Result()
+		if err != nil {
+			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeInternal, Err: err})
+		}
+		res.ExitCode = int(code)
+		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
+		}
+		return res, nil
+	case <-t.C:
+		cause = fmt.Errorf("exec exceeded its %v limit", timeout)
+	case <-ctx.Done():
+		cause = context.Cause(ctx)
+	}
+	// TERM first: the exec's bridge passes it on to its child, which would outlive a
+	// KILLed bridge (re-parented to the session's init).
+	kctx, cancel := s.r.cleanupCtx(ctx)
+	_ = proc.Kill(kctx, syscall.SIGTERM)
+	select {
+	case <-statusC:
+	case <-time.After(bridge.DeadlineGrace):
+		_ = proc.Kill(kctx, syscall.SIGKILL)
+		select {
+		case <-statusC:
+		case <-kctx.Done():
+		}
+	}
+	cancel()
+	collect()
+	return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: cause})
+}
+
+// mergeEnv returns base with extra's keys set (replacing base's), extra sorted.
+func mergeEnv(base []string, extra map[string]string) []string {
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := extra[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, k+"="+extra[k])
+	}
+	return out
+}

@@ -1,0 +1,435 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+var _ port.SessionRunner = (*Runner)(nil)
+
+// WithSessionDir sets the directory under which sessions get their host directories
+// (exposed sockets, heartbeat). Default: agentsandbox-sessions in the system's
+// temporary directory. Sweep and Attach only act on session directories directly under
+// it, whatever a label says.
+func WithSessionDir(dir string) Option {
+	return func(c *config) error {
+		if !strings.HasPrefix(dir, "/") {
+			return port.Invalidf("session dir %q is not absolute", dir)
+		}
+		c.sessionRoot = dir
+		return nil
+	}
+}
+
+func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
+
+func (c config) sessionDir() string {
+	if c.sessionRoot != "" {
+		return c.sessionRoot
+	}
+	return sessionkit.DefaultRoot()
+}
+
+// sweepSessionDir removes the host directory of a swept session (reported as "dir:").
+func sweepSessionDir(cfg config, lbls map[string]string, rep *port.SweepReport) {
+	d := sessionkit.OwnDir(cfg.sessionDir(), lbls[port.LabelSessionDir])
+	if d == "" {
+		return
+	}
+	rep.Removed = append(rep.Removed, "dir:"+d)
+	if err := sessionkit.RemoveDir(cfg.sessionDir(), d); err != nil {
+		rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", d, err))
+	}
+}
+
+// execAPI is the part of the SDK sessions use besides apiClient.
+type execAPI interface {
+	ExecCreate(ctx context.Context, containerID string, options client.ExecCreateOptions) (client.ExecCreateResult, error)
+	ExecAttach(ctx context.Context, execID string, options client.ExecAttachOptions) (client.ExecAttachResult, error)
+	ExecInspect(ctx context.Context, execID string, options client.ExecInspectOptions) (client.ExecInspectResult, error)
+}
+
+// Start implements port.SessionRunner. Sessions need the bridge (WithBridge): it
+// exposes the ports, ends the session at its lifetime even without a host, and
+// bounds execs. Errors are those of RunOnce before the process runs, plus
+// port.ErrInvalidSpec without a bridge.
+func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
+	ss = ss.WithDefaults()
+	if err := ss.Validate(); err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	if r.cfg.bridgePath == "" {
+		return nil, opErr("Start", ss.RunID, port.Invalidf("sessions need the runner's bridge (WithBridge)"))
+	}
+	if err := r.check(ctx, ss.RunSpec); err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	entrypoint, err := r.entrypoint(ctx, ss.RunSpec)
+	if err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	entrypoint = sessionkit.InsertFlags(entrypoint, sessionkit.BridgeFlags(ss.Expose))
+	name := containerName(ss.RunID)
+	root := r.sessionRoot()
+	dir, err := sessionkit.CreateDir(root, name, ss.User)
+	if err != nil {
+		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
+	start := time.Now()
+	deadline := start.Add(ss.Limits.Timeout)
+	lbls := adapterutil.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
+	for k, v := range sessionkit.Labels(ss, dir, deadline) {
+		lbls[k] = v
+	}
+	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
+	hc.Runtime = r.cfg.runtime
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: sessionkit.ExposeDir(dir), Target: sessionkit.ExposeTarget})
+	var id string
+	defer func() {
+		if err != nil {
+			// A fresh context: a cancelled caller must not leak the container.
+			if id != "" {
+				r.remove(context.WithoutCancel(ctx), id, ss.RunID)
+			}
+			_ = sessionkit.RemoveDir(root, dir)
+		}
+	}()
+	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
+	if err != nil {
+		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
+	}
+	id = created.ID
+	s := r.newSession(sessionkit.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User})
+	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
+		s.halt()
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		s.halt()
+		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
+	}
+	if err := sessionkit.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
+		s.halt()
+		_, werr := s.Result()
+		if werr != nil {
+			err = fmt.Errorf("%w (%w)", err, werr)
+		}
+		return nil, opErr("Start", ss.RunID, err)
+	}
+	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, short(id))
+	return s, nil
+}
+
+// Attach implements port.SessionRunner.
+func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
+	ins, err := r.cfg.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, opErr("Attach", "", classify(err))
+	}
+	c := ins.Container
+	if c.Config == nil {
+		return nil, opErr("Attach", "", fmt.Errorf("%w: container %s has no config", port.ErrNotFound, short(id)))
+	}
+	m, err := sessionkit.ParseLabels(r.cfg.owner, r.sessionRoot(), c.Config.Labels)
+	if err != nil {
+		return nil, opErr("Attach", "", err)
+	}
+	m.ID = c.ID
+	s := r.newSession(m)
+	if err := s.watch(ctx, container.WaitConditionNotRunning); err != nil {
+		s.halt()
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	_ = s.Heartbeat()
+	return s, nil
+}
+
+// dockerSession is a Docker session's handle.
+type dockerSession struct {
+	*sessionkit.Handle
+	r *Runner
+
+	cancel   context.CancelFunc // ends the watcher and the attach stream
+	watching sync.WaitGroup
+	mu       sync.Mutex
+	stopping bool // the host asked the session to end: its exit is not a failure
+	stopped  bool // removed
+}
+
+func (r *Runner) newSession(m sessionkit.Meta) *dockerSession {
+	return &dockerSession{Handle: sessionkit.NewHandle(m), r: r}
+}
+
+// watch attaches to the output (into the rings) and waits for the exit, which it
+// records as RunOnce would classify it.
+func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition) error {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	att, err := s.r.cfg.api.ContainerAttach(wctx, s.ID(), client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("attach: %w", classify(err))}
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = stdcopy.StdCopy(s.Stdout, s.Stderr, att.Reader)
+	}()
+	wait := s.r.cfg.api.ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: cond})
+	s.watching.Add(1)
+	go func() {
+		defer s.watching.Done()
+		defer att.Close()
+		var timer <-chan time.Time
+		if !s.Deadline.IsZero() {
+			t := time.NewTimer(time.Until(s.Deadline))
+			defer t.Stop()
+			timer = t.C
+		}
+		for {
+			select {
+			case w := <-wait.Result:
+				select {
+				case <-copied:
+				case <-time.After(5 * time.Second):
+				}
+				s.finish(int(w.StatusCode), nil, nil)
+				return
+			case err := <-wait.Error:
+				if wctx.Err() != nil {
+					return // detached or stopped
+				}
+				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}, nil)
+				return
+			case <-timer:
+				timer = nil
+				// The lifetime is over: end it now (the bridge would, a little later).
+				kctx, kcancel := context.WithTimeout(context.Background(), s.r.cfg.killGrace)
+				_, _ = s.r.cfg.api.ContainerKill(kctx, s.ID(), client.ContainerKillOptions{Signal: "SIGKILL"})
+				kcancel()
+				s.finish(-1, nil, fmt.Errorf("session exceeded its lifetime (%s)", s.Deadline.Format(time.RFC3339)))
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// finish classifies and records the exit. timedOut, if set, makes it a timeout.
+func (s *dockerSession) finish(code int, runErr error, timedOut error) {
+	res := &port.RunResult{ExitCode: code}
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	fail := func(c port.ErrorCode, cause error) {
+		res.ErrorCode = c
+		s.Handle.Finish(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}))
+	}
+	switch {
+	case timedOut != nil:
+		fail(port.CodeTimeout, timedOut)
+		return
+	case runErr != nil:
+		res.ErrorCode = port.CodeInternal
+		s.Handle.Finish(res, opErr("Session", s.RunID(), runErr))
+		return
+	}
+	errOut, _ := s.Stderr.Bytes()
+	if reason, ok := execFailed(true, code, lastBytes(errOut, 256)); ok && !stopping {
+		fail(port.CodeContainerFailed, errors.New(reason))
+		return
+	}
+	if code == 137 {
+		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), bridge.OOMNotice); oom {
+			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
+			return
+		}
+	}
+	if !stopping && code == 128+15 && time.Now().After(s.Deadline) && !s.Deadline.IsZero() {
+		fail(port.CodeTimeout, errors.New("session exceeded its lifetime"))
+		return
+	}
+	s.Handle.Finish(res, nil)
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// halt stops watching and removes the container (used on Start's failure paths by the
+// deferred cleanup, which removes the container itself).
+func (s *dockerSession) halt() {
+	s.StopHeartbeat()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.watching.Wait()
+	s.Handle.Finish(nil, fmt.Errorf("%w: session never started", port.ErrContainerFailed))
+}
+
+// Stop implements port.Session.
+func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.RunResult, error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return s.Result()
+	}
+	s.stopping = true
+	s.mu.Unlock()
+	api := s.r.cfg.api
+	select {
+	case <-s.Done():
+	default:
+		if _, err := api.ContainerKill(ctx, s.ID(), client.ContainerKillOptions{Signal: "SIGTERM"}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+			s.r.cfg.logger.Warn("session: SIGTERM failed", logattr.RunID, s.RunID(), logattr.Err, err)
+		}
+		t := time.NewTimer(grace)
+		select {
+		case <-s.Done():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		select {
+		case <-s.Done():
+		default:
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.r.cfg.killGrace)
+			_, _ = api.ContainerKill(kctx, s.ID(), client.ContainerKillOptions{Signal: "SIGKILL"})
+			select {
+			case <-s.Done():
+			case <-kctx.Done():
+			}
+			cancel()
+		}
+	}
+	s.StopHeartbeat()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.watching.Wait()
+	s.r.remove(context.WithoutCancel(ctx), s.ID(), s.RunID())
+	if err := sessionkit.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
+		s.r.cfg.logger.Warn("session: removing its directory failed; a Sweep will retry", logattr.RunID, s.RunID(), logattr.Err, err)
+	}
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil) // no-op unless the exit was never seen
+	return s.Result()
+}
+
+// Detach implements port.Session.
+func (s *dockerSession) Detach() error {
+	s.StopHeartbeat()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.watching.Wait()
+	s.MarkDetached()
+	return nil
+}
+
+// Exec implements port.Session. The command runs through the bridge, which ends it at
+// its timeout inside the sandbox (Docker has no API to kill an exec).
+func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResult, error) {
+	es = es.WithDefaults()
+	if err := es.Validate(); err != nil {
+		return nil, opErr("Exec", s.RunID(), err)
+	}
+	select {
+	case <-s.Done():
+		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
+	default:
+	}
+	ex, ok := s.r.cfg.api.(execAPI)
+	if !ok {
+		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: the Docker client cannot exec", port.ErrUnsupported))
+	}
+	timeout := s.ExecTimeout(es.Timeout)
+	start := time.Now()
+	argv := append(bridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	dir := es.Dir
+	if dir == "" && s.Workspace != "" {
+		dir = port.WorkspacePath
+	}
+	created, err := ex.ExecCreate(ctx, s.ID(), client.ExecCreateOptions{
+		User: s.User, Cmd: argv, Env: port.EnvList(es.Env), WorkingDir: dir, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return nil, opErr("Exec", s.RunID(), classify(err))
+	}
+	att, err := ex.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, opErr("Exec", s.RunID(), classify(err))
+	}
+	defer att.Close()
+	stdout := &capture.Buffer{Max: es.OutputLimit}
+	stderr := &capture.Buffer{Max: es.OutputLimit}
+	var ow, ew io.Writer = stdout, stderr
+	if es.Stdout != nil {
+		ow = io.MultiWriter(stdout, es.Stdout)
+	}
+	if es.Stderr != nil {
+		ew = io.MultiWriter(stderr, es.Stderr)
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = stdcopy.StdCopy(ow, ew, att.Reader)
+	}()
+	res := &port.ExecResult{ExitCode: -1}
+	collect := func() {
+		res.Stdout, res.StdoutTruncated = stdout.Result()
+		res.Stderr, res.StderrTruncated = stderr.Result()
+		res.Duration = time.Since(start)
+	}
+	// The bridge ends the command at timeout+DeadlineSlack; give it its grace too.
+	t := time.NewTimer(timeout + bridge.DeadlineSlack + bridge.DeadlineGrace + time.Second)
+	defer t.Stop()
+	select {
+	case <-copied:
+	case <-t.C:
+		att.Close()
+		<-copied
+		collect()
+		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: fmt.Errorf("exec exceeded its %v limit", timeout)})
+	case <-ctx.Done():
+		att.Close()
+		<-copied
+		collect()
+		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: context.Cause(ctx)})
+	}
+	collect()
+	ins, err := ex.ExecInspect(context.WithoutCancel(ctx), created.ID, client.ExecInspectOptions{})
+	if err != nil {
+		return res, opErr("Exec", s.RunID(), classify(err))
+	}
+	res.ExitCode = ins.ExitCode
+	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
+	}
+	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), bridge.ErrDeadline.Error()) {
+		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: fmt.Errorf("exec exceeded its %v limit", timeout)})
+	}
+	return res, nil
+}
