@@ -259,7 +259,12 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 func (r *Runner) oomKilled(ctx context.Context, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
-	deadline := time.Now().Add(oomFlagWait)
+	wait := oomFlagWait
+	if r.cfg.bridgePath != "" && !r.bridgeSeesOOM() {
+		// Under gVisor the flag is the only witness of an OOM kill: wait longer for it.
+		wait = oomFlagWaitOnly
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		ins, err := r.cfg.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 		if err != nil {
@@ -278,6 +283,11 @@ func (r *Runner) oomKilled(ctx context.Context, id string) (bool, error) {
 // oomFlagWait bounds the wait for Docker's OOM flag after a SIGKILL exit when no
 // bridge reports the kill (seen up to 0.7 s late on a loaded 2-CPU machine).
 const oomFlagWait = 2 * time.Second
+
+// oomFlagWaitOnly is the wait when Docker's flag is the only way to learn of an OOM
+// kill (gVisor): only SIGKILLed runs pay it, and under load the event has come later
+// than oomFlagWait.
+const oomFlagWaitOnly = 10 * time.Second
 
 // kill stops a container that outlived its run and waits (bounded) for it to exit.
 func (r *Runner) kill(ctx context.Context, id string, wait client.ContainerWaitResult, log interface{ Warn(string, ...any) }) {
