@@ -120,7 +120,7 @@ func BenchmarkProxydVsNginx(b *testing.B) {
 	k := len(nginx)
 
 	// The daemon, with the same number of runs.
-	d := startProxyd(b)
+	d := startProxyd(b, "-v=false") // no debug line per call
 	pid := d.cmd.Process.Pid
 	time.Sleep(500 * time.Millisecond)
 	idle := pss(pid)
