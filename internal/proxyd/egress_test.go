@@ -150,8 +150,10 @@ func TestEgress(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(sock.HostDir, port.LLMSocketName)); err != nil {
 		t.Fatalf("the restored run has no LLM socket: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(sock.HostDir, port.EgressSocketName)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a restored run serves egress without its credentials: %v", err)
+	for _, f := range []string{port.EgressSocketName, port.EgressCAName} {
+		if _, err := os.Stat(filepath.Join(sock.HostDir, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a restored run has %s without its egress front: %v", f, err)
+		}
 	}
 	out, err := d2.client.Deregister(ctx, p.Registration().ID, 0)
 	if err != nil {

@@ -225,6 +225,11 @@ func (s *Server) restore(ctx context.Context) error {
 				s.log.Error("proxyd: cannot restore a run's socket", "run_id", g.RunID, "id", g.ID, "err", err)
 				continue
 			}
+			// A killed daemon leaves the egress socket and bundle behind: nobody
+			// serves them now.
+			for _, f := range []string{port.EgressSocketName, port.EgressCAName} {
+				_ = os.Remove(filepath.Join(r.dir, f))
+			}
 		}
 		s.mu.Lock()
 		s.runs[g.ID] = r
