@@ -43,8 +43,8 @@ func BenchmarkProxydVsNginx(b *testing.B) {
 	n := 16
 	if v := os.Getenv("SANDBOX_BENCH_NGINX_RUNS"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 512 {
-			b.Fatalf("SANDBOX_BENCH_NGINX_RUNS=%q: want 1 to 512", v)
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1024 {
+			b.Fatalf("SANDBOX_BENCH_NGINX_RUNS=%q: want 1 to 1024", v)
 		}
 	}
 	ctx := context.Background()
