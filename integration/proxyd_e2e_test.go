@@ -52,7 +52,7 @@ func testProxydFacadeRun(t *testing.T, newRunner func(testing.TB, string) (port.
 		t.Fatal(err)
 	}
 	ws := t.TempDir()
-	if err := os.Chmod(ws, 0o755); err != nil {
+	if err := os.Chmod(ws, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	const calls = 3

@@ -26,6 +26,7 @@ const (
 //	DELETE                       deregister (?grace=<duration>, default 5s; 0 cuts calls at once): DeregisterResponse
 //	GET    /audit?after=<seq>    AuditPage
 //	GET    /audit/stream?after=  application/x-ndjson, one AuditEntry a line, until the run ends or the client leaves
+//	GET    /egress               EgressAudit (the egress records so far, held in the daemon's memory)
 
 // RegisterRequest registers a run with the daemon.
 type RegisterRequest struct {
@@ -47,6 +48,25 @@ type RegisterRequest struct {
 	// giving it a socket: the daemon's network listener (-listen-network) finds
 	// the run by the request's source IP.
 	Network *NetworkIdentity `json:"network,omitempty"`
+	// Egress, when set, gives the run an egress front (internal/egress) in its
+	// socket directory: port.EgressSocketName and port.EgressCAName.
+	Egress *EgressRegistration `json:"egress,omitempty"`
+}
+
+// EgressRegistration is a run's egress policy with the credential values its
+// providers name, resolved by the host at registration. The daemon keeps the
+// values in memory only (never in its registry file, never in a log); a
+// restarted daemon does not serve a restored run's egress (see docs/proxyd.md).
+type EgressRegistration struct {
+	Policy      port.EgressPolicy  `json:"policy"`
+	Credentials []EgressCredential `json:"credentials,omitempty"`
+}
+
+// EgressCredential is one {{name}} value of one provider.
+type EgressCredential struct {
+	Provider string `json:"provider"`
+	Name     string `json:"name"`
+	Value    string `json:"value"`
 }
 
 // NetworkIdentity is a sandbox found by its source IP (seed 003's identity):
@@ -90,6 +110,8 @@ type Registered struct {
 	TokenExpiry time.Time `json:"token_expiry,omitzero"`
 	// Restarted names the registration a network sandbox's restart superseded.
 	Restarted string `json:"restarted,omitempty"`
+	// Egress says SocketDir also serves egress (port.LLMSocket.Egress).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // RunInfo describes a registered run.
@@ -112,6 +134,13 @@ type DeregisterResponse struct {
 	Attestation *port.Attestation `json:"attestation,omitempty"`
 	// Error reports calls that were cut because the grace ran out.
 	Error string `json:"error,omitempty"`
+	// Egress is the run's egress audit (with an egress policy).
+	Egress []port.EgressRecord `json:"egress,omitempty"`
+}
+
+// EgressAudit is a run's egress records so far.
+type EgressAudit struct {
+	Records []port.EgressRecord `json:"records"`
 }
 
 // AuditPage is a slice of a run's audit.

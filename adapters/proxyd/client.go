@@ -149,6 +149,13 @@ func (c *Client) Attestation(ctx context.Context, id string) (*port.Attestation,
 	return out.Attestation, err
 }
 
+// EgressAudit returns a run's egress records so far.
+func (c *Client) EgressAudit(ctx context.Context, id string) ([]port.EgressRecord, error) {
+	var out EgressAudit
+	err := c.do(ctx, http.MethodGet, PathRuns+"/"+url.PathEscape(id)+"/egress", nil, &out)
+	return out.Records, err
+}
+
 // StreamAudit calls fn with every record of the run stored after seq after, as
 // they are stored, until the run ends (nil), ctx ends, or fn fails (its error).
 func (c *Client) StreamAudit(ctx context.Context, id string, after int64, fn func(AuditEntry) error) error {

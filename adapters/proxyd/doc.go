@@ -10,4 +10,10 @@
 // (runtoken) to every request, which the daemon checks against the socket.
 // Runs, budgets and audits are kept in the daemon's registry and survive a
 // daemon restart.
+//
+// A run started with an egress policy (port.ProxySpec.Egress) also gets its
+// egress proxy from the daemon, in the same socket directory. The Manager
+// resolves the policy's credentials once, at Start, and the daemon holds them in
+// memory only; the egress audit comes back with the run's audit when it stops
+// (see docs/proxyd.md).
 package proxyd

@@ -17,9 +17,10 @@ type Manager struct {
 }
 
 var (
-	_ port.ProxyManager = (*Manager)(nil)
-	_ port.Proxy        = (*Proxy)(nil)
-	_ port.Attester     = (*Proxy)(nil)
+	_ port.ProxyManager  = (*Manager)(nil)
+	_ port.Proxy         = (*Proxy)(nil)
+	_ port.Attester      = (*Proxy)(nil)
+	_ port.EgressAuditor = (*Proxy)(nil)
 )
 
 // Option configures a Manager.
@@ -106,28 +107,66 @@ func (m *Manager) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, e
 }
 
 // StartProxy is Start returning the concrete type.
+//
+// With an egress policy, the credential values its providers name are resolved
+// here, once, through the policy's CredentialSource, and handed to the daemon
+// over the admin socket; the daemon holds them in memory for the run's life
+// only (see docs/proxyd.md). A value that cannot be resolved is left out: the
+// agent's request that needs it is refused as an unresolved placeholder, as
+// with the in-process proxy.
 func (m *Manager) StartProxy(ctx context.Context, spec port.ProxySpec) (*Proxy, error) {
-	reg, err := m.c.Register(ctx, RegisterRequest{
+	req := RegisterRequest{
 		RunID: spec.RunID, Attempt: spec.Attempt, Upstream: spec.Upstream, APIKey: spec.APIKey,
 		Attribution: spec.Attribution, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation,
 		Labels: spec.Labels, SandboxUID: m.cfg.uid, Rate: m.cfg.rate,
-	})
+	}
+	if spec.Egress != nil {
+		if err := spec.Egress.Validate(); err != nil {
+			return nil, &port.OpError{Op: "proxyd.Start", RunID: spec.RunID, Err: err}
+		}
+		req.Egress = &EgressRegistration{Policy: *spec.Egress, Credentials: m.resolve(ctx, spec.RunID, spec.Egress)}
+	}
+	reg, err := m.c.Register(ctx, req)
 	if err != nil {
 		return nil, &port.OpError{Op: "proxyd.Start", RunID: spec.RunID, Err: err}
 	}
-	m.cfg.logger.Debug("proxyd: run registered", "run_id", spec.RunID, "id", reg.ID)
-	return &Proxy{m: m, reg: reg}, nil
+	m.cfg.logger.Debug("proxyd: run registered", "run_id", spec.RunID, "id", reg.ID, "egress", reg.Egress)
+	p := &Proxy{m: m, reg: reg}
+	if spec.Egress != nil {
+		p.onEgress = spec.Egress.OnAudit
+	}
+	return p, nil
+}
+
+// resolve fetches every credential the policy's providers name.
+func (m *Manager) resolve(ctx context.Context, runID string, pol *port.EgressPolicy) []EgressCredential {
+	var out []EgressCredential
+	for _, pr := range pol.Providers {
+		for _, name := range pr.Credentials {
+			v, err := pol.Credentials.Credential(ctx, runID, pr.ID, name)
+			if err != nil {
+				// The error's text may come from a vault: not logged, as the
+				// in-process proxy does not show it either.
+				m.cfg.logger.Warn("proxyd: an egress credential could not be resolved", "run_id", runID, "provider", pr.ID, "name", name)
+				continue
+			}
+			out = append(out, EgressCredential{Provider: pr.ID, Name: name, Value: v})
+		}
+	}
+	return out
 }
 
 // Proxy is one run registered with the daemon.
 type Proxy struct {
-	m   *Manager
-	reg Registered
+	m        *Manager
+	reg      Registered
+	onEgress func(port.EgressRecord)
 
 	once    sync.Once
 	mu      sync.Mutex // stopped, attest
 	stopped bool
 	audit   []port.AuditRecord
+	egress  []port.EgressRecord
 	attest  *port.Attestation
 	stopErr error
 }
@@ -136,7 +175,9 @@ type Proxy struct {
 func (p *Proxy) Registration() Registered { return p.reg }
 
 // Socket is the run's own socket directory; runners mount it at port.LLMSocketDir.
-func (p *Proxy) Socket() port.LLMSocket { return port.LLMSocket{HostDir: p.reg.SocketDir} }
+func (p *Proxy) Socket() port.LLMSocket {
+	return port.LLMSocket{HostDir: p.reg.SocketDir, Egress: p.reg.Egress}
+}
 
 // Stop deregisters the run (calls in flight get the manager's grace) and
 // returns its audit. It is idempotent.
@@ -156,8 +197,15 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 		}
 		p.audit = out.Audit
 		p.mu.Lock()
-		p.attest, p.stopped = out.Attestation, true
+		p.attest, p.egress, p.stopped = out.Attestation, out.Egress, true
 		p.mu.Unlock()
+		// The daemon cannot call the host back: the policy's OnAudit gets the
+		// run's egress records when it ends, not one by one.
+		if p.onEgress != nil {
+			for _, r := range out.Egress {
+				p.onEgress(r)
+			}
+		}
 	})
 	return append([]port.AuditRecord(nil), p.audit...), p.stopErr
 }
@@ -166,6 +214,26 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 func (p *Proxy) Audit(ctx context.Context) ([]port.AuditRecord, error) {
 	page, err := p.m.c.Audit(ctx, p.reg.ID, 0)
 	return page.Records, err
+}
+
+// EgressAudit implements port.EgressAuditor: the run's egress records, from the
+// daemon while the run lives (nil when it cannot be asked), and what Stop
+// received after.
+func (p *Proxy) EgressAudit() []port.EgressRecord {
+	p.mu.Lock()
+	stopped, recs := p.stopped, p.egress
+	p.mu.Unlock()
+	if stopped || !p.reg.Egress {
+		return append([]port.EgressRecord(nil), recs...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs, err := p.m.c.EgressAudit(ctx, p.reg.ID)
+	if err != nil {
+		p.m.cfg.logger.Warn("proxyd: egress audit", "run_id", p.reg.RunID, "err", err)
+		return nil
+	}
+	return recs
 }
 
 // Attestation implements port.Attester (nil before the bridge reported, or when

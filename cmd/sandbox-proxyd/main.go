@@ -1,5 +1,6 @@
 // Command sandbox-proxyd is the shared LLM proxy daemon: one process serving the
-// per-run LLM proxies of many runs, with HMAC run tokens, per-run rate limits and
+// per-run LLM proxies (and, for runs registered with an egress policy, their
+// egress proxies) of many runs, with HMAC run tokens, per-run rate limits and
 // a durable identity registry (see docs/proxyd.md).
 //
 //	sandbox-proxyd -state-dir /var/lib/agentsandbox-proxyd -socket-dir /run/agentsandbox-proxyd/runs \
@@ -20,6 +21,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -27,6 +29,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -35,6 +38,7 @@ import (
 	"syscall"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
 	"github.com/agentsandbox/sandbox/internal/registry"
 	"github.com/agentsandbox/sandbox/runtoken"
@@ -71,6 +75,10 @@ func run(args []string, stderr io.Writer) int {
 	grps := fs.Float64("global-rps", 0, "calls per second of all runs together (0: no limit)")
 	gburst := fs.Int("global-burst", 0, "burst of all runs together")
 	network := fs.String("listen-network", "", "TCP `address` on the sandboxes' internal network for runs registered by source IP (off by default)")
+	rootsFile := fs.String("egress-upstream-roots", "", "PEM `file` of CAs that egress upstreams are verified against instead of the system roots")
+	upProxy := fs.String("egress-upstream-proxy", "", "http:// `proxy` egress traffic goes through by default (a run's policy beats it)")
+	var unsafe prefixList
+	fs.Var(&unsafe, "egress-unsafe-allow", "address `prefix` exempt from the egress SSRF guard (tests only; repeatable)")
 	var admins uidList
 	fs.Var(&admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
 	verbose := fs.Bool("v", false, "log debug messages")
@@ -94,12 +102,17 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("sandbox-proxyd: secret", "err", err)
 		return 1
 	}
+	eh, err := egressHost(*rootsFile, *upProxy, unsafe)
+	if err != nil {
+		log.Error("sandbox-proxyd: egress", "err", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	srv, err := proxyd.Open(ctx, proxyd.Config{
 		StateDir: *stateDir, SocketDir: *socketDir, Keys: keys, TokenTTL: *tokenTTL, TTL: *ttl, GCInterval: *gc,
 		Rate: api.RateLimit{RPS: *rps, Burst: *burst, Streams: *streams}, GlobalRPS: *grps, GlobalBurst: *gburst,
-		AdminUIDs: admins, Logger: log,
+		AdminUIDs: admins, Logger: log, Egress: eh,
 	})
 	if err != nil {
 		if errors.Is(err, registry.ErrCorrupt) {
@@ -143,6 +156,42 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log.Info("sandbox-proxyd: stopped; registered runs come back with the next start")
 	return 0
+}
+
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string { return fmt.Sprint(*p) }
+func (p *prefixList) Set(v string) error {
+	pr, err := netip.ParsePrefix(v)
+	if err != nil {
+		return fmt.Errorf("%q is not an address prefix", v)
+	}
+	*p = append(*p, pr)
+	return nil
+}
+
+// egressHost is the egress configuration of every run's egress front.
+func egressHost(rootsFile, upProxy string, unsafe []netip.Prefix) (egress.Host, error) {
+	h := egress.Host{UnsafeAllow: unsafe}
+	if rootsFile != "" {
+		b, err := os.ReadFile(rootsFile)
+		if err != nil {
+			return h, err
+		}
+		h.Roots = x509.NewCertPool()
+		if !h.Roots.AppendCertsFromPEM(b) {
+			return h, fmt.Errorf("%s holds no PEM certificate", rootsFile)
+		}
+		h.RootsPEM = b
+	}
+	if upProxy != "" {
+		u, err := egress.ParseUpstreamProxy(upProxy)
+		if err != nil {
+			return h, err
+		}
+		h.UpstreamProxy = u
+	}
+	return h, nil
 }
 
 // loadKeys reads the secrets, making the current one if it is missing.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
 	"github.com/agentsandbox/sandbox/port"
@@ -37,6 +38,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET "+api.PathRuns+"/{id}/audit", s.audit)
 	mux.HandleFunc("GET "+api.PathRuns+"/{id}/audit/stream", s.auditStream)
 	mux.HandleFunc("GET "+api.PathRuns+"/{id}/attestation", s.attestation)
+	mux.HandleFunc("GET "+api.PathRuns+"/{id}/egress", s.egressRecords)
 	return mux
 }
 
@@ -152,13 +154,20 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 	if err != nil {
 		return api.Registered{}, err
 	}
-	spec := storedSpec{Req: rr, TokenExpiry: time.Now().Add(s.cfg.TokenTTL).Unix()}
+	var eg *egress.Policy
+	if rr.Egress != nil {
+		if eg, err = compileEgress(rr.Egress); err != nil {
+			return api.Registered{}, err
+		}
+	}
+	// Credential values stay in memory: never sealed into the registry file.
+	spec := storedSpec{Req: withoutCredentials(rr), TokenExpiry: time.Now().Add(s.cfg.TokenTTL).Unix()}
 	sealed, err := s.sealSpec(spec)
 	if err != nil {
 		return api.Registered{}, err
 	}
 	g := registry.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: name, Socket: name, Spec: sealed}
-	r, err := s.newRun(g, spec, llmproxy.Restored{})
+	r, err := s.newRun(g, spec, eg, llmproxy.Restored{})
 	if err != nil {
 		return api.Registered{}, err
 	}
@@ -177,7 +186,7 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 	s.mu.Unlock()
 	s.log.Debug("proxyd: run registered", "run_id", rr.RunID, "id", res.ID, "dir", r.dir)
 	return api.Registered{ID: res.ID, RunID: rr.RunID, Attempt: rr.Attempt, SocketDir: r.dir, SocketPath: r.sock,
-		Token: r.token, TokenExpiry: time.Unix(spec.TokenExpiry, 0).UTC()}, nil
+		Token: r.token, TokenExpiry: time.Unix(spec.TokenExpiry, 0).UTC(), Egress: r.egress != nil}, nil
 }
 
 // registerNetwork registers a sandbox found by its source IP.
@@ -205,7 +214,7 @@ func (s *Server) registerNetwork(ctx context.Context, rr api.RegisterRequest) (a
 		return api.Registered{}, err
 	}
 	g := registry.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: n.Name, StartTime: n.StartTime, IP: ip.Unmap(), Spec: sealed}
-	r, err := s.newRun(g, spec, llmproxy.Restored{})
+	r, err := s.newRun(g, spec, nil, llmproxy.Restored{})
 	if err != nil {
 		return api.Registered{}, err
 	}
@@ -283,7 +292,7 @@ func (s *Server) Deregister(ctx context.Context, id string, grace time.Duration)
 	if err := r.stop(ctx, grace); err != nil {
 		out.Error = err.Error()
 	}
-	out.Audit, out.Attestation = r.meter.Audit(), r.meter.Attestation()
+	out.Audit, out.Attestation, out.Egress = r.meter.Audit(), r.meter.Attestation(), r.egressAudit()
 	if err := s.reg.Remove(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, port.ErrNotFound) {
 		s.log.Warn("proxyd: remove registration", "id", id, "err", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
 	"github.com/agentsandbox/sandbox/port"
@@ -49,9 +50,12 @@ type run struct {
 	uid    int           // -1: no peer check
 	// network: found by source IP on the network listener; no socket, no token.
 	network bool
+	// egressPol is the run's egress policy; nil: no egress front.
+	egressPol *egress.Policy
 
 	mu       sync.Mutex
 	ln       net.Listener
+	egress   *egress.Front
 	conns    map[*runConn]struct{}
 	notify   chan struct{} // closed and replaced when a record is stored
 	seq      int64         // records stored
@@ -63,7 +67,7 @@ type run struct {
 type runKey struct{}
 
 // newRun makes a run from its registration without touching the file system.
-func (s *Server) newRun(g registry.Registration, spec storedSpec, restored llmproxy.Restored) (*run, error) {
+func (s *Server) newRun(g registry.Registration, spec storedSpec, eg *egress.Policy, restored llmproxy.Restored) (*run, error) {
 	pspec, err := validate(spec.Req)
 	if err != nil {
 		return nil, err
@@ -85,7 +89,7 @@ func (s *Server) newRun(g registry.Registration, spec storedSpec, restored llmpr
 		dir = filepath.Join(s.cfg.SocketDir, g.Socket)
 	}
 	r := &run{s: s, id: g.ID, spec: spec, dir: dir, sock: filepath.Join(dir, port.LLMSocketName), token: tok, network: g.Socket == "",
-		log: s.log.With("run_id", pspec.RunID), engine: e, uid: -1,
+		log: s.log.With("run_id", pspec.RunID), engine: e, uid: -1, egressPol: eg,
 		conns: map[*runConn]struct{}{}, notify: make(chan struct{}), done: make(chan struct{})}
 	if spec.Req.SandboxUID != nil {
 		r.uid = *spec.Req.SandboxUID
@@ -160,6 +164,10 @@ func (r *run) listen() error {
 			r.log.Warn("proxyd: serve", "err", err)
 		}
 	}()
+	if err := r.startEgress(); err != nil {
+		r.closeListener()
+		return err
+	}
 	return nil
 }
 
@@ -224,6 +232,7 @@ func (r *run) stop(ctx context.Context, grace time.Duration) error {
 	r.stopOnce.Do(func() {
 		r.closeListener()
 		gctx, cancel := context.WithTimeout(ctx, grace)
+		r.stopEgress(gctx)
 		_, err := r.meter.Stop(gctx)
 		cancel()
 		if err == nil {
@@ -444,6 +453,9 @@ func validate(req api.RegisterRequest) (port.ProxySpec, error) {
 	}
 	if err := port.ValidateLabels(spec.Labels); err != nil {
 		return spec, err
+	}
+	if req.Egress != nil && req.Network != nil {
+		return spec, port.Invalidf("egress needs a socket registration, not a network one")
 	}
 	if req.SandboxUID != nil && *req.SandboxUID < 0 {
 		return spec, port.Invalidf("sandbox uid is negative")

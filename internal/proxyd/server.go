@@ -26,6 +26,7 @@ import (
 	"golang.org/x/time/rate"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
 	"github.com/agentsandbox/sandbox/port"
@@ -73,7 +74,10 @@ type Config struct {
 	AdminUIDs []int
 	// Transport reaches upstreams (default llmproxy.NewTransport).
 	Transport http.RoundTripper
-	Logger    *slog.Logger
+	// Egress configures the egress fronts of runs registered with an egress
+	// policy (resolver, upstream roots, upstream proxy).
+	Egress egress.Host
+	Logger *slog.Logger
 }
 
 // Server is the daemon. Open it, serve the admin API with ServeAdmin, Close it.
@@ -207,7 +211,11 @@ func (s *Server) restore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r, err := s.newRun(g, spec, llmproxy.Restored{Used: llmproxy.Usage{Calls: g.Calls, Tokens: g.Tokens}, Records: recs})
+		if spec.Req.Egress != nil {
+			// Its CA key and credential values lived only in the old process.
+			s.log.Warn("proxyd: a restored run's egress is not served: its credentials were held in memory only", "run_id", g.RunID, "id", g.ID)
+		}
+		r, err := s.newRun(g, spec, nil, llmproxy.Restored{Used: llmproxy.Usage{Calls: g.Calls, Tokens: g.Tokens}, Records: recs})
 		if err != nil {
 			s.log.Error("proxyd: cannot restore a run", "run_id", g.RunID, "id", g.ID, "err", err)
 			continue
@@ -216,6 +224,11 @@ func (s *Server) restore(ctx context.Context) error {
 			if err := r.listen(); err != nil {
 				s.log.Error("proxyd: cannot restore a run's socket", "run_id", g.RunID, "id", g.ID, "err", err)
 				continue
+			}
+			// A killed daemon leaves the egress socket and bundle behind: nobody
+			// serves them now.
+			for _, f := range []string{port.EgressSocketName, port.EgressCAName} {
+				_ = os.Remove(filepath.Join(r.dir, f))
 			}
 		}
 		s.mu.Lock()
@@ -297,9 +310,12 @@ func (s *Server) Close() error {
 	s.stopLoops()
 	s.loops.Wait()
 	_ = s.srv.Close()
+	cut, cancelCut := context.WithCancel(context.Background())
+	cancelCut()
 	for _, r := range rs {
 		r.closeListener()
 		r.cutConns()
+		r.stopEgress(cut)
 	}
 	// Handlers whose connections were cut still store their records.
 	ctx, cancel := context.WithTimeout(context.Background(), handlerGrace)
