@@ -126,16 +126,9 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 }
 
 func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
-	env := make(map[string]string, len(spec.Env)+1)
-	for k, v := range spec.Env {
-		env[k] = v
-	}
+	// One rule on every runner: the library's own variables win (port.RunSpec.SandboxEnv).
+	env := spec.SandboxEnv()
 	llm := spec.LLM != nil
-	if llm {
-		if _, ok := env["OPENAI_API_BASE"]; !ok {
-			env["OPENAI_API_BASE"] = "http://127.0.0.1:8080"
-		}
-	}
 	var entrypoint []string
 	if r.cfg.initPath != "" {
 		names := make([]string, 0, len(env))

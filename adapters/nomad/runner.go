@@ -145,6 +145,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	allocID, err := r.placed(runCtx, reg.EvalID)
+	finishLive := r.startLive(ctx, allocID, spec)
+	liveFinished := false
+	defer func() {
+		if !liveFinished {
+			finishLive(nil)
+		}
+	}()
 	if err == nil && proxy != nil {
 		proxy.attach(allocID)
 		defer proxy.detach()
@@ -173,6 +180,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 			r.observe(alloc)
 		}
 		outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
+		finishLive(res)
+		liveFinished = true
 		if proxy != nil {
 			proxy.collect(ctx, r, alloc)
 		}

@@ -144,14 +144,13 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 		return err
 	}
 
-	workspace, err := os.MkdirTemp("", "nomad-example-workspace-")
+	// A workspace the sandbox user owns (the facade refuses one it cannot use).
+	ws, err := sandbox.NewWorkspace("", "")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(workspace)
-	if err := os.Chmod(workspace, 0o755); err != nil {
-		return err
-	}
+	defer ws.Remove()
+	workspace := ws.Dir()
 	runID := fmt.Sprintf("nomad-example-%d", time.Now().UnixNano())
 	fmt.Fprintf(out, "run %s on Nomad at %s\n", runID, addr)
 	res, err := sb.Run(ctx, sandbox.Request{
