@@ -3,15 +3,10 @@ package inproc
 import (
 	"context"
 	"crypto/x509"
-	"errors"
-	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
@@ -31,15 +26,6 @@ type egressConfig struct {
 	unsafeAllow   []netip.Prefix
 	upstreamProxy *url.URL
 }
-
-// systemBundles are where Linux distributions keep their CA bundle; the first found
-// is appended to the agent's bundle, so tunnel-only providers verify as usual.
-var systemBundles = []string{
-	"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
-	"/etc/ssl/ca-bundle.pem", "/etc/pki/tls/cacert.pem", "/etc/ssl/cert.pem",
-}
-
-const maxBundleBytes = 4 << 20
 
 // WithEgressResolver sets the resolver the egress proxy uses (default
 // net.DefaultResolver). Every address it returns is still checked on each dial.
@@ -96,13 +82,6 @@ func WithEgressUpstreamProxy(proxyURL string) Option {
 	}
 }
 
-// egressFront serves a run's egress socket.
-type egressFront struct {
-	px     *egress.Proxy
-	srv    *http.Server
-	served chan struct{}
-}
-
 func compileEgress(p *port.EgressPolicy) (*egress.Policy, error) {
 	if p == nil {
 		return nil, nil
@@ -120,67 +99,24 @@ func (p *Proxy) startEgress(pol *egress.Policy) error {
 	if ec.resolver != nil {
 		cfg.Resolver = ec.resolver
 	}
-	px, err := egress.New(cfg)
+	f, err := egress.ServeDir(cfg, p.dir, ec.rootsPEM, func(l net.Listener) net.Listener {
+		if uid := p.m.cfg.sandboxUID; uid >= 0 {
+			l = &peerListener{Listener: l, p: p, allowed: [2]int{uid, os.Geteuid()}}
+		}
+		return llmproxy.LimitListener(l, p.m.cfg.connsPerRun, p.m.conns)
+	})
 	if err != nil {
 		return internal("egress proxy: %w", err)
 	}
-	bundle := px.CAPEM()
-	bundle = append(bundle, ec.rootsPEM...)
-	bundle = append(bundle, systemRoots()...)
-	if err := os.WriteFile(filepath.Join(p.dir, port.EgressCAName), bundle, 0o644); err != nil {
-		return internal("write egress CA bundle: %w", err)
-	}
-	sock := filepath.Join(p.dir, port.EgressSocketName)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return internal("listen on %s: %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o666); err != nil {
-		_ = ln.Close()
-		return internal("chmod egress socket: %w", err)
-	}
-	var l net.Listener = ln
-	if uid := p.m.cfg.sandboxUID; uid >= 0 {
-		l = &peerListener{Listener: l, p: p, allowed: [2]int{uid, os.Geteuid()}}
-	}
-	l = llmproxy.LimitListener(l, p.m.cfg.connsPerRun, p.m.conns)
-	f := &egressFront{px: px, srv: px.NewServer(), served: make(chan struct{})}
-	go func() {
-		defer close(f.served)
-		if err := f.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			p.log.Error("inproc: egress serve", slog.Any("err", err))
-		}
-	}()
 	p.egress = f
-	return nil
-}
-
-func systemRoots() []byte {
-	for _, path := range systemBundles {
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		b, err := io.ReadAll(io.LimitReader(f, maxBundleBytes))
-		f.Close()
-		if err == nil && len(b) > 0 {
-			return append([]byte("\n"), b...)
-		}
-	}
 	return nil
 }
 
 // stopEgress stops the egress front: new connections first, then tunnels.
 func (p *Proxy) stopEgress(ctx context.Context) {
-	f := p.egress
-	if f == nil {
-		return
+	if p.egress != nil {
+		p.egress.Shutdown(ctx)
 	}
-	if err := f.srv.Shutdown(ctx); err != nil {
-		_ = f.srv.Close()
-	}
-	f.px.Close() // hijacked connections (tunnels) are not the server's to close
-	<-f.served
 }
 
 // EgressAudit implements port.EgressAuditor: the run's egress records so far, also
@@ -189,7 +125,7 @@ func (p *Proxy) EgressAudit() []port.EgressRecord {
 	if p.egress == nil {
 		return nil
 	}
-	return p.egress.px.Audit()
+	return p.egress.Audit()
 }
 
 var _ port.EgressAuditor = (*Proxy)(nil)

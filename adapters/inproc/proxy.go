@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
@@ -44,7 +45,7 @@ type Proxy struct {
 	engine *llmproxy.Engine
 	meter  *llmproxy.Meter
 	served chan struct{}
-	egress *egressFront // nil without an egress policy
+	egress *egress.Front // nil without an egress policy
 
 	mu            sync.Mutex
 	rejectedPeers int
