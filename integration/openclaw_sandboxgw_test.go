@@ -3,10 +3,12 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +24,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
@@ -39,7 +42,10 @@ import (
 // three concurrent runs billed to three accounts and reconciled; the LiteLLM key
 // nowhere in the sandbox; loopback only; a host restart re-attaching by id; the
 // gateway killed mid-run failing the run with a typed error, then restarted; a Sweep
-// removing an abandoned session and nothing else.
+// removing an abandoned session and nothing else; egress: a fetch from the gateway's
+// sandbox through the egress proxy with a {{github_token}} placeholder reaches an
+// allowlisted loopback HTTPS upstream with the real token, which is nowhere in the
+// sandbox.
 func TestOpenClawSandboxedGatewayDocker(t *testing.T) {
 	testSandboxedGateway(t, dockerSessionRunner)
 }
@@ -108,7 +114,16 @@ type gwStack struct {
 	gw     *sandboxgw.Gateway
 	canary string
 	reopen func() sessionRunner // a new runner of the same owner: a restarted host
+
+	// Egress: an allowlisted loopback HTTPS upstream and the token the proxy puts
+	// into requests to it (a canary: it must appear nowhere in the sandbox).
+	upstream *egresstest.Upstream
+	ghToken  string
 }
+
+// gwEgressHost is the allowlisted upstream's name (resolved to loopback by the
+// proxy's test resolver only).
+const gwEgressHost = "api.gh.test"
 
 func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, string, string, ...docker.Option) (sessionRunner, string)) {
 	appDir, _ := openClawInstall(t)
@@ -138,6 +153,10 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	// The restarted host's runner, made now so that it is closed after the gateway.
 	second, _ := newRunner(t, bin, owner, sessDir)
 	s.reopen = func() sessionRunner { return second }
+	s.upstream = egresstest.NewUpstream(t, true, gwEgressHost)
+	s.ghToken = "ghp-canary-" + sandboxtest.RunID("gh")
+	resolver := egresstest.NewResolver()
+	resolver.Set(gwEgressHost, egresstest.Loopback)
 	s.opts = sandboxgw.Options{
 		Runner: s.runner, Router: s.router, Image: s.image,
 		Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"},
@@ -149,6 +168,21 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		Limits:  port.Limits{Timeout: 30 * time.Minute},
 		// A dead gateway comes back by itself.
 		AutoRestart: true, MinBackoff: 500 * time.Millisecond,
+		Egress: &port.EgressPolicy{
+			Providers: []port.EgressProvider{{
+				ID: "github", URIs: []string{"https://" + gwEgressHost + ":" + s.upstream.Port() + "/repos/"},
+				Credentials: []string{"github_token"},
+			}},
+			Credentials: port.CredentialFunc(func(_ context.Context, _, provider, name string) (string, error) {
+				if provider != "github" || name != "github_token" {
+					return "", errors.New("no such credential")
+				}
+				return s.ghToken, nil
+			}),
+		},
+		EgressResolver:      resolver,
+		EgressUpstreamRoots: s.upstream.PEM,
+		EgressUnsafeAllow:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}
 	start := time.Now()
 	s.gw, err = sandboxgw.Start(ctx, s.opts)
@@ -171,7 +205,8 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		fn   func(*testing.T, *gwStack)
 	}{
 		{"ThreeConcurrentRunsBilledPerRun", testGWConcurrentRuns},
-		{"KeyNowhereInSandbox", testGWNoKey},
+		{"EgressInjectsTokenForAllowlistedHost", testGWEgress},
+		{"KeysNowhereInSandbox", testGWNoKey},
 		{"LoopbackOnly", testGWLoopbackOnly},
 		{"HostRestartReattaches", testGWReattach},
 		{"KillMidRunTypedErrorThenRestart", testGWKill},
@@ -288,19 +323,21 @@ func (s *gwStack) nodeExec(t *testing.T, script string, args ...string) *port.Ex
 	return res
 }
 
-// scanScript looks for the secret (given in two halves, so its own command line does
-// not hold it) in every process's environ and cmdline and every readable file but
-// /proc, /sys, /dev and the read-only OpenClaw tree; prints "found <where>" per hit.
+// scanScript looks for the secrets (each given in two halves, so its own command line
+// does not hold them) in every process's environ and cmdline and every readable file
+// but /proc, /sys, /dev and the read-only OpenClaw tree; prints "found <where>" per hit.
 const scanScript = `
 const fs = require('fs'), path = require('path');
-const secret = process.argv[1] + process.argv[2];
+const secrets = [];
+for (let i = 1; i + 1 < process.argv.length; i += 2) secrets.push(process.argv[i] + process.argv[i + 1]);
+const has = b => secrets.some(s => b.includes(s));
 let hits = 0, files = 0;
 const hit = w => { hits++; console.log('found', w); };
-if (Object.values(process.env).some(v => v.includes(secret))) hit('env');
+if (Object.values(process.env).some(has)) hit('env');
 for (const p of fs.readdirSync('/proc')) {
   if (!/^\d+$/.test(p) || +p === process.pid) continue;
   for (const f of ['environ', 'cmdline']) {
-    try { if (fs.readFileSync('/proc/' + p + '/' + f).includes(secret)) hit('/proc/' + p + '/' + f); } catch {}
+    try { if (has(fs.readFileSync('/proc/' + p + '/' + f))) hit('/proc/' + p + '/' + f); } catch {}
   }
 }
 const skip = new Set(['/proc', '/sys', '/dev', '/opt/app']);
@@ -311,7 +348,7 @@ const walk = d => {
     if (skip.has(p)) continue;
     if (e.isDirectory()) walk(p);
     else if (e.isFile()) {
-      try { const st = fs.statSync(p); if (st.size > 16 << 20) continue; files++; if (fs.readFileSync(p).includes(secret)) hit(p); } catch {}
+      try { const st = fs.statSync(p); if (st.size > 16 << 20) continue; files++; if (has(fs.readFileSync(p))) hit(p); } catch {}
     }
   }
 };
@@ -319,12 +356,18 @@ walk('/');
 console.log('scanned', files, 'hits', hits);
 `
 
+// testGWNoKey scans for the LiteLLM key and the egress token (after the egress step
+// used it) in one pass: the sandbox's processes (env, argv) and files (the gateway's
+// config and state dir included), the host side of its directory, its output.
 func testGWNoKey(t *testing.T, s *gwStack) {
-	half := len(s.canary) / 2
-	res := s.nodeExec(t, scanScript, s.canary[:half], s.canary[half:])
+	var args []string
+	for _, sec := range []string{s.canary, s.ghToken} {
+		args = append(args, sec[:len(sec)/2], sec[len(sec)/2:])
+	}
+	res := s.nodeExec(t, scanScript, args...)
 	out := string(res.Stdout)
 	if !strings.Contains(out, "hits 0") || strings.Contains(out, "found") {
-		t.Errorf("the LiteLLM key is visible in the sandbox:\n%s\n%s", out, res.Stderr)
+		t.Errorf("the LiteLLM key or the egress token is visible in the sandbox:\n%s\n%s", out, res.Stderr)
 	}
 	if !strings.Contains(out, "scanned") {
 		t.Fatalf("the scan did not run: %s %s", out, res.Stderr)
@@ -335,8 +378,8 @@ func testGWNoKey(t *testing.T, s *gwStack) {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(s.canary)) {
-			t.Errorf("the LiteLLM key is in %s", p)
+		if b, err := os.ReadFile(p); err == nil && (bytes.Contains(b, []byte(s.canary)) || bytes.Contains(b, []byte(s.ghToken))) {
+			t.Errorf("the LiteLLM key or the egress token is in %s", p)
 		}
 		return nil
 	})
@@ -345,8 +388,10 @@ func testGWNoKey(t *testing.T, s *gwStack) {
 	}
 	sess := s.gw.Session()
 	out1, err1 := sess.Logs()
-	if bytes.Contains(out1, []byte(s.canary)) || bytes.Contains(err1, []byte(s.canary)) {
-		t.Error("the LiteLLM key is in the gateway's output")
+	for _, sec := range []string{s.canary, s.ghToken} {
+		if bytes.Contains(out1, []byte(sec)) || bytes.Contains(err1, []byte(sec)) {
+			t.Error("the LiteLLM key or the egress token is in the gateway's output")
+		}
 	}
 }
 
@@ -586,4 +631,85 @@ func testGWSweep(t *testing.T, s *gwStack) {
 		t.Errorf("turn after the sweep: %q, %v", got, err)
 	}
 	_, _ = reg.Stop(ctx)
+}
+
+// egressScript runs in the gateway's sandbox with the gateway's environment: Node's
+// fetch (through HTTPS_PROXY, NODE_USE_ENV_PROXY and NODE_EXTRA_CA_CERTS) with a
+// {{github_token}} placeholder; a fetch to a host no provider allows; the same host in
+// forward-proxy form to read the denial; and the gateway process's own proxy variables.
+const egressScript = `
+const fs = require('fs'), http = require('http');
+const [url, denied] = [process.argv[1], process.argv[2]];
+(async () => {
+  const r = await fetch(url, { headers: { Authorization: 'Bearer {{github_token}}' } });
+  console.log('STATUS', r.status);
+  console.log('BODY', (await r.text()).replace(/\n/g, ' '));
+  try { const d = await fetch('https://' + denied + '/x'); console.log('DENIED-FETCH', d.status); }
+  catch (e) { console.log('DENIED-FETCH-FAILED', (e.cause && (e.cause.code || e.cause.message)) || e.message); }
+  await new Promise(done => {
+    const req = http.request({ host: '127.0.0.1', port: 3128, path: 'http://' + denied + '/x', headers: { Host: denied } }, res => {
+      let b = ''; res.on('data', d => b += d); res.on('end', () => { console.log('FORWARD', res.statusCode, b.trim()); done(); });
+    });
+    req.on('error', e => { console.log('FORWARD-ERROR', e.message); done(); });
+    req.end();
+  });
+  for (const p of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(p) || +p === process.pid) continue;
+    try {
+      if (!fs.readFileSync('/proc/' + p + '/cmdline', 'utf8').includes('gateway')) continue;
+      const env = fs.readFileSync('/proc/' + p + '/environ', 'utf8').split('\0');
+      console.log('GWENV', ['HTTPS_PROXY=http://127.0.0.1:3128', 'NODE_USE_ENV_PROXY=1', 'NODE_EXTRA_CA_CERTS=/llm-sock/egress-ca.pem'].every(v => env.includes(v)));
+    } catch {}
+  }
+})().catch(e => console.log('ERROR', e.message, e.cause && e.cause.message));
+`
+
+// testGWEgress: the last acceptance bullet of the sandboxed gateway. The request is
+// made by the gateway's own Node binary through Session.Exec inside the running
+// gateway sandbox (same environment as the gateway process, same bridge, same egress
+// socket), not by an agent turn: the fake LLM cannot script a tool call. The upstream
+// must receive the real token; the agent sees the placeholder (reflection guard); a
+// host no provider allows gets the 403 egress_denied JSON; the audit has both.
+func testGWEgress(t *testing.T, s *gwStack) {
+	url := "https://" + gwEgressHost + ":" + s.upstream.Port() + "/repos/acme/app"
+	res := s.nodeExec(t, egressScript, url, "evil.test")
+	out := string(res.Stdout)
+	t.Logf("egress from the gateway's sandbox:\n%s%s", out, res.Stderr)
+	if !strings.Contains(out, "STATUS 200\n") {
+		t.Fatalf("the allowlisted fetch did not succeed:\n%s\n%s", out, res.Stderr)
+	}
+	seen := s.upstream.Seen()
+	if len(seen) != 1 || seen[0].Header.Get("Authorization") != "Bearer "+s.ghToken || seen[0].Path != "/repos/acme/app" {
+		t.Errorf("the upstream saw %+v; want one request to /repos/acme/app with the real token", seen)
+	}
+	// The echo carried the token back: the agent sees the placeholder instead.
+	if strings.Contains(out, s.ghToken) || !strings.Contains(out, "Bearer {{github_token}}") {
+		t.Errorf("the echoed token reached the sandbox unredacted:\n%s", out)
+	}
+	if !strings.Contains(out, "DENIED-FETCH-FAILED") {
+		t.Errorf("a fetch to a host no provider allows did not fail:\n%s", out)
+	}
+	var denial struct {
+		Error struct{ Type, Guard, Target string }
+	}
+	_, fwd, _ := strings.Cut(out, "FORWARD 403 ")
+	fwd, _, _ = strings.Cut(fwd, "\n")
+	if err := json.Unmarshal([]byte(fwd), &denial); err != nil || denial.Error.Type != "egress_denied" || denial.Error.Guard != port.GuardAllowlist || denial.Error.Target != "evil.test" {
+		t.Errorf("no 403 egress_denied (allowlist, evil.test) for a host no provider allows (%v):\n%s", err, out)
+	}
+	if !strings.Contains(out, "GWENV true") || strings.Contains(out, "GWENV false") {
+		t.Errorf("the gateway process lacks the proxy and CA variables:\n%s", out)
+	}
+	var ok, denied int
+	for _, r := range s.gw.EgressAudit() {
+		switch {
+		case r.Provider == "github" && r.Mode == "mitm" && r.Status == 200 && r.Host == gwEgressHost && r.Guard == "":
+			ok++
+		case r.Guard == port.GuardAllowlist && r.Host == "evil.test":
+			denied++
+		}
+	}
+	if ok != 1 || denied != 2 {
+		t.Errorf("egress audit: %d forwarded, %d denied, want 1 and 2: %+v", ok, denied, s.gw.EgressAudit())
+	}
 }
