@@ -6,9 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -136,7 +142,12 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	s := &gwStack{canary: "sk-canary-" + sandboxtest.RunID("litellm")}
 	s.fake = litellmtest.NewServer(litellmtest.WithReply(markerReply), litellmtest.WithMasterKey(s.canary))
 	t.Cleanup(s.fake.Close)
-	s.router, err = billing.NewRouter(s.fake.URL, s.fake.MasterKey())
+	// The router's upstream is the fake LiteLLM behind a shim that scripts one tool
+	// call (web_fetch) for the egress turn.
+	s.upstream = egresstest.NewUpstream(t, true, gwEgressHost)
+	llm := httptest.NewServer(toolCallingLLM(t, s.fake.URL, "https://"+gwEgressHost+":"+s.upstream.Port()+egressAgentPath))
+	t.Cleanup(llm.Close)
+	s.router, err = billing.NewRouter(llm.URL, s.fake.MasterKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +164,6 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	// The restarted host's runner, made now so that it is closed after the gateway.
 	second, _ := newRunner(t, bin, owner, sessDir)
 	s.reopen = func() sessionRunner { return second }
-	s.upstream = egresstest.NewUpstream(t, true, gwEgressHost)
 	s.ghToken = "ghp-canary-" + sandboxtest.RunID("gh")
 	resolver := egresstest.NewResolver()
 	resolver.Set(gwEgressHost, egresstest.Loopback)
@@ -163,9 +173,14 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		Mounts:  []port.Mount{{Source: appDir, Target: testimages.AppDir}},
 		Dir:     t.TempDir(),
 		Models:  []openclaw.Model{{ID: gwModel, ContextWindow: 32000, MaxTokens: 1024}},
-		Config:  []openclaw.Option{openclaw.WithAgentTimeout(150 * time.Second)},
-		RunID:   sandboxtest.RunID("ocgw"),
-		Limits:  port.Limits{Timeout: 30 * time.Minute},
+		Config: []openclaw.Option{openclaw.WithAgentTimeout(150 * time.Second),
+			// web_fetch goes through the proxy variables (the sandbox has no DNS) and
+			// sends the placeholder, never a secret: the proxy puts the token in.
+			openclaw.WithSetting("tools.web.fetch.useTrustedEnvProxy", true),
+			openclaw.WithSetting("tools.web.fetch.headers", map[string]string{"Authorization": "Bearer {{github_token}}"}),
+		},
+		RunID:  sandboxtest.RunID("ocgw"),
+		Limits: port.Limits{Timeout: 30 * time.Minute},
 		// A dead gateway comes back by itself.
 		AutoRestart: true, MinBackoff: 500 * time.Millisecond,
 		Egress: &port.EgressPolicy{
@@ -206,6 +221,7 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	}{
 		{"ThreeConcurrentRunsBilledPerRun", testGWConcurrentRuns},
 		{"EgressInjectsTokenForAllowlistedHost", testGWEgress},
+		{"AgentTurnFetchesThroughEgress", testGWEgressAgent},
 		{"KeysNowhereInSandbox", testGWNoKey},
 		{"LoopbackOnly", testGWLoopbackOnly},
 		{"HostRestartReattaches", testGWReattach},
@@ -712,4 +728,141 @@ func testGWEgress(t *testing.T, s *gwStack) {
 	if ok != 1 || denied != 2 {
 		t.Errorf("egress audit: %d forwarded, %d denied, want 1 and 2: %+v", ok, denied, s.gw.EgressAudit())
 	}
+}
+
+// egressMarker is the marker of the turn whose first model call the shim answers with
+// a web_fetch tool call.
+const egressMarker = "EGRESS"
+
+// egressAgentPath is what that tool call fetches on the allowlisted upstream.
+const egressAgentPath = "/repos/acme/agent"
+
+// toolCallingLLM passes everything to the fake LiteLLM except the first model call of
+// the egress turn (its marker, no tool result yet), which it answers with a web_fetch
+// tool call for the allowlisted upstream, streamed or not as asked.
+func toolCallingLLM(t *testing.T, fakeURL, target string) http.Handler {
+	u, err := url.Parse(fakeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // the kill step cuts a call on purpose
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		var req struct {
+			Model    string `json:"model"`
+			Stream   bool   `json:"stream"`
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &req)
+		hasTool := false
+		for _, m := range req.Messages {
+			hasTool = hasTool || m.Role == "tool"
+		}
+		if !bytes.Contains(body, []byte("MARKER="+egressMarker)) || hasTool {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		// OpenClaw 2026.9.6 puts most tools behind Tool Search: web_fetch is called
+		// through tool_call.
+		args, _ := json.Marshal(map[string]any{"id": "web_fetch", "args": map[string]string{"url": target}})
+		call := map[string]any{"index": 0, "id": "callegress1", "type": "function",
+			"function": map[string]any{"name": "tool_call", "arguments": string(args)}}
+		usage := map[string]any{"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+		base := map[string]any{"id": "chatcmpl-egress", "created": time.Now().Unix(), "model": req.Model}
+		if !req.Stream {
+			base["object"] = "chat.completion"
+			base["choices"] = []any{map[string]any{"index": 0, "finish_reason": "tool_calls",
+				"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{call}}}}
+			base["usage"] = usage
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(base)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		send := func(v map[string]any) {
+			v["id"], v["created"], v["model"], v["object"] = base["id"], base["created"], base["model"], "chat.completion.chunk"
+			b, _ := json.Marshal(v)
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		send(map[string]any{"choices": []any{map[string]any{"index": 0, "finish_reason": nil,
+			"delta": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{call}}}}})
+		send(map[string]any{"choices": []any{map[string]any{"index": 0, "finish_reason": "tool_calls", "delta": map[string]any{}}}, "usage": usage})
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+}
+
+// testGWEgressAgent: a real agent turn through the gateway. The model (scripted by
+// the shim) calls OpenClaw's web_fetch (through Tool Search's tool_call) on the
+// allowlisted upstream; the gateway's config holds only the header with the
+// placeholder (tools.web.fetch.headers) and lets web_fetch use the proxy variables
+// (tools.web.fetch.useTrustedEnvProxy); the upstream receives the real token; the
+// tool result the model sees has the placeholder back (reflection guard).
+func testGWEgressAgent(t *testing.T, s *gwStack) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	before := len(s.upstream.Seen())
+	reg := s.register(t, egressMarker, "acct-egress")
+	got, err := s.turn(ctx, reg, egressMarker)
+	_, _ = reg.Stop(ctx)
+	var fetched []egresstest.Seen
+	for _, sn := range s.upstream.Seen()[before:] {
+		if sn.Path == egressAgentPath {
+			fetched = append(fetched, sn)
+		}
+	}
+	if len(fetched) == 0 {
+		out, errOut := s.gw.Session().Logs()
+		var calls []string
+		for _, r := range s.fake.Requests() {
+			if bytes.Contains(r.Body, []byte("MARKER="+egressMarker)) {
+				calls = append(calls, r.Path+" "+tailBytes(r.Body))
+			}
+		}
+		t.Fatalf("the agent's web_fetch never reached the upstream (answer %q, %v)\naudit: %+v\nmodel calls: %s\ngateway stderr: %s\nstdout: %s", got, err, s.gw.EgressAudit(), calls, tailBytes(errOut), tailBytes(out))
+	}
+	for _, sn := range fetched {
+		if sn.Header.Get("Authorization") != "Bearer "+s.ghToken {
+			t.Errorf("the upstream got Authorization %q, want the real token", sn.Header.Get("Authorization"))
+		}
+	}
+	if err != nil || got != "ANSWER-"+egressMarker {
+		t.Errorf("the egress turn answered %q, %v", got, err)
+	}
+	// The tool result went to the model: the upstream's echo with the placeholder
+	// back in place of the token, which never reaches the LLM.
+	sawResult := false
+	for _, r := range s.fake.Requests() {
+		if bytes.Contains(r.Body, []byte(s.ghToken)) {
+			t.Error("the token reached the LLM")
+		}
+		sawResult = sawResult || (bytes.Contains(r.Body, []byte("callegress1")) && bytes.Contains(r.Body, []byte(egressAgentPath)) && bytes.Contains(r.Body, []byte("Bearer {{github_token}}")))
+	}
+	if !sawResult {
+		t.Error("the tool result (the echo, redacted) never reached the model")
+	}
+	n := 0
+	for _, r := range s.gw.EgressAudit() {
+		if r.Provider == "github" && r.Mode == "mitm" && r.Path == egressAgentPath && r.Status == 200 && r.Reflected > 0 {
+			n++
+		}
+	}
+	if n != len(fetched) {
+		t.Errorf("egress audit: %d records of the agent's fetch, want %d: %+v", n, len(fetched), s.gw.EgressAudit())
+	}
+}
+
+func tailBytes(b []byte) string {
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
 }
