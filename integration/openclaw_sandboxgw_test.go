@@ -3,10 +3,18 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +30,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
@@ -39,7 +48,10 @@ import (
 // three concurrent runs billed to three accounts and reconciled; the LiteLLM key
 // nowhere in the sandbox; loopback only; a host restart re-attaching by id; the
 // gateway killed mid-run failing the run with a typed error, then restarted; a Sweep
-// removing an abandoned session and nothing else.
+// removing an abandoned session and nothing else; egress: a fetch from the gateway's
+// sandbox through the egress proxy with a {{github_token}} placeholder reaches an
+// allowlisted loopback HTTPS upstream with the real token, which is nowhere in the
+// sandbox.
 func TestOpenClawSandboxedGatewayDocker(t *testing.T) {
 	testSandboxedGateway(t, dockerSessionRunner)
 }
@@ -108,7 +120,16 @@ type gwStack struct {
 	gw     *sandboxgw.Gateway
 	canary string
 	reopen func() sessionRunner // a new runner of the same owner: a restarted host
+
+	// Egress: an allowlisted loopback HTTPS upstream and the token the proxy puts
+	// into requests to it (a canary: it must appear nowhere in the sandbox).
+	upstream *egresstest.Upstream
+	ghToken  string
 }
+
+// gwEgressHost is the allowlisted upstream's name (resolved to loopback by the
+// proxy's test resolver only).
+const gwEgressHost = "api.gh.test"
 
 func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, string, string, ...docker.Option) (sessionRunner, string)) {
 	appDir, _ := openClawInstall(t)
@@ -121,7 +142,12 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	s := &gwStack{canary: "sk-canary-" + sandboxtest.RunID("litellm")}
 	s.fake = litellmtest.NewServer(litellmtest.WithReply(markerReply), litellmtest.WithMasterKey(s.canary))
 	t.Cleanup(s.fake.Close)
-	s.router, err = billing.NewRouter(s.fake.URL, s.fake.MasterKey())
+	// The router's upstream is the fake LiteLLM behind a shim that scripts one tool
+	// call (web_fetch) for the egress turn.
+	s.upstream = egresstest.NewUpstream(t, true, gwEgressHost)
+	llm := httptest.NewServer(toolCallingLLM(t, s.fake.URL, "https://"+gwEgressHost+":"+s.upstream.Port()+egressAgentPath))
+	t.Cleanup(llm.Close)
+	s.router, err = billing.NewRouter(llm.URL, s.fake.MasterKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,17 +164,40 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	// The restarted host's runner, made now so that it is closed after the gateway.
 	second, _ := newRunner(t, bin, owner, sessDir)
 	s.reopen = func() sessionRunner { return second }
+	s.ghToken = "ghp-canary-" + sandboxtest.RunID("gh")
+	resolver := egresstest.NewResolver()
+	resolver.Set(gwEgressHost, egresstest.Loopback)
 	s.opts = sandboxgw.Options{
 		Runner: s.runner, Router: s.router, Image: s.image,
 		Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"},
 		Mounts:  []port.Mount{{Source: appDir, Target: testimages.AppDir}},
 		Dir:     t.TempDir(),
 		Models:  []openclaw.Model{{ID: gwModel, ContextWindow: 32000, MaxTokens: 1024}},
-		Config:  []openclaw.Option{openclaw.WithAgentTimeout(150 * time.Second)},
-		RunID:   sandboxtest.RunID("ocgw"),
-		Limits:  port.Limits{Timeout: 30 * time.Minute},
+		Config: []openclaw.Option{openclaw.WithAgentTimeout(150 * time.Second),
+			// web_fetch goes through the proxy variables (the sandbox has no DNS) and
+			// sends the placeholder, never a secret: the proxy puts the token in.
+			openclaw.WithSetting("tools.web.fetch.useTrustedEnvProxy", true),
+			openclaw.WithSetting("tools.web.fetch.headers", map[string]string{"Authorization": "Bearer {{github_token}}"}),
+		},
+		RunID:  sandboxtest.RunID("ocgw"),
+		Limits: port.Limits{Timeout: 30 * time.Minute},
 		// A dead gateway comes back by itself.
 		AutoRestart: true, MinBackoff: 500 * time.Millisecond,
+		Egress: &port.EgressPolicy{
+			Providers: []port.EgressProvider{{
+				ID: "github", URIs: []string{"https://" + gwEgressHost + ":" + s.upstream.Port() + "/repos/"},
+				Credentials: []string{"github_token"},
+			}},
+			Credentials: port.CredentialFunc(func(_ context.Context, _, provider, name string) (string, error) {
+				if provider != "github" || name != "github_token" {
+					return "", errors.New("no such credential")
+				}
+				return s.ghToken, nil
+			}),
+		},
+		EgressResolver:      resolver,
+		EgressUpstreamRoots: s.upstream.PEM,
+		EgressUnsafeAllow:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}
 	start := time.Now()
 	s.gw, err = sandboxgw.Start(ctx, s.opts)
@@ -171,7 +220,9 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		fn   func(*testing.T, *gwStack)
 	}{
 		{"ThreeConcurrentRunsBilledPerRun", testGWConcurrentRuns},
-		{"KeyNowhereInSandbox", testGWNoKey},
+		{"EgressInjectsTokenForAllowlistedHost", testGWEgress},
+		{"AgentTurnFetchesThroughEgress", testGWEgressAgent},
+		{"KeysNowhereInSandbox", testGWNoKey},
 		{"LoopbackOnly", testGWLoopbackOnly},
 		{"HostRestartReattaches", testGWReattach},
 		{"KillMidRunTypedErrorThenRestart", testGWKill},
@@ -288,19 +339,21 @@ func (s *gwStack) nodeExec(t *testing.T, script string, args ...string) *port.Ex
 	return res
 }
 
-// scanScript looks for the secret (given in two halves, so its own command line does
-// not hold it) in every process's environ and cmdline and every readable file but
-// /proc, /sys, /dev and the read-only OpenClaw tree; prints "found <where>" per hit.
+// scanScript looks for the secrets (each given in two halves, so its own command line
+// does not hold them) in every process's environ and cmdline and every readable file
+// but /proc, /sys, /dev and the read-only OpenClaw tree; prints "found <where>" per hit.
 const scanScript = `
 const fs = require('fs'), path = require('path');
-const secret = process.argv[1] + process.argv[2];
+const secrets = [];
+for (let i = 1; i + 1 < process.argv.length; i += 2) secrets.push(process.argv[i] + process.argv[i + 1]);
+const has = b => secrets.some(s => b.includes(s));
 let hits = 0, files = 0;
 const hit = w => { hits++; console.log('found', w); };
-if (Object.values(process.env).some(v => v.includes(secret))) hit('env');
+if (Object.values(process.env).some(has)) hit('env');
 for (const p of fs.readdirSync('/proc')) {
   if (!/^\d+$/.test(p) || +p === process.pid) continue;
   for (const f of ['environ', 'cmdline']) {
-    try { if (fs.readFileSync('/proc/' + p + '/' + f).includes(secret)) hit('/proc/' + p + '/' + f); } catch {}
+    try { if (has(fs.readFileSync('/proc/' + p + '/' + f))) hit('/proc/' + p + '/' + f); } catch {}
   }
 }
 const skip = new Set(['/proc', '/sys', '/dev', '/opt/app']);
@@ -311,7 +364,7 @@ const walk = d => {
     if (skip.has(p)) continue;
     if (e.isDirectory()) walk(p);
     else if (e.isFile()) {
-      try { const st = fs.statSync(p); if (st.size > 16 << 20) continue; files++; if (fs.readFileSync(p).includes(secret)) hit(p); } catch {}
+      try { const st = fs.statSync(p); if (st.size > 16 << 20) continue; files++; if (has(fs.readFileSync(p))) hit(p); } catch {}
     }
   }
 };
@@ -319,12 +372,18 @@ walk('/');
 console.log('scanned', files, 'hits', hits);
 `
 
+// testGWNoKey scans for the LiteLLM key and the egress token (after the egress step
+// used it) in one pass: the sandbox's processes (env, argv) and files (the gateway's
+// config and state dir included), the host side of its directory, its output.
 func testGWNoKey(t *testing.T, s *gwStack) {
-	half := len(s.canary) / 2
-	res := s.nodeExec(t, scanScript, s.canary[:half], s.canary[half:])
+	var args []string
+	for _, sec := range []string{s.canary, s.ghToken} {
+		args = append(args, sec[:len(sec)/2], sec[len(sec)/2:])
+	}
+	res := s.nodeExec(t, scanScript, args...)
 	out := string(res.Stdout)
 	if !strings.Contains(out, "hits 0") || strings.Contains(out, "found") {
-		t.Errorf("the LiteLLM key is visible in the sandbox:\n%s\n%s", out, res.Stderr)
+		t.Errorf("the LiteLLM key or the egress token is visible in the sandbox:\n%s\n%s", out, res.Stderr)
 	}
 	if !strings.Contains(out, "scanned") {
 		t.Fatalf("the scan did not run: %s %s", out, res.Stderr)
@@ -335,8 +394,8 @@ func testGWNoKey(t *testing.T, s *gwStack) {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(s.canary)) {
-			t.Errorf("the LiteLLM key is in %s", p)
+		if b, err := os.ReadFile(p); err == nil && (bytes.Contains(b, []byte(s.canary)) || bytes.Contains(b, []byte(s.ghToken))) {
+			t.Errorf("the LiteLLM key or the egress token is in %s", p)
 		}
 		return nil
 	})
@@ -345,8 +404,10 @@ func testGWNoKey(t *testing.T, s *gwStack) {
 	}
 	sess := s.gw.Session()
 	out1, err1 := sess.Logs()
-	if bytes.Contains(out1, []byte(s.canary)) || bytes.Contains(err1, []byte(s.canary)) {
-		t.Error("the LiteLLM key is in the gateway's output")
+	for _, sec := range []string{s.canary, s.ghToken} {
+		if bytes.Contains(out1, []byte(sec)) || bytes.Contains(err1, []byte(sec)) {
+			t.Error("the LiteLLM key or the egress token is in the gateway's output")
+		}
 	}
 }
 
@@ -586,4 +647,222 @@ func testGWSweep(t *testing.T, s *gwStack) {
 		t.Errorf("turn after the sweep: %q, %v", got, err)
 	}
 	_, _ = reg.Stop(ctx)
+}
+
+// egressScript runs in the gateway's sandbox with the gateway's environment: Node's
+// fetch (through HTTPS_PROXY, NODE_USE_ENV_PROXY and NODE_EXTRA_CA_CERTS) with a
+// {{github_token}} placeholder; a fetch to a host no provider allows; the same host in
+// forward-proxy form to read the denial; and the gateway process's own proxy variables.
+const egressScript = `
+const fs = require('fs'), http = require('http');
+const [url, denied] = [process.argv[1], process.argv[2]];
+(async () => {
+  const r = await fetch(url, { headers: { Authorization: 'Bearer {{github_token}}' } });
+  console.log('STATUS', r.status);
+  console.log('BODY', (await r.text()).replace(/\n/g, ' '));
+  try { const d = await fetch('https://' + denied + '/x'); console.log('DENIED-FETCH', d.status); }
+  catch (e) { console.log('DENIED-FETCH-FAILED', (e.cause && (e.cause.code || e.cause.message)) || e.message); }
+  await new Promise(done => {
+    const req = http.request({ host: '127.0.0.1', port: 3128, path: 'http://' + denied + '/x', headers: { Host: denied } }, res => {
+      let b = ''; res.on('data', d => b += d); res.on('end', () => { console.log('FORWARD', res.statusCode, b.trim()); done(); });
+    });
+    req.on('error', e => { console.log('FORWARD-ERROR', e.message); done(); });
+    req.end();
+  });
+  for (const p of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(p) || +p === process.pid) continue;
+    try {
+      if (!fs.readFileSync('/proc/' + p + '/cmdline', 'utf8').includes('gateway')) continue;
+      const env = fs.readFileSync('/proc/' + p + '/environ', 'utf8').split('\0');
+      console.log('GWENV', ['HTTPS_PROXY=http://127.0.0.1:3128', 'NODE_USE_ENV_PROXY=1', 'NODE_EXTRA_CA_CERTS=/llm-sock/egress-ca.pem'].every(v => env.includes(v)));
+    } catch {}
+  }
+})().catch(e => console.log('ERROR', e.message, e.cause && e.cause.message));
+`
+
+// testGWEgress: the last acceptance bullet of the sandboxed gateway. The request is
+// made by the gateway's own Node binary through Session.Exec inside the running
+// gateway sandbox (same environment as the gateway process, same bridge, same egress
+// socket), not by an agent turn: the fake LLM cannot script a tool call. The upstream
+// must receive the real token; the agent sees the placeholder (reflection guard); a
+// host no provider allows gets the 403 egress_denied JSON; the audit has both.
+func testGWEgress(t *testing.T, s *gwStack) {
+	url := "https://" + gwEgressHost + ":" + s.upstream.Port() + "/repos/acme/app"
+	res := s.nodeExec(t, egressScript, url, "evil.test")
+	out := string(res.Stdout)
+	t.Logf("egress from the gateway's sandbox:\n%s%s", out, res.Stderr)
+	if !strings.Contains(out, "STATUS 200\n") {
+		t.Fatalf("the allowlisted fetch did not succeed:\n%s\n%s", out, res.Stderr)
+	}
+	seen := s.upstream.Seen()
+	if len(seen) != 1 || seen[0].Header.Get("Authorization") != "Bearer "+s.ghToken || seen[0].Path != "/repos/acme/app" {
+		t.Errorf("the upstream saw %+v; want one request to /repos/acme/app with the real token", seen)
+	}
+	// The echo carried the token back: the agent sees the placeholder instead.
+	if strings.Contains(out, s.ghToken) || !strings.Contains(out, "Bearer {{github_token}}") {
+		t.Errorf("the echoed token reached the sandbox unredacted:\n%s", out)
+	}
+	if !strings.Contains(out, "DENIED-FETCH-FAILED") {
+		t.Errorf("a fetch to a host no provider allows did not fail:\n%s", out)
+	}
+	var denial struct {
+		Error struct{ Type, Guard, Target string }
+	}
+	_, fwd, _ := strings.Cut(out, "FORWARD 403 ")
+	fwd, _, _ = strings.Cut(fwd, "\n")
+	if err := json.Unmarshal([]byte(fwd), &denial); err != nil || denial.Error.Type != "egress_denied" || denial.Error.Guard != port.GuardAllowlist || denial.Error.Target != "evil.test" {
+		t.Errorf("no 403 egress_denied (allowlist, evil.test) for a host no provider allows (%v):\n%s", err, out)
+	}
+	if !strings.Contains(out, "GWENV true") || strings.Contains(out, "GWENV false") {
+		t.Errorf("the gateway process lacks the proxy and CA variables:\n%s", out)
+	}
+	var ok, denied int
+	for _, r := range s.gw.EgressAudit() {
+		switch {
+		case r.Provider == "github" && r.Mode == "mitm" && r.Status == 200 && r.Host == gwEgressHost && r.Guard == "":
+			ok++
+		case r.Guard == port.GuardAllowlist && r.Host == "evil.test":
+			denied++
+		}
+	}
+	if ok != 1 || denied != 2 {
+		t.Errorf("egress audit: %d forwarded, %d denied, want 1 and 2: %+v", ok, denied, s.gw.EgressAudit())
+	}
+}
+
+// egressMarker is the marker of the turn whose first model call the shim answers with
+// a web_fetch tool call.
+const egressMarker = "EGRESS"
+
+// egressAgentPath is what that tool call fetches on the allowlisted upstream.
+const egressAgentPath = "/repos/acme/agent"
+
+// toolCallingLLM passes everything to the fake LiteLLM except the first model call of
+// the egress turn (its marker, no tool result yet), which it answers with a web_fetch
+// tool call for the allowlisted upstream, streamed or not as asked.
+func toolCallingLLM(t *testing.T, fakeURL, target string) http.Handler {
+	u, err := url.Parse(fakeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // the kill step cuts a call on purpose
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		var req struct {
+			Model    string `json:"model"`
+			Stream   bool   `json:"stream"`
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &req)
+		hasTool := false
+		for _, m := range req.Messages {
+			hasTool = hasTool || m.Role == "tool"
+		}
+		if !bytes.Contains(body, []byte("MARKER="+egressMarker)) || hasTool {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		// OpenClaw 2026.9.6 puts most tools behind Tool Search: web_fetch is called
+		// through tool_call.
+		args, _ := json.Marshal(map[string]any{"id": "web_fetch", "args": map[string]string{"url": target}})
+		call := map[string]any{"index": 0, "id": "callegress1", "type": "function",
+			"function": map[string]any{"name": "tool_call", "arguments": string(args)}}
+		usage := map[string]any{"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+		base := map[string]any{"id": "chatcmpl-egress", "created": time.Now().Unix(), "model": req.Model}
+		if !req.Stream {
+			base["object"] = "chat.completion"
+			base["choices"] = []any{map[string]any{"index": 0, "finish_reason": "tool_calls",
+				"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{call}}}}
+			base["usage"] = usage
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(base)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		send := func(v map[string]any) {
+			v["id"], v["created"], v["model"], v["object"] = base["id"], base["created"], base["model"], "chat.completion.chunk"
+			b, _ := json.Marshal(v)
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		send(map[string]any{"choices": []any{map[string]any{"index": 0, "finish_reason": nil,
+			"delta": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{call}}}}})
+		send(map[string]any{"choices": []any{map[string]any{"index": 0, "finish_reason": "tool_calls", "delta": map[string]any{}}}, "usage": usage})
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+}
+
+// testGWEgressAgent: a real agent turn through the gateway. The model (scripted by
+// the shim) calls OpenClaw's web_fetch (through Tool Search's tool_call) on the
+// allowlisted upstream; the gateway's config holds only the header with the
+// placeholder (tools.web.fetch.headers) and lets web_fetch use the proxy variables
+// (tools.web.fetch.useTrustedEnvProxy); the upstream receives the real token; the
+// tool result the model sees has the placeholder back (reflection guard).
+func testGWEgressAgent(t *testing.T, s *gwStack) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	before := len(s.upstream.Seen())
+	reg := s.register(t, egressMarker, "acct-egress")
+	got, err := s.turn(ctx, reg, egressMarker)
+	_, _ = reg.Stop(ctx)
+	var fetched []egresstest.Seen
+	for _, sn := range s.upstream.Seen()[before:] {
+		if sn.Path == egressAgentPath {
+			fetched = append(fetched, sn)
+		}
+	}
+	if len(fetched) == 0 {
+		out, errOut := s.gw.Session().Logs()
+		var calls []string
+		for _, r := range s.fake.Requests() {
+			if bytes.Contains(r.Body, []byte("MARKER="+egressMarker)) {
+				calls = append(calls, r.Path+" "+tailBytes(r.Body))
+			}
+		}
+		t.Fatalf("the agent's web_fetch never reached the upstream (answer %q, %v)\naudit: %+v\nmodel calls: %s\ngateway stderr: %s\nstdout: %s", got, err, s.gw.EgressAudit(), calls, tailBytes(errOut), tailBytes(out))
+	}
+	for _, sn := range fetched {
+		if sn.Header.Get("Authorization") != "Bearer "+s.ghToken {
+			t.Errorf("the upstream got Authorization %q, want the real token", sn.Header.Get("Authorization"))
+		}
+	}
+	if err != nil || got != "ANSWER-"+egressMarker {
+		t.Errorf("the egress turn answered %q, %v", got, err)
+	}
+	// The tool result went to the model: the upstream's echo with the placeholder
+	// back in place of the token, which never reaches the LLM.
+	sawResult := false
+	for _, r := range s.fake.Requests() {
+		if bytes.Contains(r.Body, []byte(s.ghToken)) {
+			t.Error("the token reached the LLM")
+		}
+		sawResult = sawResult || (bytes.Contains(r.Body, []byte("callegress1")) && bytes.Contains(r.Body, []byte(egressAgentPath)) && bytes.Contains(r.Body, []byte("Bearer {{github_token}}")))
+	}
+	if !sawResult {
+		t.Error("the tool result (the echo, redacted) never reached the model")
+	}
+	n := 0
+	for _, r := range s.gw.EgressAudit() {
+		if r.Provider == "github" && r.Mode == "mitm" && r.Path == egressAgentPath && r.Status == 200 && r.Reflected > 0 {
+			n++
+		}
+	}
+	if n != len(fetched) {
+		t.Errorf("egress audit: %d records of the agent's fetch, want %d: %+v", n, len(fetched), s.gw.EgressAudit())
+	}
+}
+
+func tailBytes(b []byte) string {
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
 }

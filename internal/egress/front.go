@@ -131,5 +131,8 @@ func (f *Front) Stop(ctx context.Context) {
 	<-f.served
 }
 
+// Proxy is the run's proxy (its CA, its audit).
+func (f *Front) Proxy() *Proxy { return f.px }
+
 // Audit returns the run's egress records so far, also after Stop.
 func (f *Front) Audit() []port.EgressRecord { return f.px.Audit() }

@@ -12,11 +12,18 @@
 // flight fail at once with an error wrapping ErrGatewayDown (never moved to another
 // gateway: a run that failed is the caller's to retry, with its own registration), and,
 // with Options.AutoRestart, a new sandbox is started with exponential backoff.
+//
+// With Options.Egress, the gateway's tools reach the web destinations the policy
+// allows through the egress proxy (internal/egress) served in the same socket
+// directory: the sandbox's bridge listens on port.EgressProxyAddr and the gateway gets
+// the proxy and CA variables (port.EgressEnv); credentials are put into requests on
+// the host ({{name}} placeholders) and never enter the sandbox.
 package sandboxgw
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,6 +31,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/billing"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
@@ -125,8 +134,28 @@ type Options struct {
 	// then doubling up to MaxBackoff between failed attempts.
 	AutoRestart            bool
 	MinBackoff, MaxBackoff time.Duration
+	// Egress, if set, lets the gateway's tools reach what the policy allows through
+	// the egress proxy, with the policy's Credentials resolved on the host; nil means
+	// no web access at all. The gateway keeps one egress proxy (one CA, one audit)
+	// across restarts; a host that re-attaches serves a new one with a new CA, which
+	// the running gateway does not trust for HTTPS (it reads its CA bundle at start).
+	Egress *port.EgressPolicy
+	// EgressResolver looks host names up for the egress proxy (default
+	// net.DefaultResolver); every address is still checked on each dial.
+	EgressResolver Resolver
+	// EgressUpstreamRoots are PEM certificates the egress proxy verifies upstream TLS
+	// against instead of the system roots (private CAs, tests).
+	EgressUpstreamRoots []byte
+	// EgressUnsafeAllow exempts address ranges from the egress proxy's SSRF guard.
+	// For tests whose upstreams listen on loopback only; never in production.
+	EgressUnsafeAllow []netip.Prefix
 	// Logger receives diagnostics; default discard.
 	Logger *slog.Logger
+}
+
+// Resolver looks host names up for the egress proxy; *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 func (o *Options) check() error {
@@ -184,6 +213,17 @@ func (o *Options) check() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Egress == nil && (o.EgressResolver != nil || len(o.EgressUpstreamRoots) > 0 || len(o.EgressUnsafeAllow) > 0) {
+		return port.Invalidf("sandboxgw: egress options without an Egress policy")
+	}
+	if err := o.Egress.Validate(); err != nil {
+		return err
+	}
+	for _, p := range o.EgressUnsafeAllow {
+		if !p.IsValid() {
+			return port.Invalidf("sandboxgw: invalid EgressUnsafeAllow prefix")
+		}
+	}
 	return nil
 }
 
@@ -195,6 +235,7 @@ type Gateway struct {
 
 	srv    *http.Server // the router on the socket the sandbox mounts
 	srvErr chan error
+	egress *egress.Front // nil without Options.Egress
 
 	mu          sync.Mutex
 	cur         *incarnation // nil while down
@@ -290,9 +331,52 @@ func newGateway(opts Options) (*Gateway, error) {
 	if err := g.serveRouter(); err != nil {
 		return nil, err
 	}
+	if err := g.serveEgress(); err != nil {
+		g.shutdownServer()
+		return nil, err
+	}
 	g.superCtx, g.stop = context.WithCancel(context.Background())
 	return g, nil
 }
+
+// serveEgress serves the egress proxy and its CA bundle next to the router's socket
+// (see egress.Host.StartFront), when the options ask for egress.
+func (g *Gateway) serveEgress() error {
+	if g.opts.Egress == nil {
+		return nil
+	}
+	pol, err := egress.Compile(g.opts.Egress)
+	if err != nil {
+		return err
+	}
+	h := egress.Host{UnsafeAllow: g.opts.EgressUnsafeAllow, RootsPEM: g.opts.EgressUpstreamRoots}
+	if g.opts.EgressResolver != nil {
+		h.Resolver = g.opts.EgressResolver
+	}
+	if len(g.opts.EgressUpstreamRoots) > 0 {
+		h.Roots = x509.NewCertPool()
+		if !h.Roots.AppendCertsFromPEM(g.opts.EgressUpstreamRoots) {
+			return port.Invalidf("sandboxgw: EgressUpstreamRoots holds no PEM certificate")
+		}
+	}
+	f, err := h.StartFront(egress.FrontConfig{RunID: g.opts.RunID, Policy: pol, Dir: filepath.Join(g.opts.Dir, sockDir), Logger: g.log})
+	if err != nil {
+		return fmt.Errorf("sandboxgw: egress: %w", err)
+	}
+	g.egress = f
+	return nil
+}
+
+// EgressAudit implements port.EgressAuditor: the records of every egress request the
+// gateway's sandbox made through this host (also after Close); nil without egress.
+func (g *Gateway) EgressAudit() []port.EgressRecord {
+	if g.egress == nil {
+		return nil
+	}
+	return g.egress.Audit()
+}
+
+var _ port.EgressAuditor = (*Gateway)(nil)
 
 // serveRouter listens on <Dir>/sock/llm.sock (mounted into the sandbox as its LLM
 // socket) and serves the router there, plus the bridge's attestation.
@@ -341,6 +425,9 @@ func (g *Gateway) shutdownServer() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = g.srv.Shutdown(ctx)
+	if g.egress != nil {
+		g.egress.Stop(ctx)
+	}
 	g.wg.Wait()
 }
 
@@ -401,7 +488,7 @@ func (g *Gateway) startIncarnation(ctx context.Context) (*incarnation, error) {
 			WorkspaceDir: ws,
 			Mounts:       g.opts.Mounts,
 			Limits:       g.opts.Limits,
-			LLM:          &port.LLMSocket{HostDir: filepath.Join(g.opts.Dir, sockDir)},
+			LLM:          &port.LLMSocket{HostDir: filepath.Join(g.opts.Dir, sockDir), Egress: g.egress != nil},
 			Labels:       map[string]string{"agentsandbox-openclaw-gateway": g.opts.RunID},
 		},
 		Expose: []int{g.opts.Port},
