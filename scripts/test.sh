@@ -17,25 +17,33 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
-bash scripts/setup.sh
-
+fresh=
 if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
   # A short path: unix sockets live under TMPDIR and their paths are limited to 108 bytes.
   fresh=$(mktemp -d /tmp/agentsandbox-test.XXXXXX)
-  trap 'rm -rf "$fresh"' EXIT
   mkdir -p "$fresh/cache" "$fresh/tmp" "$fresh/xdg"
   # Go's build and module caches stay; every other user cache (the bridge binaries that
   # bridge.Build keeps, for one) starts empty.
   GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE)
   export GOCACHE GOMODCACHE
   export SANDBOX_CACHE="$fresh/cache" TMPDIR="$fresh/tmp" XDG_CACHE_HOME="$fresh/xdg"
-  bash scripts/remove-images.sh
 fi
+
+# Nomad (for the Nomad runner's tests) is built into the cache, by version: minutes of
+# CPU from a cold Go build cache, so it runs beside the package, daemon and npm installs,
+# which mostly wait on the network and the disk.
+nomad_env=$(mktemp)
+bash scripts/install-nomad.sh >"$nomad_env" &
+nomad_pid=$!
+trap 'kill "$nomad_pid" 2>/dev/null || true; rm -f "$nomad_env"; if [ -n "$fresh" ]; then rm -rf "$fresh"; fi' EXIT
+
+bash scripts/setup.sh
+if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 eval "$(bash scripts/install-openclaw.sh)"
 export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
-# Nomad (the Nomad runner's tests) is built into the same cache, by version.
-eval "$(bash scripts/install-nomad.sh)"
+wait "$nomad_pid" || { echo "building Nomad failed"; exit 1; }
+eval "$(cat "$nomad_env")"
 export NOMAD_BIN
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
 
