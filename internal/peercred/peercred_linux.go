@@ -1,6 +1,8 @@
 //go:build linux
 
-package inproc
+// Package peercred reads the credentials the kernel recorded for the other end of a
+// unix socket connection (SO_PEERCRED): what the peer cannot lie about.
+package peercred
 
 import (
 	"fmt"
@@ -9,11 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const peerCredSupported = true
+// Supported says whether UID works on this platform.
+const Supported = true
 
-// peerUID returns the uid of the process on the other end of a unix socket connection,
-// as the kernel recorded it at connect time (SO_PEERCRED), so the peer cannot lie.
-func peerUID(c net.Conn) (int, error) {
+// UID returns the uid of the process on the other end of a unix socket connection,
+// as the kernel recorded it at connect time.
+func UID(c net.Conn) (int, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return -1, fmt.Errorf("peer credentials: %T is not a unix socket", c)
