@@ -74,6 +74,15 @@ func RuntimeKernel(runtime string) string {
 	return KernelLinux
 }
 
+// OOMClassifier is an optional capability of a SandboxRunner (found by type
+// assertion): whether every OOM kill is reported as CodeOOMKilled. A runner that
+// says false may return a plain SIGKILL exit (137) for a run killed at its memory
+// limit, when the only witness it has (Docker's OOM event under gVisor, say) did not
+// arrive. A runner without the method classifies every OOM kill.
+type OOMClassifier interface {
+	OOMExact() bool
+}
+
 // RuntimeReporter is an optional capability of a SandboxRunner (found by type
 // assertion): the OCI runtime its sandboxes run on.
 type RuntimeReporter interface {

@@ -300,6 +300,14 @@ func testMemoryHogOOMKilled(t *testing.T, s *suite) {
 	spec := s.spec("oom", "memhog")
 	spec.Limits.MemoryBytes = 48 << 20
 	res, err := s.run(t, context.Background(), spec)
+	if oc, ok := s.h.Runner.(port.OOMClassifier); ok && !oc.OOMExact() && err == nil && res != nil && res.ExitCode == 137 {
+		// A declared gap (port.OOMClassifier): killed at the limit, not classified.
+		if !strings.Contains(string(res.Stderr), "allocated") {
+			t.Errorf("partial stderr lost: %q", res.Stderr)
+		}
+		t.Logf("the runner declares OOM classification inexact; this run was SIGKILLed at its limit without an OOM witness")
+		return
+	}
 	if !errors.Is(err, port.ErrOOMKilled) {
 		t.Fatalf("err = %v, want ErrOOMKilled", err)
 	}
