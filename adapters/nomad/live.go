@@ -3,8 +3,10 @@ package nomad
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,10 +102,17 @@ func (r *Runner) follow(ctx context.Context, allocID, p string, s *liveStream) {
 		if full {
 			return
 		}
+		// The file is in the agent's own task directory: follow it only while it is a
+		// regular file, so a link the agent planted cannot point the host's writer at
+		// another file of the allocation (as collectFiles checks for the result).
+		var fi api.AllocFileInfo
+		sq := (&api.QueryOptions{Params: map[string]string{"path": p}}).WithContext(ctx)
+		_, serr := r.api.Raw().Query("/v1/client/fs/stat/"+allocID, &fi, sq)
 		q := (&api.QueryOptions{Params: map[string]string{
 			"path": p, "offset": strconv.Itoa(off), "origin": api.OriginStart,
 		}}).WithContext(ctx)
-		if rc, err := r.api.Raw().Response("/v1/client/fs/stream/"+allocID, q); err == nil {
+		regular := serr == nil && !fi.IsDir && strings.HasPrefix(fi.FileMode, "-")
+		if rc, err := r.followOnce(regular, allocID, q); err == nil {
 			dec := json.NewDecoder(rc)
 			for {
 				var f api.StreamFrame
@@ -122,3 +131,14 @@ func (r *Runner) follow(ctx context.Context, allocID, p string, s *liveStream) {
 		}
 	}
 }
+
+// followOnce opens the stream of a file that is regular; otherwise (not there yet, or
+// not a regular file) the caller looks again shortly.
+func (r *Runner) followOnce(regular bool, allocID string, q *api.QueryOptions) (io.ReadCloser, error) {
+	if !regular {
+		return nil, errNotRegular
+	}
+	return r.api.Raw().Response("/v1/client/fs/stream/"+allocID, q)
+}
+
+var errNotRegular = errors.New("not a regular file")
