@@ -131,7 +131,8 @@ type Session interface {
 	// the session has ended.
 	Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error)
 	// ReadFile reads name (a path relative to the workspace) without following any
-	// symbolic link out of it; at most max bytes (ErrInvalidSpec beyond).
+	// symbolic link out of it, and only a regular file; at most max bytes
+	// (DefaultMaxReadFile when max is not positive; ErrInvalidSpec beyond).
 	ReadFile(name string, max int64) ([]byte, error)
 	// WriteFile writes data to name (relative to the workspace), creating parent
 	// directories, never following a symbolic link out of the workspace.
@@ -140,6 +141,10 @@ type Session interface {
 	// its grace period from the last heartbeat rather than from creation.
 	Heartbeat() error
 }
+
+// DefaultMaxReadFile caps Session.ReadFile when the caller gives no cap: the
+// workspace is the agent's, and a file in it can be as large as its disk.
+const DefaultMaxReadFile = 64 << 20
 
 // ExecSpec describes a command run in a session.
 type ExecSpec struct {

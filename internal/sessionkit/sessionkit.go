@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -301,14 +302,15 @@ func WaitSockets(ctx context.Context, dir string, ports []int, done <-chan struc
 }
 
 // ReadFile reads name under the workspace through os.Root (no link leads out), at most
-// max bytes.
+// max bytes (port.DefaultMaxReadFile when max is not positive).
 func ReadFile(workspace, name string, max int64) ([]byte, error) {
 	r, err := openRoot(workspace)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	f, err := r.Open(name)
+	// O_NONBLOCK: a FIFO the agent planted must not block the host's open.
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +326,7 @@ func ReadFile(workspace, name string, max int64) ([]byte, error) {
 		return nil, port.Invalidf("%s is %d bytes, over the limit of %d", name, fi.Size(), max)
 	}
 	if max <= 0 {
-		max = 1 << 62
+		max = port.DefaultMaxReadFile
 	}
 	buf, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
