@@ -1,0 +1,273 @@
+// Command sandbox-kube-init is the Kubernetes runner's helper inside a run's Pod
+// (adapters/kubernetes mounts it read-only from the node). It has two modes:
+//
+//	sandbox-kube-init netdown
+//	sandbox-kube-init run [-keep NAME,...] [-nofile N] [-max N] -- argv...
+//
+// netdown runs as the Pod's init container, the only step holding CAP_NET_ADMIN: it
+// deletes every network interface of the Pod's network namespace but lo (a veth's peer
+// on the node goes with it), then checks that only lo and no route through anything
+// else remain, and fails otherwise, so the agent container never starts with a
+// network. It works whatever CNI plugin gave the Pod its interface.
+//
+// run is the agent container's first process. It
+//   - keeps only the variables named in -keep plus PATH, HOME and HOSTNAME (the
+//     kubelet adds KUBERNETES_SERVICE_* and friends to every container);
+//   - lowers RLIMIT_NOFILE to -nofile, soft and hard (the Pod spec has no field for it);
+//   - marks itself non-dumpable, so the agent (the same uid) cannot open its
+//     descriptors through /proc and write to the container's own stdout;
+//   - runs argv with stdout and stderr on pipes and writes both, in order, to its own
+//     stdout as frames the runner decodes from the Pod's log: "o <base64>\n" and
+//     "e <base64>\n", at most -max bytes of each stream, then "t <out> <err>\n" saying
+//     whether either was cut, and exits with argv's exit code (128+signal when killed).
+//
+// The Kubernetes log API merges a container's stdout and stderr (splitting them is an
+// alpha feature gate in 1.36), so the frames are how the streams stay separate on any
+// cluster.
+package main
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "netdown":
+		if err := netdown(); err != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-kube-init netdown:", err)
+			os.Exit(1)
+		}
+	case "run":
+		os.Exit(run(os.Args[2:]))
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: sandbox-kube-init netdown | run [-keep NAMES] [-nofile N] [-max N] -- argv...")
+	os.Exit(2)
+}
+
+// netdown deletes every interface but lo and checks the result.
+func netdown() error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if err := delLink(ifc.Index); err != nil {
+			return fmt.Errorf("deleting %s: %w", ifc.Name, err)
+		}
+	}
+	ifs, err = net.Interfaces()
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, ifc := range ifs {
+		names = append(names, ifc.Name)
+	}
+	if len(names) != 1 || names[0] != "lo" {
+		return fmt.Errorf("interfaces left: %v", names)
+	}
+	for _, f := range []string{"/proc/net/route", "/proc/net/ipv6_route"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for i, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			fields := strings.Fields(l)
+			if len(fields) == 0 || (f == "/proc/net/route" && i == 0) {
+				continue
+			}
+			if dev := fields[len(fields)-1]; f == "/proc/net/route" && fields[0] != "lo" || f != "/proc/net/route" && dev != "lo" {
+				return fmt.Errorf("a route is left in %s: %q", f, l)
+			}
+		}
+	}
+	return nil
+}
+
+// delLink sends RTM_DELLINK for the interface index over rtnetlink and waits for the ack.
+func delLink(index int) error {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	// struct nlmsghdr, then struct ifinfomsg (family AF_UNSPEC, the index).
+	ne := binary.NativeEndian
+	msg := make([]byte, 32)
+	ne.PutUint32(msg[0:], uint32(len(msg)))
+	ne.PutUint16(msg[4:], unix.RTM_DELLINK)
+	ne.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	ne.PutUint32(msg[8:], 1)
+	ne.PutUint32(msg[20:], uint32(int32(index)))
+	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4 {
+			if code := int32(ne.Uint32(m.Data[:4])); code != 0 {
+				return syscall.Errno(-code)
+			}
+			return nil
+		}
+	}
+	return errors.New("no netlink acknowledgement")
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	keep := fs.String("keep", "", "comma-separated `names` of the variables to keep (besides PATH, HOME, HOSTNAME)")
+	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE, soft and hard (0 leaves it)")
+	maxOut := fs.Int("max", 2<<20, "bytes of each stream to forward")
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "sandbox-kube-init run: an argv is needed after --")
+		return 2
+	}
+	argv := fs.Args()
+	if *nofile > 0 {
+		lim := &syscall.Rlimit{Cur: *nofile, Max: *nofile}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, lim); err != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-kube-init: setting RLIMIT_NOFILE:", err)
+			return 126
+		}
+	}
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = environment(*keep)
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return 126
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return 126
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	// Signals for the container (SIGTERM at deletion) go to the command.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stdout, "e %s\n", base64.StdEncoding.EncodeToString([]byte("sandbox-kube-init: cannot start the command: "+err.Error()+"\n")))
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			return 127
+		}
+		return 126
+	}
+	outW.Close()
+	errW.Close()
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	fw := &framer{w: os.Stdout}
+	var wg sync.WaitGroup
+	var truncOut, truncErr bool
+	wg.Add(2)
+	go func() { defer wg.Done(); truncOut = fw.copy('o', outR, *maxOut) }()
+	go func() { defer wg.Done(); truncErr = fw.copy('e', errR, *maxOut) }()
+	wg.Wait()
+	err = cmd.Wait()
+	fmt.Fprintf(os.Stdout, "t %t %t\n", truncOut, truncErr)
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		} else {
+			code = ee.ExitCode()
+		}
+	} else if err != nil {
+		code = 126
+	}
+	return code
+}
+
+// framer writes whole frames, one at a time, to the container's stdout.
+type framer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// copy forwards r as frames of kind until EOF, at most limit bytes; the rest is read
+// and dropped (so the command never blocks on a full pipe). It reports whether
+// anything was dropped.
+func (f *framer) copy(kind byte, r io.Reader, limit int) (truncated bool) {
+	buf := make([]byte, 32<<10)
+	sent := 0
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			keep := min(n, limit-sent)
+			if keep < n {
+				truncated = true
+			}
+			if keep > 0 {
+				line := make([]byte, 0, 3+base64.StdEncoding.EncodedLen(keep))
+				line = append(line, kind, ' ')
+				line = base64.StdEncoding.AppendEncode(line, buf[:keep])
+				line = append(line, '\n')
+				f.mu.Lock()
+				_, _ = f.w.Write(line)
+				f.mu.Unlock()
+				sent += keep
+			}
+		}
+		if err != nil {
+			return truncated
+		}
+	}
+}
+
+func environment(keep string) []string {
+	keepSet := map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true}
+	for _, k := range strings.Split(keep, ",") {
+		if k != "" {
+			keepSet[k] = true
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if keepSet[name] {
+			env = append(env, kv)
+		}
+	}
+	return env
+}

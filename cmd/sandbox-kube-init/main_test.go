@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SANDBOX_KUBE_INIT_TEST_MAIN") == "1" {
+		os.Args = append([]string{"sandbox-kube-init"}, os.Args[1:]...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// decode splits the init's stdout into its two streams and its end frame.
+func decode(t *testing.T, b []byte) (out, errs, end string) {
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		kind, data, _ := strings.Cut(l, " ")
+		switch kind {
+		case "o", "e":
+			d, err := base64.StdEncoding.DecodeString(data)
+			if err != nil {
+				t.Fatalf("bad frame %q", l)
+			}
+			if kind == "o" {
+				out += string(d)
+			} else {
+				errs += string(d)
+			}
+		case "t":
+			end = data
+		default:
+			t.Fatalf("not a frame: %q", l)
+		}
+	}
+	return out, errs, end
+}
+
+// TestRunFramesStreamsKeepsEnvLowersNofile runs the init as the agent container would
+// start it: the command's two streams come back framed and capped, only the kept
+// variables reach it, RLIMIT_NOFILE is lowered and the exit code passes through.
+func TestRunFramesStreamsKeepsEnvLowersNofile(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "run", "-keep", "KEEP_ME", "-nofile", "100", "-max", "64", "--",
+		"/bin/sh", "-c", `echo "keep=$KEEP_ME drop=$DROP_ME nofile=$(ulimit -n)"; echo to-stderr >&2; head -c 500 /dev/zero | tr '\0' x; exit 3`)
+	cmd.Env = append(os.Environ(), "SANDBOX_KUBE_INIT_TEST_MAIN=1", "KEEP_ME=yes", "DROP_ME=no", "KUBERNETES_SERVICE_HOST=10.0.0.1")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("exit: %v", err)
+	}
+	out, errs, end := decode(t, stdout.Bytes())
+	if !strings.HasPrefix(out, "keep=yes drop= nofile=100\n") || len(out) != 64 || errs != "to-stderr\n" || end != "true false" {
+		t.Errorf("out=%q (%d bytes) err=%q end=%q", out, len(out), errs, end)
+	}
+}
+
+func TestRunReportsACommandThatCannotStart(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "run", "--", "/no/such/binary")
+	cmd.Env = append(os.Environ(), "SANDBOX_KUBE_INIT_TEST_MAIN=1")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 127 {
+		t.Fatalf("exit: %v", err)
+	}
+	if _, errs, _ := decode(t, stdout.Bytes()); !strings.Contains(errs, "cannot start the command") {
+		t.Errorf("stderr %q", errs)
+	}
+}
