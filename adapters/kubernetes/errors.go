@@ -1,0 +1,67 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// ErrPodLost matches a *PodLostError.
+var ErrPodLost = errors.New("kubernetes: the run's pod was lost")
+
+// PodLostError reports a run whose Pod ended for a reason outside the run: deleted by
+// someone else, evicted by the kubelet, or its node lost. The RunResult returned with
+// it holds the output collected until then. errors.Is(err, ErrPodLost) matches it;
+// it comes wrapped in a *port.RunError with port.CodeInternal.
+type PodLostError struct {
+	Pod string
+	// Reason is "deleted", "evicted", "node lost" or the Pod's own reason.
+	Reason  string
+	Message string
+}
+
+// Error implements error.
+func (e *PodLostError) Error() string {
+	s := fmt.Sprintf("kubernetes: pod %s %s", e.Pod, e.Reason)
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Is matches ErrPodLost.
+func (e *PodLostError) Is(target error) bool { return target == ErrPodLost }
+
+// classify maps an API error to the port sentinels, keeping the original as the cause.
+func classify(err error) error {
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return fmt.Errorf("%w: %w", port.ErrInvalidSpec, err)
+	case apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+		apierrors.IsUnauthorized(err), errors.As(err, &ue), errors.As(err, &ne):
+		return fmt.Errorf("%w: kubernetes: %w", port.ErrUnavailable, err)
+	default:
+		return err
+	}
+}
+
+func opErr(op, runID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &port.OpError{Op: "kubernetes." + op, RunID: runID, Err: err}
+}
