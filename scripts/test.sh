@@ -72,9 +72,9 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
     exec go test -count=1 $race -run 'TestPoolRunsThenCleanup|TestSessionConformance' ./adapters/containerd/ >"$guard/crash.log" 2>&1) &
   crash_pid=$!
   before=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
-  for _ in $(seq 1 600); do # up to 2 minutes (the package may need compiling first)
+  for _ in $(seq 1 1200); do # up to 4 minutes (the package may need compiling first)
     now=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
-    [ "$now" -ge $((before + 3)) ] && break
+    [ "$now" -ge $((before + 2)) ] && break
     kill -0 "$crash_pid" 2>/dev/null || break
     sleep 0.2
   done
