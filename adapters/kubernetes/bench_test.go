@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 
+	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/internal/kubetest"
 	"github.com/agentsandbox/sandbox/port"
@@ -69,8 +71,28 @@ func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 	e := setup(b)
 	r := e.runner(b)
 	ctx := context.Background()
-	var runs, rawDone, rawGone []time.Duration
+	// The Docker runner side by side (same image, same lockdown, same bridge) when a
+	// Docker engine is reachable.
+	var d *docker.Runner
+	if dr, err := docker.NewRunner(docker.WithOwner(e.owner), docker.WithBridge(e.bridge), docker.WithCleanupConcurrency(0)); err == nil {
+		_, archive, aerr := sandboxtest.ProbeImage(ctx)
+		if aerr == nil && dr.LoadImage(ctx, bytes.NewReader(archive)) == nil {
+			d = dr
+			defer d.Close()
+		} else {
+			dr.Close()
+		}
+	}
+	var runs, rawDone, rawGone, dock []time.Duration
 	for b.Loop() {
+		if d != nil {
+			t0 := time.Now()
+			res, err := d.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: e.image, Argv: []string{"/agent", "echo", "out", "err"}})
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("docker RunOnce: %v %+v", err, res)
+			}
+			dock = append(dock, time.Since(t0))
+		}
 		t0 := time.Now()
 		res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: e.image, Argv: []string{"/agent", "echo", "out", "err"}})
 		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
@@ -87,5 +109,8 @@ func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 	g50 := benchutil.Report(b, "raw-gone", rawGone)
 	benchutil.Ratio(b, "runonce/raw-completed-p50-ratio", k50, d50)
 	benchutil.Ratio(b, "runonce/raw-gone-p50-ratio", k50, g50)
+	if d != nil {
+		benchutil.Ratio(b, "runonce/docker-p50-ratio", k50, benchutil.Report(b, "docker", dock))
+	}
 	b.ReportMetric(0, "ns/op")
 }

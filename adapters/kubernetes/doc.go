@@ -29,7 +29,8 @@
 // memory-backed emptyDirs (counted in the memory limit); memory limit = request; a CPU
 // limit when the spec has one. The Pod: automountServiceAccountToken false (no API
 // credentials inside), enableServiceLinks false, no host network, PID or IPC
-// namespace, hostname "sandbox", dnsPolicy None with an empty resolver configuration,
+// namespace, hostname "sandbox", an empty /etc/resolv.conf (the node's /dev/null, as
+// on Docker),
 // the RuntimeClass of WithRuntimeClass. What a Pod cannot express is handled so:
 //
 //   - Process limit: Kubernetes has no per-Pod field. The runner puts the run's limit
@@ -47,8 +48,8 @@
 //     sandbox-kube-init frames both streams on the container's stdout and the runner
 //     decodes them (see the command's doc); the kubelet caps each container's log
 //     file (containerLogMaxSize), the runner each stream at the spec's OutputLimit.
-//   - The kubelet bind-mounts /etc/hosts, /etc/hostname, /etc/resolv.conf and a
-//     writable /dev/termination-log into every container.
+//   - The kubelet bind-mounts /etc/hosts, /etc/hostname and a writable
+//     /dev/termination-log into every container.
 //
 // # No network, on any CNI
 //

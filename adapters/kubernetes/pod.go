@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,7 +124,11 @@ func (r *Runner) buildPod(spec port.RunSpec, ps podSpec) *corev1.Pod {
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmpfs}}},
 		hostPathVolume("sandbox-init", r.cfg.initPath, corev1.HostPathFile),
 	}
+	// The runtime would mount the Pod's resolver configuration; the node's empty
+	// /dev/null over it leaves the sandbox none (as the Docker runner does).
+	volumes = append(volumes, hostPathVolume("no-resolv-conf", os.DevNull, corev1.HostPathCharDev))
 	mounts := []corev1.VolumeMount{
+		{Name: "no-resolv-conf", MountPath: "/etc/resolv.conf", ReadOnly: true},
 		{Name: "tmp", MountPath: "/tmp"},
 		{Name: "run", MountPath: "/run"},
 		{Name: "sandbox-init", MountPath: initTarget, ReadOnly: true},
@@ -184,8 +189,10 @@ func (r *Runner) buildPod(spec port.RunSpec, ps podSpec) *corev1.Pod {
 			HostIPC:                       false,
 			ShareProcessNamespace:         ptr(false),
 			Hostname:                      "sandbox",
-			DNSPolicy:                     corev1.DNSNone,
-			DNSConfig:                     &corev1.PodDNSConfig{},
+			// The API requires a nameserver with dnsPolicy None: the Pod's own loopback,
+			// where nothing answers; the agent's /etc/resolv.conf is empty anyway.
+			DNSPolicy: corev1.DNSNone,
+			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{"127.0.0.1"}},
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: seccomp,
 			},

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 
@@ -189,6 +190,14 @@ func (r *Runner) check(spec port.RunSpec) error {
 	}
 	if spec.LLM != nil && spec.LLM.Volume != "" {
 		return fmt.Errorf("%w: kubernetes: an LLM socket in a runtime volume (use a node-local proxy's host directory)", port.ErrUnsupported)
+	}
+	for k, v := range spec.Labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return port.Invalidf("label key %q is not a Kubernetes label key: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return port.Invalidf("label %q: the value is not a Kubernetes label value: %s", k, strings.Join(errs, "; "))
+		}
 	}
 	if len(spec.Argv) == 0 {
 		return port.Invalidf("argv is empty: on Kubernetes the image's own command is not known to the host, so give the argv")

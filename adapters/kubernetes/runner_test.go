@@ -67,7 +67,7 @@ func setup(t testing.TB) env {
 	setupOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		e := env{cluster: c, owner: "kubetest-" + randHex(4), bridge: bridgePath}
+		e := env{cluster: c, owner: testenv.Owner("kubetest"), bridge: bridgePath}
 		ref, archive, err := sandboxtest.ProbeImage(ctx)
 		if err == nil {
 			err = c.ImportImage(ctx, archive)
