@@ -57,7 +57,7 @@ func rawPod(ctx context.Context, tb testing.TB, cli k8s.Interface, image string,
 		}
 	}
 	r := &Runner{cli: cli, cfg: config{namespace: testNamespace}}
-	if err := r.remove(ctx, name); err != nil {
+	if err := r.remove(ctx, name, false); err != nil {
 		tb.Fatal(err)
 	}
 	return completed, time.Since(t0)

@@ -17,14 +17,15 @@ type output struct {
 	out, err     []byte
 	truncOut     bool
 	truncErr     bool
-	done         bool // the "t" frame arrived: the streams are complete
+	done         bool          // the "t" frame arrived: the streams are complete
+	doneCh       chan struct{} // closed when done becomes true
 	liveOut      io.Writer
 	liveErr      io.Writer
 	seenO, seenE int // bytes of each stream decoded from the current log read
 }
 
 func newOutput(limit int, stdout, stderr io.Writer) *output {
-	return &output{limit: limit, liveOut: stdout, liveErr: stderr}
+	return &output{limit: limit, liveOut: stdout, liveErr: stderr, doneCh: make(chan struct{})}
 }
 
 // read decodes a whole log, or a followed one, from its start. Bytes already taken
@@ -39,6 +40,11 @@ func (o *output) read(r io.Reader) error {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			o.frame(bytes.TrimSuffix(line, []byte{'\n'}))
+			// The end frame is the last thing the init writes: no need to wait for
+			// the kubelet to notice that the container exited.
+			if line[0] == 't' && o.complete() {
+				return nil
+			}
 		}
 		if err != nil {
 			if err == io.EOF {
@@ -71,6 +77,9 @@ func (o *output) frame(line []byte) {
 		if len(f) == 2 {
 			o.truncOut = o.truncOut || string(f[0]) == "true"
 			o.truncErr = o.truncErr || string(f[1]) == "true"
+			if !o.done {
+				close(o.doneCh)
+			}
 			o.done = true
 		}
 	}

@@ -107,10 +107,10 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 
 	// Cleanup is registered before the Pod exists and runs with a fresh context, so a
 	// cancelled caller (or a panic) cannot leak it.
-	created := false
+	created, ended := false, false
 	defer func() {
 		if created {
-			r.cleanup(context.WithoutCancel(ctx), ps.name, log)
+			r.cleanup(context.WithoutCancel(ctx), ps.name, ended, log)
 		}
 	}()
 	out := newOutput(spec.OutputLimit, spec.Stdout, spec.Stderr)
@@ -143,11 +143,24 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 			r.follow(followCtx, ps.name, out, log)
 		}()
 	}
+	tCreated := time.Now()
+	var tInit, tRunning time.Time
 	final, waitErr := r.wait(runCtx, createdPod, func(p *corev1.Pod) {
+		if tInit.IsZero() && len(p.Status.InitContainerStatuses) > 0 && p.Status.InitContainerStatuses[0].State.Terminated != nil {
+			tInit = time.Now()
+		}
 		if st := agentState(p); st != nil && (st.Running != nil || st.Terminated != nil) {
+			if tRunning.IsZero() {
+				tRunning = time.Now()
+			}
 			startFollow()
 		}
 	})
+	tEnded := time.Now()
+	defer func() {
+		log.Debug("run phases", "create", tCreated.Sub(start), "init-done", since(tInit, tCreated), "running", since(tRunning, tCreated),
+			"ended", tEnded.Sub(tCreated), "collected-and-removed", time.Since(tEnded))
+	}()
 	if waitErr != nil && runCtx.Err() != nil {
 		// The time limit or the caller ended the run: stop it where it is, keeping
 		// what it wrote so far (the follower has it; the kill ends its stream).
@@ -160,6 +173,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return fail(port.CodeTimeout, cause)
 	}
+	// Nothing of the Pod runs any more (the agent ended, or never started), unless it
+	// was lost: then its deletion is already under way and is waited for.
+	ended = waitErr == nil || !errors.Is(waitErr, ErrPodLost)
 	r.drain(followCtx, &follow, stopFollow, following, ps.name, out)
 	r.fill(res, out)
 	if waitErr != nil {
@@ -175,6 +191,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	}
 	res.Duration = time.Since(start)
 	return r.outcome(final, res, fail)
+}
+
+// since is t-from, or 0 when t never happened.
+func since(t, from time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(from)
 }
 
 // check validates spec at the boundary: the port's rules, then what a Pod can express.
@@ -379,15 +403,17 @@ func (r *Runner) drain(ctx context.Context, wg *sync.WaitGroup, stop context.Can
 		go func() { wg.Wait(); close(ch) }()
 		select {
 		case <-ch:
+		case <-out.doneCh:
 		case <-time.After(15 * time.Second):
-			stop()
-			<-ch
 		}
+		stop()
+		<-ch
 	}
 	if out.complete() {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	// The follower's context is cancelled by now: a fresh one for the last read.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	b, err := r.cli.CoreV1().Pods(r.cfg.namespace).GetLogs(pod, &corev1.PodLogOptions{Container: agentName}).Do(rctx).Raw()
 	if err == nil {
@@ -440,18 +466,27 @@ func (r *Runner) kill(ctx context.Context, pod string, log interface{ Warn(strin
 
 // cleanup deletes the Pod and waits until the kubelet has removed it. NotFound is
 // success; what fails stays findable by Sweep.
-func (r *Runner) cleanup(ctx context.Context, pod string, log interface{ Warn(string, ...any) }) {
+func (r *Runner) cleanup(ctx context.Context, pod string, ended bool, log interface{ Warn(string, ...any) }) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.cleanupTimeout)
 	defer cancel()
-	if err := r.remove(ctx, pod); err != nil {
+	if err := r.remove(ctx, pod, ended); err != nil {
 		log.Warn("removing the run's pod failed; a Sweep will retry", logattr.Err, err)
 	}
 }
 
-// remove deletes a Pod and waits until it is gone.
-func (r *Runner) remove(ctx context.Context, pod string) error {
+// remove deletes a Pod and waits until it is gone. ended says that nothing of the Pod
+// runs any more (every container terminated, or never started): the object is then
+// removed at once (grace 0) and the kubelet cleans up the sandbox, volumes and cgroups
+// of the vanished Pod by itself, instead of the run waiting about 2 s for its
+// bookkeeping. Otherwise (a kill, a sweep) the kubelet stops the containers (grace
+// 1 s) and the Pod is gone only once it has confirmed that.
+func (r *Runner) remove(ctx context.Context, pod string, ended bool) error {
 	pods := r.cli.CoreV1().Pods(r.cfg.namespace)
-	err := pods.Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))})
+	grace := int64(1)
+	if ended {
+		grace = 0
+	}
+	err := pods.Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -261,7 +261,7 @@ func TestSweepGraceDryRunOwner(t *testing.T) {
 	mine, theirs := sandboxtest.RunID("swept"), sandboxtest.RunID("kept")
 	submit(r, mine)
 	theirPod := submit(other, theirs)
-	defer func() { _ = other.remove(ctx, theirPod) }()
+	defer func() { _ = other.remove(ctx, theirPod, false) }()
 	rep, err := r.Sweep(ctx, port.SweepOptions{OlderThan: time.Hour})
 	if err != nil || len(rep.Removed) != 0 {
 		t.Fatalf("a sweep within the grace period removed %v (%v)", rep.Removed, err)

@@ -49,7 +49,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if opts.DryRun {
 			continue
 		}
-		if err := r.remove(ctx, p.Name); err != nil {
+		if err := r.remove(ctx, p.Name, false); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("pod %s: %w", p.Name, err))
 		}
 	}
