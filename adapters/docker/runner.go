@@ -86,6 +86,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	if err := r.check(ctx, spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
+	if spec.Image, err = r.ensureImage(ctx, spec.Image); err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
 	start := time.Now()
 	res = &port.RunResult{ExitCode: -1}
 	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
