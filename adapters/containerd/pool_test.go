@@ -84,7 +84,7 @@ func ownedLeftovers(t testing.TB, r *Runner) []string {
 	for _, e := range ents {
 		out = append(out, "dir:"+e.Name())
 	}
-	fifos, _ := filepath.Glob(filepath.Join(FIFORoot, "*", "agentsandbox-pool-*"))
+	fifos, _ := filepath.Glob(filepath.Join(FIFORoot, "*", poolIDPrefix(r.cfg.namespace, r.cfg.owner)+"*"))
 	for _, f := range fifos {
 		out = append(out, "fifo:"+f)
 	}
