@@ -181,7 +181,9 @@ func (ss *Session) Exec(ctx context.Context, spec port.ExecSpec) (*port.ExecResu
 }
 
 // ReadFile reads a file of the workspace (see port.Session.ReadFile).
-func (ss *Session) ReadFile(name string, max int64) ([]byte, error) { return ss.sess.ReadFile(name, max) }
+func (ss *Session) ReadFile(name string, max int64) ([]byte, error) {
+	return ss.sess.ReadFile(name, max)
+}
 
 // WriteFile writes a file of the workspace (see port.Session.WriteFile).
 func (ss *Session) WriteFile(name string, data []byte, perm fs.FileMode) error {
