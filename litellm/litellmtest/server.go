@@ -20,6 +20,12 @@
 //     proxy_batch_write_at, served by GET /spend/logs/v2 (paginated, total capped at
 //     10,000) and the legacy GET /spend/logs.
 //   - /v1/models, /model/info, /health/liveliness, /health/readiness, /customer/info.
+//   - virtual keys: POST /key/generate (master key only) answers as LiteLLM's
+//     GenerateKeyResponse, and the key is then checked as LiteLLM checks it: expiry,
+//     allowed_routes (exact paths, "*" patterns, route group names; HTTP 403),
+//     models (401 key_model_access_denied), max_budget (400 budget_exceeded, against
+//     the key's spend rows); POST /key/delete revokes. Spend logs, customer info and
+//     key management need the master key.
 //
 // Faults can be injected at run time (FailNext, MalformNext, SetLatency,
 // DropStreamAfter, ErrorStreamAfter, IgnoreEndUserFilter, SetUnhealthy), and many
@@ -237,6 +243,7 @@ type Server struct {
 	errAt    int // next stream: error after this many chunks (-1 none)
 	ignoreEU bool
 	unhealth string
+	keys     map[string]*virtualKey // by HashKey of the secret (/key/generate)
 
 	srv      *http.Server
 	closeOne sync.Once
