@@ -150,7 +150,7 @@ func (r *Runner) reachable() error {
 	}
 	conn, err := net.DialTimeout("unix", r.cfg.address, 2*time.Second)
 	if err != nil {
-		return fmt.Errorf("%w: containerd at %s: %v", port.ErrUnavailable, r.cfg.address, err)
+		return fmt.Errorf("%w: containerd at %s: %v (is it running, and is this the address? WithAddress or CONTAINERD_ADDRESS sets it; Runner.Ping checks it before any run)", port.ErrUnavailable, r.cfg.address, err)
 	}
 	_ = conn.Close()
 	r.dialed.Store(true)
