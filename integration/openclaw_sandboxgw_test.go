@@ -158,7 +158,7 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		t.Fatal(err)
 	}
 	sessDir := t.TempDir()
-	owner := sandboxtest.RunID("ocgw")
+	owner := testenv.Owner(sandboxtest.RunID("ocgw"))
 	s.runner, s.image = newRunner(t, bin, owner, sessDir)
 	// The restarted host's runner, made now so that it is closed after the gateway.
 	second, _ := newRunner(t, bin, owner, sessDir)
