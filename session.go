@@ -110,6 +110,18 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	if err := spec.CheckHostPaths(); err != nil {
 		return fail(err)
 	}
+	var pspec port.ProxySpec
+	if s.llm != nil {
+		pspec = port.ProxySpec{
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+			Egress: egressPolicy,
+		}
+	}
+	// What the adapters declare they cannot do is refused before any side effect.
+	if err := s.checkCapabilities(spec.RunSpec, pspec); err != nil {
+		return fail(err)
+	}
 	if err := s.checkRepo(req.Request); err != nil {
 		return fail(err)
 	}
@@ -127,11 +139,7 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	}
 	ss.started = time.Now()
 	if s.llm != nil {
-		ss.proxy, err = s.llm.Proxy.Start(ctx, port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
-		})
+		ss.proxy, err = s.llm.Proxy.Start(ctx, pspec)
 		if err != nil {
 			return fail(fmt.Errorf("starting proxy: %w", err))
 		}
