@@ -26,7 +26,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -88,7 +87,7 @@ auth:
 	cmd := exec.Command(bin, "serve", cfgPath)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	// The registry dies with the test binary, even one killed outright.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting docker-registry: %v", err)
 	}
