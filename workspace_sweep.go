@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -77,7 +76,7 @@ func readMarker(holder string) (workspaceMarker, error) {
 	if !fi.IsDir() {
 		return m, fmt.Errorf("%s is not a directory", holder)
 	}
-	f, err := os.OpenFile(filepath.Join(holder, markerName), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(filepath.Join(holder, markerName), os.O_RDONLY|openNoFollow, 0)
 	if err != nil {
 		return m, err
 	}
