@@ -125,7 +125,12 @@ type Request struct {
 	FailOnBudget bool
 	// RequireAttestation gives the run no LLM access until its sandbox attested the
 	// promised isolation from inside (see port.Attestation); the proxy must be able
-	// to receive attestations (the in-process one can).
+	// to receive attestations (the in-process one can). The proxy takes the first
+	// report only, and only the runner's bridge, started before the agent's first
+	// process, can be sure to send it first: with OwnBridge the first report would
+	// come from the image (the agent could attest for itself), so Run refuses
+	// RequireAttestation with OwnBridge (port.ErrInvalidSpec) rather than give it
+	// an attestation the agent can forge.
 	RequireAttestation bool
 	// Limits bound the sandbox (defaults from port.RunSpec).
 	Limits port.Limits
@@ -273,6 +278,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	egressPolicy, err := s.egressPolicy(req)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	if req.RequireAttestation && req.OwnBridge {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
 	}
 	reconcile := req.Reconcile || req.ReconcileAsync
 	if reconcile && (s.reconciler == nil || s.llm == nil) {

@@ -67,6 +67,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"CallBudget", testCallBudget},
 		{"IsolationAttested", testIsolationAttested},
 		{"RedTeam", testRedTeam},
+		{"TrailersDropped", testTrailers},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 	} {
@@ -695,6 +696,58 @@ func testRedTeam(t *testing.T, h ProxyHarness) {
 		}
 		if !strings.Contains(body, `"user":"`+spec.Attribution.BillingAccountID+`"`) {
 			t.Errorf("the body's user is not the billing account: %s", body)
+		}
+	}
+	stop()
+}
+
+// testTrailers: the header allowlist governs trailers as it governs headers. A
+// chunked request from inside the sandbox whose trailers carry credentials and
+// attribution reaches the upstream without them, and the upstream's response
+// trailers (here the shared key's spend) never reach the agent.
+func testTrailers(t *testing.T, h ProxyHarness) {
+	up := http.Header{"X-Litellm-Key-Spend": {"123.45"}, "X-Upstream-Secret": {"canary-trailer"}}
+	u := newUpstream(t, litellmtest.WithResponseTrailers(up))
+	spec := proxySpec(RunID("trailers"), u)
+	p, stop := started(t, h, spec)
+	spoof := []string{"Api-Key=sk-attacker", "Openai-Organization=org-victim", "X-Litellm-Tags=victim-tag",
+		"X-Litellm-Customer-Id=victim", "X-Litellm-Timeout=1", "Authorization=Bearer sk-attacker",
+		"X-Litellm-End-User-Id=victim", `X-Litellm-Spend-Logs-Metadata={"run_id":"other"}`}
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"MARKER:tr1"}]}`,
+		`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:tr2"}]}`,
+	} {
+		res := h.sandbox(t, p, spec.RunID, "", append([]string{"trailers", "/v1/chat/completions", body}, spoof...)...)
+		out := string(res.Stdout)
+		if res.ExitCode != 0 || !strings.HasPrefix(out, "status 200") || !strings.Contains(out, "ECHO:tr") {
+			t.Errorf("the chunked call failed: exit %d %s %s", res.ExitCode, out, res.Stderr)
+		}
+		for _, bad := range []string{"trailer ", "announced ", "123.45", "canary-trailer"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("the upstream's trailers reached the agent (%q):\n%s", bad, out)
+			}
+		}
+	}
+	seen := chatRequests(u)
+	if len(seen) != 2 {
+		t.Fatalf("the upstream saw %d chat requests, want 2", len(seen))
+	}
+	for i, r := range seen {
+		if len(r.Trailer) > 0 {
+			t.Errorf("request %d: trailers reached the upstream: %v", i, r.Trailer)
+		}
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if strings.Contains(v, "victim") || strings.Contains(v, "attacker") || strings.Contains(v, `"other"`) || name == "X-Litellm-Timeout" {
+					t.Errorf("request %d: %s: %q reached the upstream", i, name, v)
+				}
+			}
+		}
+		if got := r.Header.Get("Authorization"); got != "Bearer "+u.fake.MasterKey() {
+			t.Errorf("request %d: Authorization at the upstream: %q", i, got)
+		}
+		if got := r.Header.Get("X-Litellm-End-User-Id"); got != spec.Attribution.BillingAccountID {
+			t.Errorf("request %d: end user at the upstream: %q", i, got)
 		}
 	}
 	stop()

@@ -223,6 +223,9 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		}
 		est = int64(len(body))/4 + out
 	}
+	// Trailers are headers after the body: none is on the allowlist, so none
+	// goes on (the body was read whole, so they have arrived and are dropped).
+	r.Trailer, r.TransferEncoding = nil, nil
 	if body == nil {
 		r.Body, r.ContentLength = http.NoBody, 0
 		if c.releaseBody != nil {
@@ -257,6 +260,9 @@ func (e *Engine) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Path, pr.Out.URL.RawPath, pr.Out.URL.RawQuery = c.upPath, "", ""
 	pr.SetURL(e.cfg.Upstream)
 	c.meter.cfg.Policy.Apply(pr.Out.Header)
+	// The header allowlist governs trailers too: none is allowed.
+	pr.Out.Trailer, pr.Out.TransferEncoding = nil, nil
+	StripTrailers(pr.Out.Header)
 	if c.route.BodyKeys != nil {
 		pr.Out.Header.Set("Content-Type", "application/json")
 	}
@@ -275,6 +281,9 @@ func (e *Engine) modifyResponse(resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
+	// The upstream's trailers are dropped by the StatusWriter (they are filled in
+	// only when the body ends); the announcement goes now.
+	StripTrailers(resp.Header)
 	streamed := NoteResponse(resp, &c.rec)
 	c.resp = NewResponseTap(resp.Body, streamed, func(n int64) { c.meter.charge(c, n) })
 	resp.Body = c.resp

@@ -63,6 +63,7 @@ func Test(t *testing.T, newFront NewFront) {
 	}{
 		{"ForwardsWithPolicyAndAudits", testForwards},
 		{"HeaderAllowlist", testHeaders},
+		{"TrailersAreDropped", testTrailers},
 		{"BodyAllowlist", testBodyPolicy},
 		{"NonJSONBodiesAreRefused", testNonJSON},
 		{"StreamsAndChargesUsage", testStream},
@@ -244,6 +245,73 @@ func testHeaders(t *testing.T, nf NewFront) {
 	}
 	if got.Get("Anthropic-Version") != "2023-06-01" || got.Get("User-Agent") != "agent/1" {
 		t.Errorf("allowlisted headers were lost: %v", got)
+	}
+}
+
+// SpoofedTrailers are request trailers an adversarial review sent after a
+// chunked body; LiteLLM would read them as headers.
+var SpoofedTrailers = http.Header{
+	"Api-Key": {"sk-attacker"}, "Openai-Organization": {"org-victim"}, "X-Litellm-Tags": {"victim-tag"},
+	"X-Litellm-Customer-Id": {"victim"}, "X-Litellm-Timeout": {"1"}, "Authorization": {"Bearer sk-attacker"},
+	"X-Litellm-Spend-Logs-Metadata": {`{"run_id":"other"}`},
+}
+
+// UpstreamTrailers are response trailers a hostile upstream sends; the agent
+// must see none of them.
+var UpstreamTrailers = http.Header{"X-Litellm-Key-Spend": {"123.45"}, "X-Upstream-Secret": {"canary-trailer"}}
+
+// testTrailers: the header allowlist governs trailers too, both ways, streamed
+// or not: the upstream receives none of the agent's, the agent none of the
+// upstream's.
+func testTrailers(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-trailers"), litellmtest.WithResponseTrailers(UpstreamTrailers))
+	for i, body := range []string{chatBody, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:t2"}]}`} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// An io.Reader of unknown length makes the client send a chunked body, the
+		// only kind that can carry trailers.
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.run.BaseURL+"/v1/chat/completions", io.MultiReader(strings.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Trailer = SpoofedTrailers.Clone()
+		resp, err := e.run.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "ECHO:") && !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+		}
+		if len(resp.Trailer) > 0 || resp.Header.Get("Trailer") != "" {
+			t.Errorf("call %d: the agent received the upstream's trailers: %v (announced %q)", i, resp.Trailer, resp.Header.Get("Trailer"))
+		}
+		for k := range UpstreamTrailers {
+			if v := resp.Header.Get(k); v != "" {
+				t.Errorf("call %d: the upstream's trailer %s reached the agent as a header: %q", i, k, v)
+			}
+		}
+	}
+	reqs := e.up.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("upstream saw %d requests, want 2", len(reqs))
+	}
+	for i, r := range reqs {
+		if len(r.Trailer) > 0 {
+			t.Errorf("request %d: trailers reached the upstream: %v", i, r.Trailer)
+		}
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if strings.Contains(v, "victim") || strings.Contains(v, "attacker") || strings.Contains(v, `"other"`) || name == "X-Litellm-Timeout" {
+					t.Errorf("request %d: header %s: %q reached the upstream", i, name, v)
+				}
+			}
+		}
+		if got := r.Header.Get("Authorization"); got != "Bearer "+e.up.MasterKey() {
+			t.Errorf("request %d: Authorization = %q", i, got)
+		}
 	}
 }
 
