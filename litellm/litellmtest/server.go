@@ -136,6 +136,7 @@ type config struct {
 	version     string
 	keepHeaders bool
 	trailers    http.Header
+	maxUsage    bool
 }
 
 // WithMasterKey sets the master key (default DefaultMasterKey).
@@ -252,6 +253,15 @@ func (w noLength) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// WithMaxUsage makes every chat completion report the most tokens its request
+// allows: one prompt token per byte of the body as received, and each of its n
+// choices at the smallest output cap the body names (max_tokens,
+// max_completion_tokens), or MaxUsageUncapped without one. A token budget
+// tested against it is tested against the worst case, not an estimate.
+func WithMaxUsage() Option {
+	return func(c *config) error { c.maxUsage = true; return nil }
 }
 
 // Server is a running fake LiteLLM.

@@ -71,6 +71,7 @@ func Test(t *testing.T, newFront NewFront) {
 		{"BudgetMaxCallsUnderConcurrency", testMaxCallsConcurrent},
 		{"BudgetMaxTokens", testMaxTokens},
 		{"BudgetMaxTokensUnderConcurrency", testMaxTokensConcurrent},
+		{"BudgetMaxTokensWorstCaseUnderConcurrency", testMaxTokensWorstCase},
 		{"EveryAllowlistedRouteEndToEnd", testRoutes},
 		{"AdminRoutesAreRefused", testAdminRoutes},
 		{"NonCanonicalPathsAreRefused", testNonCanonical},
@@ -734,5 +735,87 @@ func testStopWaits(t *testing.T, nf NewFront) {
 	}
 	if len(recs) != 1 || recs[0].Status != 200 || recs[0].Error != "" {
 		t.Errorf("Stop returned %+v, want the finished call", recs)
+	}
+}
+
+// testMaxTokensWorstCase: with an upstream that bills every call the most its
+// request allows (one token per body byte, every choice at its output cap, and
+// far more without a cap), 60 concurrent calls of every shape (a cap of 1, no
+// cap, n=4, caps spelled as 1e2 or "30", an image by URL) are charged in total
+// at most the budget plus one call's excess: its body bytes plus its choices.
+func testMaxTokensWorstCase(t *testing.T, nf NewFront) {
+	const budget = 1000
+	s := spec("run-tokens-worst")
+	s.Budget.MaxTokens = budget
+	e := newEnv(t, nf, s, litellmtest.WithMaxUsage())
+	e.up.SetLatency(20 * time.Millisecond) // the calls overlap
+	pad := strings.Repeat("x", 500)
+	msg := `"messages":[{"role":"user","content":"` + pad + `"}]`
+	bodies := []string{
+		`{"model":"gpt-4o-mini","max_tokens":1,` + msg + `}`,
+		`{"model":"gpt-4o-mini",` + msg + `}`,
+		`{"model":"gpt-4o-mini","n":4,"max_completion_tokens":50,` + msg + `}`,
+		`{"model":"gpt-4o-mini","max_tokens":1e2,"max_completion_tokens":"30",` + msg + `}`,
+		`{"model":"gpt-4o-mini","stream":true,"n":2,` + msg + `}`,
+		`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://img.example/a.png"}}]}]}`,
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	count := map[int]int{}
+	for i := range 60 {
+		wg.Go(func() {
+			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", bodies[i%len(bodies)], nil)
+			mu.Lock()
+			count[r.Status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if count[200] == 0 || count[200]+count[429] != 60 {
+		t.Fatalf("statuses = %v, want 200s and 429s only", count)
+	}
+	var total, excess int
+	for _, row := range e.up.SpendRows() {
+		total += row.TotalTokens
+	}
+	for i, r := range e.up.Requests() {
+		var b map[string]any
+		if err := json.Unmarshal(r.Body, &b); err != nil {
+			t.Fatalf("request %d body: %v", i, err)
+		}
+		n := 1
+		if v, ok := b["n"].(float64); ok {
+			n = int(v)
+		}
+		excess = max(excess, len(r.Body)+n)
+		// Every forwarded call carries an integer output cap within the budget.
+		capped := false
+		for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+			if v, ok := b[k]; ok {
+				f, isNum := v.(float64)
+				if !isNum || f != float64(int(f)) || f < 1 || f > budget {
+					t.Errorf("request %d: %s = %v reached the upstream", i, k, v)
+				}
+				capped = true
+			}
+		}
+		if !capped {
+			t.Errorf("request %d reached the upstream without an output cap: %s", i, r.Body)
+		}
+	}
+	t.Logf("%d calls forwarded, %d tokens charged upstream on a budget of %d (one call's excess at most %d)", len(e.up.Requests()), total, budget, excess)
+	if total > budget+excess {
+		t.Errorf("the upstream charged %d tokens on a budget of %d: more than one call's excess (%d)", total, budget, excess)
+	}
+	// Choices past MaxChoices, or that are no integer, are refused.
+	for _, bad := range []string{`"n":500`, `"n":1.5`, `"n":"x"`, `"best_of":0`} {
+		n := len(e.up.Requests())
+		r := Do(t, e.run, http.MethodPost, "/v1/completions", `{"model":"gpt-4o-mini","prompt":"p",`+bad+`}`, nil)
+		if _, _, msg := r.APIError(); r.Status != 400 && r.Status != 429 || r.Status == 400 && !strings.HasPrefix(msg, "body_policy: ") {
+			t.Errorf("%s: %d %s", bad, r.Status, r.Body)
+		}
+		if len(e.up.Requests()) != n {
+			t.Errorf("%s reached the upstream", bad)
+		}
 	}
 }
