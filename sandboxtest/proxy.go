@@ -65,6 +65,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"RunsCannotReachEachOther", testRunIsolation},
 		{"HealthAndNotFound", testHealthAndNotFound},
 		{"CallBudget", testCallBudget},
+		{"TokenBudgetUnderConcurrency", testTokenBudgetConcurrent},
 		{"IsolationAttested", testIsolationAttested},
 		{"RedTeam", testRedTeam},
 		{"TrailersDropped", testTrailers},
@@ -439,6 +440,49 @@ func testCallBudget(t *testing.T, h ProxyHarness) {
 	if len(audit) != 3 || blocked != 1 {
 		t.Errorf("audit = %+v, want 3 records with 1 blocked", audit)
 	}
+}
+
+// testTokenBudgetConcurrent: 40 concurrent calls from inside the sandbox, of
+// shapes that defeat an estimate (a cap of 1 on a long prompt, no cap, n=4),
+// against an upstream that bills each the most its request allows: the total
+// charged stays within the budget plus one call's excess (its body bytes plus
+// its choices, see port.Budget.MaxTokens).
+func testTokenBudgetConcurrent(t *testing.T, h ProxyHarness) {
+	const budget = 1000
+	u := newUpstream(t, litellmtest.WithMaxUsage())
+	u.fake.SetLatency(20 * time.Millisecond)
+	spec := proxySpec(RunID("tokens"), u)
+	spec.Budget = port.Budget{MaxTokens: budget}
+	if !h.Budget {
+		_, err := h.Manager.Start(context.Background(), spec)
+		if !errors.Is(err, port.ErrUnsupported) {
+			t.Fatalf("a manager without budgets accepted a token budget: %v", err)
+		}
+		return
+	}
+	p, stop := started(t, h, spec)
+	msg := `"messages":[{"role":"user","content":"` + strings.Repeat("y", 400) + `"}]`
+	res := h.sandbox(t, p, spec.RunID, "", "burst", "40",
+		`{"model":"gpt-4o-mini","max_tokens":1,`+msg+`}`,
+		`{"model":"gpt-4o-mini",`+msg+`}`,
+		`{"model":"gpt-4o-mini","n":4,"max_completion_tokens":60,`+msg+`}`)
+	if !strings.Contains(string(res.Stdout), "status 200") || !strings.Contains(string(res.Stdout), "status 429") {
+		t.Errorf("want some calls through and the rest refused for the budget:\n%s", res.Stdout)
+	}
+	total, excess := 0, 0
+	for _, row := range u.fake.SpendRows() {
+		total += row.TotalTokens
+	}
+	for _, r := range chatRequests(u) {
+		var b struct{ N int }
+		_ = json.Unmarshal(r.Body, &b)
+		excess = max(excess, len(r.Body)+max(b.N, 1))
+	}
+	t.Logf("%d calls forwarded, %d tokens charged on a budget of %d (one call's excess at most %d)", len(chatRequests(u)), total, budget, excess)
+	if total > budget+excess {
+		t.Errorf("the upstream charged %d tokens on a budget of %d: more than one call's excess (%d)", total, budget, excess)
+	}
+	stop()
 }
 
 func testProxyKilled(t *testing.T, h ProxyHarness) {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -96,6 +97,8 @@ func main() {
 		httpPost(args[0], args[1])
 	case "reqs":
 		rawRequests(args[0])
+	case "burst":
+		burst(atoi(args[0]), args[1:]...)
 	case "trailers":
 		trailers(args[0], args[1], args[2:]...)
 	case "chat":
@@ -404,6 +407,34 @@ func rawRequests(file string) {
 			c.Close()
 		}
 		fmt.Printf("req %d status %s\n", i, status)
+	}
+}
+
+// burst posts the bodies (in turn) to /v1/chat/completions n times at once
+// and prints how many answers had each status ("status 200 x12").
+func burst(n int, bodies ...string) {
+	c := &http.Client{Timeout: 60 * time.Second}
+	counts := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(body string) {
+			defer wg.Done()
+			st := "error"
+			if resp, err := c.Post("http://127.0.0.1:8080/v1/chat/completions", "application/json", strings.NewReader(body)); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				st = strconv.Itoa(resp.StatusCode)
+			}
+			mu.Lock()
+			counts[st]++
+			mu.Unlock()
+		}(bodies[i%len(bodies)])
+	}
+	wg.Wait()
+	for st, k := range counts {
+		fmt.Printf("status %s x%d\n", st, k)
 	}
 }
 
