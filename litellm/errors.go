@@ -58,7 +58,9 @@ func (e *WalkLimitError) Error() string {
 }
 
 // Is matches ErrWalkLimit and ErrMalformed.
-func (e *WalkLimitError) Is(target error) bool { return target == ErrWalkLimit || target == ErrMalformed }
+func (e *WalkLimitError) Is(target error) bool {
+	return target == ErrWalkLimit || target == ErrMalformed
+}
 
 // APIError is an error response from LiteLLM. It covers both shapes LiteLLM sends:
 // its own {"error":{"message","type","param","code"}} and FastAPI's {"detail":...}.

@@ -1,12 +1,12 @@
 package litellm
 
 import (
-	"math"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"time"

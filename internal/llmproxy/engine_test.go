@@ -60,7 +60,9 @@ func TestBodyPolicy(t *testing.T) {
 func TestMeterReservations(t *testing.T) {
 	m := NewMeter(MeterConfig{RunID: "r", Budget: port.Budget{MaxTokens: 100}})
 	a, b, c := &Call{meter: m}, &Call{meter: m}, &Call{meter: m}
-	text := func(prompt, choices int64) tokenNeed { return tokenNeed{prompt: prompt, choices: choices, output: true} }
+	text := func(prompt, choices int64) tokenNeed {
+		return tokenNeed{prompt: prompt, choices: choices, output: true}
+	}
 	res, ref := m.reserve(true, text(10, 1), 50, 4096)
 	if a.reserved = res.tokens; ref != nil || res.tokens != 60 || res.outCap != 50 {
 		t.Fatalf("a: %+v %v", res, ref)

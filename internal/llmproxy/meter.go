@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -50,6 +51,14 @@ type MeterConfig struct {
 	// run's usage after the call, before the call ends (before Stop can return
 	// and before the handler returns): a durable front persists them there.
 	OnRecord func(rec port.AuditRecord, used Usage)
+	// OnAdmit, if set, is called with the run's usage once a call was counted
+	// against the budget and before it is forwarded: a durable front persists
+	// it there, so a call a crash cuts short still counts after a restart. An
+	// error refuses the call (the budget cannot be kept without it).
+	OnAdmit func(used Usage) error
+	// OnAttest, if set, persists the run's attestation before it is recorded;
+	// an error records nothing (the bridge may send it again).
+	OnAttest func(a *port.Attestation) error
 }
 
 // Usage is what a run has taken from its budget.
@@ -62,6 +71,9 @@ type Usage struct {
 type Restored struct {
 	Used    Usage
 	Records []port.AuditRecord
+	// Attestation is the attestation the run's bridge sent to the earlier life,
+	// nil if none: it stays the run's, and no other is taken.
+	Attestation *port.Attestation
 }
 
 // MeterStats counts what a Meter saw but did not keep one by one.
@@ -110,6 +122,7 @@ func NewMeter(cfg MeterConfig) *Meter {
 	m := &Meter{cfg: cfg, log: l, idle: make(chan struct{}), bodies: make(chan struct{}, MaxBodiesInFlight)}
 	m.calls, m.tokens = cfg.Restored.Used.Calls, cfg.Restored.Used.Tokens
 	m.records = append(m.records, cfg.Restored.Records...)
+	m.attestation = cfg.Restored.Attestation
 	for _, r := range cfg.Restored.Records {
 		switch {
 		case r.Blocked != "":
@@ -223,6 +236,16 @@ func (m *Meter) reserve(budgeted bool, need tokenNeed, asked, defaultOut int64) 
 		return reservation{}, budgetRefusal("budget_exceeded: max_tokens", msg)
 	}
 	m.calls++
+	if m.cfg.OnAdmit != nil {
+		// Still under the lock: the calls counted durably are never fewer than
+		// the calls forwarded.
+		if err := m.cfg.OnAdmit(Usage{Calls: m.calls, Tokens: m.tokens}); err != nil {
+			m.calls--
+			m.log.Error("llmproxy: the call could not be counted durably; refused", "err", err)
+			return reservation{}, &Refusal{Status: http.StatusServiceUnavailable, Blocked: "accounting_unavailable", Type: "internal_error",
+				Message: "budget: the call could not be counted; try again later"}
+		}
+	}
 	if b.MaxTokens <= 0 || !budgeted {
 		return reservation{}, nil
 	}

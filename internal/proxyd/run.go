@@ -106,10 +106,31 @@ func (s *Server) newRun(g registry.Registration, spec storedSpec, eg *egress.Pol
 		r.slots = make(chan struct{}, rl.Streams)
 	}
 	r.seq = int64(len(restored.Records))
-	r.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
+	mc := llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
 		Budget: pspec.Budget, RequireAttestation: pspec.RequireAttestation, Logger: r.log,
-		Restored: restored, OnRecord: r.persist})
+		Restored: restored, OnRecord: r.persist, OnAttest: r.persistAttestation}
+	if pspec.Budget.MaxCalls > 0 {
+		mc.OnAdmit = r.admit // only a call budget needs the count before the call
+	}
+	r.meter = llmproxy.NewMeter(mc)
 	return r, nil
+}
+
+// admit counts a call against the run's budget durably before it is
+// forwarded: a daemon killed while the call is in flight counts it after its
+// restart (the upstream may bill it; reconciliation says what it cost).
+func (r *run) admit(used llmproxy.Usage) error {
+	return r.s.reg.AppendUsage(context.Background(), r.id, registry.Usage{Calls: used.Calls, Tokens: used.Tokens})
+}
+
+// persistAttestation commits the run's attestation before it counts, so a
+// restarted daemon keeps it (and takes no other).
+func (r *run) persistAttestation(a *port.Attestation) error {
+	ok, err := r.s.reg.SetAttestation(context.Background(), r.id, a)
+	if err == nil && !ok {
+		return errors.New("the run already has a stored attestation")
+	}
+	return err
 }
 
 // persist stores a completed call's record and the run's usage before the call
