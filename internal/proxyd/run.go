@@ -360,7 +360,13 @@ func (s *Server) serveFound(w http.ResponseWriter, req *http.Request, r *run, id
 	req.Header.Del(runtoken.Header)
 	var terr error
 	if !r.network {
-		_, terr = s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+		var c runtoken.Claims
+		c, terr = s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+		if terr == nil && c.Expiry.Unix() != r.spec.TokenExpiry {
+			// A token of another registration of the same run and attempt (an
+			// earlier one): bound to its registration, it is not this one's.
+			terr = &runtoken.Error{Reason: "other_registration", Detail: "the token was minted for another registration of this run"}
+		}
 	}
 	if req.URL.Path == port.AttestationPath {
 		if terr != nil {

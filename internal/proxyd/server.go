@@ -90,7 +90,11 @@ type Server struct {
 	conns    *llmproxy.ConnLimit
 	srv      *http.Server // every run socket
 
-	mu      sync.Mutex
+	// lastExpiry is the token expiry last given to each run id and attempt: a
+	// new registration's is later, so a token of an earlier one is not its
+	// (guarded by mu).
+	lastExpiry map[string]int64
+	mu         sync.Mutex
 	runs    map[string]*run // by registration id
 	engines map[string]*llmproxy.Engine
 	closed  bool
