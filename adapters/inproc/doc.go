@@ -39,7 +39,11 @@
 // uncompressed response so the audit can read the response id and token usage.
 //
 // One run holds at most 64 connections at once and the manager 1024 (WithConnLimits);
-// more wait in the kernel's listen queue. Headers must arrive within 5 s.
+// more wait in the kernel's listen queue. Headers must arrive within 5 s. The pool is
+// shared fairly: each run is guaranteed its share (llmproxy.GuaranteedConns, 8) that
+// other runs cannot take, and borrowing beyond it leaves a quarter of the pool free for
+// runs that start later, so runs within their caps cannot delay another run's first
+// connection.
 //
 // # Audit and budget
 //
