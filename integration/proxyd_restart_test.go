@@ -27,7 +27,8 @@ func TestProxydRestartUnderALiveSandboxContainerd(t *testing.T) {
 // testProxydRestartUnderALiveSandbox: a sandbox makes a call, the daemon is
 // killed (SIGKILL) and started again while the sandbox lives, and the sandbox's
 // next calls go through the new socket at the same path (its bind mount is the
-// directory), with the same token, under the same budget.
+// directory), with the same token, under the same budget, and with the
+// attestation the bridge sent before the restart (the run requires one).
 func testProxydRestartUnderALiveSandbox(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -45,7 +46,7 @@ func testProxydRestartUnderALiveSandbox(t *testing.T, newRunner func(testing.TB,
 	}
 	runID := sandboxtest.RunID("pxd-restart")
 	p, err := m.StartProxy(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(),
-		Attribution: port.Attribution{BillingAccountID: "acct-restart"}, Budget: port.Budget{MaxCalls: 3}})
+		Attribution: port.Attribution{BillingAccountID: "acct-restart"}, Budget: port.Budget{MaxCalls: 3}, RequireAttestation: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +73,12 @@ func testProxydRestartUnderALiveSandbox(t *testing.T, newRunner func(testing.TB,
 	// One call before, two after, then the budget of 3 says no.
 	if res.ExitCode != 0 || strings.Count(out, "status 200") != 3 || strings.Count(out, "status 429") != 1 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.ExitCode, out, res.Stderr)
+	}
+	if n := fake.RequestCount("/v1/chat/completions"); n != 3 {
+		t.Errorf("the upstream saw %d calls, want 3", n)
+	}
+	if a := p.Attestation(); a == nil || len(a.Violations()) > 0 {
+		t.Errorf("attestation after the restart: %+v", a)
 	}
 	audit, err := p.Stop(ctx)
 	if err != nil || len(audit) != 4 || audit[3].Blocked == "" {

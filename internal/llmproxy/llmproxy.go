@@ -147,13 +147,14 @@ func UpstreamFailure(err error, bodyOverLimit bool) (status int, typ, msg string
 // http.ResponseController (used by httputil.ReverseProxy to flush) reach the real
 // writer.
 //
-// It also keeps trailers from the client: the header allowlist governs what
-// the upstream's response carries, and trailers are headers that arrive after
-// the body (net/http sends whatever a handler adds to Header after the body,
-// and ReverseProxy copies the upstream's trailers that way). No trailer is on
-// any allowlist, so none is sent: the Trailer announcement and
-// http.TrailerPrefix keys are removed when the header is written, and the
-// header map a handler sees afterwards is a scratch copy.
+// It also keeps trailers and informational (1xx) answers from the client: the
+// header rules govern what the upstream's response carries, and both carry
+// headers outside them. Trailers arrive after the body (net/http sends
+// whatever a handler adds to Header after the body, and ReverseProxy copies
+// the upstream's trailers that way); none is on any allowlist, so none is
+// sent: the Trailer announcement and http.TrailerPrefix keys are removed when
+// the header is written, and the header map a handler sees afterwards is a
+// scratch copy. A 1xx answer is not sent at all.
 type StatusWriter struct {
 	http.ResponseWriter
 	// Status is the status sent (200 once a body is written without one).
@@ -195,9 +196,11 @@ func (w *StatusWriter) sealHeader() {
 
 // WriteHeader implements http.ResponseWriter.
 func (w *StatusWriter) WriteHeader(code int) {
-	if code < 200 { // an informational answer; the real header follows
-		StripTrailers(w.ResponseWriter.Header())
-		w.ResponseWriter.WriteHeader(code)
+	if code < 200 {
+		// An upstream's informational answer (103 Early Hints): its headers would
+		// pass none of the response rules (the shared key's spend, the
+		// deployment), and no agent needs it. Not sent; ReverseProxy clears the
+		// header map after it.
 		return
 	}
 	if w.Status == 0 {

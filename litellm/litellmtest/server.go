@@ -136,6 +136,7 @@ type config struct {
 	version     string
 	keepHeaders bool
 	trailers    http.Header
+	hints       http.Header
 	maxUsage    bool
 }
 
@@ -236,6 +237,16 @@ func WithResponseTrailers(h http.Header) Option {
 	}
 }
 
+// WithEarlyHints makes every answer start with a 103 Early Hints response
+// carrying h, as a hostile upstream might: informational responses carry
+// headers too, and a proxy must not pass them to the agent.
+func WithEarlyHints(h http.Header) Option {
+	return func(c *config) error {
+		c.hints = h.Clone()
+		return nil
+	}
+}
+
 // noLength drops Content-Length so the answer is chunked and can carry trailers.
 type noLength struct{ http.ResponseWriter }
 
@@ -331,6 +342,19 @@ func NewUnstartedServer(opts ...Option) (*Server, error) {
 		s.models[m.Name] = m
 	}
 	s.handler = s.routes()
+	if hints := cfg.hints; len(hints) > 0 {
+		inner := s.handler
+		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k, v := range hints {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(http.StatusEarlyHints)
+			for k := range hints {
+				w.Header().Del(k)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
 	if tr := cfg.trailers; len(tr) > 0 {
 		inner := s.handler
 		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

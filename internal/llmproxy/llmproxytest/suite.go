@@ -8,8 +8,11 @@ package llmproxytest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"reflect"
 	"slices"
 	"strings"
@@ -265,9 +268,16 @@ var UpstreamTrailers = http.Header{"X-Litellm-Key-Spend": {"123.45"}, "X-Upstrea
 // or not: the upstream receives none of the agent's, the agent none of the
 // upstream's.
 func testTrailers(t *testing.T, nf NewFront) {
-	e := newEnv(t, nf, spec("run-trailers"), litellmtest.WithResponseTrailers(UpstreamTrailers))
+	e := newEnv(t, nf, spec("run-trailers"), litellmtest.WithResponseTrailers(UpstreamTrailers), litellmtest.WithEarlyHints(UpstreamTrailers))
 	for i, body := range []string{chatBody, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:t2"}]}`} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Informational answers (103 Early Hints) carry headers too: none of the
+		// upstream's may reach the agent that way either.
+		var informational []string
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			informational = append(informational, fmt.Sprintf("%d %v", code, h))
+			return nil
+		}})
 		// An io.Reader of unknown length makes the client send a chunked body, the
 		// only kind that can carry trailers.
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.run.BaseURL+"/v1/chat/completions", io.MultiReader(strings.NewReader(body)))
@@ -285,6 +295,9 @@ func testTrailers(t *testing.T, nf NewFront) {
 		cancel()
 		if resp.StatusCode != 200 || !strings.Contains(string(b), "ECHO:") && !strings.Contains(string(b), "[DONE]") {
 			t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+		}
+		if len(informational) > 0 {
+			t.Errorf("call %d: the agent received the upstream's informational answers: %v", i, informational)
 		}
 		if len(resp.Trailer) > 0 || resp.Header.Get("Trailer") != "" {
 			t.Errorf("call %d: the agent received the upstream's trailers: %v (announced %q)", i, resp.Trailer, resp.Header.Get("Trailer"))
