@@ -95,9 +95,9 @@ type Server struct {
 	// (guarded by mu).
 	lastExpiry map[string]int64
 	mu         sync.Mutex
-	runs    map[string]*run // by registration id
-	engines map[string]*llmproxy.Engine
-	closed  bool
+	runs       map[string]*run // by registration id
+	engines    map[string]*llmproxy.Engine
+	closed     bool
 
 	stopLoops context.CancelFunc
 	loops     sync.WaitGroup
