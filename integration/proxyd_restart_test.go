@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,17 +55,22 @@ func testProxydRestartUnderALiveSandbox(t *testing.T, newRunner func(testing.TB,
 	if err := os.Chmod(ws, 0o777); err != nil {
 		t.Fatal(err)
 	}
+	// The sandbox's first answer, seen whole: only then is the daemon killed (a
+	// call cut by the kill would count against the budget, as it should).
+	answered := &signalWriter{want: "status 200", seen: make(chan struct{})}
 	go func() {
 		// After the sandbox's first call: kill, restart, release the sandbox.
-		for len(fake.Requests()) == 0 && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
+		select {
+		case <-answered.seen:
+		case <-ctx.Done():
+			return
 		}
 		d.stop(syscall.SIGKILL)
 		d.start()
 		_ = os.WriteFile(filepath.Join(ws, "go"), nil, 0o644)
 	}()
 	sock := p.Socket()
-	res, err := runner.RunOnce(ctx, port.RunSpec{RunID: runID, Image: image, LLM: &sock, WorkspaceDir: ws,
+	res, err := runner.RunOnce(ctx, port.RunSpec{RunID: runID, Image: image, LLM: &sock, WorkspaceDir: ws, Stdout: answered,
 		Argv: []string{"/agent", "hold-then", port.WorkspacePath + "/go", "gpt-4o-mini", "3"}, Limits: port.Limits{Timeout: 2 * time.Minute}})
 	if err != nil {
 		t.Fatal(err)
@@ -84,4 +90,23 @@ func testProxydRestartUnderALiveSandbox(t *testing.T, newRunner func(testing.TB,
 	if err != nil || len(audit) != 4 || audit[3].Blocked == "" {
 		t.Fatalf("audit %+v %v", audit, err)
 	}
+}
+
+// signalWriter closes seen once what was written contains want.
+type signalWriter struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
 }

@@ -162,21 +162,39 @@ func (r *run) listen() error {
 	if err := os.Remove(r.sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(r.dir, bridgeapi.TokenFile), []byte(r.token), 0o644); err != nil {
+	// Least privilege: the token file and the socket belong to the sandbox's uid
+	// (or, without one, to the daemon's alone), readable and connectable by
+	// nobody else; the peer check below says the same to the kernel. A daemon
+	// that may not give files away (not root) keeps them open to all and relies
+	// on the peer check.
+	tokenMode, sockMode, owner := os.FileMode(0o400), os.FileMode(0o600), r.uid
+	if owner < 0 {
+		owner = os.Geteuid()
+	}
+	tokPath := filepath.Join(r.dir, bridgeapi.TokenFile)
+	if err := writeFileAtomic(tokPath, []byte(r.token), 0o600, owner, tokenMode); err != nil {
 		return fmt.Errorf("write token file: %w", err)
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.sock, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", r.sock, err)
 	}
-	if err := os.Chmod(r.sock, 0o666); err != nil {
+	if err := os.Lchown(r.sock, owner, -1); err != nil {
+		r.log.Warn("proxyd: the run's socket cannot be given to the sandbox's uid; it stays open to every uid the peer check allows", "uid", owner, "err", err)
+		sockMode = 0o666
+	}
+	if err := os.Chmod(r.sock, sockMode); err != nil {
 		ln.Close()
 		return err
 	}
 	var l net.Listener = ln
+	// Without a sandbox uid only the daemon's own uid may connect: a run must
+	// name its sandbox's uid to be reachable from it.
+	allowed := []int{os.Geteuid()}
 	if r.uid >= 0 {
-		l = &peerListener{Listener: l, allowed: []int{r.uid, os.Geteuid()}, log: r.log}
+		allowed = append(allowed, r.uid)
 	}
+	l = &peerListener{Listener: l, allowed: allowed, log: r.log}
 	l = &runListener{Listener: llmproxy.LimitListener(l, r.s.cfg.ConnsPerRun, r.s.conns), r: r}
 	r.mu.Lock()
 	r.ln = l
@@ -193,12 +211,27 @@ func (r *run) listen() error {
 	return nil
 }
 
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+// writeFileAtomic writes b to path through a temporary file made with mode,
+// then gives it to owner with final (or, where it may not, leaves it 0644).
+func writeFileAtomic(path string, b []byte, mode os.FileMode, owner int, final os.FileMode) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode) // O_EXCL: never through a planted link
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
+	_, err = f.Write(b)
+	if err == nil && f.Chown(owner, -1) != nil {
+		final = 0o644 // not root: the owner cannot change, so the sandbox reads it as other
+	}
+	if err == nil {
+		err = f.Chmod(final)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, path)
