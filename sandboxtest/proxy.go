@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -74,6 +77,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"HealthAndNotFound", testHealthAndNotFound},
 		{"CallBudget", testCallBudget},
 		{"TokenBudgetUnderConcurrency", testTokenBudgetConcurrent},
+		{"FloodOfRunsCannotStarveAnother", testFairness},
 		{"IsolationAttested", testIsolationAttested},
 		{"RedTeam", testRedTeam},
 		{"TrailersDropped", testTrailers},
@@ -492,6 +496,95 @@ func testTokenBudgetConcurrent(t *testing.T, h ProxyHarness) {
 		t.Errorf("the upstream charged %d tokens on a budget of %d: more than one call's excess (%d)", total, budget, excess)
 	}
 	stop()
+}
+
+// testFairness: 20 runs each hold 70 streaming calls open (the upstream holds
+// them), more than a shared pool of 1,024 connections; a run started after
+// them still gets its call through from inside its sandbox, because each run
+// is guaranteed its share. On an unfair pool the victim's call waits as long
+// as the flood is held (here: until its sandbox's time runs out). Managers
+// whose sockets are not on the host's file system (per-run proxy containers,
+// which share no pool) are not flooded from the host. About 5 s.
+func testFairness(t *testing.T, h ProxyHarness) {
+	const runs, perRun = 20, 70
+	u := newUpstream(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free()
+	u.gate = func(k int) {
+		if k == 0 {
+			<-release // every stream is held before its first event
+		}
+	}
+	var flood []port.Proxy
+	for i := range runs {
+		p, _ := started(t, h, proxySpec(RunID(fmt.Sprintf("flood%02d", i)), u))
+		flood = append(flood, p)
+	}
+	if flood[0].Socket().HostDir == "" {
+		t.Logf("the manager's sockets are not on the host's file system (per-run proxies share no pool): not flooded")
+		return
+	}
+	var wg sync.WaitGroup
+	for _, p := range flood {
+		dir := p.Socket().HostDir
+		tok, _ := os.ReadFile(filepath.Join(dir, bridgeapi.TokenFile)) // a shared daemon's run token, if any
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(dir, port.LLMSocketName))
+		}}}
+		for range perRun {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodPost, "http://sandbox/v1/chat/completions",
+					strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"flood"}]}`))
+				req.Header.Set("Content-Type", "application/json")
+				if len(tok) > 0 {
+					req.Header.Set(bridgeapi.TokenHeader, strings.TrimSpace(string(tok)))
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+	}
+	// The flood holds what it can: the upstream sees its streams arrive, then no more.
+	last, stable := -1, 0
+	for deadline := time.Now().Add(30 * time.Second); stable < 5 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if n := len(chatRequests(u)); n == last {
+			stable++
+		} else {
+			last, stable = n, 0
+		}
+	}
+	t.Logf("the flood holds %d streams at the upstream", last)
+	spec := proxySpec(RunID("victim"), u)
+	victim, _ := started(t, h, spec)
+	sock := victim.Socket()
+	res, err := h.Runner.RunOnce(context.Background(), port.RunSpec{
+		RunID: spec.RunID, Image: h.Image, Argv: []string{"/agent", "chat", "gpt-4o-mini", "MARKER:fair1"}, LLM: &sock,
+		Limits: port.Limits{Timeout: 45 * time.Second},
+	})
+	free()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if !strings.HasPrefix(string(res.Stdout), "status 200") || !strings.Contains(string(res.Stdout), "ECHO:fair1") {
+		t.Errorf("the victim run's call did not get through while the flood held its calls: exit %d %s %s", res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+	}
+	seen := false
+	for _, r := range chatRequests(u) {
+		if strings.Contains(string(r.Body), "MARKER:fair1") && r.Header.Get("X-Litellm-End-User-Id") == spec.Attribution.BillingAccountID {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Error("the victim's call never reached the upstream")
+	}
 }
 
 func testProxyKilled(t *testing.T, h ProxyHarness) {
