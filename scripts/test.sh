@@ -41,6 +41,11 @@ trap 'kill "$nomad_pid" 2>/dev/null || true; rm -f "$nomad_env"; if [ -n "$fresh
 
 bash scripts/setup.sh
 at "Debian packages, daemons and runsc ready"
+# A real registry for the image pull tests (Debian's docker-registry) and Python for
+# the Python agent image builder's tests; each skips what is installed.
+eval "$(bash scripts/install-registry.sh)"
+export REGISTRY_BIN
+bash scripts/install-python.sh
 if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 eval "$(bash scripts/install-openclaw.sh)"
