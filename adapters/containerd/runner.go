@@ -181,7 +181,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
+		// A missing image or a bad reference fails the container, as on Docker.
+		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
 			return fail(port.CodeContainerFailed, err)
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/internal/bridge"
@@ -228,6 +229,11 @@ func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
 	}
 	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
 		return nil, err
+	}
+	// A reference that is no image name is bad input here, as on the other runners,
+	// not a driver failure after the job is placed.
+	if _, err := reference.ParseNormalizedNamed(spec.Image); err != nil {
+		return nil, port.Invalidf("image %q: %v", spec.Image, err)
 	}
 	if spec.Network.Internal != "" {
 		return nil, fmt.Errorf("%w: nomad: internal networks (the sandbox always has none)", port.ErrUnsupported)
