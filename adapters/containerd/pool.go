@@ -439,7 +439,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		}
 		return res, nil
 	case <-runCtx.Done():
-		cause := deadlineCause(ctx, spec.Limits.Timeout)
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		if r.killAndWait(ctx, s.task, s.statusC, log) {
 			s.exited.Store(true)
 		}

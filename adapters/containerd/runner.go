@@ -250,7 +250,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		return res, nil
 	case <-runCtx.Done():
-		cause := deadlineCause(ctx, spec.Limits.Timeout)
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		if r.killAndWait(ctx, task, statusC, log) {
 			exited.Store(true)
 		}
@@ -306,15 +306,6 @@ func (r *Runner) exitResult(ctx context.Context, task client.Task, st client.Exi
 		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
 	}
 	return "", nil
-}
-
-// deadlineCause is why a run's context ended: the caller's cause, or the run's
-// own time limit.
-func deadlineCause(ctx context.Context, limit time.Duration) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return fmt.Errorf("run exceeded its %v limit", limit)
 }
 
 // collectOutput waits (bounded) for the task's streams to end and puts what they

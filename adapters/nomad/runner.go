@@ -12,6 +12,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
@@ -210,13 +211,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, outErr)
 	}
 	if timedOut {
-		cause := context.Cause(runCtx)
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
-		return fail(port.CodeTimeout, cause)
+		return fail(port.CodeTimeout, adapterutil.DeadlineCause(ctx, spec.Limits.Timeout))
 	}
 	return r.outcome(alloc, spec, res, fail)
 }

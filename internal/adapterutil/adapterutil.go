@@ -3,6 +3,8 @@
 package adapterutil
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,4 +57,14 @@ func ValidateBridge(path string) error {
 		return port.Invalidf("bridge binary %s is not an executable file", path)
 	}
 	return nil
+}
+
+// DeadlineCause is why a run whose context (a child of ctx with the run's time
+// limit) ended was stopped: the caller's cause when ctx itself ended, else the
+// run's own limit.
+func DeadlineCause(ctx context.Context, limit time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("run exceeded its %v limit", limit)
 }
