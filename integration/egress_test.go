@@ -20,7 +20,6 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
@@ -63,8 +62,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	testenv.NeedCommand(t, "curl", "curl")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := testenv.Bridge(t)
 	runner, image := runnerFor(t, bin, func(ctx context.Context) (string, []byte, error) { return testimages.NodeArchive(ctx, nodeBin) })
 
 	up := egresstest.NewUpstream(t, true, "api.test", "other.test")

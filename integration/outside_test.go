@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
@@ -81,12 +79,7 @@ func goIn(ctx context.Context, t *testing.T, dir string, args ...string) (string
 
 func needDocker(t *testing.T) {
 	t.Helper()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		defer cli.Close()
-		_, err = cli.Ping(context.Background(), client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
+	dockerClient(t)
 }
 
 func needContainerd(t *testing.T) {
@@ -129,11 +122,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
 	}
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := dockerClient(t)
 	leftovers := func(ctx context.Context, runID string) ([]string, error) {
 		cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", port.LabelRunID+"="+runID)})
 		if err != nil {
