@@ -57,7 +57,7 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	llm := httptest.NewServer(http.NotFoundHandler())
 	defer llm.Close()
 
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dir, err := os.MkdirTemp("", "pxe")
 	require.NoError(t, err)
