@@ -514,7 +514,7 @@ func claimMessage(spec port.RunSpec, img *imageInfo) ([]byte, error) {
 		dir = port.WorkspacePath
 	}
 	claim := bridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
-	claim.Egress = egressOn(spec)
+	claim.Egress = adapterutil.EgressOn(spec)
 	return claim.Encode()
 }
 

@@ -261,7 +261,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(egressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(adapterutil.EgressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -67,4 +68,16 @@ func DeadlineCause(ctx context.Context, limit time.Duration) error {
 		return context.Cause(ctx)
 	}
 	return fmt.Errorf("run exceeded its %v limit", limit)
+}
+
+// EgressOn says the run's socket directory serves egress.
+func EgressOn(spec port.RunSpec) bool { return spec.LLM != nil && spec.LLM.Egress }
+
+// EgressPrefix adds the bridge's egress listener to its command line (prefix) when
+// the run has egress.
+func EgressPrefix(spec port.RunSpec, prefix []string) []string {
+	if !EgressOn(spec) {
+		return prefix
+	}
+	return bridge.WithEgress(prefix)
 }
