@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := docker.NewRunner(docker.WithOwner(testenv.Owner("outside")))
+	r, err := docker.NewRunner(docker.WithOwner(outsideOwner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,11 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
 	}
-	cli := dockerClient(t)
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
 	leftovers := func(ctx context.Context, runID string) ([]string, error) {
 		cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", port.LabelRunID+"="+runID)})
 		if err != nil {
@@ -143,7 +148,10 @@ func TestDockerRunnerConformance(t *testing.T) {
 // outside this repository would: only exported names can be used there.
 func TestConformanceFromAnotherModule(t *testing.T) {
 	needDocker(t)
-	dir := outsideModule(t, map[string]string{"runner_test.go": outsideRunnerTest})
+	// The outside module cannot import internal/testenv: its owner (with this
+	// process's tag) is written in.
+	src := outsideRunnerTest + "\nconst outsideOwner = " + strconv.Quote(testenv.Owner("outside")) + "\n"
+	dir := outsideModule(t, map[string]string{"runner_test.go": src})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out, err := goIn(ctx, t, dir, "test", "-count=1", "-v", "-timeout=8m", ".")
