@@ -16,7 +16,6 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/github"
 	"github.com/agentsandbox/sandbox/adapters/github/githubtest"
 	"github.com/agentsandbox/sandbox/agentimage"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/gittest"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -47,10 +46,7 @@ func testRepoRun(t *testing.T, newRunner func(testing.TB, string, imageFunc) (po
 	testenv.NeedCommand(t, "git", "git")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin, gitAgentImage)
 	exporter, err := gitcli.BuildExporter(ctx, filepath.Join(os.TempDir(), "agentsandbox-git-export-test"))
 	if err != nil {

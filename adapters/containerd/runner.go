@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -182,7 +183,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
+		// A missing image or a bad reference fails the container, as on Docker.
+		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
 			return fail(port.CodeContainerFailed, err)
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
@@ -192,14 +194,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
-	var oomKilled atomic.Bool
-	oomSeen := make(chan struct{})
+	oom := &oomWitness{seen: make(chan struct{})}
 	if !r.cfg.ignoreOOMEvents {
-		defer r.watchOOM(id, func() {
-			if oomKilled.CompareAndSwap(false, true) {
-				close(oomSeen)
-			}
-		})()
+		defer r.watchOOM(id, oom.event)()
 	}
 
 	r.phase("image")
@@ -218,17 +215,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		task   client.Task
 		exited atomic.Bool // its exit was seen: delete it without a kill
 	)
-	defer func() {
-		r.cleanup.Go(func() {
-			gone := task == nil
-			if task != nil {
-				// Before the container: only this task value holds the IO, whose Close
-				// removes the FIFO directory (a task loaded again has no IO).
-				gone = r.deleteTask(task, spec.RunID, stateOf(exited.Load()))
-			}
-			r.remove(container, spec.RunID, gone)
-		})
-	}()
+	defer r.removeLater(container, spec.RunID, &task, &exited)
 	log.Debug("container created")
 
 	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
@@ -239,19 +226,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
 	r.phase("task")
-	collect := func() {
-		done := make(chan struct{})
-		go func() { task.IO().Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			log.Warn("output streams did not end after exit")
-		}
-		res.Stdout, res.StdoutTruncated = stdout.Result()
-		res.Stderr, res.StderrTruncated = stderr.Result()
-		// The task's cgroup counter below is the truth; the bridge's notice is removed.
-		res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
-	}
+	collect := func() { collectOutput(task, res, stdout, stderr, log) }
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
@@ -276,55 +251,119 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		collect()
 		r.phase("output")
 		res.Duration = time.Since(start)
-		code, _, err := st.Result()
-		if err != nil {
-			return fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
-		}
-		res.ExitCode = int(code)
-		if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
-			return fail(port.CodeContainerFailed, errors.New(reason))
-		}
-		if code == 137 && !oomKilled.Load() {
-			// The /tasks/oom event races the exit (and is dropped when the shim sees the
-			// cgroup gone first), so the counter decides: the shim keeps the task's
-			// cgroup until the task is deleted, which happens only after this.
-			n, err := oomKills(ctx, task)
-			if err != nil {
-				log.Warn("reading the task's OOM counter failed; relying on the OOM event", logattr.Err, err)
-				select {
-				case <-oomSeen:
-				case <-time.After(time.Second):
-				}
-			} else if n > 0 {
-				oomKilled.Store(true)
-			}
-		}
-		if oomKilled.Load() {
-			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		if code, cause := r.exitResult(ctx, task, st, res, stderr, oom, spec, log); code != "" {
+			return fail(code, cause)
 		}
 		return res, nil
 	case <-runCtx.Done():
-		var cause error
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-		kctx, kcancel := r.cleanupCtx(ctx)
-		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("kill failed", logattr.Err, err)
-		}
-		select {
-		case <-statusC:
+		if r.killAndWait(ctx, task, statusC, log) {
 			exited.Store(true)
-		case <-kctx.Done():
-			log.Warn("task did not exit after kill")
 		}
-		kcancel()
 		collect()
 		return fail(port.CodeTimeout, cause)
+	}
+}
+
+// removeLater removes the run's task (as *task holds it when called) and
+// container in the background.
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool) {
+	r.cleanup.Go(func() {
+		gone := *task == nil
+		if *task != nil {
+			// Before the container: only this task value holds the IO, whose Close
+			// removes the FIFO directory (a task loaded again has no IO).
+			gone = r.deleteTask(*task, runID, stateOf(exited.Load()))
+		}
+		r.remove(container, runID, gone)
+	})
+}
+
+// oomWitness records a run's OOM kill: by the event (seen is closed when it
+// arrives) or by the task's counter.
+type oomWitness struct {
+	killed atomic.Bool
+	seen   chan struct{}
+}
+
+// event records the OOM event (once).
+func (o *oomWitness) event() {
+	if o.killed.CompareAndSwap(false, true) {
+		close(o.seen)
+	}
+}
+
+// exitResult classifies an exited task: its exit code into res, and the failure
+// code and cause ("" when the run completed): the exec failed, or it was
+// OOM-killed.
+func (r *Runner) exitResult(ctx context.Context, task client.Task, st client.ExitStatus, res *port.RunResult, stderr *capture.Buffer, oom *oomWitness, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
+	code, _, err := st.Result()
+	if err != nil {
+		return port.CodeInternal, fmt.Errorf("exit status: %w", err)
+	}
+	res.ExitCode = int(code)
+	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+		return port.CodeContainerFailed, errors.New(reason)
+	}
+	if code == 137 && !oom.killed.Load() && r.oomCounted(ctx, task, oom.seen, log) {
+		oom.killed.Store(true)
+	}
+	if oom.killed.Load() {
+		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
+	}
+	return "", nil
+}
+
+// collectOutput waits (bounded) for the task's streams to end and puts what they
+// captured into res.
+func collectOutput(task client.Task, res *port.RunResult, stdout, stderr *capture.Buffer, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { task.IO().Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		log.Warn("output streams did not end after exit")
+	}
+	res.Stdout, res.StdoutTruncated = stdout.Result()
+	res.Stderr, res.StderrTruncated = stderr.Result()
+	// The task's cgroup counter below is the truth; the bridge's notice is removed.
+	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+}
+
+// oomCounted says whether a task that exited 137 was OOM-killed. The /tasks/oom
+// event races the exit (and is dropped when the shim sees the cgroup gone first),
+// so the counter decides: the shim keeps the task's cgroup until the task is
+// deleted, which happens only after this. Without the counter it waits briefly for
+// the event.
+func (r *Runner) oomCounted(ctx context.Context, task client.Task, oomSeen <-chan struct{}, log *slog.Logger) bool {
+	n, err := oomKills(ctx, task)
+	if err != nil {
+		log.Warn("reading the task's OOM counter failed; relying on the OOM event", logattr.Err, err)
+		select {
+		case <-oomSeen:
+		case <-time.After(time.Second):
+		}
+		return false
+	}
+	return n > 0
+}
+
+// killAndWait kills the task's processes and waits (bounded, with a fresh
+// context) for its exit; it reports whether the exit was seen.
+func (r *Runner) killAndWait(ctx context.Context, task client.Task, statusC <-chan client.ExitStatus, log *slog.Logger) bool {
+	kctx, kcancel := r.cleanupCtx(ctx)
+	defer kcancel()
+	if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("kill failed", logattr.Err, err)
+	}
+	select {
+	case <-statusC:
+		return true
+	case <-kctx.Done():
+		log.Warn("task did not exit after kill")
+		return false
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -131,25 +132,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	defer att.Close()
-	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		copied <- err
-	}()
-	collect := func() {
-		// The attach stream ends when the container exits; bound the wait in case the
-		// daemon keeps it open.
-		select {
-		case <-copied:
-		case <-time.After(5 * time.Second):
-			log.Warn("output stream did not end after exit")
-		}
-		att.Close()
-		res.Stdout, res.StdoutTruncated = stdout.Result()
-		res.Stderr, res.StderrTruncated = stderr.Result()
-	}
+	stderr, collect := captureOutput(att, spec, res, log)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
@@ -175,48 +158,76 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if w.Error != nil && w.Error.Message != "" {
 			return fail(port.CodeInternal, errors.New(w.Error.Message))
 		}
-		if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
-			return fail(port.CodeContainerFailed, errors.New(reason))
-		}
-		// Only a SIGKILLed process can have been OOM-killed; skip the inspect otherwise.
-		if w.StatusCode != 137 {
-			return res, nil
-		}
-		var oom bool
-		if r.cfg.bridgePath != "" {
-			// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
-			// Docker's OOM event does.
-			res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
-		}
-		if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
-			// Docker sets its flag from the runtime's OOM event, which can come after
-			// the exit (or, when the cgroup is gone first, never): give it a bounded
-			// moment. Configure a bridge for an exact answer.
-			var err error
-			if oom, err = r.oomKilled(ctx, id); err != nil {
-				return fail(port.CodeInternal, err)
-			}
-		}
-		if oom {
-			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		if code, cause := r.exitResult(ctx, id, w.StatusCode, res, stderr, spec); code != "" {
+			return fail(code, cause)
 		}
 		return res, nil
 	case err := <-wait.Error:
 		collect()
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	case <-runCtx.Done():
-		cause := context.Cause(runCtx)
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
 		r.kill(ctx, id, wait, log)
 		collect()
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// captureOutput copies the attached streams into capped buffers; collect waits
+// (bounded) for them to end and puts what they captured into res.
+func captureOutput(att client.ContainerAttachResult, spec port.RunSpec, res *port.RunResult, log *slog.Logger) (stderr *capture.Buffer, collect func()) {
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	return stderr, func() {
+		// The attach stream ends when the container exits; bound the wait in case the
+		// daemon keeps it open.
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second):
+			log.Warn("output stream did not end after exit")
+		}
+		att.Close()
+		res.Stdout, res.StdoutTruncated = stdout.Result()
+		res.Stderr, res.StderrTruncated = stderr.Result()
+	}
+}
+
+// exitResult classifies a container that exited with status: the failure code and
+// cause ("" when the run completed): the exec failed, or it was OOM-killed.
+func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec) (port.ErrorCode, error) {
+	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+		return port.CodeContainerFailed, errors.New(reason)
+	}
+	// Only a SIGKILLed process can have been OOM-killed; skip the inspect otherwise.
+	if status != 137 {
+		return "", nil
+	}
+	var oom bool
+	if r.cfg.bridgePath != "" {
+		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
+		// Docker's OOM event does.
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+	}
+	if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
+		// Docker sets its flag from the runtime's OOM event, which can come after
+		// the exit (or, when the cgroup is gone first, never): give it a bounded
+		// moment. Configure a bridge for an exact answer.
+		var err error
+		if oom, err = r.oomKilled(ctx, id); err != nil {
+			return port.CodeInternal, err
+		}
+	}
+	if oom {
+		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
+	}
+	return "", nil
 }
 
 // check validates spec against the host: the fields, and that bind sources exist.
@@ -259,7 +270,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(egressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(adapterutil.EgressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }

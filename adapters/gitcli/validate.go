@@ -33,19 +33,7 @@ const quarantineRef = "refs/agentsandbox/tip"
 // pol and has git fsck its objects. On success the quarantine's quarantineRef is the
 // (possibly rewritten) tip.
 func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol port.RepoPolicy, bundle string) (*quarantine, error) {
-	f, err := os.Open(bundle)
-	if err != nil {
-		return nil, fmt.Errorf("%w: artefact: %v", port.ErrInternal, err)
-	}
-	fi, err := f.Stat()
-	if err == nil && fi.Size() > pol.MaxBundleBytes {
-		err = &port.RejectError{Rule: port.RuleTotalSize, Detail: fmt.Sprintf("artefact is %d bytes, over %d", fi.Size(), pol.MaxBundleBytes)}
-	}
-	var info *bundleInfo
-	if err == nil {
-		info, err = scanBundle(f, co.Branch, co.Base, pol.MaxFileBytes, pol.MaxTotalBytes)
-	}
-	f.Close()
+	info, err := scanArtefact(bundle, co, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -74,37 +62,9 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 	if _, err := git("merge-base", "--is-ancestor", co.Base, tip); err != nil {
 		return q, &port.RejectError{Rule: port.RuleAncestry, Commit: tip, Detail: "the branch does not descend from the base"}
 	}
-	all, err := git("rev-list", "--parents", fmt.Sprintf("--max-count=%d", pol.MaxCommits+1), tip, "^"+co.Base)
+	commits, err := branchCommits(git, co.Base, tip, pol.MaxCommits)
 	if err != nil {
-		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
-	}
-	type commit struct {
-		id      string
-		parents []string
-	}
-	var commits []commit
-	for line := range strings.Lines(string(all)) {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		commits = append(commits, commit{f[0], f[1:]})
-	}
-	if len(commits) > pol.MaxCommits {
-		return q, &port.RejectError{Rule: port.RuleCommitCount, Detail: fmt.Sprintf("more than %d commits", pol.MaxCommits)}
-	}
-	onPath, err := git("rev-list", "--ancestry-path", tip, "^"+co.Base)
-	if err != nil {
-		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
-	}
-	descends := map[string]bool{}
-	for line := range strings.Lines(string(onPath)) {
-		descends[strings.TrimSpace(line)] = true
-	}
-	for _, c := range commits {
-		if !descends[c.id] {
-			return q, &port.RejectError{Rule: port.RuleAncestry, Commit: c.id, Detail: "commit does not descend from the base"}
-		}
+		return q, err
 	}
 
 	if pol.Identity.Rewrite == nil && len(pol.Identity.AllowedEmails) > 0 {
@@ -133,12 +93,13 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 		if _, err := git("update-ref", quarantineRef, tip); err != nil {
 			return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
 		}
-		if all, err = git("rev-list", tip, "^"+co.Base); err != nil {
+		all, err := git("rev-list", tip, "^"+co.Base)
+		if err != nil {
 			return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
 		}
 		commits = commits[:0]
 		for line := range strings.Lines(string(all)) {
-			commits = append(commits, commit{id: strings.TrimSpace(line)})
+			commits = append(commits, branchCommit{id: strings.TrimSpace(line)})
 		}
 	}
 	q.tip = tip
@@ -146,6 +107,64 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 		q.commits = append(q.commits, c.id)
 	}
 	return q, nil
+}
+
+// scanArtefact checks the artefact file before git reads it: within the policy's
+// bundle cap, and a bundle scanBundle accepts.
+func scanArtefact(bundle string, co port.Checkout, pol port.RepoPolicy) (*bundleInfo, error) {
+	f, err := os.Open(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: artefact: %v", port.ErrInternal, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > pol.MaxBundleBytes {
+		err = &port.RejectError{Rule: port.RuleTotalSize, Detail: fmt.Sprintf("artefact is %d bytes, over %d", fi.Size(), pol.MaxBundleBytes)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return scanBundle(f, co.Branch, co.Base, pol.MaxFileBytes, pol.MaxTotalBytes)
+}
+
+// branchCommit is a commit of the agent's branch and its parents.
+type branchCommit struct {
+	id      string
+	parents []string
+}
+
+// branchCommits lists the commits from base (excluded) to tip, newest first: at
+// most maxCommits, every one descending from base.
+func branchCommits(git func(args ...string) ([]byte, error), base, tip string, maxCommits int) ([]branchCommit, error) {
+	all, err := git("rev-list", "--parents", fmt.Sprintf("--max-count=%d", maxCommits+1), tip, "^"+base)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	var commits []branchCommit
+	for line := range strings.Lines(string(all)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		commits = append(commits, branchCommit{f[0], f[1:]})
+	}
+	if len(commits) > maxCommits {
+		return nil, &port.RejectError{Rule: port.RuleCommitCount, Detail: fmt.Sprintf("more than %d commits", maxCommits)}
+	}
+	onPath, err := git("rev-list", "--ancestry-path", tip, "^"+base)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	descends := map[string]bool{}
+	for line := range strings.Lines(string(onPath)) {
+		descends[strings.TrimSpace(line)] = true
+	}
+	for _, c := range commits {
+		if !descends[c.id] {
+			return nil, &port.RejectError{Rule: port.RuleAncestry, Commit: c.id, Detail: "commit does not descend from the base"}
+		}
+	}
+	return commits, nil
 }
 
 func gitStderr(err error) string {

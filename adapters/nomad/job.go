@@ -128,66 +128,8 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// One rule on every runner: the library's own variables win (port.RunSpec.SandboxEnv).
 	env := spec.SandboxEnv()
-	llm := spec.LLM != nil
-	var entrypoint []string
-	if r.cfg.initPath != "" {
-		names := make([]string, 0, len(env))
-		for k := range env {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
-			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
-		if llm {
-			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
-		}
-		entrypoint = append(entrypoint, "--")
-	}
-	if r.cfg.bridgePath != "" {
-		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
-		if r.cfg.initPath != "" {
-			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
-			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
-		}
-		entrypoint = append(entrypoint, prefix...)
-	}
-	entrypoint = append(entrypoint, spec.Argv...)
-
-	tmpfs := func(target string) map[string]any {
-		return map[string]any{
-			"type": "tmpfs", "target": target, "readonly": false,
-			"tmpfs_options": map[string]any{"size": spec.Limits.TmpfsBytes},
-		}
-	}
-	bind := func(src, target string, ro bool) map[string]any {
-		return map[string]any{"type": "bind", "source": src, "target": target, "readonly": ro}
-	}
-	// Docker gives even a container without a network the host's resolv.conf; an
-	// empty file replaces it (a template would slow every start down).
-	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
-	switch {
-	case js.copyWorkspace:
-		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
-	case spec.WorkspaceDir != "":
-		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
-	}
-	for _, m := range spec.Mounts {
-		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
-	}
-	if llm {
-		if spec.LLM.HostDir != "" {
-			mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
-		} else {
-			// Relative to the task directory: the allocation's shared directory.
-			mounts = append(mounts, bind("../alloc/"+sockSubdir, port.LLMSocketDir, true))
-		}
-	}
-	if r.cfg.bridgePath != "" {
-		mounts = append(mounts, bind(r.cfg.bridgePath, bridgeTarget, true))
-	}
-	if r.cfg.initPath != "" {
-		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
-	}
+	entrypoint := r.agentEntrypoint(spec, js, env)
+	mounts := r.agentMounts(spec, js)
 	labels := map[string]string{}
 	for k, v := range js.meta {
 		labels[k] = v
@@ -240,6 +182,78 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		KillTimeout: ptr(2 * time.Second),
 		KillSignal:  "SIGKILL",
 	}
+}
+
+// agentEntrypoint is the agent task's command: the init (keeping env's names,
+// capturing the output), the bridge's prefix, then the run's argv.
+func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) []string {
+	llm := spec.LLM != nil
+	var entrypoint []string
+	if r.cfg.initPath != "" {
+		names := make([]string, 0, len(env))
+		for k := range env {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
+			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
+		if llm {
+			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
+		}
+		entrypoint = append(entrypoint, "--")
+	}
+	if r.cfg.bridgePath != "" {
+		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
+		if r.cfg.initPath != "" {
+			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
+			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
+		}
+		entrypoint = append(entrypoint, prefix...)
+	}
+	return append(entrypoint, spec.Argv...)
+}
+
+// agentMounts is what the agent task mounts: tmpfs /tmp and /run, an empty
+// resolv.conf, the workspace, the run's mounts, the LLM socket directory, the
+// bridge and the init.
+func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
+	llm := spec.LLM != nil
+	tmpfs := func(target string) map[string]any {
+		return map[string]any{
+			"type": "tmpfs", "target": target, "readonly": false,
+			"tmpfs_options": map[string]any{"size": spec.Limits.TmpfsBytes},
+		}
+	}
+	bind := func(src, target string, ro bool) map[string]any {
+		return map[string]any{"type": "bind", "source": src, "target": target, "readonly": ro}
+	}
+	// Docker gives even a container without a network the host's resolv.conf; an
+	// empty file replaces it (a template would slow every start down).
+	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
+	switch {
+	case js.copyWorkspace:
+		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
+	case spec.WorkspaceDir != "":
+		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
+	}
+	if llm {
+		if spec.LLM.HostDir != "" {
+			mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
+		} else {
+			// Relative to the task directory: the allocation's shared directory.
+			mounts = append(mounts, bind("../alloc/"+sockSubdir, port.LLMSocketDir, true))
+		}
+	}
+	if r.cfg.bridgePath != "" {
+		mounts = append(mounts, bind(r.cfg.bridgePath, bridgeTarget, true))
+	}
+	if r.cfg.initPath != "" {
+		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
+	}
+	return mounts
 }
 
 // sidecar is the proxy task: started before the sandbox and stopped after it

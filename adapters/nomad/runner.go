@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
@@ -104,12 +106,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		res.Duration = time.Since(start)
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
-	js := jobSpec{id: jobID(spec.RunID), meta: meta(r.cfg.owner, spec.RunID, start), created: start, proxy: proxy != nil}
-	if spec.WorkspaceDir != "" && r.cfg.copyWorkspace {
-		if js.workspace, err = packWorkspace(spec.WorkspaceDir, MaxWorkspaceIn); err != nil {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
-		js.copyWorkspace = true
+	js, err := r.jobSpecOf(spec, proxy != nil, start)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	job := r.buildJob(spec, js)
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, "job", js.id)
@@ -145,13 +144,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	allocID, err := r.placed(runCtx, reg.EvalID)
-	finishLive := r.startLive(ctx, allocID, spec)
-	liveFinished := false
-	defer func() {
-		if !liveFinished {
-			finishLive(nil)
-		}
-	}()
+	finishLive := once(r.startLive(ctx, allocID, spec))
+	defer finishLive(nil)
 	if err == nil && proxy != nil {
 		proxy.attach(allocID)
 		defer proxy.detach()
@@ -176,48 +170,77 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 	}
 	if alloc != nil {
-		if r.observe != nil {
-			r.observe(alloc)
-		}
-		outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
-		finishLive(res)
-		liveFinished = true
-		if proxy != nil {
-			proxy.collect(ctx, r, alloc)
-		}
-		if js.copyWorkspace {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
-			err := copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
-			cancel()
-			if err != nil && !timedOut {
-				return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", err))
-			}
+		var copyErr error
+		outErr, copyErr = r.gather(ctx, alloc, spec, js, res, proxy, finishLive)
+		if copyErr != nil && !timedOut {
+			return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", copyErr))
 		}
 		tCollected = time.Now()
 	}
 	res.Duration = time.Since(start)
 	if outErr != nil && !timedOut {
 		if alloc != nil {
-			if ts := alloc.TaskStates[agentTask]; ts != nil {
-				for _, ev := range ts.Events {
-					if ev.Type == api.TaskTerminated {
-						res.ExitCode = ev.ExitCode
-					}
-				}
-			}
+			res.ExitCode = terminatedExitCode(alloc, res.ExitCode)
 		}
 		return fail(port.CodeInternal, outErr)
 	}
 	if timedOut {
-		cause := context.Cause(runCtx)
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
-		return fail(port.CodeTimeout, cause)
+		return fail(port.CodeTimeout, adapterutil.DeadlineCause(ctx, spec.Limits.Timeout))
 	}
 	return r.outcome(alloc, spec, res, fail)
+}
+
+// jobSpecOf is the job's identity for spec, with the packed workspace when it is
+// copied (WithWorkspaceCopy).
+func (r *Runner) jobSpecOf(spec port.RunSpec, proxy bool, start time.Time) (jobSpec, error) {
+	js := jobSpec{id: jobID(spec.RunID), meta: meta(r.cfg.owner, spec.RunID, start), created: start, proxy: proxy}
+	if spec.WorkspaceDir != "" && r.cfg.copyWorkspace {
+		var err error
+		if js.workspace, err = packWorkspace(spec.WorkspaceDir, MaxWorkspaceIn); err != nil {
+			return js, err
+		}
+		js.copyWorkspace = true
+	}
+	return js, nil
+}
+
+// gather collects what a finished (or killed) allocation leaves: its output into
+// res (outErr: the output could not be read), the end of its live output, the
+// sidecar's audit, and the workspace copied back (copyErr).
+func (r *Runner) gather(ctx context.Context, alloc *api.Allocation, spec port.RunSpec, js jobSpec, res *port.RunResult, proxy *Proxy, finishLive func(*port.RunResult)) (outErr, copyErr error) {
+	if r.observe != nil {
+		r.observe(alloc)
+	}
+	outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
+	finishLive(res)
+	if proxy != nil {
+		proxy.collect(ctx, r, alloc)
+	}
+	if js.copyWorkspace {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
+		defer cancel()
+		copyErr = copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
+	}
+	return outErr, copyErr
+}
+
+// terminatedExitCode is the agent task's exit code from its last Terminated
+// event, or def when there is none.
+func terminatedExitCode(alloc *api.Allocation, def int) int {
+	if ts := alloc.TaskStates[agentTask]; ts != nil {
+		for _, ev := range ts.Events {
+			if ev.Type == api.TaskTerminated {
+				def = ev.ExitCode
+			}
+		}
+	}
+	return def
+}
+
+// once returns f that runs only on its first call.
+func once(f func(*port.RunResult)) func(*port.RunResult) {
+	var o sync.Once
+	return func(res *port.RunResult) { o.Do(func() { f(res) }) }
 }
 
 // check validates spec at the boundary: the port's rules, then what Nomad's docker
@@ -228,6 +251,11 @@ func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
 	}
 	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
 		return nil, err
+	}
+	// A reference that is no image name is bad input here, as on the other runners,
+	// not a driver failure after the job is placed.
+	if _, err := reference.ParseNormalizedNamed(spec.Image); err != nil {
+		return nil, port.Invalidf("image %q: %v", spec.Image, err)
 	}
 	if spec.Network.Internal != "" {
 		return nil, fmt.Errorf("%w: nomad: internal networks (the sandbox always has none)", port.ErrUnsupported)

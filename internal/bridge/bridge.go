@@ -143,35 +143,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitBridgeFailed, err
 	}
 	log := cfg.Logger
-
-	if !cfg.NoForward {
-		ln, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			return ExitBridgeFailed, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
-		}
-		fw := newRelay(ln, cfg.Socket, log) // token.go: HTTP with the run token, or raw
-		go fw.serve()
-		defer fw.close()
-		if cfg.Ready != nil {
-			cfg.Ready(ln.Addr())
-		}
-	}
-	stopEgress, err := startEgress(cfg)
+	stopServices, err := startServices(cfg)
 	if err != nil {
 		return ExitBridgeFailed, err
 	}
-	defer stopEgress()
-
-	if cfg.Subreaper {
-		if err := setSubreaper(); err != nil {
-			return ExitBridgeFailed, fmt.Errorf("bridge: become a subreaper: %w", err)
-		}
-	}
-	closeExposed, err := exposeAll(cfg, log)
-	if err != nil {
-		return ExitBridgeFailed, err
-	}
-	defer closeExposed()
+	defer stopServices()
 
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	if cmd.Err != nil {
@@ -224,6 +200,64 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, ErrDeadline)
 		defer cancel()
 	}
+	oomKilled := func() bool {
+		n, ok := oomKills()
+		return oomKnown && ok && n > oomBefore
+	}
+	return supervise(ctx, cfg, cmd, exited, sigs, oomKilled)
+}
+
+// startServices starts what the bridge serves beside the child, before it runs:
+// the forwarding listener, the egress listener, the subreaper role and the exposed
+// ports. stop ends them (in the reverse order); on error, what was started is
+// stopped already.
+func startServices(cfg Config) (stop func(), err error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	if !cfg.NoForward {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
+		}
+		fw := newRelay(ln, cfg.Socket, cfg.Logger) // token.go: HTTP with the run token, or raw
+		go fw.serve()
+		stops = append(stops, fw.close)
+		if cfg.Ready != nil {
+			cfg.Ready(ln.Addr())
+		}
+	}
+	stopEgress, err := startEgress(cfg)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stopEgress)
+	if cfg.Subreaper {
+		if err := setSubreaper(); err != nil {
+			return nil, fmt.Errorf("bridge: become a subreaper: %w", err)
+		}
+	}
+	closeExposed, err := exposeAll(cfg, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, closeExposed)
+	return stopAll, nil
+}
+
+// supervise waits for the child's exit code (from exited), forwarding signals to
+// it; when ctx ends, the child gets SIGTERM and, after KillGrace, SIGKILL. An exit by
+// SIGKILL that oomKilled confirms is reported on stderr (OOMNotice).
+func supervise(ctx context.Context, cfg Config, cmd *exec.Cmd, exited <-chan int, sigs <-chan os.Signal, oomKilled func() bool) (int, error) {
+	log := cfg.Logger
 	var (
 		ctxDone <-chan struct{} = ctx.Done()
 		kill    <-chan time.Time
@@ -232,10 +266,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		select {
 		case code := <-exited:
 			log.Debug("bridge: child exited", slog.Int("code", code))
-			if code == 128+int(syscall.SIGKILL) && oomKnown {
-				if n, ok := oomKills(); ok && n > oomBefore {
-					_, _ = io.WriteString(cfg.Stderr, OOMNotice)
-				}
+			if code == 128+int(syscall.SIGKILL) && oomKilled() {
+				_, _ = io.WriteString(cfg.Stderr, OOMNotice)
 			}
 			if ctx.Err() != nil {
 				return code, context.Cause(ctx)
