@@ -13,14 +13,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
@@ -443,14 +441,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		}
 	}
 	r.phase("start")
-	collect := func() {
-		done := make(chan struct{})
-		go func() { s.task.IO().Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			log.Warn("output streams did not end after exit")
-		}
+	collect := func(until time.Time) {
+		waitIO(s.task.IO(), until, log)
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
 	}
@@ -458,7 +450,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	case st := <-s.statusC:
 		s.exited.Store(true)
 		r.phase("exit")
-		collect()
+		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
 		code, _, err := st.Result()
@@ -492,18 +484,13 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
-		kctx, kcancel := r.cleanupCtx(context.Background())
-		if err := s.task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("kill failed", "err", err)
-		}
-		select {
-		case <-s.statusC:
+		until, ok := r.stopAfterDeadline(ctx, s.task, s.statusC, log)
+		if ok {
 			s.exited.Store(true)
-		case <-kctx.Done():
-			log.Warn("task did not exit after kill")
+		} else {
+			cause = r.unconfirmed(cause)
 		}
-		kcancel()
-		collect()
+		collect(until)
 		return fail(port.CodeTimeout, cause)
 	}
 }

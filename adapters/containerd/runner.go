@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -238,14 +239,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
 	r.phase("task")
-	collect := func() {
-		done := make(chan struct{})
-		go func() { task.IO().Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			log.Warn("output streams did not end after exit")
-		}
+	collect := func(until time.Time) {
+		waitIO(task.IO(), until, log)
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
 		// The task's cgroup counter below is the truth; the bridge's notice is removed.
@@ -267,7 +262,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	case st := <-statusC:
 		exited.Store(true)
 		r.phase("exit")
-		collect()
+		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
 		code, _, err := st.Result()
@@ -304,20 +299,58 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
-		kctx, kcancel := r.cleanupCtx(ctx)
-		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("kill failed", logattr.Err, err)
-		}
-		select {
-		case <-statusC:
+		until, ok := r.stopAfterDeadline(ctx, task, statusC, log)
+		if ok {
 			exited.Store(true)
-		case <-kctx.Done():
-			log.Warn("task did not exit after kill")
+		} else {
+			cause = r.unconfirmed(cause)
 		}
-		kcancel()
-		collect()
+		collect(until)
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// ioGrace bounds the wait for a task's output to end after its exit was seen.
+const ioGrace = 5 * time.Second
+
+// waitIO waits for a task's output streams to end, until the given time.
+func waitIO(io cio.IO, until time.Time, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { io.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn("output streams did not end in time; keeping what arrived")
+	}
+}
+
+// stopAfterDeadline kills a task that ran out of time and waits for its exit, both
+// within the kill grace counted from now, so that a shim that does not answer
+// (stopped, wedged) cannot hold the caller past it. It returns the end of the grace,
+// by which the wait for the output ends too, and whether the exit was seen. What a
+// kill left unconfirmed is removed in the background (the run's deferred removal)
+// and, failing that, by Sweep.
+func (r *Runner) stopAfterDeadline(ctx context.Context, task client.Task, statusC <-chan client.ExitStatus, log *slog.Logger) (time.Time, bool) {
+	until := time.Now().Add(r.cfg.killGrace)
+	kctx, cancel := context.WithDeadline(r.ns(context.WithoutCancel(ctx)), until)
+	defer cancel()
+	if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("kill failed", logattr.Err, err)
+	}
+	select {
+	case <-statusC:
+		return until, true
+	case <-kctx.Done():
+		log.Warn("the task's exit was not seen within the kill grace; its removal goes on in the background", "grace", r.cfg.killGrace)
+		return until, false
+	}
+}
+
+// unconfirmed says in a timed-out run's error that its kill was not confirmed.
+func (r *Runner) unconfirmed(cause error) error {
+	return fmt.Errorf("%w (its kill was not confirmed within the %v kill grace: the task's shim did not answer; its removal goes on in the background, and Sweep removes what it leaves)", cause, r.cfg.killGrace)
 }
 
 func (r *Runner) check(spec port.RunSpec) error {
