@@ -129,6 +129,8 @@ func main() {
 		serve(args[0])
 	case "stubborn":
 		stubborn()
+	case "chatter":
+		chatter(args[0], atoi(args[1]))
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":
@@ -444,4 +446,20 @@ func plant(dir string) {
 	must(os.Chmod(filepath.Join(dir, "locked", "inner"), 0))
 	must(os.Chmod(filepath.Join(dir, "locked"), 0))
 	fmt.Println("planted")
+}
+
+// chatter writes n numbered 4 KiB lines to stdout, one every 20 ms, recording each
+// line's number in the file progress once written (so a host can tell a blocked
+// writer from a slow reader), then says so and stays alive.
+func chatter(progress string, n int) {
+	pad := strings.Repeat("x", 4096-len("line 000000 ")-1)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(os.Stdout, "line %06d %s\n", i, pad)
+		_ = os.WriteFile(progress, []byte(strconv.Itoa(i+1)), 0o644)
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Fprintln(os.Stdout, "chatter done")
+	for {
+		time.Sleep(time.Hour)
+	}
 }
