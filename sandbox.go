@@ -325,6 +325,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
 			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
 			Egress: egressPolicy,
+			// It ends itself a grace after the sandbox's own deadline, should this
+			// process die before stopping it.
+			Deadline: time.Now().Add(spec.WithDefaults().Limits.Timeout + proxyDeadlineGrace),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
@@ -477,3 +480,7 @@ func withRuntime(a *port.Attestation, runner port.SandboxRunner) *port.Attestati
 	}
 	return &c
 }
+
+// proxyDeadlineGrace is how long a run's proxy outlives the run's time limit when
+// the host never stops it (see port.ProxySpec.Deadline).
+const proxyDeadlineGrace = time.Minute
