@@ -33,6 +33,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -202,9 +203,16 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		})()
 	}
 
+	// The run's lease, held while this process runs it: another process's Sweep
+	// leaves the run alone while it is refreshed (released once the removal is done).
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
 	r.phase("image")
 	container, err := r.create(ctx, id, spec, img, lbls)
 	if err != nil {
+		lease.Release()
 		if errors.Is(err, port.ErrUnavailable) {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
@@ -227,6 +235,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 				gone = r.deleteTask(task, spec.RunID, stateOf(exited.Load()))
 			}
 			r.remove(container, spec.RunID, gone)
+			lease.Release()
 		})
 	}()
 	log.Debug("container created")
@@ -291,6 +300,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		if oomKilled.Load() {
 			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
 		}
+		if code == 137 && r.removedUnderUs(ctx, container) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the task was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
+		}
 		return res, nil
 	case <-runCtx.Done():
 		var cause error
@@ -351,6 +363,20 @@ func (r *Runner) stopAfterDeadline(ctx context.Context, task client.Task, status
 // unconfirmed says in a timed-out run's error that its kill was not confirmed.
 func (r *Runner) unconfirmed(cause error) error {
 	return fmt.Errorf("%w (its kill was not confirmed within the %v kill grace: the task's shim did not answer; its removal goes on in the background, and Sweep removes what it leaves)", cause, r.cfg.killGrace)
+}
+
+// removedUnderUs reports whether someone else deleted the run's task or container
+// (this process deletes them only after the result is in). A remover deletes the task
+// right after the kill that ended it, so this looks for a short while.
+func (r *Runner) removedUnderUs(ctx context.Context, c client.Container) bool {
+	ctx = r.ns(context.WithoutCancel(ctx))
+	for i := 0; i < 10; i++ {
+		if _, err := c.Task(ctx, nil); errdefs.IsNotFound(err) {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 func (r *Runner) check(spec port.RunSpec) error {

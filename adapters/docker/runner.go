@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -101,9 +102,21 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
+	// The run's lease, held while this process runs it: another process's Sweep
+	// leaves the run alone while it is refreshed (released once the removal is done).
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
+	created := false
+	defer func() {
+		if !created {
+			lease.Release()
+		}
+	}()
 	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
 	})
 	if err != nil {
@@ -113,12 +126,16 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	id := created.ID
+	id := made.ID
+	created = true
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container;
 	// in the background after the result is in (bounded; the container stays labelled
 	// for Sweep until it is gone).
-	defer r.cleanup.Go(func() { r.remove(context.WithoutCancel(ctx), id, spec.RunID) })
+	defer r.cleanup.Go(func() {
+		r.remove(context.WithoutCancel(ctx), id, spec.RunID)
+		lease.Release()
+	})
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
 	log.Debug("container created")
 
@@ -175,6 +192,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if w.StatusCode != 137 {
 			return res, nil
 		}
+		if r.removedUnderUs(ctx, id) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, w.StatusCode))
+		}
 		var oom bool
 		if r.cfg.bridgePath != "" {
 			// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
@@ -196,6 +216,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return res, nil
 	case err := <-wait.Error:
 		collect()
+		if r.removedUnderUs(ctx, id) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on: %w", port.ErrRemoved, classify(err)))
+		}
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	case <-runCtx.Done():
 		cause := context.Cause(runCtx)
@@ -208,6 +231,19 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		collect()
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// removedUnderUs reports whether someone else removed (or is removing) the run's
+// container: this process removes it only after the result is in.
+func (r *Runner) removedUnderUs(ctx context.Context, id string) bool {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ins, err := r.cfg.api.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return errors.Is(classify(err), port.ErrNotFound)
+	}
+	st := ins.Container.State
+	return st != nil && (st.Status == "removing" || st.Dead)
 }
 
 // check validates spec against the host: the fields, and that bind sources exist.
