@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -125,6 +126,10 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 	return job
 }
 
+// interpolated reports whether Nomad would interpolate part of a value: it expands
+// ${...} in a task's environment (and in the driver's configuration).
+func interpolated(v string) bool { return strings.Contains(v, "${") }
+
 func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// One rule on every runner: the library's own variables win (port.RunSpec.SandboxEnv).
 	env := spec.SandboxEnv()
@@ -132,11 +137,26 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	var entrypoint []string
 	if r.cfg.initPath != "" {
 		names := make([]string, 0, len(env))
-		for k := range env {
+		var encoded []string
+		for k, v := range env {
 			names = append(names, k)
+			if interpolated(v) {
+				// Nomad would expand ${...} in the value: it travels base64-encoded
+				// and the init decodes it, so the agent gets it verbatim.
+				encoded = append(encoded, k)
+			}
 		}
 		sort.Strings(names)
-		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
+		sort.Strings(encoded)
+		entrypoint = append(entrypoint, initTarget)
+		if len(encoded) > 0 {
+			env = maps.Clone(env)
+			for _, k := range encoded {
+				env[k] = base64.StdEncoding.EncodeToString([]byte(env[k]))
+			}
+			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
+		}
+		entrypoint = append(entrypoint, "-keep", strings.Join(names, ","),
 			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
 		if llm {
 			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)

@@ -235,6 +235,18 @@ func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
 	if n := spec.Limits.NanoCPUs; n > 0 && n%1e9 != 0 {
 		return nil, fmt.Errorf("%w: nomad: a CPU limit of %v cores; only whole cores can be reserved", port.ErrUnsupported, float64(n)/1e9)
 	}
+	// Nomad expands ${...} in a task's environment and driver configuration: a value
+	// must reach the agent verbatim or be refused, never changed silently.
+	for k, v := range spec.Env {
+		if interpolated(v) && r.cfg.initPath == "" {
+			return nil, fmt.Errorf("%w: nomad: the value of %s contains ${, which Nomad would interpolate; WithInit passes such values verbatim", port.ErrUnsupported, k)
+		}
+	}
+	for _, a := range spec.Argv {
+		if interpolated(a) {
+			return nil, fmt.Errorf("%w: nomad: an argument contains ${, which Nomad would interpolate; pass it in the environment (with WithInit)", port.ErrUnsupported)
+		}
+	}
 	if len(spec.Argv) == 0 && (r.cfg.bridgePath != "" || r.cfg.initPath != "") {
 		return nil, port.Invalidf("argv is empty: on Nomad the image's own command is not known to the host, so give the argv")
 	}
