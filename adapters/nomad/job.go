@@ -106,6 +106,10 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		// A sandbox runs once: no restart, no reschedule on another node.
 		RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
 		ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
+		// A client that loses the servers stops the sandbox itself after this (Nomad's
+		// own answer to a partitioned node); a client that died cannot, and the
+		// bridge's deadline inside ends the sandbox then.
+		StopAfterClientDisconnect: ptr(StopAfterClientDisconnect),
 		Meta:             js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.

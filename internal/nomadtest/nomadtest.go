@@ -61,6 +61,10 @@ type Options struct {
 	Dir string
 	// Clients is the number of client agents (default 2).
 	Clients int
+	// FastNodeLoss makes the server mark a silent client node down within about 5 s
+	// (heartbeat TTL 2 s, grace 3 s) instead of about 20 s: for node-loss tests, on a
+	// cluster of their own (a loaded machine may then lose a node spuriously).
+	FastNodeLoss bool
 	// Log receives the agents' output; nil discards it (it is kept in files under Dir
 	// and printed by Close when KeepLogs is set).
 	Log func(format string, args ...any)
@@ -127,7 +131,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	rpc := ports[1]
 	c.Addr = "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	if err := c.startAgent(opts.Bin, "server", serverConfig(c.dir, c.id, ports[0:3])); err != nil {
+	scfg := serverConfig(c.dir, c.id, ports[0:3])
+	if opts.FastNodeLoss {
+		scfg = strings.Replace(scfg, "  bootstrap_expect = 1\n", "  bootstrap_expect = 1\n  min_heartbeat_ttl = \"2s\"\n  heartbeat_grace = \"3s\"\n", 1)
+	}
+	if err := c.startAgent(opts.Bin, "server", scfg); err != nil {
 		return c, err
 	}
 	for i := 0; i < opts.Clients; i++ {
@@ -145,6 +153,23 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	c.Started = time.Since(start)
 	return c, nil
+}
+
+// KillNode kills the client agent of node name without warning (SIGKILL), as a
+// node that dies would be: the containers it started go on running in Docker until
+// something stops them (Close removes them). The servers mark the node down after
+// their heartbeat grace.
+func (c *Cluster) KillNode(name string) error {
+	for _, a := range c.agents {
+		if a.name == name {
+			if err := a.cmd.Process.Kill(); err != nil {
+				return err
+			}
+			<-a.done
+			return nil
+		}
+	}
+	return fmt.Errorf("nomadtest: no client node %q", name)
 }
 
 // API returns a client of the server's HTTP API.
