@@ -106,10 +106,7 @@ func WithLogger(l *slog.Logger) SharedOption {
 // When a run has an LLM socket, the runner mounts it read-only and makes it the entrypoint,
 // so the agent reaches the proxy at http://127.0.0.1:8080 with no socat in its image.
 // Without it, the image must bring its own bridge.
-//
-// Given to a ProxyManager, the bridge is each proxy's init, which ends nginx at the
-// ProxySpec's Deadline even when the host that started it is gone.
-func WithBridge(path string) SharedOption {
+func WithBridge(path string) Option {
 	return func(c *config) error {
 		if err := adapterutil.ValidateBridge(path); err != nil {
 			return err

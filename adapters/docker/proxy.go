@@ -173,7 +173,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	}
 	if !spec.Deadline.IsZero() {
 		if m.cfg.bridgePath == "" {
-			m.cfg.logger.Warn("a proxy deadline needs the bridge (WithBridge): this proxy runs until stopped or swept", logattr.RunID, spec.RunID)
+			m.cfg.logger.Warn("a proxy deadline needs the bridge (WithProxyBridge): this proxy runs until stopped or swept", logattr.RunID, spec.RunID)
 		} else {
 			// The bridge as the proxy's init ends nginx at the deadline (TERM, then
 			// KILL) even when no host is left to stop it; it passes Stop's QUIT on.

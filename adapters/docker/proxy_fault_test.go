@@ -21,7 +21,7 @@ import (
 // proxy: Start returns, and nothing of this process ever calls Stop. From then on the
 // key must be nowhere under the run's host directory, and the proxy must stop itself
 // at its deadline (no host code enforces it: only the bridge inside the container).
-// Sweep then leaves nothing of the owner. About 10 s.
+// Sweep then leaves nothing of the owner. About 12 s.
 func TestProxyAbandonedByHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -30,12 +30,12 @@ func TestProxyAbandonedByHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := sandboxtest.RunID("proxyfault")
-	m, _, _, base := proxyEnv(t, owner, WithBridge(bin))
+	m, _, _, base := proxyEnv(t, owner, WithProxyBridge(bin))
 	cli, _ := dockerEnv(t)
 	fake := litellmtest.NewServer()
 	defer fake.Close()
 	runID := sandboxtest.RunID("abandoned-proxy")
-	const lifetime = 4 * time.Second
+	const lifetime = 10 * time.Second // room for a slow start under load
 	p, err := m.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct-fault", UserID: "u"}, Deadline: time.Now().Add(lifetime)})
 	if err != nil {
 		t.Fatal(err)

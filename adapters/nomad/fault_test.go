@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
@@ -176,6 +177,48 @@ func TestNodeLost(t *testing.T) {
 		jobs, _, err := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID})
 		if err != nil || len(jobs) == 0 {
 			t.Errorf("the lost run's job was purged while its sandbox still runs (%v)", err)
+		}
+	}
+}
+
+// TestWritablePathsCapped: the paths a Nomad sandbox can write are capped at the
+// run's tmpfs size or not writable at all: a sandbox writing 16 MiB into each stops
+// at the 8 MiB cap. The root of /alloc and /local are Nomad's own binds, which no
+// mount can cover (Docker refuses a second mount at the same point): a declared gap,
+// listed and checked to still be writable so that the day it closes this test says
+// so. About 8 s.
+func TestWritablePathsCapped(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const capMiB = 8
+	uncapped := map[string]bool{"/alloc": true, "/local": true} // see docs/nomad.md
+	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", "/local", "/secrets", "/tmp"}
+	spec := port.RunSpec{RunID: sandboxtest.RunID("fill"), Image: e.image, Argv: append([]string{"/agent", "fill", "16"}, dirs...),
+		Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
+	res, err := r.RunOnce(ctx, spec)
+	if err != nil {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if len(lines) != len(dirs) {
+		t.Fatalf("%q", res.Stdout)
+	}
+	for i, dir := range dirs {
+		var n int
+		if _, err := fmt.Sscanf(lines[i], dir+" filled %d MiB", &n); err != nil {
+			t.Fatalf("%s: %q", dir, lines[i])
+		}
+		t.Log(lines[i])
+		if uncapped[dir] {
+			if n <= capMiB {
+				t.Errorf("%s is capped now (%d MiB): update docs/nomad.md and this test", dir, n)
+			}
+			continue
+		}
+		if n > capMiB {
+			t.Errorf("%s took %d MiB, beyond the run's %d MiB cap", dir, n, capMiB)
 		}
 	}
 }

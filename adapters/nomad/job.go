@@ -189,6 +189,14 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// Docker gives even a container without a network the host's resolv.conf; an
 	// empty file replaces it (a template would slow every start down).
 	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
+	// Nomad mounts the allocation's shared directory at /alloc, writable and on the
+	// node's disk with no bound: its subdirectories the sandbox has no business with
+	// on the node are covered by capped tmpfs (the sidecar's socket reaches the
+	// sandbox by its own bind; the copied workspace lives in /alloc/data).
+	mounts = append(mounts, tmpfs("/alloc/tmp"), tmpfs("/alloc/logs"))
+	if !js.copyWorkspace {
+		mounts = append(mounts, tmpfs("/alloc/data"))
+	}
 	switch {
 	case js.copyWorkspace:
 		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))

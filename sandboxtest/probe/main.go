@@ -129,6 +129,10 @@ func main() {
 		serve(args[0])
 	case "stubborn":
 		stubborn()
+	case "fill":
+		for _, dir := range args[1:] {
+			fill(dir, atoi(args[0]))
+		}
 	case "chatter":
 		chatter(args[0], atoi(args[1]))
 	case "stream":
@@ -464,4 +468,24 @@ func chatter(progress string, n int) {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// fill writes 1 MiB chunks into a new file in dir until a write fails or max MiB are
+// written, then prints "DIR filled N MiB" and the error, if any.
+func fill(dir string, max int) {
+	f, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		fmt.Printf("%s filled 0 MiB: %v\n", dir, err)
+		return
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte("f"), 1<<20)
+	n := 0
+	for ; n < max; n++ {
+		if _, err := f.Write(chunk); err != nil {
+			fmt.Printf("%s filled %d MiB: %v\n", dir, n, err)
+			return
+		}
+	}
+	fmt.Printf("%s filled %d MiB\n", dir, n)
 }
