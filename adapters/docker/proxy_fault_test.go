@@ -21,7 +21,7 @@ import (
 // proxy: Start returns, and nothing of this process ever calls Stop. From then on the
 // key must be nowhere under the run's host directory, and the proxy must stop itself
 // at its deadline (no host code enforces it: only the bridge inside the container).
-// Sweep then leaves nothing of the owner. About 12 s.
+// Sweep then leaves nothing of the owner. About 8 s on a quiet machine.
 func TestProxyAbandonedByHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -29,14 +29,29 @@ func TestProxyAbandonedByHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := sandboxtest.RunID("proxyfault")
+	owner := sandboxtest.RunID("pf") // short: the socket path has a 108-byte limit
 	m, _, _, base := proxyEnv(t, owner, WithProxyBridge(bin))
 	cli, _ := dockerEnv(t)
 	fake := litellmtest.NewServer()
 	defer fake.Close()
-	runID := sandboxtest.RunID("abandoned-proxy")
-	const lifetime = 10 * time.Second // room for a slow start under load
-	p, err := m.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct-fault", UserID: "u"}, Deadline: time.Now().Add(lifetime)})
+	spec := func(runID string, deadline time.Time) port.ProxySpec {
+		return port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct-fault", UserID: "u"}, Deadline: deadline}
+	}
+	// The lifetime leaves room for a start as slow as one measured now (the machine
+	// may be loaded), so the proxy is up well before its deadline.
+	t0 := time.Now()
+	first, err := m.Start(ctx, spec(sandboxtest.RunID("measure"), time.Time{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startup := time.Since(t0)
+	if _, err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lifetime := 3*startup + 3*time.Second
+	runID := sandboxtest.RunID("abandon")
+	deadline := time.Now().Add(lifetime)
+	p, err := m.Start(ctx, spec(runID, deadline))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +80,7 @@ func TestProxyAbandonedByHost(t *testing.T) {
 	}
 
 	// Stopped by its own deadline (plus the bridge's grace), with no Stop.
-	end := time.Now().Add(lifetime + 20*time.Second)
+	end := deadline.Add(20 * time.Second)
 	for {
 		ins, err := cli.ContainerInspect(ctx, np.id, client.ContainerInspectOptions{})
 		if err != nil {
@@ -75,7 +90,7 @@ func TestProxyAbandonedByHost(t *testing.T) {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("the proxy still runs %v past its deadline with no host to stop it", time.Since(end.Add(-20*time.Second)))
+			t.Fatalf("the proxy still runs %v past its deadline with no host to stop it", time.Since(deadline))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
