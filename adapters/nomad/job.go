@@ -191,9 +191,13 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
 	// Nomad mounts the allocation's shared directory at /alloc, writable and on the
 	// node's disk with no bound: its subdirectories the sandbox has no business with
-	// on the node are covered by capped tmpfs (the sidecar's socket reaches the
-	// sandbox by its own bind; the copied workspace lives in /alloc/data).
-	mounts = append(mounts, tmpfs("/alloc/tmp"), tmpfs("/alloc/logs"))
+	// on the node are covered by capped tmpfs. With a sidecar, /alloc/tmp is the
+	// proxy's socket directory, which the sandbox cannot write (and sees as Nomad
+	// mounts it); the copied workspace lives in /alloc/data.
+	mounts = append(mounts, tmpfs("/alloc/logs"))
+	if !js.proxy {
+		mounts = append(mounts, tmpfs("/alloc/tmp"))
+	}
 	if !js.copyWorkspace {
 		mounts = append(mounts, tmpfs("/alloc/data"))
 	}
