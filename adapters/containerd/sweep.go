@@ -43,6 +43,9 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
 	}
 
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
+	}
 	cs, err := r.cli.Containers(ctx, filter)
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))

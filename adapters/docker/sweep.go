@@ -45,6 +45,9 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
 	}
 
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
+	}
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))

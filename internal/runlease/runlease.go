@@ -155,3 +155,26 @@ func startTime(pid int) string {
 	}
 	return f[19]
 }
+
+// Prune removes owner's leases under root that are no longer held (their holder died
+// or stopped refreshing them), and returns how many. A sweeper calls it so that hosts
+// killed mid-run leave no lease files behind.
+func Prune(root, owner string) int {
+	dir, err := path(root, owner, "x")
+	if err != nil {
+		return 0
+	}
+	ents, err := os.ReadDir(filepath.Dir(dir))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Type().IsRegular() && !Held(root, owner, e.Name()) {
+			if os.Remove(filepath.Join(root, owner, e.Name())) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}

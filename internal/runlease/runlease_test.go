@@ -55,3 +55,25 @@ func TestBadNames(t *testing.T) {
 		}
 	}
 }
+
+func TestPrune(t *testing.T) {
+	root := t.TempDir()
+	live, err := Hold(root, "owner", "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Release()
+	p := filepath.Join(root, "owner", "dead")
+	if err := os.WriteFile(p, []byte("999999999 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n := Prune(root, "owner"); n != 1 {
+		t.Errorf("Prune removed %d, want the dead holder's lease only", n)
+	}
+	if !Held(root, "owner", "live") {
+		t.Error("Prune removed a held lease")
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("the dead holder's lease is still there: %v", err)
+	}
+}
