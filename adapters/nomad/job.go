@@ -110,7 +110,7 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		// own answer to a partitioned node); a client that died cannot, and the
 		// bridge's deadline inside ends the sandbox then.
 		StopAfterClientDisconnect: ptr(StopAfterClientDisconnect),
-		Meta:             js.meta,
+		Meta:                      js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.
 	disk := 10 + agentLogFiles*agentLogFileMB(spec)

@@ -31,8 +31,8 @@
 package main
 
 import (
-	"encoding/base64"
 	"archive/tar"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
