@@ -326,6 +326,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 
 	var runErr error
 	if s.llm != nil {
+		// The proxy ends itself a grace after the sandbox's own deadline, should this
+		// process die before stopping it.
+		pspec.Deadline = time.Now().Add(spec.WithDefaults().Limits.Timeout + proxyDeadlineGrace)
 		if runErr, err = s.runWithProxy(ctx, spec, pspec, res, log); err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
 		}
@@ -577,3 +580,7 @@ func withRuntime(a *port.Attestation, runner port.SandboxRunner) *port.Attestati
 	}
 	return &c
 }
+
+// proxyDeadlineGrace is how long a run's proxy outlives the run's time limit when
+// the host never stops it (see port.ProxySpec.Deadline).
+const proxyDeadlineGrace = time.Minute

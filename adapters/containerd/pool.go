@@ -416,14 +416,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		}
 	}
 	r.phase("start")
-	collect := func() {
-		done := make(chan struct{})
-		go func() { s.task.IO().Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			log.Warn("output streams did not end after exit")
-		}
+	collect := func(until time.Time) {
+		waitIO(s.task.IO(), until, log)
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
 	}
@@ -431,7 +425,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	case st := <-s.statusC:
 		s.exited.Store(true)
 		r.phase("exit")
-		collect()
+		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
 		if code, cause := slotExitResult(ctx, s, st, res, stderr, spec, log); code != "" {
@@ -440,10 +434,13 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		return res, nil
 	case <-runCtx.Done():
 		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
-		if r.killAndWait(ctx, s.task, s.statusC, log) {
+		until, ok := r.stopAfterDeadline(ctx, s.task, s.statusC, log)
+		if ok {
 			s.exited.Store(true)
+		} else {
+			cause = r.unconfirmed(cause)
 		}
-		collect()
+		collect(until)
 		return fail(port.CodeTimeout, cause)
 	}
 }

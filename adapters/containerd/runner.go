@@ -34,6 +34,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -199,9 +200,16 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		defer r.watchOOM(id, oom.event)()
 	}
 
+	// The run's lease, held while this process runs it: another process's Sweep
+	// leaves the run alone while it is refreshed (released once the removal is done).
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
 	r.phase("image")
 	container, err := r.create(ctx, id, spec, img, lbls)
 	if err != nil {
+		lease.Release()
 		if errors.Is(err, port.ErrUnavailable) {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
@@ -215,7 +223,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		task   client.Task
 		exited atomic.Bool // its exit was seen: delete it without a kill
 	)
-	defer r.removeLater(container, spec.RunID, &task, &exited)
+	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
 	log.Debug("container created")
 
 	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
@@ -226,7 +234,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
 	r.phase("task")
-	collect := func() { collectOutput(task, res, stdout, stderr, log) }
+	collect := func(until time.Time) { collectOutput(task, until, res, stdout, stderr, log) }
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
@@ -248,28 +256,34 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		exited.Store(true)
 		mem.Sample()
 		r.phase("exit")
-		collect()
+		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
 		if code, cause := r.exitResult(ctx, task, st, res, stderr, oom, spec, log); code != "" {
 			return fail(code, cause)
+		}
+		if res.ExitCode == 137 && r.removedUnderUs(ctx, container) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the task was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
 		}
 		return res, nil
 	case <-runCtx.Done():
 		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-		if r.killAndWait(ctx, task, statusC, log) {
+		until, ok := r.stopAfterDeadline(ctx, task, statusC, log)
+		if ok {
 			exited.Store(true)
+		} else {
+			cause = r.unconfirmed(cause)
 		}
-		collect()
+		collect(until)
 		return fail(port.CodeTimeout, cause)
 	}
 }
 
 // removeLater removes the run's task (as *task holds it when called) and
 // container in the background.
-func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool) {
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool, lease *runlease.Lease) {
 	r.cleanup.Go(func() {
 		gone := *task == nil
 		if *task != nil {
@@ -278,6 +292,7 @@ func (r *Runner) removeLater(container client.Container, runID string, task *cli
 			gone = r.deleteTask(*task, runID, stateOf(exited.Load()))
 		}
 		r.remove(container, runID, gone)
+		lease.Release() // the run is gone: another process's Sweep may have what is left
 	})
 }
 
@@ -316,16 +331,10 @@ func (r *Runner) exitResult(ctx context.Context, task client.Task, st client.Exi
 	return "", nil
 }
 
-// collectOutput waits (bounded) for the task's streams to end and puts what they
-// captured into res.
-func collectOutput(task client.Task, res *port.RunResult, stdout, stderr *capture.Buffer, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() { task.IO().Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		log.Warn("output streams did not end after exit")
-	}
+// collectOutput waits (until the given time) for the task's streams to end and puts
+// what they captured into res.
+func collectOutput(task client.Task, until time.Time, res *port.RunResult, stdout, stderr *capture.Buffer, log *slog.Logger) {
+	waitIO(task.IO(), until, log)
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
 	// The task's cgroup counter below is the truth; the bridge's notice is removed.
@@ -350,21 +359,61 @@ func (r *Runner) oomCounted(ctx context.Context, task client.Task, oomSeen <-cha
 	return n > 0
 }
 
-// killAndWait kills the task's processes and waits (bounded, with a fresh
-// context) for its exit; it reports whether the exit was seen.
-func (r *Runner) killAndWait(ctx context.Context, task client.Task, statusC <-chan client.ExitStatus, log *slog.Logger) bool {
-	kctx, kcancel := r.cleanupCtx(ctx)
-	defer kcancel()
+// ioGrace bounds the wait for a task's output to end after its exit was seen.
+const ioGrace = 5 * time.Second
+
+// waitIO waits for a task's output streams to end, until the given time.
+func waitIO(io cio.IO, until time.Time, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { io.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn("output streams did not end in time; keeping what arrived")
+	}
+}
+
+// stopAfterDeadline kills a task that ran out of time and waits for its exit, both
+// within the kill grace counted from now, so that a shim that does not answer
+// (stopped, wedged) cannot hold the caller past it. It returns the end of the grace,
+// by which the wait for the output ends too, and whether the exit was seen. What a
+// kill left unconfirmed is removed in the background (the run's deferred removal)
+// and, failing that, by Sweep.
+func (r *Runner) stopAfterDeadline(ctx context.Context, task client.Task, statusC <-chan client.ExitStatus, log *slog.Logger) (time.Time, bool) {
+	until := time.Now().Add(r.cfg.killGrace)
+	kctx, cancel := context.WithDeadline(r.ns(context.WithoutCancel(ctx)), until)
+	defer cancel()
 	if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 		log.Warn("kill failed", logattr.Err, err)
 	}
 	select {
 	case <-statusC:
-		return true
+		return until, true
 	case <-kctx.Done():
-		log.Warn("task did not exit after kill")
-		return false
+		log.Warn("the task's exit was not seen within the kill grace; its removal goes on in the background", "grace", r.cfg.killGrace)
+		return until, false
 	}
+}
+
+// unconfirmed says in a timed-out run's error that its kill was not confirmed.
+func (r *Runner) unconfirmed(cause error) error {
+	return fmt.Errorf("%w (its kill was not confirmed within the %v kill grace: the task's shim did not answer; its removal goes on in the background, and Sweep removes what it leaves)", cause, r.cfg.killGrace)
+}
+
+// removedUnderUs reports whether someone else deleted the run's task or container
+// (this process deletes them only after the result is in). A remover deletes the task
+// right after the kill that ended it, so this looks for a short while.
+func (r *Runner) removedUnderUs(ctx context.Context, c client.Container) bool {
+	ctx = r.ns(context.WithoutCancel(ctx))
+	for i := 0; i < 10; i++ {
+		if _, err := c.Task(ctx, nil); errdefs.IsNotFound(err) {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 func (r *Runner) check(spec port.RunSpec) error {

@@ -113,7 +113,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 			_ = sessionkit.RemoveDir(root, dir)
 		}
 	}()
-	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose))
+	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
 	if err != nil {
 		c = nil
 		if errors.Is(err, port.ErrUnavailable) {
@@ -156,11 +156,13 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 }
 
 // withExpose mounts the session's expose directory and has the bridge expose the
-// ports there. It runs after the lockdown options, which put the bridge first.
-func withExpose(dir string, ports []int) oci.SpecOpts {
+// ports there, and relay the agent's output so that it never blocks on it with no
+// host attached (the shim stops reading its FIFOs then). It runs after the lockdown
+// options, which put the bridge first.
+func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: sessionkit.ExposeTarget, Type: "bind", Source: sessionkit.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, sessionkit.BridgeFlags(ports))
+		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, append(sessionkit.BridgeFlags(ports), sessionkit.OutputFlags(logLimit)...))
 		return nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -34,9 +35,13 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	cutoff := time.Now().Add(-opts.OlderThan)
 	old := func(lbls map[string]string) bool {
 		// By creation time, or a session's last heartbeat.
-		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff)
+		// A run whose host still refreshes its lease is live, whatever its age.
+		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
 	}
 
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
+	}
 	cs, err := r.cli.Containers(ctx, filter)
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))

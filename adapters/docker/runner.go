@@ -20,6 +20,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -106,9 +107,21 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
+	// The run's lease, held while this process runs it: another process's Sweep
+	// leaves the run alone while it is refreshed (released once the removal is done).
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
+	created := false
+	defer func() {
+		if !created {
+			lease.Release()
+		}
+	}()
 	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
 	})
 	if err != nil {
@@ -118,12 +131,16 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	id := created.ID
+	id := made.ID
+	created = true
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container;
 	// in the background after the result is in (bounded; the container stays labelled
 	// for Sweep until it is gone).
-	defer r.cleanup.Go(func() { r.remove(context.WithoutCancel(ctx), id, spec.RunID) })
+	defer r.cleanup.Go(func() {
+		r.remove(context.WithoutCancel(ctx), id, spec.RunID)
+		lease.Release()
+	})
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
 	log.Debug("container created")
 
@@ -164,6 +181,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return res, nil
 	case err := <-wait.Error:
 		collect()
+		if r.removedUnderUs(ctx, id) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on: %w", port.ErrRemoved, classify(err)))
+		}
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	case <-runCtx.Done():
 		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
@@ -209,6 +229,9 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 	if status != 137 {
 		return "", nil
 	}
+	if r.removedUnderUs(ctx, id) {
+		return port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, status)
+	}
 	var oom bool
 	if r.cfg.bridgePath != "" {
 		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
@@ -228,6 +251,19 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
 	}
 	return "", nil
+}
+
+// removedUnderUs reports whether someone else removed (or is removing) the run's
+// container: this process removes it only after the result is in.
+func (r *Runner) removedUnderUs(ctx context.Context, id string) bool {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ins, err := r.cfg.api.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return errors.Is(classify(err), port.ErrNotFound)
+	}
+	st := ins.Container.State
+	return st != nil && (st.Status == "removing" || st.Dead)
 }
 
 // check validates spec against the host: the fields, and that bind sources exist.

@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -35,9 +36,13 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 	old := func(lbls map[string]string) bool {
 		// By creation time, or a session's last heartbeat; a resource with our owner
 		// label but no readable time is ours and broken: sweep it.
-		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff)
+		// A run whose host still refreshes its lease is live, whatever its age.
+		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
 	}
 
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
+	}
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -105,7 +106,11 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		// A sandbox runs once: no restart, no reschedule on another node.
 		RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
 		ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
-		Meta:             js.meta,
+		// A client that loses the servers stops the sandbox itself after this (Nomad's
+		// own answer to a partitioned node); a client that died cannot, and the
+		// bridge's deadline inside ends the sandbox then.
+		StopAfterClientDisconnect: ptr(StopAfterClientDisconnect),
+		Meta:                      js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.
 	disk := 10 + agentLogFiles*agentLogFileMB(spec)
@@ -125,10 +130,14 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 	return job
 }
 
+// interpolated reports whether Nomad would interpolate part of a value: it expands
+// ${...} in a task's environment (and in the driver's configuration).
+func interpolated(v string) bool { return strings.Contains(v, "${") }
+
 func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// One rule on every runner: the library's own variables win (port.RunSpec.SandboxEnv).
 	env := spec.SandboxEnv()
-	entrypoint := r.agentEntrypoint(spec, js, env)
+	entrypoint, env := r.agentEntrypoint(spec, js, env)
 	mounts := r.agentMounts(spec, js)
 	labels := map[string]string{}
 	for k, v := range js.meta {
@@ -186,16 +195,31 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 
 // agentEntrypoint is the agent task's command: the init (keeping env's names,
 // capturing the output), the bridge's prefix, then the run's argv.
-func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) []string {
+func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) ([]string, map[string]string) {
 	llm := spec.LLM != nil
 	var entrypoint []string
 	if r.cfg.initPath != "" {
 		names := make([]string, 0, len(env))
-		for k := range env {
+		var encoded []string
+		for k, v := range env {
 			names = append(names, k)
+			if interpolated(v) {
+				// Nomad would expand ${...} in the value: it travels base64-encoded
+				// and the init decodes it, so the agent gets it verbatim.
+				encoded = append(encoded, k)
+			}
 		}
 		sort.Strings(names)
-		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
+		sort.Strings(encoded)
+		entrypoint = append(entrypoint, initTarget)
+		if len(encoded) > 0 {
+			env = maps.Clone(env)
+			for _, k := range encoded {
+				env[k] = base64.StdEncoding.EncodeToString([]byte(env[k]))
+			}
+			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
+		}
+		entrypoint = append(entrypoint, "-keep", strings.Join(names, ","),
 			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
 		if llm {
 			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
@@ -210,7 +234,7 @@ func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]s
 		}
 		entrypoint = append(entrypoint, prefix...)
 	}
-	return append(entrypoint, spec.Argv...)
+	return append(entrypoint, spec.Argv...), env
 }
 
 // agentMounts is what the agent task mounts: tmpfs /tmp and /run, an empty
@@ -230,6 +254,18 @@ func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
 	// Docker gives even a container without a network the host's resolv.conf; an
 	// empty file replaces it (a template would slow every start down).
 	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
+	// Nomad mounts the allocation's shared directory at /alloc, writable and on the
+	// node's disk with no bound: its subdirectories the sandbox has no business with
+	// on the node are covered by capped tmpfs. With a sidecar, /alloc/tmp is the
+	// proxy's socket directory, which the sandbox cannot write (and sees as Nomad
+	// mounts it); the copied workspace lives in /alloc/data.
+	mounts = append(mounts, tmpfs("/alloc/logs"))
+	if !js.proxy {
+		mounts = append(mounts, tmpfs("/alloc/tmp"))
+	}
+	if !js.copyWorkspace {
+		mounts = append(mounts, tmpfs("/alloc/data"))
+	}
 	switch {
 	case js.copyWorkspace:
 		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))

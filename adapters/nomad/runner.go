@@ -156,6 +156,12 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	}
 	tFinished = time.Now()
 	timedOut := false
+	if errors.Is(err, ErrNodeLost) {
+		// Nothing on that node answers: no kill, no output but what live writers had
+		// (the deferred cleanup stops the job and keeps it for Nomad to reconcile).
+		alloc = nil
+		return fail(port.CodeInternal, err)
+	}
 	if err != nil {
 		if runCtx.Err() == nil {
 			if errors.Is(err, errNotPlaced) {
@@ -263,6 +269,18 @@ func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
 	if n := spec.Limits.NanoCPUs; n > 0 && n%1e9 != 0 {
 		return nil, fmt.Errorf("%w: nomad: a CPU limit of %v cores; only whole cores can be reserved", port.ErrUnsupported, float64(n)/1e9)
 	}
+	// Nomad expands ${...} in a task's environment and driver configuration: a value
+	// must reach the agent verbatim or be refused, never changed silently.
+	for k, v := range spec.Env {
+		if interpolated(v) && r.cfg.initPath == "" {
+			return nil, fmt.Errorf("%w: nomad: the value of %s contains ${, which Nomad would interpolate; WithInit passes such values verbatim", port.ErrUnsupported, k)
+		}
+	}
+	for _, a := range spec.Argv {
+		if interpolated(a) {
+			return nil, fmt.Errorf("%w: nomad: an argument contains ${, which Nomad would interpolate; pass it in the environment (with WithInit)", port.ErrUnsupported)
+		}
+	}
 	if len(spec.Argv) == 0 && (r.cfg.bridgePath != "" || r.cfg.initPath != "") {
 		return nil, port.Invalidf("argv is empty: on Nomad the image's own command is not known to the host, so give the argv")
 	}
@@ -343,6 +361,9 @@ func (r *Runner) finished(ctx context.Context, allocID string) (*api.Allocation,
 			return nil, fmt.Errorf("allocation %s: %w", allocID, classify(err))
 		}
 		idx = meta.LastIndex
+		if lostStatus(a.ClientStatus) {
+			return a, fmt.Errorf("%w: allocation %s on node %s is %s", ErrNodeLost, a.ID, a.NodeName, a.ClientStatus)
+		}
 		if a.ClientTerminalStatus() {
 			return a, nil
 		}
@@ -457,12 +478,34 @@ func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, 
 	if alloc != nil {
 		allocs[alloc.ID] = alloc
 	}
+	var lost []string
+	if alloc != nil && lostStatus(alloc.ClientStatus) {
+		lost = append(lost, alloc.ID+" on node "+alloc.NodeName)
+	}
 	if stubs, _, err := r.api.Jobs().Allocations(job, true, (&api.QueryOptions{}).WithContext(ctx)); err == nil {
 		for _, s := range stubs {
 			if allocs[s.ID] == nil {
 				allocs[s.ID] = &api.Allocation{ID: s.ID, NodeID: s.NodeID}
 			}
+			if lostStatus(s.ClientStatus) && (alloc == nil || s.ID != alloc.ID) {
+				lost = append(lost, s.ID+" on node "+s.NodeName)
+			}
 		}
+	}
+	if len(lost) > 0 {
+		// Its sandbox may still run on a node the servers cannot reach: purging the
+		// job would hide it. Stopped, the job stays: Nomad stops the sandbox when the
+		// node comes back, and a later Sweep purges the job then.
+		if _, _, err := r.api.Jobs().Deregister(job, false, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+			return fmt.Errorf("stop job %s: %w", job, err)
+		}
+		// The key goes now: the lost node's sidecar has it already rendered.
+		if proxy {
+			if _, err := r.api.Variables().Delete(variablePath(job), (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+				return fmt.Errorf("delete proxy variable of %s: %w", job, err)
+			}
+		}
+		return fmt.Errorf("%w: job %s kept (stopped) for a later Sweep: allocation %s", ErrNodeLost, job, strings.Join(lost, ", "))
 	}
 	if _, _, err := r.api.Jobs().Deregister(job, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("purge job %s: %w", job, err))
