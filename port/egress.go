@@ -105,6 +105,7 @@ const (
 	GuardPlaceholder = "placeholder" // unresolved or refused placeholder
 	GuardBytes       = "bytes"       // a byte cap was reached
 	GuardAmbiguous   = "ambiguous"   // two providers match
+	GuardEncoding    = "encoding"    // a response the reflection guard cannot read (compressed)
 )
 
 // EgressDenial is the proxy's refusal of one egress request. The agent receives it as
@@ -145,6 +146,29 @@ type EgressRecord struct {
 	// Reflected counts credential values the reflection guard replaced in the response.
 	Reflected int    `json:"reflected,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// Credentials are the placeholder names the proxy resolved into the request
+	// (names only, never values). A record with credentials is never summarised away.
+	Credentials []string `json:"credentials,omitempty"`
+}
+
+// EgressSummary says how much of a run's egress audit was kept. Every record reaches
+// EgressPolicy.OnAudit; what a run returns is bounded: every request that carried a
+// credential, the forwarded requests (up to 100,000), the first 1,000 and the most
+// recent 4,000 of the rest. Summarised counts, per guard ("forwarded" for requests
+// that were forwarded), the records that were not kept.
+type EgressSummary struct {
+	// Records is how many records were written (and delivered live).
+	Records int `json:"records"`
+	// Kept is how many are returned.
+	Kept int `json:"kept"`
+	// Summarised counts the records not kept, by guard.
+	Summarised map[string]int `json:"summarised,omitempty"`
+}
+
+// EgressSummarizer is implemented by proxies whose egress audit is bounded: what was
+// kept and what was summarised (also after Stop).
+type EgressSummarizer interface {
+	EgressSummary() EgressSummary
 }
 
 // EgressAuditor is implemented by proxies that serve egress: the records of every

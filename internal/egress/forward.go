@@ -217,6 +217,9 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		p.deny(w, rec, d)
 		return
 	}
+	if len(vals) > 0 {
+		rec.Credentials = names
+	}
 	for k, vs := range h {
 		for i, v := range vs {
 			vs[i] = Substitute(v, vals, nil)

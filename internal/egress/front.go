@@ -136,3 +136,7 @@ func (f *Front) Proxy() *Proxy { return f.px }
 
 // Audit returns the run's egress records so far, also after Stop.
 func (f *Front) Audit() []port.EgressRecord { return f.px.Audit() }
+
+// Summary says how many records the run's egress audit wrote and which were
+// summarised away, also after Stop.
+func (f *Front) Summary() port.EgressSummary { return f.px.Summary() }
