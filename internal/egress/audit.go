@@ -31,13 +31,13 @@ type seqRecord struct {
 // auditLog keeps a run's egress records under the rules above. Not safe for
 // concurrent use: the proxy holds its lock.
 type auditLog struct {
-	seq            uint64
-	kept           []seqRecord // always-kept, in order
-	ring           []seqRecord // most recent of the rest
-	next           int         // the ring's oldest slot once full
-	firstRefused   int
-	keptForwarded  int
-	summarised     map[string]int
+	seq           uint64
+	kept          []seqRecord // always-kept, in order
+	ring          []seqRecord // most recent of the rest
+	next          int         // the ring's oldest slot once full
+	firstRefused  int
+	keptForwarded int
+	summarised    map[string]int
 }
 
 func (a *auditLog) add(rec port.EgressRecord) {

@@ -122,8 +122,8 @@ func TestParserRefusalsAudited(t *testing.T) {
 		return string(b)
 	}
 	for _, req := range []string{
-		"GET http://api.test/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",              // duplicate Host
-		"GET http://ａｐｉ.test/ HTTP/1.1\r\nHost: ａｐｉ.test\r\n\r\n",                  // fullwidth host
+		"GET http://api.test/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",                // duplicate Host
+		"GET http://ａｐｉ.test/ HTTP/1.1\r\nHost: ａｐｉ.test\r\n\r\n",                    // fullwidth host
 		"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\nX-{{a}}: 1\r\n\r\n",      // brace in a header name
 		"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\nX-A: 1\r\n" + "\x00\r\n", // garbage
 	} {
