@@ -3,6 +3,8 @@ package port
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -73,9 +75,36 @@ type EgressProvider struct {
 	// Credentials are the placeholder names ({{name}}) the proxy may resolve for
 	// this provider through the policy's CredentialSource.
 	Credentials []string
+	// Placements says where each credential's placeholder may be substituted, by
+	// credential name. A credential without an entry goes only into the headers
+	// DefaultCredentialHeaders names; a placeholder anywhere else is refused (guard
+	// "placeholder"), so an API that stores what it receives cannot be made to keep
+	// the raw value where a later request reads it back.
+	Placements map[string]CredentialPlacement `json:",omitempty"`
 	// TunnelOnly makes HTTPS to this provider a plain CONNECT tunnel: no TLS
 	// termination, no placeholders, no path check (only scheme, host and port).
 	TunnelOnly bool
+}
+
+// DefaultCredentialHeaders are where a credential may be substituted when its
+// provider gives it no CredentialPlacement.
+var DefaultCredentialHeaders = []string{"Authorization"}
+
+// CredentialPlacement is where the egress proxy may substitute one credential.
+// Path, query and body are opt-in: an allowlisted API that stores what it receives
+// there (a resource named after its path, a note, an issue comment) hands the raw
+// value back to any later request that reads it, and the reflection guard only
+// redacts responses to requests that carried the credential.
+type CredentialPlacement struct {
+	// Headers are the request headers (case-insensitive) whose values may carry it;
+	// empty means DefaultCredentialHeaders.
+	Headers []string `json:",omitempty"`
+	// Path and Query allow the URL's path and query string.
+	Path  bool `json:",omitempty"`
+	Query bool `json:",omitempty"`
+	// Body allows the request body (the request must also ask for body
+	// substitution with X-Substitute-Body: true).
+	Body bool `json:",omitempty"`
 }
 
 // CredentialSource gives the egress proxy credential values on demand. It is called
@@ -215,11 +244,35 @@ func (p *EgressPolicy) Validate() error {
 		if len(pr.Credentials) > 0 && p.Credentials == nil {
 			return Invalidf("egress: provider %q names credentials but the policy has no CredentialSource", pr.ID)
 		}
+		for name, pl := range pr.Placements {
+			if !slices.Contains(pr.Credentials, name) {
+				return Invalidf("egress: provider %q: placement for %q, which is not one of its credentials", pr.ID, name)
+			}
+			for _, h := range pl.Headers {
+				if !validHeaderName(h) {
+					return Invalidf("egress: provider %q: credential %q: %q is not a header name", pr.ID, name, h)
+				}
+			}
+		}
 		if pr.TunnelOnly && len(pr.Credentials) > 0 {
 			return Invalidf("egress: provider %q is tunnel-only: the proxy cannot inject its credentials", pr.ID)
 		}
 	}
 	return nil
+}
+
+// validHeaderName reports an RFC 9110 token (a header field name).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func validEgressID(s string) bool {

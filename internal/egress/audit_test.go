@@ -185,3 +185,51 @@ func TestParserRefusalsAudited(t *testing.T) {
 		t.Fatalf("parse %d mitm %d tls %d empty %d: %+v", parse, mitm, tls, empty, recs)
 	}
 }
+
+// TestPlacementDefault: a credential without a placement goes into Authorization
+// only; in the path, the query, another header or the body it is refused with the
+// placeholder guard, before any value is fetched, and nothing reaches the upstream.
+func TestPlacementDefault(t *testing.T) {
+	h := newHarness(t, nil)
+	do := func(method, path string, hdr map[string]string, body string) (*http.Response, string) {
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, _ := http.NewRequest(method, h.url("echo.test", path), rd)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := h.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, readAll(t, resp)
+	}
+	for name, tc := range map[string]struct {
+		method, path string
+		hdr          map[string]string
+		body         string
+	}{
+		"path":   {"PUT", "/store/{{token}}", nil, ""},
+		"query":  {"GET", "/store?x={{token}}", nil, ""},
+		"header": {"GET", "/store", map[string]string{"X-Note": "{{token}}"}, ""},
+		"cookie": {"GET", "/store", map[string]string{"Cookie": "s={{token}}"}, ""},
+		"body":   {"POST", "/store", map[string]string{"X-Substitute-Body": "true"}, `{"note":"{{token}}"}`},
+	} {
+		resp, body := do(tc.method, tc.path, tc.hdr, tc.body)
+		if resp.StatusCode != 400 || resp.Header.Get("X-Egress-Guard") != port.GuardPlaceholder || !strings.Contains(body, "may not be placed") {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, body)
+		}
+	}
+	h.mu.Lock()
+	calls := h.credCall
+	h.mu.Unlock()
+	if calls != 0 || len(h.up.Seen()) != 0 {
+		t.Fatalf("credential fetched %d times, upstream saw %d", calls, len(h.up.Seen()))
+	}
+	resp, body := do("GET", "/ok", map[string]string{"Authorization": "Bearer {{token}}"}, "")
+	if resp.StatusCode != 200 || len(h.up.Seen()) != 1 || h.up.Seen()[0].Header.Get("Authorization") != "Bearer "+canary {
+		t.Fatalf("Authorization: %d %s", resp.StatusCode, body)
+	}
+}

@@ -172,15 +172,35 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	h := r.Header.Clone()
 	cleanRequestHeaders(h)
 	escPath, rawQuery := unbrace.Replace(t.escPath), unbrace.Replace(t.rawQuery)
-	names := Placeholders(escPath + "\n" + rawQuery)
-	for _, vs := range h {
-		for _, v := range vs {
-			for _, n := range Placeholders(v) {
-				if !contains(names, n) {
-					names = append(names, n)
-				}
+	// Each credential goes only where its placement allows: a placeholder anywhere
+	// else is refused before any value is fetched.
+	var names []string
+	place := func(found []string, where string, ok func(*placement) bool) *port.EgressDenial {
+		for _, n := range found {
+			if pr.creds[n] && !ok(pr.place(n)) {
+				return &port.EgressDenial{Status: 400, Guard: port.GuardPlaceholder, Target: t.host,
+					Message: "placeholder {{" + n + "}} may not be placed in " + where + " (see the credential's placement in the policy)"}
+			}
+			if !contains(names, n) {
+				names = append(names, n)
 			}
 		}
+		return nil
+	}
+	d = place(Placeholders(escPath), "the path", func(pl *placement) bool { return pl.path })
+	if d == nil {
+		d = place(Placeholders(rawQuery), "the query", func(pl *placement) bool { return pl.query })
+	}
+	for k, vs := range h {
+		for _, v := range vs {
+			if d == nil {
+				d = place(Placeholders(v), "the header "+clip(k, 64), func(pl *placement) bool { return pl.headers[k] })
+			}
+		}
+	}
+	if d != nil {
+		p.deny(w, rec, d)
+		return
 	}
 	// Body substitution is opt-in, on every way in (the endpoint reads the header
 	// before this; curl can send it through the forward proxy too).
@@ -197,10 +217,9 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"})
 			return
 		}
-		for _, n := range Placeholders(string(body)) {
-			if !contains(names, n) {
-				names = append(names, n)
-			}
+		if d := place(Placeholders(string(body)), "the body", func(pl *placement) bool { return pl.body }); d != nil {
+			p.deny(w, rec, d)
+			return
 		}
 	}
 	// A provider with credentials gets them only through placeholders: credential

@@ -62,7 +62,8 @@ func newHarness(t testing.TB, mod func(*port.EgressPolicy)) *harness {
 	})
 	pol := &port.EgressPolicy{
 		Providers: []port.EgressProvider{
-			{ID: "api", URIs: []string{"https://api.test:" + up + "/v1/", "http://plain.test:" + h.plain.Port() + "/"}, Credentials: []string{"token", "crlf", "missing"}},
+			{ID: "api", URIs: []string{"https://api.test:" + up + "/v1/", "http://plain.test:" + h.plain.Port() + "/"}, Credentials: []string{"token", "crlf", "missing"},
+				Placements: map[string]port.CredentialPlacement{"token": {Headers: []string{"authorization", "X-Api-Key", "X-Key"}, Path: true, Query: true, Body: true}}},
 			{ID: "echo", URIs: []string{"https://echo.test:" + up + "/"}, Credentials: []string{"token"}},
 			{ID: "other", URIs: []string{"https://other.test:" + up + "/"}},
 			{ID: "tunnel", URIs: []string{"https://tunnel.test:" + up}, TunnelOnly: true},
