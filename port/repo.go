@@ -137,7 +137,11 @@ type PushResult struct {
 type PushError struct {
 	Branch string // the remote branch the push was for
 	Bundle string // the export's artefact, still on disk
-	Err    error  // wraps ErrPermissionDenied, ErrConflict, ErrUnavailable or ErrInternal
+	Err    error  // wraps ErrPermissionDenied, ErrConflict, ErrUnavailable, ErrNotFound, ErrRejected or ErrInternal
+	// Status is the HTTP status the remote refused the push with (0 when it did not
+	// answer with one): 401/403 wrap ErrPermissionDenied, 404 ErrNotFound, 409
+	// ErrConflict, 5xx ErrUnavailable, any other 4xx ErrRejected.
+	Status int
 }
 
 // Error implements error. It never contains a credential.
