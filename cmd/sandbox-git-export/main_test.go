@@ -121,7 +121,10 @@ func TestExportRefusesFIFOs(t *testing.T) {
 	lim := limits{file: 1 << 20, total: 1 << 20}
 	for name, place := range map[string]func(dir, tip string) string{
 		"packed-refs": func(dir, _ string) string { return "packed-refs" },
-		"loose ref":   func(dir, _ string) string { os.Remove(filepath.Join(dir, ".git/refs/heads/main")); return "refs/heads/main" },
+		"loose ref": func(dir, _ string) string {
+			os.Remove(filepath.Join(dir, ".git/refs/heads/main"))
+			return "refs/heads/main"
+		},
 		"object": func(dir, tip string) string {
 			p := "objects/" + tip[:2] + "/" + tip[2:]
 			os.Remove(filepath.Join(dir, ".git", p))
