@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"io"
 	"net"
@@ -301,20 +303,34 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		return
 	}
 	defer resp.Body.Close()
+	var src io.Reader = resp.Body
+	if red != nil {
+		// The request asked for an identity response; an upstream that compresses
+		// anyway is decoded for the reflection guard, or refused when it cannot be.
+		dec, err := decodeBody(resp)
+		if err != nil {
+			rec.ReqBytes, _ = cnt.state()
+			p.deny(w, rec, &port.EgressDenial{Status: http.StatusBadGateway, Guard: port.GuardEncoding, Target: t.host, Message: err.Error()})
+			return
+		}
+		src = &redactReader{r: dec, red: red}
+	}
 	rec.Status = resp.StatusCode
 	wh := w.Header()
 	for k, vs := range resp.Header {
+		if red.Name(k) {
+			continue // a value spelled in a header's name: the header is dropped
+		}
 		for _, v := range vs {
-			wh.Add(k, red.String(v))
+			wh.Add(k, red.Header(v))
 		}
 	}
 	for _, k := range droppedRespHeaders {
 		wh.Del(k)
 	}
-	var src io.Reader = resp.Body
 	if red != nil {
 		wh.Del("Content-Length")
-		src = &redactReader{r: resp.Body, red: red}
+		wh.Del("Content-Encoding")
 	}
 	defer func() {
 		// The transport may still be sending the body when the answer arrives.
@@ -437,4 +453,30 @@ func (rr *redactReader) Read(b []byte) (int, error) {
 	n := copy(b, rr.out)
 	rr.out = rr.out[n:]
 	return n, nil
+}
+
+// decodeBody returns resp's body without its content coding: gzip and deflate are
+// decoded; any other coding is an error (the reflection guard cannot read it).
+func decodeBody(resp *http.Response) (io.Reader, error) {
+	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if len(resp.Header.Values("Content-Encoding")) > 1 || strings.Contains(ce, ",") {
+		return nil, errors.New("the upstream sent a response with several content codings, which the reflection guard cannot read")
+	}
+	switch ce {
+	case "", "identity":
+		return resp.Body, nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, errors.New("the upstream sent a gzip response that does not decode")
+		}
+		return zr, nil
+	case "deflate":
+		zr, err := zlib.NewReader(resp.Body)
+		if err != nil {
+			return nil, errors.New("the upstream sent a deflate response that does not decode")
+		}
+		return zr, nil
+	}
+	return nil, errors.New("the upstream sent a " + clip(ce, 32) + "-coded response, which the reflection guard cannot read")
 }
