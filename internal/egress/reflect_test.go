@@ -28,15 +28,17 @@ func spellings(s string) map[string]string {
 	}
 	html := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#39;")
 	return map[string]string{
-		"lower %xx":       each(func(c byte) string { return fmt.Sprintf("%%%02x", c) }),
-		"upper %XX":       each(func(c byte) string { return fmt.Sprintf("%%%02X", c) }),
-		`json \u`:         each(func(c byte) string { return fmt.Sprintf(`\u%04x`, c) }),
-		`json \/ \"`:      strings.NewReplacer("/", `\/`, `"`, `\"`).Replace(s),
-		"html escape":     html.Replace(s),
-		"html decimal":    each(func(c byte) string { return fmt.Sprintf("&#%d;", c) }),
-		"html hex":        each(func(c byte) string { return fmt.Sprintf("&#x%X;", c) }),
-		"js \\x":          each(func(c byte) string { return fmt.Sprintf(`\x%02x`, c) }),
-		"mixed":           each(func(c byte) string { return [...]string{string(c), fmt.Sprintf("%%%02x", c), fmt.Sprintf(`\u%04X`, c), fmt.Sprintf("&#%d;", c)}[int(c)%4] }),
+		"lower %xx":    each(func(c byte) string { return fmt.Sprintf("%%%02x", c) }),
+		"upper %XX":    each(func(c byte) string { return fmt.Sprintf("%%%02X", c) }),
+		`json \u`:      each(func(c byte) string { return fmt.Sprintf(`\u%04x`, c) }),
+		`json \/ \"`:   strings.NewReplacer("/", `\/`, `"`, `\"`).Replace(s),
+		"html escape":  html.Replace(s),
+		"html decimal": each(func(c byte) string { return fmt.Sprintf("&#%d;", c) }),
+		"html hex":     each(func(c byte) string { return fmt.Sprintf("&#x%X;", c) }),
+		"js \\x":       each(func(c byte) string { return fmt.Sprintf(`\x%02x`, c) }),
+		"mixed": each(func(c byte) string {
+			return [...]string{string(c), fmt.Sprintf("%%%02x", c), fmt.Sprintf(`\u%04X`, c), fmt.Sprintf("&#%d;", c)}[int(c)%4]
+		}),
 		"html named sol":  strings.ReplaceAll(html.Replace(s), "/", "&sol;"),
 		"numeric, no ';'": each(func(c byte) string { return fmt.Sprintf("&#%d", c) }) + " ",
 	}
