@@ -233,3 +233,38 @@ func TestPlacementDefault(t *testing.T) {
 		t.Fatalf("Authorization: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestForwardHostMismatchKeepAlive: on one keep-alive connection, a Host header
+// naming another host is refused also when the previous request's body spells a head
+// with a matching Host for the same request line; requests around it pass.
+func TestForwardHostMismatchKeepAlive(t *testing.T) {
+	h := newHarness(t, nil)
+	hp := "plain.test:" + h.plain.Port()
+	fake := "GET http://" + hp + "/page HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	var got []int
+	for _, req := range []string{
+		fmt.Sprintf("POST http://%s/in HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", hp, hp, len(fake), fake),
+		fmt.Sprintf("GET http://%s/page HTTP/1.1\r\nHost: evil.test\r\n\r\n", hp),
+		fmt.Sprintf("GET http://%s/page HTTP/1.1\r\nhost: %s\r\n\r\n", hp, hp),
+		fmt.Sprintf("GET http://%s/page HTTP/1.1\r\nHost: PLAIN.test.:%s\r\n\r\n", hp, h.plain.Port()),
+		fmt.Sprintf("GET http://%s/page HTTP/1.1\r\nHost: plain.test:1\r\n\r\n", hp),
+		fmt.Sprintf("GET http://%s/page HTTP/1.0\r\n\r\n", hp),
+	} {
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		got = append(got, resp.StatusCode)
+	}
+	if fmt.Sprint(got) != "[200 421 200 200 421 200]" {
+		t.Fatalf("statuses %v", got)
+	}
+}

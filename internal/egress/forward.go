@@ -149,6 +149,12 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		return
 	}
 	rec.Scheme, rec.Host, rec.Path = t.scheme, clip(t.host, 256), t.display()
+	if mode == "forward" && r.URL.IsAbs() && r.Method != http.MethodConnect {
+		if d := forwardHostOK(r, t); d != nil {
+			p.deny(w, rec, d)
+			return
+		}
+	}
 	if mode == "mitm" && t.scheme != "https" {
 		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "plain http inside a TLS tunnel"})
 		return

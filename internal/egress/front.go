@@ -96,6 +96,7 @@ func (h Host) StartFront(cfg FrontConfig) (*Front, error) {
 	if cfg.Wrap != nil {
 		l = cfg.Wrap(l)
 	}
+	l = px.Listener(l)
 	f := &Front{px: px, srv: px.NewServer(), served: make(chan struct{})}
 	go func() {
 		defer close(f.served)

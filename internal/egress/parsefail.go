@@ -23,6 +23,7 @@ type connKey struct{}
 type connTrack struct {
 	pending atomic.Bool  // bytes of a request were read; no handler ran for them yet
 	served  atomic.Int64 // requests that reached the handler
+	head    *headConn    // nil on a listener without the recorder
 }
 
 // parseAudit wires srv's hooks so that parser refusals are recorded with base's
@@ -31,6 +32,7 @@ func (p *Proxy) parseAudit(srv *http.Server, base port.EgressRecord, onClose fun
 	var conns sync.Map // net.Conn -> *connTrack
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
 		ct := &connTrack{}
+		ct.head, _ = c.(*headConn)
 		conns.Store(c, ct)
 		return context.WithValue(ctx, connKey{}, ct)
 	}
@@ -45,6 +47,9 @@ func (p *Proxy) parseAudit(srv *http.Server, base port.EgressRecord, onClose fun
 			ct.pending.Store(true)
 		case http.StateHijacked:
 			conns.Delete(c)
+			if ct.head != nil {
+				ct.head.stop() // a tunnel's bytes are no request heads
+			}
 		case http.StateClosed:
 			conns.Delete(c)
 			if ct.pending.Load() {
@@ -66,4 +71,24 @@ func handled(r *http.Request) {
 		ct.pending.Store(false)
 		ct.served.Add(1)
 	}
+}
+
+// forwardHostOK checks the Host header of an absolute-form request against its URL
+// (see hostcheck.go); the denial when it names another host or cannot be checked.
+func forwardHostOK(r *http.Request, t *target) *port.EgressDenial {
+	ct, _ := r.Context().Value(connKey{}).(*connTrack)
+	if ct == nil || ct.head == nil {
+		return &port.EgressDenial{Status: http.StatusMisdirectedRequest, Guard: port.GuardRequest, Target: t.host, Message: "the request's Host header cannot be checked"}
+	}
+	hosts, found := ct.head.hostHeaders(r)
+	if !found {
+		return &port.EgressDenial{Status: http.StatusMisdirectedRequest, Guard: port.GuardRequest, Target: t.host, Message: "the request's Host header cannot be checked"}
+	}
+	for _, h := range hosts {
+		if !sameHost(h, t.scheme, t.host, t.port) {
+			return &port.EgressDenial{Status: http.StatusMisdirectedRequest, Guard: port.GuardRequest, Target: t.hostPort(),
+				Message: "the Host header names another host than the request's URL"}
+		}
+	}
+	return nil
 }

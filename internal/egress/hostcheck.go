@@ -1,0 +1,196 @@
+package egress
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// For an absolute-form request net/http takes the host from the URL and drops the
+// Host header (RFC 9112 lets a proxy ignore it), so the handler cannot see a Host
+// that names another host than the URL. A proxy that forwards such a request lets
+// the agent address one host while every log and the Host header it sent say
+// another: it is refused with 421, as inside tunnels. The connection keeps a window
+// of the bytes it read; the handler finds its request head there.
+
+// headWindow bounds the window of delivered bytes kept: a request head
+// (MaxHeaderBytes plus net/http's slack) always fits.
+const headWindow = maxHeaderBytes + 16<<10
+
+// headConn delivers what it reads so that a Read never returns bytes past the end of
+// a header block ("\r\n\r\n" or "\n\n"): when net/http has parsed a request head,
+// nothing after it has been read ahead, so the head is the last one in the window
+// (net/http's background read may add one byte). Bytes read past a block's end are
+// held for the next Read. It records until the connection is hijacked.
+type headConn struct {
+	net.Conn
+	mu   sync.Mutex
+	buf  []byte // the last delivered bytes, at most 2*headWindow
+	held []byte // read from the socket, not delivered yet
+	off  bool
+}
+
+func (c *headConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(b) == 0 {
+		return 0, nil
+	}
+	var data []byte
+	var err error
+	if len(c.held) > 0 {
+		n := copy(b, c.held)
+		c.held = c.held[n:]
+		data = b[:n]
+	} else {
+		c.mu.Unlock()
+		n, rerr := c.Conn.Read(b)
+		c.mu.Lock()
+		data, err = b[:n], rerr
+	}
+	if c.off || len(data) == 0 {
+		return len(data), err
+	}
+	if cut := c.blockEnd(data); cut < len(data) {
+		c.held = append(append([]byte(nil), data[cut:]...), c.held...)
+		data, err = data[:cut], nil
+	}
+	c.buf = append(c.buf, data...)
+	if len(c.buf) > 2*headWindow { // amortised: one copy per window of bytes
+		c.buf = append(c.buf[:0], c.buf[len(c.buf)-headWindow:]...)
+	}
+	return len(data), err
+}
+
+// blockEnd is the length of data up to and including the first end of a header
+// block, counting the delivered bytes before it; len(data) when there is none.
+func (c *headConn) blockEnd(data []byte) int {
+	tail := c.buf[max(len(c.buf)-3, 0):]
+	for off := 0; ; {
+		j := bytes.IndexByte(data[off:], '\n')
+		if j < 0 {
+			return len(data)
+		}
+		i := off + j
+		off = i + 1
+		// The bytes before this LF: "\r\n\r" or "\n" (with or without CR).
+		var prev [3]byte
+		k := 0
+		for j := i - 1; j >= 0 && k < 3; j-- {
+			prev[k] = data[j]
+			k++
+		}
+		for j := len(tail) - 1; j >= 0 && k < 3; j-- {
+			prev[k] = tail[j]
+			k++
+		}
+		if k >= 1 && prev[0] == '\n' || k >= 2 && prev[0] == '\r' && prev[1] == '\n' {
+			return i + 1
+		}
+	}
+}
+
+// NetConn is the socket under the recorder, for splice, once nothing is held.
+func (c *headConn) NetConn() net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.held) > 0 {
+		pc := &prefixConn{Conn: c.Conn, pre: c.held}
+		c.held = nil
+		return pc
+	}
+	return c.Conn
+}
+
+func (c *headConn) stop() {
+	c.mu.Lock()
+	c.off, c.buf = true, nil
+	c.mu.Unlock()
+}
+
+// hostHeaders returns the Host header values of r's head: the last header block
+// delivered, which must carry r's request line. found is false when it does not.
+func (c *headConn) hostHeaders(r *http.Request) (hosts []string, found bool) {
+	line := []byte(r.Method + " " + r.RequestURI + " " + r.Proto)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.buf
+	if n := len(b); n > 0 && b[n-1] != '\n' {
+		b = b[:n-1] // net/http's background read of the next request's first byte
+	}
+	at := bytes.LastIndex(b, line)
+	for at > 0 && b[at-1] != '\n' {
+		at = bytes.LastIndex(b[:at], line)
+	}
+	if at < 0 {
+		return nil, false
+	}
+	rest := b[at+len(line):]
+	if !bytes.HasPrefix(rest, []byte("\r\n")) && !bytes.HasPrefix(rest, []byte("\n")) {
+		return nil, false
+	}
+	end, complete := headEnd(rest)
+	if !complete || end != len(rest) {
+		return nil, false // not the last block: a body spelled this line
+	}
+	for _, l := range strings.Split(string(rest[:end]), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSuffix(l, "\r"), ":"); ok && strings.EqualFold(strings.TrimSpace(k), "host") {
+			hosts = append(hosts, strings.TrimSpace(v))
+		}
+	}
+	return hosts, true
+}
+
+// headEnd is the length of the header block at the start of b, which starts with
+// the request line's end (up to the blank line); complete is false when b ends first.
+func headEnd(b []byte) (n int, complete bool) {
+	best := -1
+	for _, sep := range [][]byte{[]byte("\r\n\r\n"), []byte("\n\n"), []byte("\n\r\n")} {
+		if i := bytes.Index(b, sep); i >= 0 && (best < 0 || i+len(sep) < best) {
+			best = i + len(sep)
+		}
+	}
+	if best < 0 {
+		return len(b), false
+	}
+	return best, true
+}
+
+// recordingListener wraps accepted connections in headConns.
+type recordingListener struct{ net.Listener }
+
+func (l recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &headConn{Conn: c}, nil
+}
+
+// Listener wraps l so the proxy can check the Host header of absolute-form requests;
+// serve NewServer's server on it. On another listener such requests are refused.
+func (p *Proxy) Listener(l net.Listener) net.Listener { return recordingListener{l} }
+
+// sameHost reports whether a Host header value names the URL's host and port.
+func sameHost(hv string, scheme, host string, port int) bool {
+	h, ps, err := net.SplitHostPort(hv)
+	if err != nil {
+		h, ps = hv, ""
+	}
+	pn := defaultPort(scheme)
+	if ps != "" {
+		n, err := strconv.Atoi(ps)
+		if err != nil {
+			return false
+		}
+		pn = n
+	}
+	if strings.Contains(h, ":") && !strings.HasPrefix(h, "[") {
+		h = "[" + h + "]"
+	}
+	name, _, err := ParseHost(h)
+	return err == nil && name == host && pn == port
+}
