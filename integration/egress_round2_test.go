@@ -71,8 +71,8 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 			w.Header().Set("X-Part-B", tok[16:])
 			w.Header().Set("X-Lower", lowerPct(tok))
 			esc, _ := json.Marshal(map[string]string{"t": tok})
-			fmt.Fprintf(w, "lower=%s\njson=%s\nslash=%s\nhtml=%s\n", lowerPct(tok), strings.ReplaceAll(string(esc), "_", `\u005f`),
-				strings.ReplaceAll(tok, "_", `\/`), strings.ReplaceAll(tok, "e", "&#101;"))
+			fmt.Fprintf(w, "lower=%s\njson=%s\njs=%s\nhtml=%s\n", lowerPct(tok), strings.ReplaceAll(string(esc), "_", `\u005f`),
+				strings.ReplaceAll(tok, "_", `\x5f`), strings.ReplaceAll(tok, "e", "&#101;"))
 		case "/v1/gzip":
 			var b bytes.Buffer
 			zw := gzip.NewWriter(&b)
@@ -144,12 +144,12 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 	require.NoError(t, err)
 	require.Equal(t, 0, result.Run.ExitCode, "stdout: %s\nstderr: %s", result.Run.Stdout, result.Run.Stderr)
 	var out struct {
-		Flood struct{ Answered, Ms int }
-		DupHost, Fullwidth, BraceInTunnel                    string
-		AfterFlood, SSRF                                     curlResult
-		PlacePath, PlaceQuery, PlaceHeader, ReadBack         curlResult
-		Reflect, Gzip, Br, HostMismatch                      curlResult
-		Mountinfo                                            string
+		Flood                                        struct{ Answered, Ms int }
+		DupHost, Fullwidth, BraceInTunnel            string
+		AfterFlood, SSRF                             curlResult
+		PlacePath, PlaceQuery, PlaceHeader, ReadBack curlResult
+		Reflect, Gzip, Br, HostMismatch              curlResult
+		Mountinfo                                    string
 	}
 	require.NoError(t, json.Unmarshal(result.Run.Stdout, &out), "stdout: %s", result.Run.Stdout)
 	t.Logf("flood: %d refusals answered in %d ms", out.Flood.Answered, out.Flood.Ms)
@@ -213,7 +213,7 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 	assert.NotContains(t, strings.ToLower(out.Reflect.Out), strings.ToLower("x-"+egressCanary), "a header named after the credential")
 	assert.Contains(t, out.Reflect.Out, "lower={{token}}")
 	assert.Contains(t, out.Reflect.Out, `json={"t":"{{token}}"}`)
-	assert.Contains(t, out.Reflect.Out, "slash={{token}}")
+	assert.Contains(t, out.Reflect.Out, "js={{token}}")
 	assert.Contains(t, out.Reflect.Out, "html={{token}}")
 	assert.Contains(t, out.Gzip.Out, "gz={{token}}")
 	assert.Contains(t, out.Br.Out, `"guard":"encoding"`)
