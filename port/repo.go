@@ -186,6 +186,13 @@ type IdentityPolicy struct {
 // Identity is a git name and email.
 type Identity struct{ Name, Email string }
 
+// RunIdentity is the identity a run's commits are rewritten to by default (see
+// IdentityPolicy.Rewrite): "agent <run id>" <run-id@agents.invalid> (.invalid never
+// resolves, so the address can belong to no one).
+func RunIdentity(runID string) Identity {
+	return Identity{Name: "agent " + runID, Email: runID + "@agents.invalid"}
+}
+
 // WithDefaults returns p with zero fields set.
 func (p RepoPolicy) WithDefaults() RepoPolicy {
 	if p.MaxCommits == 0 {
