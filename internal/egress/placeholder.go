@@ -140,9 +140,9 @@ type Redactor struct {
 }
 
 type secret struct {
-	val   []byte
-	repl  []byte
-	grams map[string]bool // its 8-byte windows, for fragments in headers
+	val, lval []byte // the value, and lower-cased (header names are folded)
+	repl      []byte
+	has       [256]bool // bytes of the value, a quick reject for fragments
 }
 
 // fragmentLen is the shortest piece of a secret the header check redacts: a secret
@@ -157,9 +157,9 @@ func NewRedactor(vals map[string]string) *Redactor {
 		if len(v) < 4 {
 			continue // too short to redact without mangling ordinary text
 		}
-		s := secret{val: []byte(v), repl: []byte("{{" + n + "}}"), grams: map[string]bool{}}
-		for i := 0; i+fragmentLen <= len(v); i++ {
-			s.grams[v[i:i+fragmentLen]] = true
+		s := secret{val: []byte(v), lval: []byte(strings.ToLower(v)), repl: []byte("{{" + n + "}}")}
+		for i := 0; i < len(v); i++ {
+			s.has[v[i]], s.has[lower(v[i])] = true, true
 		}
 		r.secrets = append(r.secrets, s)
 		c := v[0]
@@ -246,19 +246,20 @@ func (r *Redactor) Header(v string) string {
 		return v
 	}
 	v = r.String(v)
-	for _, s := range r.secrets {
+	for k := range r.secrets {
+		s := &r.secrets[k]
 		if len(s.val) < fragmentLen {
 			continue
 		}
 		var b strings.Builder
 		last, found := 0, false
 		for i := 0; i+fragmentLen <= len(v); {
-			if !s.grams[v[i:i+fragmentLen]] {
+			if !s.fragment(v[i:i+fragmentLen], false) {
 				i++
 				continue
 			}
 			j := i + fragmentLen
-			for j < len(v) && s.grams[v[j+1-fragmentLen:j+1]] {
+			for j < len(v) && s.fragment(v[j+1-fragmentLen:j+1], false) {
 				j++
 			}
 			b.WriteString(v[last:i])
@@ -274,33 +275,48 @@ func (r *Redactor) Header(v string) string {
 	return v
 }
 
+// fragment reports whether w (fragmentLen bytes) is a piece of the value; folded
+// compares lower-cased w with the lower-cased value.
+func (s *secret) fragment(w string, folded bool) bool {
+	if !s.has[w[0]] || !s.has[w[len(w)-1]] {
+		return false
+	}
+	if folded {
+		return bytes.Contains(s.lval, []byte(w))
+	}
+	return bytes.Contains(s.val, []byte(w))
+}
+
 // Name reports whether a header name spells a value, or a piece of one, in any case
 // (names are case-folded when they are parsed).
 func (r *Redactor) Name(k string) bool {
 	if r == nil {
 		return false
 	}
+	lk := strings.ToLower(k)
+	for i := range r.secrets {
+		s := &r.secrets[i]
+		if len(s.val) < fragmentLen && strings.Contains(lk, string(s.lval)) {
+			r.Count++
+			return true
+		}
+		for j := 0; j+fragmentLen <= len(lk); j++ {
+			if s.fragment(lk[j:j+fragmentLen], true) {
+				r.Count++
+				return true
+			}
+		}
+	}
+	if strings.IndexByte(k, '%') < 0 {
+		return false // '%' is the only escape a header name (a token) can hold
+	}
 	t := &Redactor{secrets: r.secrets, starter: r.starter}
 	for _, b := range []byte(k) {
 		t.starter[b] = true // folded: any letter may start a value
 	}
 	t.feed([]byte(k), true, true)
-	if t.Count > 0 {
-		r.Count += t.Count
-		return true
-	}
-	lk := strings.ToLower(k)
-	for _, s := range r.secrets {
-		for i := 0; i+fragmentLen <= len(lk); i++ {
-			for g := range s.grams {
-				if strings.EqualFold(g, lk[i:i+fragmentLen]) {
-					r.Count++
-					return true
-				}
-			}
-		}
-	}
-	return false
+	r.Count += t.Count
+	return t.Count > 0
 }
 
 // matchSecret matches one spelling of val at the start of b: the bytes it spans, or
