@@ -158,6 +158,10 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 
 	// The audit came back through the admin API, whole, and reached the host's callback.
 	require.NotEmpty(t, result.Egress)
+	if assert.NotNil(t, result.EgressSummary) {
+		assert.Equal(t, len(result.Egress), result.EgressSummary.Records)
+		assert.Equal(t, len(result.Egress), result.EgressSummary.Kept)
+	}
 	var mitm, refused int
 	for _, r := range result.Egress {
 		assert.Equal(t, runID, r.RunID)
