@@ -90,6 +90,11 @@ func TestAuditFloodThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
+	// The record is written once the handler returns, which may be after the client
+	// read the response.
+	for deadline := time.Now().Add(5 * time.Second); h.p.Summary().Records < flood+2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	recs, sum := h.p.Audit(), h.p.Summary()
 	h.mu.Lock()
 	live := len(h.live)

@@ -28,8 +28,9 @@ const headWindow = maxHeaderBytes + 16<<10
 type headConn struct {
 	net.Conn
 	mu   sync.Mutex
-	buf  []byte // the last delivered bytes, at most 2*headWindow
+	buf  []byte // the delivered bytes since the block end before the last one
 	held []byte // read from the socket, not delivered yet
+	end  int    // in buf, the end of the last delivered block
 	off  bool
 }
 
@@ -54,25 +55,38 @@ func (c *headConn) Read(b []byte) (int, error) {
 	if c.off || len(data) == 0 {
 		return len(data), err
 	}
-	if cut := c.blockEnd(data); cut < len(data) {
+	cut, ends := c.blockEnd(data)
+	if cut < len(data) {
 		c.held = append(append([]byte(nil), data[cut:]...), c.held...)
 		data, err = data[:cut], nil
 	}
+	if ends && c.end > 0 {
+		// A block ends in data: the next head starts after it, so what came before
+		// the previous block's end is no longer needed.
+		c.buf = append(c.buf[:0], c.buf[c.end:]...)
+		c.end = 0
+	}
 	c.buf = append(c.buf, data...)
-	if len(c.buf) > 2*headWindow { // amortised: one copy per window of bytes
-		c.buf = append(c.buf[:0], c.buf[len(c.buf)-headWindow:]...)
+	if ends {
+		c.end = len(c.buf)
+	}
+	if len(c.buf) > 2*headWindow { // a long body: amortised, one copy per window
+		drop := len(c.buf) - headWindow
+		c.buf = append(c.buf[:0], c.buf[drop:]...)
+		c.end = max(c.end-drop, 0)
 	}
 	return len(data), err
 }
 
 // blockEnd is the length of data up to and including the first end of a header
-// block, counting the delivered bytes before it; len(data) when there is none.
-func (c *headConn) blockEnd(data []byte) int {
+// block, counting the delivered bytes before it; len(data) and false when there is
+// none.
+func (c *headConn) blockEnd(data []byte) (int, bool) {
 	tail := c.buf[max(len(c.buf)-3, 0):]
 	for off := 0; ; {
 		j := bytes.IndexByte(data[off:], '\n')
 		if j < 0 {
-			return len(data)
+			return len(data), false
 		}
 		i := off + j
 		off = i + 1
@@ -88,7 +102,7 @@ func (c *headConn) blockEnd(data []byte) int {
 			k++
 		}
 		if k >= 1 && prev[0] == '\n' || k >= 2 && prev[0] == '\r' && prev[1] == '\n' {
-			return i + 1
+			return i + 1, true
 		}
 	}
 }
