@@ -150,9 +150,9 @@ func (c *headConn) hostHeaders(r *http.Request) (hosts []string, found bool) {
 	if !complete || end != len(rest) {
 		return nil, false // not the last block: a body spelled this line
 	}
-	for _, l := range strings.Split(string(rest[:end]), "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSuffix(l, "\r"), ":"); ok && strings.EqualFold(strings.TrimSpace(k), "host") {
-			hosts = append(hosts, strings.TrimSpace(v))
+	for l := range bytes.Lines(rest[:end]) {
+		if k, v, ok := bytes.Cut(l, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("host")) {
+			hosts = append(hosts, string(bytes.TrimSpace(v)))
 		}
 	}
 	return hosts, true
