@@ -280,3 +280,33 @@ func TestForwardHostMismatchKeepAlive(t *testing.T) {
 		t.Fatalf("statuses %v", got)
 	}
 }
+
+// TestForwardBodyWithBlankLines: a body full of blank lines (each one ends a header
+// block for the head recorder) reaches the upstream intact, and the request after it
+// on the same connection is checked against its own head.
+func TestForwardBodyWithBlankLines(t *testing.T) {
+	h := newHarness(t, nil)
+	body := strings.Repeat("line\r\n\r\nGET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", 12000)
+	u := "http://plain.test:" + h.plain.Port() + "/upload"
+	c := h.client()
+	resp, err := c.Post(u, "text/plain", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	seen := h.plain.Seen()
+	if len(seen) != 1 || seen[0].Body != body {
+		t.Fatalf("the upstream got %d requests, body intact: %v", len(seen), len(seen) == 1 && seen[0].Body == body)
+	}
+	resp, err = c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the next request: %d", resp.StatusCode)
+	}
+}

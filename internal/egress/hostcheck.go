@@ -40,25 +40,38 @@ func (c *headConn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var data []byte
-	var err error
+	var (
+		data []byte
+		err  error
+		cut  int
+		ends bool
+	)
 	if len(c.held) > 0 {
-		n := copy(b, c.held)
-		c.held = c.held[n:]
-		data = b[:n]
+		// Deliver the held bytes up to the next block end; the rest stays held, so
+		// each byte is copied into held once.
+		src := c.held
+		if !c.off {
+			cut, ends = c.blockEnd(src)
+			src = src[:cut]
+		}
+		n := copy(b, src)
+		ends = ends && n == len(src)
+		c.held, data = c.held[n:], b[:n]
 	} else {
 		c.mu.Unlock()
 		n, rerr := c.Conn.Read(b)
 		c.mu.Lock()
 		data, err = b[:n], rerr
+		if !c.off && n > 0 {
+			cut, ends = c.blockEnd(data)
+			if cut < n {
+				c.held = append(c.held[:0], data[cut:]...)
+				data, err = data[:cut], nil
+			}
+		}
 	}
 	if c.off || len(data) == 0 {
 		return len(data), err
-	}
-	cut, ends := c.blockEnd(data)
-	if cut < len(data) {
-		c.held = append(append([]byte(nil), data[cut:]...), c.held...)
-		data, err = data[:cut], nil
 	}
 	if ends && c.end > 0 {
 		// A block ends in data: the next head starts after it, so what came before
