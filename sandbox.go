@@ -193,8 +193,13 @@ type Result struct {
 	// Attestation is what the sandbox's bridge observed about its own isolation,
 	// when the proxy can receive it (port.Attester); judge it with Violations.
 	Attestation *port.Attestation
-	// Egress is the proxy's record of every egress request (port.EgressAuditor).
+	// Egress is the proxy's record of every egress request (port.EgressAuditor),
+	// bounded as EgressSummary says: requests with credentials and forwarded ones are
+	// kept, refusals from the start and the most recent ones.
 	Egress []port.EgressRecord
+	// EgressSummary counts the egress records written and those summarised away, per
+	// guard (port.EgressSummarizer); nil when the proxy keeps no such count.
+	EgressSummary *port.EgressSummary
 	// Repo is what became of Request.Repo: the checkout, the exported commits, the
 	// pushed branch and the pull request.
 	Repo *RepoResult
@@ -439,6 +444,10 @@ func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec por
 		}
 		if a, ok := proxy.(port.EgressAuditor); ok {
 			res.Egress = a.EgressAudit()
+		}
+		if a, ok := proxy.(port.EgressSummarizer); ok && pspec.Egress != nil {
+			sum := a.EgressSummary()
+			res.EgressSummary = &sum
 		}
 		return err
 	}

@@ -102,8 +102,10 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 		Attribution:  port.Attribution{BillingAccountID: "acct-egress"},
 		Limits:       port.Limits{Timeout: 2 * time.Minute},
 		Egress: &port.EgressPolicy{Providers: []port.EgressProvider{
-			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"}},
-			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"}},
+			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Body: true}}},
+			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Headers: []string{"X-Key"}}}},
 		}},
 	})
 	require.NoError(t, err)

@@ -112,8 +112,10 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 		Attribution:  port.Attribution{BillingAccountID: "acct-pxd-egress"},
 		Limits:       port.Limits{Timeout: 2 * time.Minute},
 		Egress: &port.EgressPolicy{Providers: []port.EgressProvider{
-			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"}},
-			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"}},
+			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Body: true}}},
+			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Headers: []string{"X-Key"}}}},
 		}},
 	})
 	require.NoError(t, err)
@@ -154,6 +156,10 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 
 	// The audit came back through the admin API, whole, and reached the host's callback.
 	require.NotEmpty(t, result.Egress)
+	if assert.NotNil(t, result.EgressSummary) {
+		assert.Equal(t, len(result.Egress), result.EgressSummary.Records)
+		assert.Equal(t, len(result.Egress), result.EgressSummary.Kept)
+	}
 	var mitm, refused int
 	for _, r := range result.Egress {
 		assert.Equal(t, runID, r.RunID)

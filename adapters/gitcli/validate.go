@@ -83,7 +83,7 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 			}
 		}
 	}
-	if err := r.fsck(ctx, dir, bundle); err != nil {
+	if err := r.fsck(ctx, dir, bundle, tip, co.Base); err != nil {
 		return q, err
 	}
 	if pol.Identity.Rewrite != nil {
@@ -178,7 +178,7 @@ func gitStderr(err error) string {
 // fsck has git check every object of the artefact strictly (bad trees, ".git" in any
 // spelling, malformed commits, links to missing objects): the bundle's pack is indexed
 // again with --strict, into a scratch file the relay discards.
-func (r *Relay) fsck(ctx context.Context, dir, bundle string) error {
+func (r *Relay) fsck(ctx context.Context, dir, bundle, tip, base string) error {
 	f, err := os.Open(bundle)
 	if err != nil {
 		return fmt.Errorf("%w: %v", port.ErrInternal, err)
@@ -210,15 +210,81 @@ func (r *Relay) fsck(ctx context.Context, dir, bundle string) error {
 	defer os.Remove(strings.TrimSuffix(pack, ".pack") + ".idx")
 	if _, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"index-pack", "--strict", pack}}); err != nil {
 		msg := gitStderr(err)
-		rule := port.RuleObject
-		for _, id := range []string{"hasDotdot", "hasDotgit", "hasDot", "fullPathname", "emptyName", "badTree"} {
-			if strings.Contains(msg, id) {
-				rule = port.RulePath
+		re := &port.RejectError{Rule: port.RuleObject, Detail: "git fsck: " + clip(msg, 512)}
+		if m := fsckMsgRe.FindStringSubmatch(msg); m != nil {
+			oid, id := m[1], m[2]
+			re.Rule = fsckRule(id)
+			re.Detail = "git fsck " + id + ": " + clip(msg, 480)
+			// The objects are in the quarantine (fetched before the checks): name the
+			// commit, or the path the object has in the new commits.
+			if kind, _ := r.run(ctx, gitCmd{gitDir: dir, args: []string{"cat-file", "-t", oid}}); strings.TrimSpace(string(kind)) == "commit" {
+				re.Commit = oid
+			} else {
+				re.Commit, re.Path = r.objectPath(ctx, dir, oid, tip, base)
 			}
 		}
-		return &port.RejectError{Rule: rule, Detail: "git fsck: " + clip(msg, 512)}
+		return re
 	}
 	return nil
+}
+
+// fsckMsgRe finds the first object fsck complains about and its message id.
+var fsckMsgRe = regexp.MustCompile(`object ([0-9a-f]{40,64}): ([a-zA-Z]+):`)
+
+// fsckRule maps a git fsck message id to the rule it breaks.
+func fsckRule(id string) port.Rule {
+	switch {
+	case strings.HasPrefix(id, "gitmodules"):
+		return port.RuleSubmodule
+	case id == "hasDot", id == "hasDotdot", id == "hasDotgit", id == "fullPathname", id == "emptyName",
+		id == "hasDotgitmodules", id == "hasDotgitattributes", id == "nulInPath", id == "duplicateEntries",
+		strings.HasPrefix(id, "gitattributes"):
+		return port.RulePath
+	}
+	return port.RuleObject
+}
+
+// objectPath finds the path object oid has in the commits base..tip (the first
+// found; for a tree with a refused entry, that entry's path) and the commit.
+func (r *Relay) objectPath(ctx context.Context, dir, oid, tip, base string) (commit, path string) {
+	list, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"rev-list", tip, "^" + base}})
+	if err != nil {
+		return "", ""
+	}
+	// badEntry is the refused entry of tree oid, appended to its path.
+	badEntry := func(prefix string) string {
+		sub, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"ls-tree", "-z", "--name-only", oid}})
+		if err == nil {
+			for _, name := range bytes.Split(sub, []byte{0}) {
+				if len(name) > 0 && checkPath(string(name)) != nil {
+					return strings.TrimPrefix(prefix+"/"+string(name), "/")
+				}
+			}
+		}
+		return prefix
+	}
+	for line := range strings.Lines(string(list)) {
+		c := strings.TrimSpace(line)
+		if root, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"rev-parse", c + "^{tree}"}}); err == nil && strings.TrimSpace(string(root)) == oid {
+			return c, badEntry("")
+		}
+		out, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"ls-tree", "-r", "-t", "-z", "--full-tree", c}})
+		if err != nil {
+			continue
+		}
+		for _, ent := range bytes.Split(out, []byte{0}) {
+			meta, p, ok := bytes.Cut(ent, []byte{'\t'})
+			f := strings.Fields(string(meta))
+			if !ok || len(f) != 3 || f[2] != oid {
+				continue
+			}
+			if f[1] == "tree" {
+				return c, badEntry(string(p))
+			}
+			return c, string(p)
+		}
+	}
+	return "", ""
 }
 
 // checkDiff applies the path, size, symlink and submodule rules to what commit changes
@@ -312,11 +378,38 @@ func checkPath(p string) *port.RejectError {
 		switch {
 		case el == "", el == ".", el == "..":
 			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: fmt.Sprintf("path element %q", el)}
-		case strings.EqualFold(strings.TrimRight(el, ". "), ".git"):
+		case isDotGit(el):
 			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: "a .git path element"}
 		}
 	}
 	return nil
+}
+
+// isDotGit reports a path element some file system reads as ".git": any case, with
+// trailing dots or spaces (Windows), the NTFS short name "git~1" and alternate data
+// streams (".git::$INDEX_ALLOCATION"), and HFS+'s ignorable code points anywhere in it
+// (".g\u200cit"), as git's own verify_path refuses them.
+func isDotGit(el string) bool {
+	el = strings.Map(func(r rune) rune {
+		if hfsIgnorable(r) {
+			return -1
+		}
+		return r
+	}, el)
+	if i := strings.IndexByte(el, ':'); i >= 0 {
+		el = el[:i] // an NTFS stream names the file before the colon
+	}
+	el = strings.TrimRight(el, ". ")
+	return strings.EqualFold(el, ".git") || strings.EqualFold(el, "git~1")
+}
+
+// hfsIgnorable are the code points HFS+ drops when it compares names.
+func hfsIgnorable(r rune) bool {
+	switch {
+	case r >= 0x200c && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x206a && r <= 0x206f, r == 0xfeff:
+		return true
+	}
+	return false
 }
 
 // checkSymlink refuses a link whose target leaves the repository or enters .git.

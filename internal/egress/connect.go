@@ -224,6 +224,8 @@ func (p *Proxy) mitm(client net.Conn, t *target, allowTLS, allowPlain bool) {
 	first, err := br.Peek(1)
 	_ = client.SetReadDeadline(time.Time{})
 	if err != nil {
+		p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "tunnel", Method: "CONNECT", Scheme: "https", Host: t.host,
+			Status: http.StatusBadRequest, Guard: port.GuardRequest, Error: "the tunnel closed before its first byte"})
 		_ = client.Close()
 		return
 	}
@@ -259,6 +261,9 @@ func (p *Proxy) mitm(client net.Conn, t *target, allowTLS, allowPlain bool) {
 		if sniBad.Load() {
 			p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "mitm", Method: "CONNECT", Scheme: "https", Host: t.host,
 				Status: http.StatusForbidden, Guard: port.GuardRequest, Error: "TLS server name differs from the CONNECT host"})
+		} else {
+			p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "mitm", Method: "CONNECT", Scheme: "https", Host: t.host,
+				Status: http.StatusBadRequest, Guard: port.GuardRequest, Error: "the TLS handshake inside the tunnel failed"})
 		}
 		_ = tc.Close()
 		return
@@ -297,6 +302,7 @@ func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			handled(r)
 			u := *r.URL
 			if !u.IsAbs() {
 				u.Scheme, u.Host = scheme, r.Host
@@ -323,6 +329,17 @@ func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
 			p.serveForward(w, r, mode, &u, "", false, 0)
 		}),
 	}
+	// A tunnel that never carries a request the handler sees (garbage, a request the
+	// parser refused, nothing at all) is an attempt too: it is recorded.
+	base := port.EgressRecord{Mode: mode, Scheme: scheme, Host: t.host}
+	p.parseAudit(srv, base, func(ct *connTrack) {
+		if ct.served.Load() == 0 && !ct.pending.Load() {
+			rec := base
+			rec.Time, rec.Method, rec.Status, rec.Guard = time.Now().UTC(), "CONNECT", http.StatusBadRequest, port.GuardRequest
+			rec.Error = "the tunnel closed without a request"
+			p.record(rec)
+		}
+	})
 	ln := newOneConnListener(c)
 	_ = srv.Serve(ln)
 	<-ln.closed

@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"io"
 	"net"
@@ -149,20 +151,20 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	h := r.Header.Clone()
 	cleanRequestHeaders(h)
 	escPath, rawQuery := unbrace.Replace(t.escPath), unbrace.Replace(t.rawQuery)
-	names := Placeholders(escPath + "\n" + rawQuery)
-	for _, vs := range h {
-		for _, v := range vs {
-			for _, n := range Placeholders(v) {
-				if !contains(names, n) {
-					names = append(names, n)
-				}
-			}
-		}
+	// Each credential goes only where its placement allows: a placeholder anywhere
+	// else is refused before any value is fetched.
+	pc := &placer{pr: pr, host: t.host}
+	if d := pc.request(escPath, rawQuery, h); d != nil {
+		p.deny(w, rec, d)
+		return
 	}
 	// Body substitution is opt-in, on every way in (the endpoint reads the header
 	// before this; curl can send it through the forward proxy too).
 	substBody = substBody || strings.EqualFold(r.Header.Get("X-Substitute-Body"), "true")
-	body, names, d := p.substitutableBody(r, substBody, t, names)
+	body, d := p.substitutableBody(r, substBody, t)
+	if d == nil && body != nil {
+		d = pc.check(Placeholders(string(body)), "the body", func(pl *placement) bool { return pl.body })
+	}
 	if d != nil {
 		p.deny(w, rec, d)
 		return
@@ -176,10 +178,14 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 			}
 		}
 	}
+	names := pc.names
 	vals, d := resolve(r.Context(), p.pol.src.Credentials, p.cfg.RunID, pr, names, t.host)
 	if d != nil {
 		p.deny(w, rec, d)
 		return
+	}
+	if len(vals) > 0 {
+		rec.Credentials = names
 	}
 	for k, vs := range h {
 		for i, v := range vs {
@@ -208,20 +214,34 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		return
 	}
 	defer resp.Body.Close()
+	var src io.Reader = resp.Body
+	if red != nil {
+		// The request asked for an identity response; an upstream that compresses
+		// anyway is decoded for the reflection guard, or refused when it cannot be.
+		dec, err := decodeBody(resp)
+		if err != nil {
+			rec.ReqBytes, _ = cnt.state()
+			p.deny(w, rec, &port.EgressDenial{Status: http.StatusBadGateway, Guard: port.GuardEncoding, Target: t.host, Message: err.Error()})
+			return
+		}
+		src = &redactReader{r: dec, red: red}
+	}
 	rec.Status = resp.StatusCode
 	wh := w.Header()
 	for k, vs := range resp.Header {
+		if red.Name(k) {
+			continue // a value spelled in a header's name: the header is dropped
+		}
 		for _, v := range vs {
-			wh.Add(k, red.String(v))
+			wh.Add(k, red.Header(v))
 		}
 	}
 	for _, k := range droppedRespHeaders {
 		wh.Del(k)
 	}
-	var src io.Reader = resp.Body
 	if red != nil {
 		wh.Del("Content-Length")
-		src = &redactReader{r: resp.Body, red: red}
+		wh.Del("Content-Encoding")
 	}
 	defer func() {
 		// The transport may still be sending the body when the answer arrives.
@@ -245,6 +265,11 @@ func (p *Proxy) admit(r *http.Request, rec *port.EgressRecord, mode string, u *u
 		return nil, nil, d
 	}
 	rec.Scheme, rec.Host, rec.Path = t.scheme, clip(t.host, 256), t.display()
+	if mode == "forward" && r.URL.IsAbs() && r.Method != http.MethodConnect {
+		if d := forwardHostOK(r, t); d != nil {
+			return nil, nil, d
+		}
+	}
 	if mode == "mitm" && t.scheme != "https" {
 		return nil, nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "plain http inside a TLS tunnel"}
 	}
@@ -266,25 +291,61 @@ func (p *Proxy) admit(r *http.Request, rec *port.EgressRecord, mode string, u *u
 }
 
 // substitutableBody reads the request body when placeholders in it are to be
-// substituted (within the per-request cap), adding the names it holds; nil
-// otherwise (the body then streams as it is).
-func (p *Proxy) substitutableBody(r *http.Request, substBody bool, t *target, names []string) ([]byte, []string, *port.EgressDenial) {
+// substituted (within the per-request cap); nil otherwise (the body then streams as
+// it is).
+func (p *Proxy) substitutableBody(r *http.Request, substBody bool, t *target) ([]byte, *port.EgressDenial) {
 	if !substBody || r.Body == nil || r.Body == http.NoBody {
-		return nil, names, nil
+		return nil, nil
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, p.maxReq+1))
 	if err != nil {
-		return nil, names, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the request body could not be read"}
+		return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the request body could not be read"}
 	}
 	if int64(len(body)) > p.maxReq {
-		return nil, names, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"}
+		return nil, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"}
 	}
-	for _, n := range Placeholders(string(body)) {
-		if !contains(names, n) {
-			names = append(names, n)
+	return body, nil
+}
+
+// placer collects the credential placeholders of a request, refusing one found
+// where its credential's placement does not allow it (the placeholder guard).
+type placer struct {
+	pr    *provider
+	host  string
+	names []string
+}
+
+// check adds the placeholders found in where, or refuses the first not allowed
+// there by ok.
+func (pc *placer) check(found []string, where string, ok func(*placement) bool) *port.EgressDenial {
+	for _, n := range found {
+		if pc.pr.creds[n] && !ok(pc.pr.place(n)) {
+			return &port.EgressDenial{Status: 400, Guard: port.GuardPlaceholder, Target: pc.host,
+				Message: "placeholder {{" + n + "}} may not be placed in " + where + " (see the credential's placement in the policy)"}
+		}
+		if !contains(pc.names, n) {
+			pc.names = append(pc.names, n)
 		}
 	}
-	return body, names, nil
+	return nil
+}
+
+// request checks the path, the query and every header value.
+func (pc *placer) request(escPath, rawQuery string, h http.Header) *port.EgressDenial {
+	if d := pc.check(Placeholders(escPath), "the path", func(pl *placement) bool { return pl.path }); d != nil {
+		return d
+	}
+	if d := pc.check(Placeholders(rawQuery), "the query", func(pl *placement) bool { return pl.query }); d != nil {
+		return d
+	}
+	for k, vs := range h {
+		for _, v := range vs {
+			if d := pc.check(Placeholders(v), "the header "+clip(k, 64), func(pl *placement) bool { return pl.headers[k] }); d != nil {
+				return d
+			}
+		}
+	}
+	return nil
 }
 
 // outbound builds the upstream request: the URL with its placeholders substituted
@@ -454,4 +515,30 @@ func (rr *redactReader) Read(b []byte) (int, error) {
 	n := copy(b, rr.out)
 	rr.out = rr.out[n:]
 	return n, nil
+}
+
+// decodeBody returns resp's body without its content coding: gzip and deflate are
+// decoded; any other coding is an error (the reflection guard cannot read it).
+func decodeBody(resp *http.Response) (io.Reader, error) {
+	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if len(resp.Header.Values("Content-Encoding")) > 1 || strings.Contains(ce, ",") {
+		return nil, errors.New("the upstream sent a response with several content codings, which the reflection guard cannot read")
+	}
+	switch ce {
+	case "", "identity":
+		return resp.Body, nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, errors.New("the upstream sent a gzip response that does not decode")
+		}
+		return zr, nil
+	case "deflate":
+		zr, err := zlib.NewReader(resp.Body)
+		if err != nil {
+			return nil, errors.New("the upstream sent a deflate response that does not decode")
+		}
+		return zr, nil
+	}
+	return nil, errors.New("the upstream sent a " + clip(ce, 32) + "-coded response, which the reflection guard cannot read")
 }

@@ -54,7 +54,19 @@ func (g *Gateway) EgressAudit() []port.EgressRecord {
 	return g.egress.Audit()
 }
 
-var _ port.EgressAuditor = (*Gateway)(nil)
+// EgressSummary implements port.EgressSummarizer: how many egress records were
+// written and which were summarised away; zero without egress.
+func (g *Gateway) EgressSummary() port.EgressSummary {
+	if g.egress == nil {
+		return port.EgressSummary{}
+	}
+	return g.egress.Summary()
+}
+
+var (
+	_ port.EgressAuditor    = (*Gateway)(nil)
+	_ port.EgressSummarizer = (*Gateway)(nil)
+)
 
 // serveRouter listens on <Dir>/sock/llm.sock (mounted into the sandbox as its LLM
 // socket) and serves the router there, plus the bridge's attestation.
