@@ -27,7 +27,9 @@ const (
 	maxMessages = 8 << 20
 )
 
-// ErrNotPermitted reports a run without a system grant that allows sandboxes.
+// ErrNotPermitted reports a run without a system grant that allows sandboxes, or
+// (with Request.RequireAttestation) a run whose proxy refused its LLM calls
+// because its sandbox did not attest the required isolation.
 var ErrNotPermitted = errors.New("not permitted")
 
 // Sandbox runs agents end to end. It is safe for concurrent use.
@@ -123,9 +125,18 @@ type Request struct {
 	// error wrapping port.ErrBudgetExceeded, with the full result. Without it the
 	// agent decides what a refused call means, and Result.Policy tells the host.
 	FailOnBudget bool
+	// FailOnUpstream makes a run with LLM calls the upstream did not answer
+	// (Result.Policy.UpstreamFailures: LiteLLM unreachable, a 5xx, an answer cut
+	// short) return an error wrapping port.ErrUnavailable, with the full result.
+	FailOnUpstream bool
 	// RequireAttestation gives the run no LLM access until its sandbox attested the
 	// promised isolation from inside (see port.Attestation); the proxy must be able
-	// to receive attestations (the in-process one can).
+	// to receive attestations (the in-process one can). The proxy takes the first
+	// report only, and only the runner's bridge, started before the agent's first
+	// process, can be sure to send it first: with OwnBridge the first report would
+	// come from the image (the agent could attest for itself), so Run refuses
+	// RequireAttestation with OwnBridge (port.ErrInvalidSpec) rather than give it
+	// an attestation the agent can forge.
 	RequireAttestation bool
 	// Limits bound the sandbox (defaults from port.RunSpec).
 	Limits port.Limits
@@ -182,8 +193,13 @@ type Result struct {
 	// Attestation is what the sandbox's bridge observed about its own isolation,
 	// when the proxy can receive it (port.Attester); judge it with Violations.
 	Attestation *port.Attestation
-	// Egress is the proxy's record of every egress request (port.EgressAuditor).
+	// Egress is the proxy's record of every egress request (port.EgressAuditor),
+	// bounded as EgressSummary says: requests with credentials and forwarded ones are
+	// kept, refusals from the start and the most recent ones.
 	Egress []port.EgressRecord
+	// EgressSummary counts the egress records written and those summarised away, per
+	// guard (port.EgressSummarizer); nil when the proxy keeps no such count.
+	EgressSummary *port.EgressSummary
 	// Repo is what became of Request.Repo: the checkout, the exported commits, the
 	// pushed branch and the pull request.
 	Repo *RepoResult
@@ -197,6 +213,15 @@ type Policy struct {
 	Blocked []port.AuditRecord
 	// BudgetExceeded is set when at least one call was refused for the run's budget.
 	BudgetExceeded bool
+	// AttestationRefused is set when at least one call was refused because the
+	// run's sandbox had not attested its isolation, or attested a violation
+	// (Request.RequireAttestation): then Run also returns an error wrapping
+	// ErrNotPermitted.
+	AttestationRefused bool
+	// UpstreamFailures are the records of forwarded calls the upstream did not
+	// answer properly: unreachable, an answer cut short, or a 5xx status. The
+	// agent saw an error; FailOnUpstream makes it the run's too.
+	UpstreamFailures []port.AuditRecord
 }
 
 // budgetBlocked is the prefix of AuditRecord.Blocked for budget refusals.
@@ -212,8 +237,28 @@ func policyOf(audit []port.AuditRecord) Policy {
 		if strings.HasPrefix(a.Blocked, budgetBlocked) {
 			p.BudgetExceeded = true
 		}
+		if strings.HasPrefix(a.Blocked, attestationBlocked) {
+			p.AttestationRefused = true
+		}
+	}
+	for _, a := range audit {
+		if a.Blocked == "" && (a.Status >= 500 || strings.HasPrefix(a.Error, "upstream")) {
+			p.UpstreamFailures = append(p.UpstreamFailures, a)
+		}
 	}
 	return p
+}
+
+// attestationBlocked is the prefix of AuditRecord.Blocked for calls refused for
+// a missing or failed attestation.
+const attestationBlocked = "attestation_"
+
+// upstreamError describes p's upstream failures as an error wrapping
+// port.ErrUnavailable.
+func upstreamError(p Policy) error {
+	first := p.UpstreamFailures[0]
+	return fmt.Errorf("%w: %d LLM call(s) failed at the upstream, the first %s %s: status %d %s",
+		port.ErrUnavailable, len(p.UpstreamFailures), first.Method, first.Path, first.Status, first.Error)
 }
 
 // budgetError describes the budget refusals of p as an error wrapping
@@ -258,7 +303,8 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 
 // Run executes req end to end and returns its result. The result is non-nil whenever
 // the sandbox ran, also with an error (a timeout, say, or a reconciliation that found
-// calls missing). Errors: ErrNotPermitted without the grant; port.ErrInvalidSpec for bad
+// calls missing). Errors: ErrNotPermitted without the grant, or for calls refused for
+// a missing or failed attestation; port.ErrUnavailable with FailOnUpstream; port.ErrInvalidSpec for bad
 // input (nothing is started), port.ErrUnsupported for what the runner or the proxy
 // manager declares it cannot do (port.RunnerCapable, port.ProxyCapable; nothing is
 // cloned, written or started), a *WorkspaceError for a workspace the sandbox user
@@ -266,60 +312,9 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
-	if !req.Grant.AllowSandbox {
-		return nil, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
-	}
-	if err := port.ValidateRunID(req.RunID); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	egressPolicy, err := s.egressPolicy(req)
+	spec, pspec, err := s.prepare(req)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	reconcile := req.Reconcile || req.ReconcileAsync
-	if reconcile && (s.reconciler == nil || s.llm == nil) {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
-	}
-	spec := port.RunSpec{
-		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
-		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
-		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
-		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
-	}
-	for k, v := range req.Env {
-		spec.Env[k] = v
-	}
-	if req.Model != "" {
-		spec.Env[s.modelEnv] = req.Model
-	}
-	if err := spec.WithDefaults().Validate(); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if req.WorkspaceDir == "" {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("workspace dir is required"))
-	}
-	// Missing host directories are bad input: refuse them before a proxy holds the key.
-	if err := spec.CheckHostPaths(); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	var pspec port.ProxySpec
-	if s.llm != nil {
-		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
-		}
-	}
-	// What the adapters declare they cannot do is refused before any side effect
-	// (no clone, no file written, no proxy started).
-	if err := s.checkCapabilities(spec, pspec); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if err := s.checkRepo(req); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+		return nil, err
 	}
 	var repo *RepoResult
 	if req.Repo != nil {
@@ -336,40 +331,11 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 
 	var runErr error
 	if s.llm != nil {
-		proxy, err := s.llm.Proxy.Start(ctx, pspec)
-		if err != nil {
+		// The proxy ends itself a grace after the sandbox's own deadline, should this
+		// process die before stopping it.
+		pspec.Deadline = time.Now().Add(spec.WithDefaults().Limits.Timeout + proxyDeadlineGrace)
+		if runErr, err = s.runWithProxy(ctx, spec, pspec, res, log); err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
-		}
-		stopped := false
-		stop := func() error {
-			if stopped {
-				return nil
-			}
-			stopped = true
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			audit, err := proxy.Stop(sctx)
-			res.Audit = audit
-			if a, ok := proxy.(port.Attester); ok {
-				res.Attestation = withRuntime(a.Attestation(), s.runner)
-			}
-			if a, ok := proxy.(port.EgressAuditor); ok {
-				res.Egress = a.EgressAudit()
-			}
-			return err
-		}
-		// A panic or early return must not leave the proxy (and its key) behind.
-		defer func() {
-			if serr := stop(); serr != nil && err == nil {
-				err = fmt.Errorf("sandbox: run %s: stopping proxy: %w", req.RunID, serr)
-			}
-		}()
-		sock := proxy.Socket()
-		spec.LLM = &sock
-		res.Run, runErr = s.runner.RunOnce(ctx, spec)
-		if serr := stop(); serr != nil {
-			log.Warn("stopping proxy failed", logattr.Err, serr)
-			runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
 		}
 	} else {
 		res.Run, runErr = s.runner.RunOnce(ctx, spec)
@@ -381,13 +347,139 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		// Nothing ran, so nothing was billed: there is nothing to reconcile.
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, runErr)
 	}
+	if err := s.finish(ctx, req, res, runErr, started, log); err != nil {
+		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	return res, nil
+}
+
+// prepare checks req and turns it into the runner's and the proxy's specs; it has
+// no side effects, so whatever it refuses leaves nothing behind. Its errors are
+// Run's, already wrapped.
+func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
+	var spec port.RunSpec
+	var pspec port.ProxySpec
+	if !req.Grant.AllowSandbox {
+		return spec, pspec, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
+	}
+	if err := port.ValidateRunID(req.RunID); err != nil {
+		return spec, pspec, fmt.Errorf("sandbox: %w", err)
+	}
+	wrap := func(err error) (port.RunSpec, port.ProxySpec, error) {
+		return spec, pspec, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	egressPolicy, err := s.egressPolicy(req)
+	if err != nil {
+		return wrap(err)
+	}
+	if req.RequireAttestation && req.OwnBridge {
+		return wrap(port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
+	}
+	if (req.Reconcile || req.ReconcileAsync) && (s.reconciler == nil || s.llm == nil) {
+		return wrap(port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
+	}
+	spec = port.RunSpec{
+		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
+		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
+		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
+		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
+	}
+	for k, v := range req.Env {
+		spec.Env[k] = v
+	}
+	if req.Model != "" {
+		spec.Env[s.modelEnv] = req.Model
+	}
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return wrap(err)
+	}
+	if req.WorkspaceDir == "" {
+		return wrap(port.Invalidf("workspace dir is required"))
+	}
+	// Missing host directories are bad input: refuse them before a proxy holds the key.
+	if err := spec.CheckHostPaths(); err != nil {
+		return wrap(err)
+	}
+	if s.llm != nil {
+		pspec = port.ProxySpec{
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+			Egress: egressPolicy,
+		}
+	}
+	// What the adapters declare they cannot do is refused before any side effect
+	// (no clone, no file written, no proxy started).
+	if err := s.checkCapabilities(spec, pspec); err != nil {
+		return wrap(err)
+	}
+	if err := s.checkRepo(req); err != nil {
+		return wrap(err)
+	}
+	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
+		return wrap(err)
+	}
+	return spec, pspec, nil
+}
+
+// runWithProxy starts the run's proxy, runs the sandbox on its socket and stops
+// the proxy, filling res (Run, Audit, Attestation, Egress). err is the proxy's
+// start failure (nothing ran); runErr the run's and the proxy stop's errors.
+func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec port.ProxySpec, res *Result, log *slog.Logger) (runErr, err error) {
+	proxy, err := s.llm.Proxy.Start(ctx, pspec)
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		audit, err := proxy.Stop(sctx)
+		res.Audit = audit
+		if a, ok := proxy.(port.Attester); ok {
+			res.Attestation = withRuntime(a.Attestation(), s.runner)
+		}
+		if a, ok := proxy.(port.EgressAuditor); ok {
+			res.Egress = a.EgressAudit()
+		}
+		if a, ok := proxy.(port.EgressSummarizer); ok && pspec.Egress != nil {
+			sum := a.EgressSummary()
+			res.EgressSummary = &sum
+		}
+		return err
+	}
+	// A panic in the runner must not leave the proxy (and its key) behind.
+	defer func() { _ = stop() }()
+	sock := proxy.Socket()
+	spec.LLM = &sock
+	res.Run, runErr = s.runner.RunOnce(ctx, spec)
+	if serr := stop(); serr != nil {
+		log.Warn("stopping proxy failed", logattr.Err, serr)
+		runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
+	}
+	return runErr, nil
+}
+
+// finish is the stage after a run that produced a result: the text, the policy,
+// the budget error (FailOnBudget), reconciliation and the repository's push. It
+// returns runErr joined with whatever of these failed.
+func (s *Sandbox) finish(ctx context.Context, req Request, res *Result, runErr error, started time.Time, log *slog.Logger) error {
 	res.Text = strings.TrimSpace(string(res.Run.Stdout))
 	res.Policy = policyOf(res.Audit)
 	errs := []error{runErr}
 	if req.FailOnBudget && res.Policy.BudgetExceeded {
 		errs = append(errs, budgetError(res.Policy))
 	}
-	if reconcile {
+	if req.RequireAttestation && res.Policy.AttestationRefused {
+		errs = append(errs, fmt.Errorf("%w: the proxy refused the run's LLM calls: its sandbox did not attest the required isolation", ErrNotPermitted))
+	}
+	if req.FailOnUpstream && len(res.Policy.UpstreamFailures) > 0 {
+		errs = append(errs, upstreamError(res.Policy))
+	}
+	if req.Reconcile || req.ReconcileAsync {
 		rreq := port.ReconcileRequest{
 			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
 			Since: started, Until: time.Now(), Calls: res.Audit,
@@ -402,14 +494,11 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			}
 		}
 	}
-	if repo != nil {
-		errs = append(errs, s.finishRepo(ctx, req, res.Run, repo))
+	if res.Repo != nil {
+		errs = append(errs, s.finishRepo(ctx, req, res.Run, res.Repo))
 	}
 	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
-	if err := errors.Join(errs...); err != nil {
-		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	return res, nil
+	return errors.Join(errs...)
 }
 
 // checkCapabilities refuses, with port.ErrUnsupported, a run the runner or the
@@ -500,3 +589,7 @@ func withRuntime(a *port.Attestation, runner port.SandboxRunner) *port.Attestati
 	}
 	return &c
 }
+
+// proxyDeadlineGrace is how long a run's proxy outlives the run's time limit when
+// the host never stops it (see port.ProxySpec.Deadline).
+const proxyDeadlineGrace = time.Minute

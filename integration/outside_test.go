@@ -7,11 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/internal/testenv"
@@ -81,12 +80,7 @@ func goIn(ctx context.Context, t *testing.T, dir string, args ...string) (string
 
 func needDocker(t *testing.T) {
 	t.Helper()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		defer cli.Close()
-		_, err = cli.Ping(context.Background(), client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
+	dockerClient(t)
 }
 
 func needContainerd(t *testing.T) {
@@ -121,7 +115,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := docker.NewRunner(docker.WithOwner(testenv.Owner("outside")))
+	r, err := docker.NewRunner(docker.WithOwner(outsideOwner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +148,10 @@ func TestDockerRunnerConformance(t *testing.T) {
 // outside this repository would: only exported names can be used there.
 func TestConformanceFromAnotherModule(t *testing.T) {
 	needDocker(t)
-	dir := outsideModule(t, map[string]string{"runner_test.go": outsideRunnerTest})
+	// The outside module cannot import internal/testenv: its owner (with this
+	// process's tag) is written in.
+	src := outsideRunnerTest + "\nconst outsideOwner = " + strconv.Quote(testenv.Owner("outside")) + "\n"
+	dir := outsideModule(t, map[string]string{"runner_test.go": src})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out, err := goIn(ctx, t, dir, "test", "-count=1", "-v", "-timeout=8m", ".")
@@ -197,11 +194,30 @@ func TestQuickstartFromAnotherModule(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the copied quickstart failed: %v", err)
 			}
-			for _, want := range []string{"run quickstart-", "on " + rt.name, "answer: ECHO:outside-" + rt.name, "total: 1 calls", "missing: []"} {
+			for _, want := range []string{"proxy key: sk-...", "(virtual, routes [/v1/chat/completions", "run quickstart-", "on " + rt.name, "answer: ECHO:outside-" + rt.name, "total: 1 calls", "missing: []"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("the output lacks %q", want)
 				}
 			}
 		})
+	}
+}
+
+// TestNomadExampleFromAnotherModule copies examples/nomad verbatim into a module of
+// its own and builds and vets it there: it uses only the library's public API. (Its
+// run on a local cluster is examples/nomad's own test.)
+func TestNomadExampleFromAnotherModule(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "examples", "nomad", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := outsideModule(t, map[string]string{"nomadexample/main.go": string(b)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := goIn(ctx, t, dir, "vet", "./nomadexample"); err != nil {
+		t.Fatalf("the copied Nomad example does not vet: %v", err)
+	}
+	if _, err := goIn(ctx, t, dir, "build", "-o", filepath.Join(t.TempDir(), "nomadexample"), "./nomadexample"); err != nil {
+		t.Fatalf("the copied Nomad example does not build: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"time"
@@ -46,6 +47,41 @@ type SpendLog struct {
 	// spend_logs_metadata member (the x-litellm-spend-logs-metadata a call carried).
 	Metadata          json.RawMessage
 	SpendLogsMetadata json.RawMessage
+
+	bad *BadRowError // the first impossible value, see Check
+}
+
+// Check returns a *BadRowError (ErrBadRow) when the row had a spend that is
+// not a finite non-negative number, or a token count that is not a
+// non-negative integer (or a value that is neither a number nor null); such
+// values were read as zero. Nil for a sound row.
+func (l *SpendLog) Check() error {
+	if l.bad == nil {
+		return nil
+	}
+	b := *l.bad
+	b.RequestID, b.LitellmCallID = l.RequestID, l.LitellmCallID
+	return &b
+}
+
+// number reads a numeric column; a value that is not a finite non-negative
+// number (an integer for tokens) or null is recorded as the row's first bad one.
+func (l *SpendLog) number(field string, v []byte, integer bool) float64 {
+	if isNull(v) {
+		return 0
+	}
+	f, ok := numVal(v)
+	if !ok || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || integer && (f != math.Trunc(f) || f > 1<<53) {
+		if l.bad == nil {
+			val := string(v)
+			if len(val) > 64 {
+				val = val[:64]
+			}
+			l.bad = &BadRowError{Field: field, Value: val}
+		}
+		return 0
+	}
+	return f
 }
 
 // UnmarshalJSON decodes one row.
@@ -81,13 +117,13 @@ func (l *SpendLog) decodeRaw(b []byte, copyRaw bool) error {
 		case "api_key":
 			l.APIKey = strVal(v)
 		case "spend":
-			l.Spend, _ = numVal(v)
+			l.Spend = l.number("spend", v, false)
 		case "prompt_tokens":
-			l.PromptTokens, _ = intVal(v)
+			l.PromptTokens = int64(l.number("prompt_tokens", v, true))
 		case "completion_tokens":
-			l.CompletionTokens, _ = intVal(v)
+			l.CompletionTokens = int64(l.number("completion_tokens", v, true))
 		case "total_tokens":
-			l.TotalTokens, _ = intVal(v)
+			l.TotalTokens = int64(l.number("total_tokens", v, true))
 		case "startTime":
 			l.StartTime, err = parseTime(v)
 		case "endTime":
@@ -207,7 +243,19 @@ type SpendLogsQuery struct {
 	Status string
 	// PageSize is the page size, 1 to MaxPageSize (0 means MaxPageSize).
 	PageSize int
+	// MaxRequests bounds the requests of one walk (WalkSpendLogs; 0 means
+	// DefaultMaxWalkRequests): past it the walk ends with a *WalkLimitError, so
+	// a spend API whose pages never end or whose cursor loops cannot keep it
+	// going until the caller's deadline.
+	MaxRequests int
+	// OnRequest, if set, is called before each request of a walk (for a caller
+	// that bounds the requests of several walks together).
+	OnRequest func()
 }
+
+// DefaultMaxWalkRequests is SpendLogsQuery.MaxRequests' default: a million rows
+// at the largest page size.
+const DefaultMaxWalkRequests = 1000
 
 func (q *SpendLogsQuery) values() (url.Values, int, error) {
 	if q.Start.IsZero() || q.End.IsZero() {
@@ -295,12 +343,24 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 	}
 	end, _ := time.Parse(time.DateTime, vals.Get("end_date"))
 	page, stuck := 1, 0
+	limit := q.MaxRequests
+	if limit <= 0 {
+		limit = DefaultMaxWalkRequests
+	}
+	requests := 0
 	// seen holds the rows already passed whose startTime is at or before the
 	// cursor: the only rows a later request can return again.
 	seen := map[string]time.Time{}
 	var minSeen time.Time
 	var elems [][]byte
 	for {
+		if requests >= limit {
+			return &WalkLimitError{Path: path, Requests: requests}
+		}
+		requests++
+		if q.OnRequest != nil {
+			q.OnRequest()
+		}
 		vals.Set("end_date", end.Format(time.DateTime))
 		vals.Set("page", strconv.Itoa(page))
 		var (
@@ -309,36 +369,14 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 			oldest                  time.Time
 		)
 		err := c.get(ctx, path, vals, func(body []byte) error {
-			if !json.Valid(body) {
-				return malformed(path, "page %d is not valid JSON", page)
+			var err error
+			if elems, totalPages, capped, err = spendPage(path, page, body, elems[:0]); err != nil {
+				return err
 			}
-			var data []byte
-			seenData := false
-			eachMember(body, func(k, v []byte) bool {
-				switch string(k) {
-				case "data":
-					data, seenData = v, true
-				case "total_pages":
-					n, _ := intVal(v)
-					totalPages = int(n)
-				case "total_is_capped":
-					capped = string(v) == "true"
-				}
-				return true
-			})
-			if !seenData || len(data) == 0 || data[0] != '[' {
-				return malformed(path, "page %d has no data array", page)
-			}
-			elems = elems[:0]
-			eachElem(data, func(v []byte) bool {
-				elems = append(elems, v)
-				return true
-			})
 			rows = len(elems)
 			if rows == 0 {
 				return nil
 			}
-			var err error
 			if oldest, err = rowStart(elems[rows-1]); err != nil {
 				return err
 			}
@@ -361,30 +399,8 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 					return nil
 				}
 			}
-			// Remember the rows the next request may return again.
-			next := ceilSecond(oldest)
-			if !next.Before(end) {
-				next = end
-			}
-			for k, st := range seen {
-				if st.After(next) {
-					delete(seen, k)
-				}
-			}
-			for i := rows - 1; i >= 0; i-- {
-				id, st, err := rowKey(elems[i])
-				if err != nil {
-					return err
-				}
-				if st.After(next) {
-					break
-				}
-				if _, ok := seen[string(id)]; !ok {
-					seen[string(id)] = st
-				}
-			}
 			minSeen = oldest
-			return nil
+			return rememberSeen(seen, elems, oldest, end)
 		})
 		if err != nil {
 			return err
@@ -410,6 +426,64 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 		}
 		page++
 	}
+}
+
+// spendPage decodes one page of /spend/logs/v2: its rows (appended to elems),
+// total_pages and total_is_capped.
+func spendPage(path string, page int, body []byte, elems [][]byte) (_ [][]byte, totalPages int, capped bool, _ error) {
+	if !json.Valid(body) {
+		return elems, 0, false, malformed(path, "page %d is not valid JSON", page)
+	}
+	var data []byte
+	seenData := false
+	eachMember(body, func(k, v []byte) bool {
+		switch string(k) {
+		case "data":
+			data, seenData = v, true
+		case "total_pages":
+			n, _ := intVal(v)
+			totalPages = int(n)
+		case "total_is_capped":
+			capped = string(v) == "true"
+		}
+		return true
+	})
+	if !seenData || len(data) == 0 || data[0] != '[' {
+		return elems, 0, false, malformed(path, "page %d has no data array", page)
+	}
+	eachElem(data, func(v []byte) bool {
+		elems = append(elems, v)
+		return true
+	})
+	return elems, totalPages, capped, nil
+}
+
+// rememberSeen keeps in seen the rows the next request may return again: those of
+// the page (elems, oldest last) at or before the next cursor, and forgets the
+// older cursor's.
+func rememberSeen(seen map[string]time.Time, elems [][]byte, oldest, end time.Time) error {
+	next := ceilSecond(oldest)
+	if !next.Before(end) {
+		next = end
+	}
+	for k, st := range seen {
+		if st.After(next) {
+			delete(seen, k)
+		}
+	}
+	for i := len(elems) - 1; i >= 0; i-- {
+		id, st, err := rowKey(elems[i])
+		if err != nil {
+			return err
+		}
+		if st.After(next) {
+			break
+		}
+		if _, ok := seen[string(id)]; !ok {
+			seen[string(id)] = st
+		}
+	}
+	return nil
 }
 
 // ceilSecond rounds t up to a whole second.

@@ -71,6 +71,21 @@ type SweepOptions struct {
 	DryRun bool
 }
 
+// Validate checks o as every Sweep does before touching anything: a RunID, if set,
+// must be valid (ValidateRunID) and OlderThan must not be negative. Errors wrap
+// ErrInvalidSpec.
+func (o SweepOptions) Validate() error {
+	if o.RunID != "" {
+		if err := ValidateRunID(o.RunID); err != nil {
+			return err
+		}
+	}
+	if o.OlderThan < 0 {
+		return Invalidf("OlderThan is negative")
+	}
+	return nil
+}
+
 // SweepReport lists what a Sweep removed (or, with DryRun, would remove).
 type SweepReport struct {
 	// Removed names each resource as "kind:id", e.g. "container:3f2a…" or "volume:llm-sock-r1".
@@ -174,6 +189,9 @@ type RunResult struct {
 	ErrorCode ErrorCode
 	// Duration is the wall-clock time from create to exit.
 	Duration time.Duration
+	// Memory is what the sandbox's memory cgroup said while it ran (see
+	// MemoryPressure); nil where the runner cannot read it.
+	Memory *MemoryPressure
 }
 
 // OK reports whether the run completed and exited 0.

@@ -52,6 +52,7 @@ func TestOptionsValidate(t *testing.T) {
 		"relative address": WithAddress("containerd.sock"), "bad namespace": WithNamespace("a/b"),
 		"bad owner": WithOwner(""), "nil logger": WithLogger(nil), "empty snapshotter": WithSnapshotter(""),
 		"missing bridge": WithBridge("/nonexistent/bridge"), "zero cleanup": WithCleanupTimeout(0),
+		"zero kill grace": WithKillGrace(0),
 	} {
 		if _, err := NewRunner(o); !errors.Is(err, port.ErrInvalidSpec) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
@@ -123,7 +124,7 @@ func TestWrongAddressFailsFast(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = r.RunOnce(ctx, port.RunSpec{RunID: "wrong-address", Image: "agentsandbox/none:1", Argv: []string{"/agent"}})
-	if !errors.Is(err, port.ErrUnavailable) || !strings.Contains(err.Error(), bad) {
+	if !errors.Is(err, port.ErrUnavailable) || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Runner.Ping") {
 		t.Errorf("RunOnce = %v, want ErrUnavailable naming %s", err, bad)
 	}
 	if d := time.Since(start); d > 3*time.Second {
