@@ -11,8 +11,10 @@
 // RunOnce creates one Pod per run (name agentsandbox-<run>-<random>; labels: the
 // port's owner, run and kind; annotations: the exact run ID and its start), watches it,
 // follows the agent container's log while it runs, and on every path (success, error,
-// time limit, cancellation, panic) deletes the Pod and waits until the kubelet has
-// removed it. The Pod never restarts (restartPolicy Never). A time limit or a cancelled
+// time limit, cancellation, panic) deletes the Pod: at once when nothing of it runs any
+// more (the kubelet then removes the vanished Pod's sandbox, volumes and cgroups by
+// itself), else with a grace of one second, waiting until the kubelet has confirmed
+// that its containers are gone. The Pod never restarts (restartPolicy Never). A time limit or a cancelled
 // context deletes the Pod and the run ends as port.CodeTimeout with the output so far;
 // activeDeadlineSeconds (the limit plus the bridge's slack) ends it when the host is
 // gone. An image that cannot be pulled, a RuntimeClass that does not exist, a command

@@ -18,6 +18,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/imageref"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -75,8 +76,7 @@ func (r *Runner) Client() k8s.Interface { return r.cli }
 func (r *Runner) Runtime() string { return r.cfg.runtimeClass }
 
 // RunOnce implements port.SandboxRunner: it creates one Pod, follows its log, waits
-// for the agent container to end and deletes the Pod on every path, waiting until the
-// kubelet has removed it.
+// for the agent container to end and deletes the Pod on every path (see remove).
 //
 // Errors besides the port's: port.ErrUnsupported for what a Pod cannot express here
 // (an internal network, a runtime volume for the LLM socket, host paths with
@@ -207,6 +207,9 @@ func (r *Runner) check(spec port.RunSpec) error {
 		return err
 	}
 	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
+		return err
+	}
+	if _, err := imageref.Parse(spec.Image); err != nil {
 		return err
 	}
 	if spec.Network.Internal != "" {

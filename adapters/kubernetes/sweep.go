@@ -17,13 +17,8 @@ import (
 // name this owner are ever touched. Implements port.Sweeper.
 func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
-	if opts.RunID != "" {
-		if err := port.ValidateRunID(opts.RunID); err != nil {
-			return rep, opErr("Sweep", opts.RunID, err)
-		}
-	}
-	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", "", port.Invalidf("OlderThan is negative"))
+	if err := opts.Validate(); err != nil {
+		return rep, opErr("Sweep", opts.RunID, err)
 	}
 	sel := labels.Set{port.LabelOwner: r.cfg.owner}
 	if opts.RunID != "" {
