@@ -433,15 +433,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		}
 		return res, nil
 	case <-runCtx.Done():
-		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
-		until, ok := r.stopAfterDeadline(ctx, s.task, s.statusC, log)
-		if ok {
-			s.exited.Store(true)
-		} else {
-			cause = r.unconfirmed(cause)
-		}
-		collect(until)
-		return fail(port.CodeTimeout, cause)
+		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, nil, 0, collect, log))
 	}
 }
 

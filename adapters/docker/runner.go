@@ -107,32 +107,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	// The run's lease, held while this process runs it: another process's Sweep
-	// leaves the run alone while it is refreshed (released once the removal is done).
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	id, lease, err := r.createHeld(ctx, spec, entrypoint, start)
 	if err != nil {
-		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
-	}
-	created := false
-	defer func() {
-		if !created {
-			lease.Release()
-		}
-	}()
-	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
-	hc.Runtime = r.cfg.runtime
-	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
-	})
-	if err != nil {
-		err = classify(err)
-		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+		var le *leaseError
+		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	id := made.ID
-	created = true
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container;
 	// in the background after the result is in (bounded; the container stays labelled
@@ -194,6 +176,32 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeTimeout, cause)
 	}
 }
+
+// createHeld takes the run's lease, held while this process runs it (another
+// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// removal is done), and creates the run's container. A lease it cannot take is a
+// *leaseError (nothing was created).
+func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint []string, start time.Time) (string, *runlease.Lease, error) {
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return "", nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
+	}
+	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
+	hc.Runtime = r.cfg.runtime
+	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
+	})
+	if err != nil {
+		lease.Release()
+		return "", nil, classify(err)
+	}
+	return made.ID, lease, nil
+}
+
+// leaseError is a run's lease that could not be taken.
+type leaseError struct{ error }
+
+func (e *leaseError) Unwrap() error { return e.error }
 
 // captureOutput copies the attached streams into capped buffers; collect waits
 // (bounded) for them to end and puts what they captured into res.
