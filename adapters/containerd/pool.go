@@ -543,32 +543,6 @@ func (p *Pool) destroy(s *slot) {
 	}
 }
 
-// removeSlotDir unmounts everything under a slot directory and removes it.
-func removeSlotDir(dir string) error {
-	if err := unmountUnder(dir); err != nil {
-		return err
-	}
-	// RemoveAll never follows a mount left by a failed unmount into a run's data:
-	// the mount points are empty directories once unmounted, and Remove refuses a
-	// busy one.
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
-	for _, e := range ents {
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	return nil
-}
-
 // Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
 // removals waited for (until ctx ends). Runs in progress finish.
 func (p *Pool) Close(ctx context.Context) error {
