@@ -38,12 +38,12 @@ func TestProxydConformanceDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner("porttest-proxyd"))
+	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner(testenv.Owner("porttest-proxyd")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := proxydHarnessParts(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }
 
 func TestProxydConformanceContainerd(t *testing.T) {
@@ -53,7 +53,7 @@ func TestProxydConformanceContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner("porttest-proxyd"))
+	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner(testenv.Owner("porttest-proxyd")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,5 +68,5 @@ func TestProxydConformanceContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := proxydHarnessParts(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }

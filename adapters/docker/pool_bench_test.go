@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -31,7 +32,7 @@ func BenchmarkPooledRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pm.Shutdown(context.Background())
-	r, cli, image := poolEnv(b, "bench-pool")
+	r, cli, image := poolEnv(b, testenv.Owner("bench-pool"))
 	ctx := context.Background()
 	tmpl := suiteSpec(image)
 	tmpl.LLM = &port.LLMSocket{HostDir: "/"}

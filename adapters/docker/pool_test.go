@@ -118,7 +118,7 @@ func suiteSpec(image string) port.RunSpec {
 // workspace, read-only and writable mount), then requires nothing left after the
 // pools close. About 40 s.
 func TestPoolConformance(t *testing.T) {
-	r, cli, image := poolEnv(t, "porttest-pool")
+	r, cli, image := poolEnv(t, testenv.Owner("porttest-pool"))
 	base := suiteSpec(image)
 	shapes := []port.RunSpec{base, base, base, base}
 	shapes[1].WorkspaceDir = "/"
@@ -162,7 +162,7 @@ func TestPoolConformance(t *testing.T) {
 // when the sandbox started, is what the bridge forwards to; the sandbox sees the run's
 // environment and its name carries the run.
 func TestPoolLLMSocketAttachedAtClaim(t *testing.T) {
-	r, cli, image := poolEnv(t, "pool-llm")
+	r, cli, image := poolEnv(t, testenv.Owner("pool-llm"))
 	spec := suiteSpec(image)
 	spec.LLM = &port.LLMSocket{HostDir: "/"}
 	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
@@ -241,7 +241,7 @@ func TestPoolLLMSocketAttachedAtClaim(t *testing.T) {
 // TestPoolEnvAndWorkdir: a pooled run gets the image's environment merged with the
 // run's (the library's variables winning) and starts in the workspace.
 func TestPoolEnvAndWorkdir(t *testing.T) {
-	r, _, image := poolEnv(t, "pool-env")
+	r, _, image := poolEnv(t, testenv.Owner("pool-env"))
 	spec := suiteSpec(image)
 	spec.WorkspaceDir = t.TempDir()
 	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
@@ -275,7 +275,7 @@ func TestPoolRunsThenCleanup(t *testing.T) {
 		t.Skip("long: -short")
 	}
 	n := testenv.Count("POOL_RUNS", 100)
-	r, cli, image := poolEnv(t, "pool-many")
+	r, cli, image := poolEnv(t, testenv.Owner("pool-many"))
 	spec := suiteSpec(image)
 	spec.WorkspaceDir = "/"
 	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 4, RefillConcurrency: 2})
@@ -310,7 +310,7 @@ func TestPoolRunsThenCleanup(t *testing.T) {
 // TestPoolClosedWithRunner: closing the runner closes its pools and removes every
 // ready sandbox; a pool cannot be made on a closed runner.
 func TestPoolClosedWithRunner(t *testing.T) {
-	r, cli, image := poolEnv(t, "pool-close")
+	r, cli, image := poolEnv(t, testenv.Owner("pool-close"))
 	p, err := r.NewPool(context.Background(), port.TemplateOf(suiteSpec(image)), port.PoolOptions{Size: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +334,7 @@ func TestPoolSweepAfterCrash(t *testing.T) {
 	cli, image := dockerEnv(t)
 	dir := t.TempDir()
 	t.Setenv(poolCrashEnv, dir)
-	r, err := NewRunner(WithClient(cli), WithOwner("crash-pool"), WithPoolDir(dir))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("crash-pool")), WithPoolDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ const poolCrashEnv = "AGENTSANDBOX_TEST_POOL_CRASH"
 // crashPool is the crash child's runner when poolCrashEnv is set: a full pool of the
 // crash run's shape.
 func crashPool(bridge string) (port.SandboxRunner, error) {
-	r, err := NewRunner(WithOwner("crash-pool"), WithBridge(bridge), WithPoolDir(os.Getenv(poolCrashEnv)))
+	r, err := NewRunner(WithOwner(testenv.Owner("crash-pool")), WithBridge(bridge), WithPoolDir(os.Getenv(poolCrashEnv)))
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +408,7 @@ func TestPoolOptionsValidate(t *testing.T) {
 // TestPoolDropsDeadStub: a ready sandbox whose stub was killed before its claim is
 // dropped, and the run still completes.
 func TestPoolDropsDeadStub(t *testing.T) {
-	r, cli, image := poolEnv(t, "pool-dead")
+	r, cli, image := poolEnv(t, testenv.Owner("pool-dead"))
 	ctx := context.Background()
 	spec := suiteSpec(image)
 	p, err := r.NewPool(ctx, port.TemplateOf(spec), port.PoolOptions{Size: 1})

@@ -49,7 +49,9 @@ func artefacts(t testing.TB) (exporter, ref string, archive []byte) {
 		if bin, built.err = agentimage.BuildGo(ctx, agentPackage); built.err != nil {
 			return
 		}
-		built.ref, built.archive, built.err = agentimage.Static("agentsandbox/gitagent", bin).Archive()
+		img := agentimage.Static("agentsandbox/gitagent", bin)
+		img.Labels = map[string]string{agentimage.TestImageLabel: "gitcli"}
+		built.ref, built.archive, built.err = img.Archive()
 	})
 	if built.err != nil {
 		t.Fatalf("building the exporter and agent: %v", built.err)
@@ -82,7 +84,7 @@ func runtimes(t testing.TB) []runtimeEnv {
 		if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 			t.Fatal(err)
 		}
-		r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner("gitrelay-test"))
+		r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner(testenv.Owner("gitrelay-test")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +93,7 @@ func runtimes(t testing.TB) []runtimeEnv {
 		t.Fatalf("docker is required: %v", err)
 	}
 
-	cr, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner("gitrelay-test"))
+	cr, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner(testenv.Owner("gitrelay-test")))
 	if err != nil {
 		t.Fatal(err)
 	}

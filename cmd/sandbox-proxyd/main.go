@@ -37,7 +37,7 @@ import (
 	"strings"
 	"syscall"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
 	"github.com/agentsandbox/sandbox/internal/registry"
