@@ -126,6 +126,10 @@ type Config struct {
 	Ready func(net.Addr)
 	// Logger receives diagnostics (failed socket dials, signals); default: discard.
 	Logger *slog.Logger
+	// Preloaded, if set, is a runtime started before the claim (StartPreload): Run
+	// hands it Argv, Env, Dir and the deadline instead of starting Argv itself, and
+	// forwards its output to Stdout and Stderr.
+	Preloaded *Preloaded
 }
 
 // Run listens on cfg.Listen, starts forwarding connections to cfg.Socket, then runs
@@ -173,13 +177,16 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	defer closeExposed()
 
-	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if cmd.Err != nil {
-		return execFailure(cfg.Argv[0], cmd.Err)
+	var cmd *exec.Cmd
+	if cfg.Preloaded == nil {
+		cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+		if cmd.Err != nil {
+			return execFailure(cfg.Argv[0], cmd.Err)
+		}
+		cmd.Env = cfg.Env
+		cmd.Dir = cfg.Dir
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
 	}
-	cmd.Env = cfg.Env
-	cmd.Dir = cfg.Dir
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
 
 	// Subscribe before the child exists so that no signal (or SIGCHLD) is missed.
 	sigs := make(chan os.Signal, 16)
@@ -201,18 +208,32 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	// The OOM-kill counter before the child exists: a rise by the time it has been
 	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
 	oomBefore, oomKnown := oomKills()
-	if err := cmd.Start(); err != nil {
-		return execFailure(cfg.Argv[0], err)
+	var proc *os.Process
+	if cfg.Preloaded != nil {
+		p, code, err := cfg.Preloaded.claim(cfg)
+		if err != nil {
+			cfg.Preloaded.Kill()
+			return code, err
+		}
+		proc = p
+	} else {
+		if err := cmd.Start(); err != nil {
+			return execFailure(cfg.Argv[0], err)
+		}
+		proc = cmd.Process
 	}
-	pid := cmd.Process.Pid
+	pid := proc.Pid
 	log.Debug("bridge: child started", slog.Int("pid", pid))
 
 	exited := make(chan int, 1)
-	if cfg.Reap {
+	switch {
+	case cfg.Reap:
 		// Reap everything; our child's status arrives through the same loop. cmd.Wait
 		// must not be used then: it would race the loop for the child's status.
 		go func() { exited <- reapUntil(pid, chld, log) }()
-	} else {
+	case cfg.Preloaded != nil:
+		go func() { exited <- cfg.Preloaded.wait() }()
+	default:
 		go func() {
 			err := cmd.Wait()
 			exited <- exitCode(cmd.ProcessState, err)
@@ -232,6 +253,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		select {
 		case code := <-exited:
 			log.Debug("bridge: child exited", slog.Int("code", code))
+			if cfg.Preloaded != nil {
+				cfg.Preloaded.drain()
+			}
 			if code == 128+int(syscall.SIGKILL) && oomKnown {
 				if n, ok := oomKills(); ok && n > oomBefore {
 					_, _ = io.WriteString(cfg.Stderr, OOMNotice)
@@ -243,16 +267,16 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			return code, nil
 		case s := <-sigs:
 			log.Debug("bridge: forwarding signal", slog.String("signal", s.String()))
-			_ = cmd.Process.Signal(s)
+			_ = proc.Signal(s)
 		case <-ctxDone:
 			ctxDone = nil
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = proc.Signal(syscall.SIGTERM)
 			t := time.NewTimer(cfg.KillGrace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			_ = cmd.Process.Kill()
+			_ = proc.Kill()
 		}
 	}
 }
