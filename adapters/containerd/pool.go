@@ -218,15 +218,15 @@ func (p *Pool) signal() {
 // newSlot creates one sandbox of the template, not started. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
-func (p *Pool) newSlot() (s *slot, err error) {
+func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
-	s = &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
+	s := &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
 	defer func() {
 		if err != nil {
-			p.destroy(s)
+			p.destroy(s) // the slot as far as it got (a named result would be nil here)
 		}
 	}()
 	img, err := r.imageInfo(ctx, p.tmpl.Image)

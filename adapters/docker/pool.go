@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
@@ -83,8 +84,8 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	creating                  atomic.Int32
-	warm, cold, other, failed atomic.Int64
+	creating                                 atomic.Int32
+	warm, cold, other, failed, preloadFailed atomic.Int64
 	closed                    atomic.Bool
 }
 
@@ -102,6 +103,9 @@ type slot struct {
 	wait   client.ContainerWaitResult
 	exit   chan exitStatus    // the wait's outcome, once (buffered)
 	stop   context.CancelFunc // ends the wait
+	// attestation is what the stub reported once its pre-booted runtime was ready
+	// (nil without Preload).
+	attestation *port.Attestation
 	exited atomic.Bool
 }
 
@@ -185,6 +189,7 @@ func (p *Pool) Stats() port.PoolStats {
 	return port.PoolStats{
 		Ready: len(p.ready), Creating: int(p.creating.Load()),
 		Warm: p.warm.Load(), Cold: p.cold.Load(), Other: p.other.Load(), Failed: p.failed.Load(),
+		PreloadFailed: p.preloadFailed.Load(),
 	}
 }
 
@@ -206,6 +211,9 @@ func (p *Pool) fill() {
 				s, err := p.newSlot()
 				if err != nil {
 					p.failed.Add(1)
+					if errors.Is(err, errPreload) {
+						p.preloadFailed.Add(1)
+					}
 					p.r.cfg.logger.Warn("creating a pooled sandbox failed", "pool", p.key, logattr.Err, err)
 					select { // a broken template must not spin the machine
 					case <-time.After(time.Second):
@@ -241,15 +249,15 @@ func (p *Pool) signal() {
 // newSlot creates and starts one sandbox of the template. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
-func (p *Pool) newSlot() (s *slot, err error) {
+func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	name := poolNamePrefix + randHex(6)
-	s = &slot{dir: filepath.Join(r.poolDir(), name)}
+	s := &slot{dir: filepath.Join(r.poolDir(), name)}
 	defer func() {
 		if err != nil {
-			p.destroy(s)
+			p.destroy(s) // the slot as far as it got (a named result would be nil here)
 		}
 	}()
 	ins, err := r.cfg.api.ImageInspect(ctx, p.tmpl.Image)
@@ -286,7 +294,19 @@ func (p *Pool) newSlot() (s *slot, err error) {
 		}
 	}
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
-	cfg, hc := sandboxConfig(spec, []string{bridgeTarget, "-claim"}, lbls, r.cfg.bridgePath)
+	stub := []string{bridgeTarget, "-claim"}
+	var status *bridge.StubStatus
+	boot := time.Duration(0)
+	if pre := p.tmpl.Preload; pre != nil {
+		boot = pre.Timeout
+		if boot <= 0 {
+			boot = bridge.DefaultPreloadTimeout
+		}
+		stub = bridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
+		status = bridge.NewStubStatus()
+	}
+	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
+	cfg, hc := sandboxConfig(spec.ColdSpec(), stub, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	for i, m := range hc.Mounts {
 		if m.Type == mount.TypeBind && strings.HasPrefix(m.Source, s.dir+"/") {
@@ -307,6 +327,9 @@ func (p *Pool) newSlot() (s *slot, err error) {
 	}
 	s.att = &att.HijackedResponse
 	s.stdout, s.stderr = &switchWriter{}, &switchWriter{}
+	if status != nil {
+		s.stdout.set(status)
+	}
 	s.copied = make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(s.stdout, s.stderr, s.att.Reader)
@@ -327,8 +350,28 @@ func (p *Pool) newSlot() (s *slot, err error) {
 	if _, err := r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start: %w", classify(err))
 	}
+	if status != nil {
+		// Ready only once the runtime is: the stub's status line, or its end.
+		select {
+		case st := <-status.Done():
+			if st.Preload != bridgeapi.PreloadStatusReady {
+				return nil, fmt.Errorf("%w: %s", errPreload, st.Reason)
+			}
+			s.attestation = st.Attestation
+		case <-s.exit:
+			s.exited.Store(true)
+			return nil, fmt.Errorf("%w: the stub exited before its runtime was ready", errPreload)
+		case <-time.After(boot + 30*time.Second):
+			return nil, fmt.Errorf("%w: no status from the stub after %v", errPreload, boot+30*time.Second)
+		case <-p.ctx.Done():
+			return nil, p.ctx.Err()
+		}
+	}
 	return s, nil
 }
+
+// errPreload marks a slot whose pre-booted runtime failed before any claim.
+var errPreload = errors.New("pre-booted runtime failed")
 
 // RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
 // sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
@@ -336,7 +379,7 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	spec = spec.WithDefaults()
 	if !port.TemplateOf(spec).Equal(p.tmpl) || len(spec.Labels) > 0 || spec.Network.Internal != "" {
 		p.other.Add(1)
-		return p.r.RunOnce(ctx, spec)
+		return coldRun(ctx, p.r, spec, "no pool of the run's shape")
 	}
 	if err := p.r.check(ctx, spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
@@ -344,11 +387,35 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	s := p.take()
 	if s == nil {
 		p.cold.Add(1)
-		return p.r.RunOnce(ctx, spec)
+		return coldRun(ctx, p.r, spec, "the pool was empty")
 	}
 	p.warm.Add(1)
-	return p.run(ctx, spec, s)
+	res, err := p.run(ctx, spec, s)
+	if reason, gone := res.preloadGone(); gone {
+		// The runtime died between its last check and the claim: nothing of the run
+		// ran in the slot. Run it cold, and say so.
+		p.preloadFailed.Add(1)
+		return coldRun(ctx, p.r, spec, "the pre-booted runtime was gone at the claim: "+reason)
+	}
+	return res.RunResult, err
 }
+
+// coldRun runs spec on the runner, saying why in the result.
+func coldRun(ctx context.Context, r *Runner, spec port.RunSpec, why string) (*port.RunResult, error) {
+	res, err := r.RunOnce(ctx, spec)
+	if res != nil {
+		res.Start, res.StartNote = port.StartCold, why
+	}
+	return res, err
+}
+
+// slotResult is a pooled run's result, with what the pool needs to know of it.
+type slotResult struct {
+	*port.RunResult
+	gone string // the stub's PreloadGone reason
+}
+
+func (r slotResult) preloadGone() (string, bool) { return r.gone, r.gone != "" }
 
 // take returns a ready slot, or nil when there is none. A stub that ended before its
 // claim (killed from outside, say) is dropped and the next one taken.
@@ -373,14 +440,17 @@ func (p *Pool) take() *slot {
 }
 
 // run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunResult, error) {
+func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult, error) {
 	r := p.r
 	start := time.Now()
-	res := &port.RunResult{ExitCode: -1}
-	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
+	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
+	if p.tmpl.Preload != nil {
+		res.Start, res.PreloadAttestation = port.StartPreloaded, s.attestation
+	}
+	fail := func(code port.ErrorCode, cause error) (slotResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
-		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
+		return slotResult{RunResult: res}, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
 	var rename sync.WaitGroup
 	defer func() {
@@ -472,11 +542,19 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		if w.Error != nil && w.Error.Message != "" {
 			return fail(port.CodeInternal, errors.New(w.Error.Message))
 		}
+		if p.tmpl.Preload != nil && res.ExitCode == bridge.ExitBridgeFailed {
+			if reason, ok := bridge.PreloadGoneIn(stderr.Tail()); ok {
+				return slotResult{RunResult: res, gone: reason}, nil
+			}
+		}
 		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+			if entry, ok := bridge.MissingEntry(reason); ok && p.tmpl.Preload != nil {
+				return fail(port.CodeContainerFailed, &port.EntrypointError{Entry: entry, Reason: reason})
+			}
 			return fail(port.CodeContainerFailed, errors.New(reason))
 		}
 		if w.StatusCode != 137 {
-			return res, nil
+			return slotResult{RunResult: res}, nil
 		}
 		var oom bool
 		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
@@ -488,7 +566,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		if oom {
 			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
 		}
-		return res, nil
+		return slotResult{RunResult: res}, nil
 	case <-runCtx.Done():
 		var cause error
 		if ctx.Err() != nil {

@@ -100,7 +100,8 @@ func (r *Runner) Owner() string { return r.cfg.owner }
 
 // RunOnce implements port.SandboxRunner.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	if err := r.check(ctx, spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
