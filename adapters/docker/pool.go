@@ -86,7 +86,7 @@ type Pool struct {
 
 	creating                                 atomic.Int32
 	warm, cold, other, failed, preloadFailed atomic.Int64
-	closed                    atomic.Bool
+	closed                                   atomic.Bool
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -106,7 +106,7 @@ type slot struct {
 	// attestation is what the stub reported once its pre-booted runtime was ready
 	// (nil without Preload).
 	attestation *port.Attestation
-	exited atomic.Bool
+	exited      atomic.Bool
 }
 
 // exitStatus is a wait's outcome: the exit, or the wait's error.

@@ -46,7 +46,7 @@ type Preloaded struct {
 	failOnce sync.Once
 	reason   string
 	copies   sync.WaitGroup
-	answer   chan answer   // the runtime's line after ready
+	answer   chan answer // the runtime's line after ready
 }
 
 type answer struct {
