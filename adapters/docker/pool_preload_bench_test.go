@@ -2,10 +2,14 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/internal/testenv"
@@ -57,7 +61,10 @@ func BenchmarkPreloadedNode(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close(ctx)
-	var cold, pre []time.Duration
+	var (
+		cold, pre []time.Duration
+		idle      []float64 // MiB of a ready slot, its runtime booted
+	)
 	for b.Loop() {
 		spec.RunID = sandboxtest.RunID("bench-cold")
 		t0 := time.Now()
@@ -70,6 +77,7 @@ func BenchmarkPreloadedNode(b *testing.B) {
 			b.Fatal(err)
 		}
 		waitReady(b, p)
+		idle = append(idle, slotMemory(b, cli, p))
 		spec.RunID = sandboxtest.RunID("bench-pre")
 		t0 = time.Now()
 		res, err = p.RunOnce(ctx, spec)
@@ -84,5 +92,32 @@ func BenchmarkPreloadedNode(b *testing.B) {
 	p50 := benchutil.Report(b, "preloaded", pre)
 	c50 := benchutil.Report(b, "cold", cold)
 	benchutil.Ratio(b, "preloaded/cold-p50-ratio", p50, c50)
+	slices.Sort(idle)
+	b.ReportMetric(idle[len(idle)/2], "idle-slot-MiB")
 	b.ReportMetric(0, "ns/op")
+}
+
+// slotMemory is the memory a ready slot's container uses (its cgroup's usage less
+// the page cache, as docker stats shows it), in MiB: a pre-booted runtime's cost
+// while it waits for a claim.
+func slotMemory(b *testing.B, cli *client.Client, p *Pool) float64 {
+	b.Helper()
+	s := <-p.ready
+	defer func() { p.ready <- s }()
+	st, err := cli.ContainerStats(context.Background(), s.id, client.ContainerStatsOptions{Stream: false})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Body.Close()
+	var v struct {
+		MemoryStats struct {
+			Usage uint64            `json:"usage"`
+			Stats map[string]uint64 `json:"stats"`
+		} `json:"memory_stats"`
+	}
+	if err := json.NewDecoder(st.Body).Decode(&v); err != nil {
+		b.Fatal(err)
+	}
+	use := v.MemoryStats.Usage - v.MemoryStats.Stats["total_inactive_file"]
+	return float64(use) / (1 << 20)
 }
