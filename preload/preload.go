@@ -25,3 +25,17 @@ var Node []byte
 
 // NodeName is the file name Node is meant to be installed under.
 const NodeName = "preload.mjs"
+
+// OpenClaw is the OpenClaw preloader (openclaw-preload.mjs) for `openclaw agent
+// --local --json` one-shot runs: `node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR`
+// imports the CLI's module graph before the claim and runs the CLI in-process at it.
+// It is pinned to OpenClawVersion and refuses to say ready for any other.
+//
+//go:embed openclaw/openclaw-preload.mjs
+var OpenClaw []byte
+
+// OpenClawName is the file name OpenClaw is meant to be installed under.
+const OpenClawName = "openclaw-preload.mjs"
+
+// OpenClawVersion is the OpenClaw release the OpenClaw preloader was proven against.
+const OpenClawVersion = "2026.9.6"
