@@ -28,7 +28,8 @@ const NodeName = "preload.mjs"
 
 // OpenClaw is the OpenClaw preloader (openclaw-preload.mjs) for `openclaw agent
 // --local --json` one-shot runs: `node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR`
-// imports the CLI's module graph before the claim and runs the CLI in-process at it.
+// imports the CLI's entry and its helpers before the claim and runs the CLI
+// in-process at it (see the file's comment for what is, and is not yet, ahead).
 // It is pinned to OpenClawVersion and refuses to say ready for any other.
 //
 //go:embed openclaw/openclaw-preload.mjs

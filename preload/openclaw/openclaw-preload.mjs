@@ -5,11 +5,13 @@
 //   node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
-// it imports the CLI's module graph: dist/entry.js (importing it runs nothing: its main
-// block runs only as the process's main module), the helpers the entry's main block
-// uses, and dist/cli/run-main.js, the CLI's main import. It runs no turn: a warm-up
-// would need a config, and OpenClaw caches the first config it loads for the
-// process's life (config-guard).
+// it imports dist/entry.js (importing it runs nothing: its main block runs only as the
+// process's main module) and the helpers the entry's main block uses. It does not
+// import dist/cli/run-main.js (the CLI's main import) ahead: with it imported before
+// the run's environment existed, a sandboxed one-shot failed with ENOENT on the
+// agent's state database (a path or cache captured at import; not yet found). It
+// runs no turn: a warm-up would need a config, and OpenClaw caches the first config
+// it loads for the process's life (config-guard).
 //
 // At the claim (argv `openclaw ARGS` or `node .../openclaw.mjs ARGS`) it does what the
 // entry's main block does for a one-shot, against the run's environment: replace
@@ -60,7 +62,6 @@ for (const [name, [file, exp]] of Object.entries(SPLIT)) {
   if (typeof fn !== 'function' || fn.name !== name) fail(`dist/${file} export ${exp} is not ${name}: the split point moved`);
   fns[name] = fn;
 }
-await load('cli/run-main.js');
 
 const ctl = new net.Socket({ fd, readable: true, writable: true });
 const send = (v) => new Promise((resolve) => ctl.write(JSON.stringify(v) + '\n', resolve));
