@@ -259,6 +259,9 @@ type RunResult struct {
 	// PreloadAttestation is the isolation the sandbox's bridge reported before the
 	// claim, once its pre-booted runtime was ready (StartPreloaded runs only).
 	PreloadAttestation *Attestation
+	// Memory is what the sandbox's memory cgroup said while it ran (see
+	// MemoryPressure); nil where the runner cannot read it.
+	Memory *MemoryPressure
 }
 
 // OK reports whether the run completed and exited 0.

@@ -78,7 +78,7 @@ type Pool struct {
 
 	creating                                 atomic.Int32
 	warm, cold, other, failed, preloadFailed atomic.Int64
-	closed                    atomic.Bool
+	closed                                   atomic.Bool
 }
 
 var _ port.Pool = (*Pool)(nil)

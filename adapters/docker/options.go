@@ -39,6 +39,9 @@ type config struct {
 	sessionRoot string
 	// poolDir holds the host directories of pooled sandboxes (see WithPoolDir).
 	poolDir string
+	// pullPolicy and registryCreds: see WithPullPolicy (pull.go).
+	pullPolicy    port.PullPolicy
+	registryCreds port.RegistryCredentials
 }
 
 func defaultConfig() config {
