@@ -502,7 +502,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		dir = port.WorkspacePath
 	}
 	claim := bridge.NewClaim(argv, claimEnv(spec, s.img.env), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
-	claim.Egress = egressOn(spec)
+	claim.Egress = adapterutil.EgressOn(spec)
 	msg, err := claim.Encode()
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
