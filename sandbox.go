@@ -46,6 +46,19 @@ type Sandbox struct {
 	noWorkspaceCheck bool
 	relay            port.RepoRelay
 	prs              port.PullRequester
+	pools            []port.Pool // WithPool
+}
+
+// runnerFor returns the pool whose template is spec's shape (WithPool), else the
+// runner: a pool serves its shape warm when it has a sandbox ready, cold otherwise.
+func (s *Sandbox) runnerFor(spec port.RunSpec) port.SandboxRunner {
+	t := port.TemplateOf(spec)
+	for _, p := range s.pools {
+		if p.Template().Equal(t) {
+			return p
+		}
+	}
+	return s.runner
 }
 
 // DefaultReconcileTimeout bounds a run's reconciliation unless WithReconcileTimeout
@@ -97,6 +110,10 @@ type Request struct {
 	// and CMD (Argv[0] is the program); an empty one runs the image's own.
 	Image string
 	Argv  []string
+	// Preload asks for a sandbox whose agent runtime was pre-booted (port.Preload):
+	// served by a pool given with WithPool whose template matches, else cold;
+	// Result.Run.Start says which.
+	Preload *port.Preload
 	// Env is the agent's environment, set over the image's. The library's own
 	// variables win over a variable of the same name here: the model variable
 	// (Model), HOSTNAME, and with LLM access the SDK variables of port.LLMEnv
@@ -338,7 +355,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
 		}
 	} else {
-		res.Run, runErr = s.runner.RunOnce(ctx, spec)
+		res.Run, runErr = s.runnerFor(spec).RunOnce(ctx, spec)
 	}
 	if res.Run == nil {
 		if runErr == nil {
@@ -382,7 +399,7 @@ func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
 		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
 		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
-		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
+		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr, Preload: req.Preload,
 	}
 	for k, v := range req.Env {
 		spec.Env[k] = v
@@ -455,7 +472,7 @@ func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec por
 	defer func() { _ = stop() }()
 	sock := proxy.Socket()
 	spec.LLM = &sock
-	res.Run, runErr = s.runner.RunOnce(ctx, spec)
+	res.Run, runErr = s.runnerFor(spec).RunOnce(ctx, spec)
 	if serr := stop(); serr != nil {
 		log.Warn("stopping proxy failed", logattr.Err, serr)
 		runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))

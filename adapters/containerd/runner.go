@@ -166,7 +166,8 @@ func (r *Runner) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 
 // RunOnce implements port.SandboxRunner.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	if err := r.check(spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}

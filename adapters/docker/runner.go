@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -28,6 +29,10 @@ import (
 type Runner struct {
 	cfg     config
 	cleanup *bgclean.Queue // removals of finished runs, off the critical path
+
+	poolsMu sync.Mutex
+	pools   map[*Pool]struct{} // open warm pools, closed with the runner
+	closed  bool
 }
 
 var (
@@ -56,12 +61,25 @@ func (r *Runner) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close waits (up to the cleanup timeout) for the removals of finished runs still in
-// the background, then releases the SDK client (unless it was passed in with
-// WithClient). What a removal could not finish stays labelled for Sweep.
+// Close closes the runner's warm pools, waits (up to the cleanup timeout) for the
+// removals of finished runs still in the background, then releases the SDK client
+// (unless it was passed in with WithClient). What a removal could not finish stays
+// labelled for Sweep.
 func (r *Runner) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
 	defer cancel()
+	r.poolsMu.Lock()
+	r.closed = true
+	pools := make([]*Pool, 0, len(r.pools))
+	for p := range r.pools {
+		pools = append(pools, p)
+	}
+	r.poolsMu.Unlock()
+	for _, p := range pools {
+		if err := p.Close(ctx); err != nil {
+			r.cfg.logger.Warn("closing a warm pool did not finish; a Sweep will remove what is left", logattr.Err, err)
+		}
+	}
 	if err := r.cleanup.Close(ctx); err != nil {
 		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
 	}
@@ -85,7 +103,8 @@ func (r *Runner) Owner() string { return r.cfg.owner }
 
 // RunOnce implements port.SandboxRunner.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	if err := r.check(ctx, spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}

@@ -91,7 +91,8 @@ func (r *Runner) Client() *api.Client { return r.api }
 // when WithHostPaths is off); a job the cluster cannot place (no eligible node with
 // the resources) gives a *port.RunError with port.CodeContainerFailed.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	proxy, err := r.check(spec)
 	if err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
