@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -50,6 +52,9 @@ type MeterConfig struct {
 	// run's usage after the call, before the call ends (before Stop can return
 	// and before the handler returns): a durable front persists them there.
 	OnRecord func(rec port.AuditRecord, used Usage)
+	// Trace is the run's span, the parent of every call's span; an invalid one
+	// gives each call a trace of its own.
+	Trace trace.SpanContext
 }
 
 // Usage is what a run has taken from its budget.

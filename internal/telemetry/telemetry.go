@@ -1,0 +1,269 @@
+// Package telemetry holds the library's OpenTelemetry instruments: the tracer, the
+// GenAI client metrics of the semantic conventions and the sandbox's own metrics.
+//
+// The library uses the OpenTelemetry API only. Without a provider it uses the global
+// ones, which are no-ops until the host installs an SDK; the host owns exporters,
+// sampling and resources.
+//
+// Nothing secret is ever an attribute: run ids, owners, runtimes, models, rules and
+// outcomes are. Metric attributes are low-cardinality only (no run id); a model name
+// is a metric attribute only once the upstream accepted it, so an agent cannot mint
+// series by inventing model names.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsandbox/sandbox/errdefs"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of every tracer and meter of the library.
+const ScopeName = "github.com/agentsandbox/sandbox"
+
+// Attribute keys. The gen_ai.* ones are the OpenTelemetry GenAI semantic conventions;
+// sandbox.* are the library's own.
+const (
+	GenAIOperationName     = attribute.Key("gen_ai.operation.name")
+	GenAIProviderName      = attribute.Key("gen_ai.provider.name")
+	GenAIRequestModel      = attribute.Key("gen_ai.request.model")
+	GenAIResponseModel     = attribute.Key("gen_ai.response.model")
+	GenAIResponseID        = attribute.Key("gen_ai.response.id")
+	GenAIUsageInputTokens  = attribute.Key("gen_ai.usage.input_tokens")
+	GenAIUsageOutputTokens = attribute.Key("gen_ai.usage.output_tokens")
+	GenAITokenType         = attribute.Key("gen_ai.token.type")
+	ErrorType              = attribute.Key("error.type")
+	HTTPStatusCode         = attribute.Key("http.response.status_code")
+	ServerAddress          = attribute.Key("server.address")
+
+	RunID          = attribute.Key("sandbox.run.id")
+	RunAttempt     = attribute.Key("sandbox.run.attempt")
+	Owner          = attribute.Key("sandbox.owner")
+	Runtime        = attribute.Key("sandbox.runtime")
+	Outcome        = attribute.Key("sandbox.outcome")
+	RefusalRule    = attribute.Key("sandbox.refusal.rule")
+	LLMCallID      = attribute.Key("sandbox.llm.call_id")
+	Streamed       = attribute.Key("sandbox.llm.streamed")
+	EgressHost     = attribute.Key("sandbox.egress.host")
+	PoolClaim      = attribute.Key("sandbox.pool.claim")
+	ReconcileState = attribute.Key("sandbox.reconcile.state")
+)
+
+// Outcomes of a run or a call (the sandbox.outcome attribute).
+const (
+	OutcomeOK      = "ok"
+	OutcomeFailed  = "failed"
+	OutcomeRefused = "refused"
+	OutcomeError   = "error"
+)
+
+// T is a tracer and the instruments made from one pair of providers. The zero value
+// is not usable; New and Default make one. A T is safe for concurrent use.
+type T struct {
+	Tracer trace.Tracer
+
+	opDuration   metric.Float64Histogram
+	tokenUsage   metric.Int64Histogram
+	llmCalls     metric.Int64Counter
+	refusals     metric.Int64Counter
+	runs         metric.Int64Counter
+	runDuration  metric.Float64Histogram
+	reconciled   metric.Int64Counter
+	egress       metric.Int64Counter
+	poolClaims   metric.Int64Counter
+	liveSessions metric.Int64UpDownCounter
+}
+
+// Bucket boundaries the GenAI conventions advise for their two histograms.
+var (
+	durationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	tokenBuckets    = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+	runBuckets      = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
+)
+
+// New makes the instruments from tp and mp; a nil provider means the global one
+// (otel.GetTracerProvider, otel.GetMeterProvider), which forwards to whatever the
+// host installs later.
+func New(tp trace.TracerProvider, mp metric.MeterProvider) *T {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	t := &T{Tracer: tp.Tracer(ScopeName)}
+	// The API returns a working no-op instrument with any error: telemetry never
+	// stops a run.
+	t.opDuration, _ = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("GenAI operation duration."), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	t.tokenUsage, _ = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Number of input and output tokens used."), metric.WithExplicitBucketBoundaries(tokenBuckets...))
+	t.llmCalls, _ = m.Int64Counter("sandbox.llm.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("LLM calls that reached a sandbox proxy, by outcome (ok, error, refused)."))
+	t.refusals, _ = m.Int64Counter("sandbox.llm.refusals", metric.WithUnit("{call}"),
+		metric.WithDescription("LLM calls a sandbox proxy refused itself, by rule (budget, route, body, attestation, ...)."))
+	t.runs, _ = m.Int64Counter("sandbox.runs", metric.WithUnit("{run}"),
+		metric.WithDescription("Sandboxed runs finished, by outcome and runtime."))
+	t.runDuration, _ = m.Float64Histogram("sandbox.run.duration", metric.WithUnit("s"),
+		metric.WithDescription("Wall time of a sandboxed run, by outcome and runtime."), metric.WithExplicitBucketBoundaries(runBuckets...))
+	t.reconciled, _ = m.Int64Counter("sandbox.reconcile.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Audited LLM calls after reconciliation against the billing system, by state (found, missing)."))
+	t.egress, _ = m.Int64Counter("sandbox.egress.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Egress requests of sandboxes, by outcome and refusal rule."))
+	t.poolClaims, _ = m.Int64Counter("sandbox.pool.claims", metric.WithUnit("{claim}"),
+		metric.WithDescription("Runs started by runtime and claim (warm: a pre-started pool slot; cold: created for the run)."))
+	t.liveSessions, _ = m.Int64UpDownCounter("sandbox.sessions.live", metric.WithUnit("{session}"),
+		metric.WithDescription("Long-running sandbox sessions alive, by runtime."))
+	return t
+}
+
+var def = sync.OnceValue(func() *T { return New(nil, nil) })
+
+// Default is the T of the global providers.
+func Default() *T { return def() }
+
+// Or returns t, or Default when t is nil.
+func Or(t *T) *T {
+	if t == nil {
+		return Default()
+	}
+	return t
+}
+
+// Run records a finished run.
+func (t *T) Run(ctx context.Context, outcome, runtime string, d time.Duration) {
+	set := metric.WithAttributeSet(attribute.NewSet(Outcome.String(outcome), Runtime.String(runtime)))
+	t.runs.Add(ctx, 1, set)
+	t.runDuration.Record(ctx, d.Seconds(), set)
+}
+
+// LLMCall counts a call that reached a proxy; rule is set for a refused one.
+func (t *T) LLMCall(ctx context.Context, outcome, rule string) {
+	t.llmCalls.Add(ctx, 1, metric.WithAttributes(Outcome.String(outcome)))
+	if rule != "" {
+		t.refusals.Add(ctx, 1, metric.WithAttributes(RefusalRule.String(rule)))
+	}
+}
+
+// GenAIDuration records gen_ai.client.operation.duration.
+func (t *T) GenAIDuration(ctx context.Context, d time.Duration, attrs ...attribute.KeyValue) {
+	t.opDuration.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
+}
+
+// GenAITokens records gen_ai.client.token.usage, input and output, when reported.
+func (t *T) GenAITokens(ctx context.Context, input, output int64, attrs ...attribute.KeyValue) {
+	if input > 0 {
+		t.tokenUsage.Record(ctx, input, metric.WithAttributes(append(attrs, GenAITokenType.String("input"))...))
+	}
+	if output > 0 {
+		t.tokenUsage.Record(ctx, output, metric.WithAttributes(append(attrs, GenAITokenType.String("output"))...))
+	}
+}
+
+// Reconciled records a reconciliation: found calls and missing ones.
+func (t *T) Reconciled(ctx context.Context, found, missing int) {
+	if found > 0 {
+		t.reconciled.Add(ctx, int64(found), metric.WithAttributes(ReconcileState.String("found")))
+	}
+	if missing > 0 {
+		t.reconciled.Add(ctx, int64(missing), metric.WithAttributes(ReconcileState.String("missing")))
+	}
+}
+
+// Egress records one egress request; rule is its refusal rule, "" when allowed.
+func (t *T) Egress(ctx context.Context, rule string) {
+	outcome := OutcomeOK
+	if rule != "" {
+		outcome = OutcomeRefused
+	}
+	t.egress.Add(ctx, 1, metric.WithAttributes(Outcome.String(outcome), RefusalRule.String(RuleOf(rule))))
+}
+
+// PoolClaim records how a run's sandbox was started: warm (from a pool) or cold.
+func (t *T) PoolClaim(ctx context.Context, runtime string, warm bool) {
+	claim := "cold"
+	if warm {
+		claim = "warm"
+	}
+	t.poolClaims.Add(ctx, 1, metric.WithAttributes(Runtime.String(runtime), PoolClaim.String(claim)))
+}
+
+// SessionDelta counts sessions started (+1) and ended (-1).
+func (t *T) SessionDelta(ctx context.Context, runtime string, d int64) {
+	t.liveSessions.Add(ctx, d, metric.WithAttributes(Runtime.String(runtime)))
+}
+
+// RuleOf is a refusal's rule as a metric attribute: its text up to the first colon
+// (the proxy's rules are a fixed set: "budget_exceeded", "route_not_allowed", ...),
+// clipped, so a detail never mints a series.
+func RuleOf(blocked string) string {
+	if i := strings.IndexByte(blocked, ':'); i >= 0 {
+		blocked = blocked[:i]
+	}
+	if len(blocked) > 48 {
+		blocked = blocked[:48]
+	}
+	return blocked
+}
+
+// End ends span with outcome: an error status with err's type when err is set.
+func End(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, ErrorClass(err))
+		span.SetAttributes(ErrorType.String(ErrorClass(err)))
+	}
+	span.End()
+}
+
+// ErrorClass names an error for the error.type attribute by its class only (a
+// message may quote a path or a prompt): the errdefs sentinel it wraps, a context
+// error, or "error".
+func ErrorClass(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, c := range errorClasses {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return "error"
+}
+
+var errorClasses = []struct {
+	err  error
+	name string
+}{
+	{context.Canceled, "canceled"}, {context.DeadlineExceeded, "deadline_exceeded"},
+	{errdefs.ErrTimeout, "timeout"}, {errdefs.ErrOOMKilled, "oom_killed"},
+	{errdefs.ErrContainerFailed, "container_failed"}, {errdefs.ErrBudgetExceeded, "budget_exceeded"},
+	{errdefs.ErrUnattributed, "unattributed"}, {errdefs.ErrInvalidSpec, "invalid_spec"},
+	{errdefs.ErrNotFound, "not_found"}, {errdefs.ErrUnavailable, "unavailable"},
+	{errdefs.ErrUnsupported, "unsupported"}, {errdefs.ErrClosed, "closed"},
+	{errdefs.ErrRejected, "rejected"}, {errdefs.ErrPermissionDenied, "permission_denied"},
+	{errdefs.ErrConflict, "conflict"}, {errdefs.ErrInternal, "internal"},
+}
+
+// propagator is W3C trace context only: the proxy sends its own traceparent
+// upstream, never the agent's, and never baggage.
+var propagator = propagation.TraceContext{}
+
+// InjectTraceContext removes any traceparent, tracestate and baggage from h and
+// sets the trace context of ctx's span (nothing when it has none).
+func InjectTraceContext(ctx context.Context, h http.Header) {
+	for _, k := range []string{"Traceparent", "Tracestate", "Baggage"} {
+		h.Del(k)
+	}
+	propagator.Inject(ctx, propagation.HeaderCarrier(h))
+}
