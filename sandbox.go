@@ -12,7 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -44,6 +50,11 @@ type Sandbox struct {
 	noWorkspaceCheck bool
 	relay            port.RepoRelay
 	prs              port.PullRequester
+	// Telemetry (telemetry.go): the providers set by options, and what New made of them.
+	tp      trace.TracerProvider
+	mp      metric.MeterProvider
+	tel     *telemetry.T
+	runtime string
 }
 
 // DefaultReconcileTimeout bounds a run's reconciliation unless WithReconcileTimeout
@@ -69,6 +80,7 @@ func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 		}
 	}
 	s.logger = s.logger.With(logattr.Component, "sandbox")
+	s.tel, s.runtime = telemetry.New(s.tp, s.mp), runtimeOf(runner)
 	return s, nil
 }
 
@@ -264,6 +276,8 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
+	ctx, span := s.startRun(ctx, req)
+	defer func(start time.Time) { s.endRun(ctx, span, start, res, err) }(time.Now())
 	if !req.Grant.AllowSandbox {
 		return nil, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
 	}
@@ -274,6 +288,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
+	s.traceEgress(ctx, egressPolicy)
 	reconcile := req.Reconcile || req.ReconcileAsync
 	if reconcile && (s.reconciler == nil || s.llm == nil) {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
@@ -303,12 +318,17 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err := s.checkRepo(req); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
-	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
+	if err := s.traced(ctx, "sandbox.workspace.check", func(context.Context) error {
+		return s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User)
+	}); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	var repo *RepoResult
 	if req.Repo != nil {
-		if repo, err = s.cloneRepo(ctx, req); err != nil {
+		if err = s.traced(ctx, "sandbox.repo.clone", func(ctx context.Context) (err error) {
+			repo, err = s.cloneRepo(ctx, req)
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 		}
 	}
@@ -321,10 +341,15 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 
 	var runErr error
 	if s.llm != nil {
-		proxy, err := s.llm.Proxy.Start(ctx, port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
+		var proxy port.Proxy
+		err := s.traced(ctx, "sandbox.proxy.start", func(pctx context.Context) (err error) {
+			// The proxy takes its calls' parent span from ctx: the run's, not this one.
+			proxy, err = s.llm.Proxy.Start(trace.ContextWithSpan(pctx, span), port.ProxySpec{
+				RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+				Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+				Egress: egressPolicy,
+			})
+			return err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
@@ -337,7 +362,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			stopped = true
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
+			sctx, sspan := s.tel.Tracer.Start(sctx, "sandbox.proxy.stop")
 			audit, err := proxy.Stop(sctx)
+			telemetry.End(sspan, err)
 			res.Audit = audit
 			if a, ok := proxy.(port.Attester); ok {
 				res.Attestation = withRuntime(a.Attestation(), s.runner)
@@ -355,13 +382,13 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		}()
 		sock := proxy.Socket()
 		spec.LLM = &sock
-		res.Run, runErr = s.runner.RunOnce(ctx, spec)
+		res.Run, runErr = s.runOnce(ctx, spec)
 		if serr := stop(); serr != nil {
 			log.Warn("stopping proxy failed", logattr.Err, serr)
 			runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
 		}
 	} else {
-		res.Run, runErr = s.runner.RunOnce(ctx, spec)
+		res.Run, runErr = s.runOnce(ctx, spec)
 	}
 	if res.Run == nil {
 		if runErr == nil {
@@ -392,7 +419,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		}
 	}
 	if repo != nil {
-		errs = append(errs, s.finishRepo(ctx, req, res.Run, repo))
+		errs = append(errs, s.traced(ctx, "sandbox.repo.export_push", func(ctx context.Context) error {
+			return s.finishRepo(ctx, req, res.Run, repo)
+		}))
 	}
 	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
 	if err := errors.Join(errs...); err != nil {
@@ -413,7 +442,30 @@ func (s *Sandbox) checkWorkspace(dir, user string) error {
 func (s *Sandbox) reconcile(ctx context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.reconcileTimeout)
 	defer cancel()
-	return s.reconciler.Reconcile(rctx, req)
+	rctx, span := s.tel.Tracer.Start(rctx, "sandbox.reconcile", trace.WithAttributes(attribute.Int("sandbox.reconcile.audited", len(req.Calls))))
+	usage, err := s.reconciler.Reconcile(rctx, req)
+	if usage != nil {
+		found := usage.Total.Calls
+		span.SetAttributes(attribute.Int("sandbox.reconcile.found", found), attribute.Int("sandbox.reconcile.missing", len(usage.Missing)))
+		s.tel.Reconciled(rctx, found, len(usage.Missing))
+	}
+	telemetry.End(span, err)
+	return usage, err
+}
+
+// runOnce runs the sandbox in a span of its own; the runner adds its create, start
+// and wait (or pool claim) as children.
+func (s *Sandbox) runOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	ctx, span := s.tel.Tracer.Start(ctx, "sandbox.run_once", trace.WithAttributes(telemetry.Runtime.String(s.runtime)))
+	res, err := s.runner.RunOnce(ctx, spec)
+	if res != nil {
+		span.SetAttributes(attribute.Int("sandbox.exit_code", res.ExitCode))
+		if err == nil && res.ErrorCode != "" {
+			span.SetStatus(codes.Error, string(res.ErrorCode))
+		}
+	}
+	telemetry.End(span, err)
+	return res, err
 }
 
 func (s *Sandbox) reconcileAsync(ctx context.Context, req port.ReconcileRequest, log *slog.Logger) *Reconciling {

@@ -25,6 +25,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -320,9 +321,11 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	s := p.take()
 	if s == nil {
 		p.cold.Add(1)
+		telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", false)
 		return p.r.RunOnce(ctx, spec)
 	}
 	p.warm.Add(1)
+	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
 	return p.run(ctx, spec, s)
 }
 
@@ -358,6 +361,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	ctx = r.ns(ctx)
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1}
+	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
+	defer ph.End()
 	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
@@ -437,12 +442,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	r.phase("claim")
+	ph.Next("sandbox.start")
 	if !s.started {
 		if err := s.task.Start(ctx); err != nil {
 			return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 		}
 	}
 	r.phase("start")
+	ph.Next("sandbox.wait")
 	collect := func() {
 		done := make(chan struct{})
 		go func() { s.task.IO().Wait(); close(done) }()

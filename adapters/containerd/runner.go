@@ -32,6 +32,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -173,6 +174,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	ctx = r.ns(ctx)
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1}
+	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("cold"))
+	defer ph.End()
 	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
@@ -238,6 +241,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
 	r.phase("task")
+	ph.Next("sandbox.start")
 	collect := func() {
 		done := make(chan struct{})
 		go func() { task.IO().Wait(); close(done) }()
@@ -261,6 +265,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	r.phase("start")
+	ph.Next("sandbox.wait")
 	log.Debug("task started")
 
 	select {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -93,6 +94,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		res.Duration = time.Since(start)
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
+	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("docker"), telemetry.PoolClaim.String("cold"))
+	defer ph.End()
 
 	entrypoint, err := r.entrypoint(ctx, spec)
 	if err != nil {
@@ -154,11 +157,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	defer stopWait()
 	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
+	ph.Next("sandbox.start")
 	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		collect()
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
 	log.Debug("container started")
+	ph.Next("sandbox.wait")
 
 	select {
 	case w := <-wait.Result:

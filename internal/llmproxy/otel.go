@@ -33,8 +33,10 @@ func genAIOperation(path string) (op, provider string) {
 		return "chat", "anthropic"
 	case strings.HasSuffix(path, "/moderations"):
 		return "moderations", "openai"
+	case strings.HasPrefix(path, "/v1/models"):
+		return "models", "openai"
 	}
-	return "models", "openai"
+	return "other", "openai" // a refused path off the allowlist
 }
 
 // startSpan starts c's span and returns the request context carrying it.
@@ -58,7 +60,11 @@ func (e *Engine) observe(c *Call, ref *Refusal, usage GenAIUsage) {
 	rec := &c.rec
 	op, provider := genAIOperation(rec.Path)
 	span := c.span
-	span.SetName(op + " " + rec.Model)
+	if rec.Model != "" {
+		span.SetName(op + " " + rec.Model)
+	} else {
+		span.SetName(op)
+	}
 	attrs := []attribute.KeyValue{
 		telemetry.GenAIOperationName.String(op), telemetry.GenAIProviderName.String(provider),
 		telemetry.HTTPStatusCode.Int(rec.Status),
