@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -38,7 +39,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 			defer fake.Close()
 			base, _ := os.MkdirTemp("", "conc")
 			defer os.RemoveAll(base)
-			pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("conc"), inproc.WithSandboxUID(1001))
+			pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("conc")), inproc.WithSandboxUID(1001))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -46,7 +46,7 @@ func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001))
+	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("e2e")), inproc.WithSandboxUID(1001))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func dockerRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.Sand
 	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 		t.Fatal(err)
 	}
-	r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner("e2e"))
+	r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner(testenv.Owner("e2e")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func dockerRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.Sand
 
 func containerdRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.SandboxRunner, string) {
 	ctx := context.Background()
-	r, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner("e2e"))
+	r, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner(testenv.Owner("e2e")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	base, err := os.MkdirTemp("", "egress")
 	require.NoError(t, err)
 	defer os.RemoveAll(base)
-	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("egress-it"), inproc.WithSandboxUID(1001), inproc.WithLogger(logger),
+	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("egress-it")), inproc.WithSandboxUID(1001), inproc.WithLogger(logger),
 		inproc.WithEgressResolver(res), inproc.WithEgressUpstreamRoots(up.PEM),
 		inproc.WithEgressUnsafeAllow(netip.MustParsePrefix("127.0.0.1/32")))
 	require.NoError(t, err)

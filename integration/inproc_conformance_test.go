@@ -28,13 +28,13 @@ func inprocHarness(t *testing.T) (*inproc.Manager, func(context.Context, string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("porttest"), inproc.WithSandboxUID(1001))
+	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("porttest")), inproc.WithSandboxUID(1001))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
 	leftovers := func(_ context.Context, runID string) ([]string, error) {
-		dir := filepath.Join(base, "porttest")
+		dir := filepath.Join(base, testenv.Owner("porttest"))
 		entries, err := os.ReadDir(dir)
 		if os.IsNotExist(err) {
 			return nil, nil
@@ -83,7 +83,7 @@ func TestInprocConformanceDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner("porttest"))
+	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner(testenv.Owner("porttest")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestInprocConformanceContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner("porttest"))
+	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner(testenv.Owner("porttest")))
 	if err != nil {
 		t.Fatal(err)
 	}

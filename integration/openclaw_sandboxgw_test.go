@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,7 +158,7 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		t.Fatal(err)
 	}
 	sessDir := t.TempDir()
-	owner := sandboxtest.RunID("ocgw")
+	owner := testenv.Owner(sandboxtest.RunID("ocgw"))
 	s.runner, s.image = newRunner(t, bin, owner, sessDir)
 	// The restarted host's runner, made now so that it is closed after the gateway.
 	second, _ := newRunner(t, bin, owner, sessDir)
@@ -513,7 +512,6 @@ for (const p of fs.readdirSync('/proc')) {
 func testGWKill(t *testing.T, s *gwStack) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	before := runtime.NumGoroutine()
 	// The LLM hangs, so the run is in flight when the gateway dies.
 	s.fake.SetLatency(time.Minute)
 	reg := s.register(t, "ECHO", "acct-e")
@@ -536,6 +534,19 @@ func testGWKill(t *testing.T, s *gwStack) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	sess := s.gw.Session()
+	// The goroutines of this incarnation (its gateway client, supervision, session);
+	// each must end once the gateway died, while the next incarnation has its own.
+	incarnation := testenv.Goroutines(
+		"github.com/agentsandbox/sandbox/openclaw/gateway.",
+		"github.com/agentsandbox/sandbox/openclaw/sandboxgw.",
+		"github.com/agentsandbox/sandbox/internal/sessionkit.")
+	for id, stack := range incarnation {
+		// The Gateway's own goroutines outlive incarnations by design: its supervisor
+		// and the router's server on the socket directory.
+		if strings.Contains(stack, "sandboxgw.(*Gateway).supervise") || strings.Contains(stack, "net/http.(*Server).Serve") {
+			delete(incarnation, id)
+		}
+	}
 	res := s.nodeExec(t, killScript)
 	killed := time.Now()
 	if !strings.Contains(string(res.Stdout), "killed") {
@@ -579,20 +590,8 @@ func testGWKill(t *testing.T, s *gwStack) {
 	if err != nil || len(recs) == 0 {
 		t.Errorf("audit after restart: %v, %v", recs, err)
 	}
-	// No goroutine of the dead incarnation lingers (the new one has as many).
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before+2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("goroutines: %d before the kill, %d after the restart\n%s", before, n, buf[:runtime.Stack(buf, true)])
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// No goroutine of the dead incarnation lingers (the new one has its own).
+	testenv.WaitGone(t, incarnation, 15*time.Second)
 }
 
 func sawMarker(fake *litellmtest.Server, marker string) bool {

@@ -121,7 +121,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := docker.NewRunner(docker.WithOwner("outside"))
+	r, err := docker.NewRunner(docker.WithOwner(testenv.Owner("outside")))
 	if err != nil {
 		t.Fatal(err)
 	}

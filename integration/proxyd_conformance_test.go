@@ -38,7 +38,7 @@ func TestProxydConformanceDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner("porttest-proxyd"))
+	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner(testenv.Owner("porttest-proxyd")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestProxydConformanceContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner("porttest-proxyd"))
+	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner(testenv.Owner("porttest-proxyd")))
 	if err != nil {
 		t.Fatal(err)
 	}

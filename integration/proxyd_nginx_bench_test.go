@@ -19,6 +19,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -60,7 +61,7 @@ func BenchmarkProxydVsNginx(b *testing.B) {
 	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 		b.Fatal(err)
 	}
-	owner := "pxdbench" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	owner := testenv.Owner("pxdbench")
 	base, err := os.MkdirTemp("", "pxdbench")
 	if err != nil {
 		b.Fatal(err)

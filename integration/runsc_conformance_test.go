@@ -46,7 +46,7 @@ func TestRunscProxyConformanceDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner("porttest-runsc"), docker.WithRuntime("runsc"))
+	runner, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bin), docker.WithOwner(testenv.Owner("porttest-runsc")), docker.WithRuntime("runsc"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestRunscProxyConformanceContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner("porttest-runsc"), containerd.WithRuntime(containerd.RuntimeRunscWrapper))
+	runner, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bin), containerd.WithOwner(testenv.Owner("porttest-runsc")), containerd.WithRuntime(containerd.RuntimeRunscWrapper))
 	if err != nil {
 		t.Fatal(err)
 	}

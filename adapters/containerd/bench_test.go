@@ -15,6 +15,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -45,12 +46,12 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 			b.Fatal(err)
 		}
 		defer os.RemoveAll(base)
-		if pm, err = inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench")); err != nil {
+		if pm, err = inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench"))); err != nil {
 			b.Fatal(err)
 		}
 		defer pm.Shutdown(context.Background())
 	}
-	ctr, image := runnerEnv(b, append(opts, WithOwner("bench"))...)
+	ctr, image := runnerEnv(b, append(opts, WithOwner(testenv.Owner("bench")))...)
 	ctx := context.Background()
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -66,7 +67,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 		b.Fatal(err)
 	}
-	dr, err := docker.NewRunner(append(dopts, docker.WithClient(cli), docker.WithOwner("bench"))...)
+	dr, err := docker.NewRunner(append(dopts, docker.WithClient(cli), docker.WithOwner(testenv.Owner("bench")))...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func assertOOM(t *testing.T, r port.SandboxRunner, image string, i int) {
 // TestLLMWithoutBridgeRefused: as on Docker, a run with LLM access and no bridge is
 // refused before anything is created.
 func TestLLMWithoutBridgeRefused(t *testing.T) {
-	r, err := NewRunner(WithOwner("nobridge"))
+	r, err := NewRunner(WithOwner(testenv.Owner("nobridge")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -222,7 +223,7 @@ func (p *Pool) newSlot() (s *slot, err error) {
 	r := p.r
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), r.cfg.cleanupTimeout)
 	defer cancel()
-	id := "agentsandbox-pool-" + randHex(6)
+	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
 	s = &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
 	defer func() {
 		if err != nil {
@@ -612,6 +613,14 @@ func (p *Pool) Close(ctx context.Context) error {
 }
 
 // poolDir is where slot directories live: one per pooled sandbox, named after it.
+// poolIDPrefix starts the container id of every slot of owner's pools. The id names
+// the slot's stdio FIFOs under FIFORoot, which carry no labels: the owner's tag in it
+// lets a sweep or an operator attribute them (another owner's FIFOs are not ours).
+func poolIDPrefix(namespace, owner string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + owner))
+	return "agentsandbox-pool-" + hex.EncodeToString(sum[:4]) + "-"
+}
+
 func (r *Runner) poolDir() string {
 	return filepath.Join(r.cfg.poolDir, r.cfg.namespace, r.cfg.owner)
 }

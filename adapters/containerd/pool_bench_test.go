@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -31,7 +32,7 @@ func benchPooledRun(b *testing.B, opts ...Option) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
+	pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // poolEnv returns a runner with the bridge and a private pool directory, for owner.
 func poolEnv(t testing.TB, owner string, opts ...Option) (*Runner, string) {
 	t.Helper()
-	return runnerEnv(t, append([]Option{WithOwner(owner), WithBridge(testenv.Bridge(t)), WithPoolDir(t.TempDir())}, opts...)...)
+	return runnerEnv(t, append([]Option{WithOwner(testenv.Owner(owner)), WithBridge(testenv.Bridge(t)), WithPoolDir(t.TempDir())}, opts...)...)
 }
 
 // waitReady waits until every pool is full: a readiness wait, not a timing assertion.
@@ -84,7 +84,7 @@ func ownedLeftovers(t testing.TB, r *Runner) []string {
 	for _, e := range ents {
 		out = append(out, "dir:"+e.Name())
 	}
-	fifos, _ := filepath.Glob(filepath.Join(FIFORoot, "*", "agentsandbox-pool-*"))
+	fifos, _ := filepath.Glob(filepath.Join(FIFORoot, "*", poolIDPrefix(r.cfg.namespace, r.cfg.owner)+"*"))
 	for _, f := range fifos {
 		out = append(out, "fifo:"+f)
 	}
@@ -274,7 +274,7 @@ func TestPoolClosedWithRunner(t *testing.T) {
 func TestPoolSweepAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(poolCrashEnv, dir)
-	r, image := runnerEnv(t, WithOwner("crash-pool"), WithPoolDir(dir))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("crash-pool")), WithPoolDir(dir))
 	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image, Bridge: testenv.Bridge(t)})
 	rep, err := r.Sweep(context.Background(), port.SweepOptions{})
 	if err != nil || len(rep.Errors) > 0 {
@@ -293,7 +293,7 @@ const poolCrashEnv = "AGENTSANDBOX_TEST_POOL_CRASH"
 // crashPool is the crash child's runner when poolCrashEnv is set: a full pool of the
 // crash run's shape.
 func crashPool(bridge string) (port.SandboxRunner, error) {
-	r, err := NewRunner(WithNamespace(testNamespace), WithOwner("crash-pool"), WithBridge(bridge), WithPoolDir(os.Getenv(poolCrashEnv)))
+	r, err := NewRunner(WithNamespace(testNamespace), WithOwner(testenv.Owner("crash-pool")), WithBridge(bridge), WithPoolDir(os.Getenv(poolCrashEnv)))
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -110,7 +111,7 @@ func benchCriticalPath(b *testing.B, opts ...Option) {
 		phase["lib-"+p] = append(phase["lib-"+p], now.Sub(last))
 		last = now
 	}
-	r, image := runnerEnv(b, append(opts, WithOwner("bench"), func(c *config) error { c.phaseHook = hook; return nil })...)
+	r, image := runnerEnv(b, append(opts, WithOwner(testenv.Owner("bench")), func(c *config) error { c.phaseHook = hook; return nil })...)
 	ctx := context.Background()
 	spec := func() port.RunSpec {
 		return port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: image, Argv: []string{"/agent", "exit", "0"}}

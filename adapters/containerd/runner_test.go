@@ -20,7 +20,7 @@ import (
 
 func TestRunnerConformance(t *testing.T) {
 	// With the bridge as every sandbox's init, as a host runs it.
-	r, image := runnerEnv(t, WithOwner("porttest"), WithBridge(testenv.Bridge(t)))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("porttest")), WithBridge(testenv.Bridge(t)))
 	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
 }
 
@@ -64,22 +64,23 @@ func TestMain(m *testing.M) {
 		if os.Getenv(poolCrashEnv) != "" {
 			return crashPool(bridge)
 		}
-		opts := []Option{WithNamespace(testNamespace), WithOwner("crash")}
+		opts := []Option{WithNamespace(testNamespace), WithOwner(testenv.Owner("crash"))}
 		if bridge != "" {
 			opts = append(opts, WithBridge(bridge))
 		}
 		return NewRunner(opts...)
 	})
+	sweepDeadOwners()
 	os.Exit(m.Run())
 }
 
 func TestSweepAfterCrash(t *testing.T) {
-	r, image := runnerEnv(t, WithOwner("crash"))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("crash")))
 	sandboxtest.TestSweepAfterCrash(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image})
 }
 
 func TestDeadlineWithoutHost(t *testing.T) {
-	r, image := runnerEnv(t, WithOwner("crash"))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("crash")))
 	sandboxtest.TestDeadlineWithoutHost(t, sandboxtest.CrashHarness{
 		Sweeper: r, Leftovers: leftovers(r), Image: image, Bridge: testenv.Bridge(t),
 		Running: func(ctx context.Context, runID string) (bool, error) {

@@ -20,7 +20,7 @@ import (
 
 func TestCrunConformance(t *testing.T) {
 	needCrun(t)
-	r, image := runnerEnv(t, WithOwner("porttest-crun"), WithBridge(testenv.Bridge(t)), WithRuntime(RuntimeCrun))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("porttest-crun")), WithBridge(testenv.Bridge(t)), WithRuntime(RuntimeCrun))
 	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})
 }
 

@@ -39,7 +39,7 @@ func TestWithRuntimeValidates(t *testing.T) {
 // scripts/setup.sh builds: Debian bookworm's 2022 release lacks /proc/self/limits and
 // the NoNewPrivs and CapAmb lines the suite reads).
 func TestRunscConformance(t *testing.T) {
-	r, image := runnerEnv(t, WithOwner("porttest-runsc"), WithBridge(testenv.Bridge(t)), WithRuntime(needRunsc(t)))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("porttest-runsc")), WithBridge(testenv.Bridge(t)), WithRuntime(needRunsc(t)))
 	if r.Runtime() != RuntimeRunscWrapper {
 		t.Fatalf("Runtime() = %q", r.Runtime())
 	}
@@ -50,7 +50,7 @@ func TestRunscConformance(t *testing.T) {
 // suite checks: a root that cannot be written, no effective capabilities, setuid(0)
 // refused, the non-root user, loopback only with no route, and nothing left behind.
 func TestRunscLockdown(t *testing.T) {
-	r, image := runnerEnv(t, WithOwner("porttest-runsc"), WithBridge(testenv.Bridge(t)), WithRuntime(needRunsc(t)))
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("porttest-runsc")), WithBridge(testenv.Bridge(t)), WithRuntime(needRunsc(t)))
 	ctx := context.Background()
 	run := func(limits port.Limits, argv ...string) *port.RunResult {
 		t.Helper()

@@ -42,7 +42,7 @@ func BenchmarkLiveSandboxes(b *testing.B) {
 }
 
 func liveSandboxes(b *testing.B, maxN, step int, minFree uint64, budget time.Duration) {
-	r, image := runnerEnv(b, WithOwner("bench-scale"), WithBridge(testenv.Bridge(b)))
+	r, image := runnerEnv(b, WithOwner(testenv.Owner("bench-scale")), WithBridge(testenv.Bridge(b)))
 	// Whatever the teardown below could not remove (the daemon restarted under the
 	// climb, say) is this owner's alone: swept last, and before, from an earlier run.
 	sweep := func() {
@@ -60,7 +60,7 @@ func liveSandboxes(b *testing.B, maxN, step int, minFree uint64, budget time.Dur
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench-scale"), inproc.WithSandboxUID(1001))
+	pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench-scale")), inproc.WithSandboxUID(1001))
 	if err != nil {
 		b.Fatal(err)
 	}

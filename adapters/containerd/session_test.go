@@ -13,7 +13,7 @@ import (
 
 func TestSessionConformance(t *testing.T) {
 	root := t.TempDir()
-	owner := sandboxtest.RunID("sesstest")
+	owner := testenv.Owner(sandboxtest.RunID("sesstest"))
 	opts := func(t *testing.T) []Option {
 		return []Option{WithOwner(owner), WithBridge(testenv.Bridge(t)), WithSessionDir(root)}
 	}

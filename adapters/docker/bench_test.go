@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -16,7 +17,7 @@ import (
 // reports medians, p95s and the ratio library/CLI (target <= 1.0).
 func BenchmarkRunOnceVsCLI(b *testing.B) {
 	cli, image := dockerEnv(b)
-	r, err := NewRunner(WithClient(cli), WithOwner("bench"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}

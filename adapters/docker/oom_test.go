@@ -18,7 +18,7 @@ import (
 // SANDBOX_OOM_RUNS sets the number of runs (default 3; the acceptance run uses 50).
 func TestOOMUnderCPULoad(t *testing.T) {
 	cli, image := dockerEnv(t)
-	r, err := NewRunner(WithClient(cli), WithOwner("oomtest"), WithBridge(testenv.Bridge(t)))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("oomtest")), WithBridge(testenv.Bridge(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestOOMUnderCPULoad(t *testing.T) {
 // bad input (the agent would find nothing on 127.0.0.1:8080), unless the image brings
 // its own bridge.
 func TestLLMWithoutBridgeRefused(t *testing.T) {
-	r, err := NewRunner(WithOwner("nobridge"))
+	r, err := NewRunner(WithOwner(testenv.Owner("nobridge")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ var nginxImage struct {
 // directory.
 func proxyEnv(t testing.TB, owner string, extra ...ProxyOption) (*ProxyManager, *Runner, string, string) {
 	t.Helper()
+	owner = testenv.Owner(owner)
 	cli, agent := dockerEnv(t)
 	testenv.NeedCommand(t, "nginx", "nginx")
 	ctx := context.Background()
@@ -81,7 +82,7 @@ func TestProxyManagerConformance(t *testing.T) {
 		},
 		Leftovers: func(ctx context.Context, runID string) ([]string, error) {
 			out, err := labelled(ctx, runID)
-			entries, _ := os.ReadDir(filepath.Join(base, "porttest"))
+			entries, _ := os.ReadDir(filepath.Join(base, testenv.Owner("porttest")))
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), runID+"-") {
 					out = append(out, "dir:"+e.Name())
@@ -143,7 +144,7 @@ func TestProxyStartFailureReportsLogs(t *testing.T) {
 	if left, _ := leftovers(cli)(context.Background(), runID); len(left) > 0 {
 		t.Errorf("failed start left %v", left)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(base, "broken")); len(entries) > 0 {
+	if entries, _ := os.ReadDir(filepath.Join(base, testenv.Owner("broken"))); len(entries) > 0 {
 		t.Errorf("failed start left directories: %v", entries)
 	}
 }
@@ -258,7 +259,7 @@ func (l *lockedLog) String() string {
 // container or file exists.
 func TestProxyRefusesUnfilteredBodiesUnlessAcknowledged(t *testing.T) {
 	base := t.TempDir()
-	m, err := NewProxyManager(WithOwner("bodies"), WithProxyBaseDir(base))
+	m, err := NewProxyManager(WithOwner(testenv.Owner("bodies")), WithProxyBaseDir(base))
 	if err != nil {
 		t.Fatal(err)
 	}

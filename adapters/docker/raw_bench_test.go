@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -66,7 +67,7 @@ func rawRun(ctx context.Context, cli *client.Client, spec port.RunSpec, runtime 
 // RunOnce leaves to the background).
 func BenchmarkCriticalPath(b *testing.B) {
 	cli, image := dockerEnv(b)
-	r, err := NewRunner(WithClient(cli), WithOwner("bench"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}

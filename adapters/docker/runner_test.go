@@ -20,7 +20,7 @@ import (
 func TestRunnerConformance(t *testing.T) {
 	cli, image := dockerEnv(t)
 	// With the bridge, as a host should run it: it makes OOM kills exact on Docker.
-	r, err := NewRunner(WithClient(cli), WithOwner("porttest"), WithBridge(testenv.Bridge(t)))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("porttest")), WithBridge(testenv.Bridge(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,11 @@ func TestSweepRemovesOnlyOwnOldResources(t *testing.T) {
 		})
 		return c.ID
 	}
-	oldOurs := mk("sweeper", time.Hour)
-	newOurs := mk("sweeper", 0)
+	oldOurs := mk(testenv.Owner("sweeper"), time.Hour)
+	newOurs := mk(testenv.Owner("sweeper"), 0)
 	oldTheirs := mk("someone-else", time.Hour)
 
-	r, err := NewRunner(WithClient(cli), WithOwner("sweeper"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("sweeper")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,18 +150,19 @@ func TestOptionsValidate(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	sandboxtest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
-		opts := []Option{WithOwner("crash")}
+		opts := []Option{WithOwner(testenv.Owner("crash"))}
 		if bridge != "" {
 			opts = append(opts, WithBridge(bridge))
 		}
 		return NewRunner(opts...)
 	})
+	sweepDeadOwners()
 	os.Exit(m.Run())
 }
 
 func TestSweepAfterCrash(t *testing.T) {
 	cli, image := dockerEnv(t)
-	r, err := NewRunner(WithClient(cli), WithOwner("crash"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("crash")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestSweepAfterCrash(t *testing.T) {
 
 func TestDeadlineWithoutHost(t *testing.T) {
 	cli, image := dockerEnv(t)
-	r, err := NewRunner(WithClient(cli), WithOwner("crash"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("crash")))
 	if err != nil {
 		t.Fatal(err)
 	}

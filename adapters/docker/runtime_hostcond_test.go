@@ -25,7 +25,7 @@ func TestCrunConformance(t *testing.T) {
 	_, unified := os.Stat("/sys/fs/cgroup/cgroup.controllers")
 	_, hybrid := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers")
 	testenv.Need(t, "crun", unified == nil || hybrid != nil, "crun needs a cgroup v2 (unified) or pure v1 host; this one has the hybrid layout (v2 at /sys/fs/cgroup/unified)")
-	r, err := NewRunner(WithClient(cli), WithOwner("porttest-crun"), WithBridge(testenv.Bridge(t)), WithRuntime("crun"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("porttest-crun")), WithBridge(testenv.Bridge(t)), WithRuntime("crun"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func needRuntime(t *testing.T, cli *client.Client, part, name string) {
 func TestRunscConformance(t *testing.T) {
 	cli, image := dockerEnv(t)
 	needRuntime(t, cli, "runsc", "runsc")
-	r, err := NewRunner(WithClient(cli), WithOwner("porttest-runsc"), WithBridge(testenv.Bridge(t)), WithRuntime("runsc"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("porttest-runsc")), WithBridge(testenv.Bridge(t)), WithRuntime("runsc"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestRunscConformance(t *testing.T) {
 func TestRunscLockdown(t *testing.T) {
 	cli, image := dockerEnv(t)
 	needRuntime(t, cli, "runsc", "runsc")
-	r, err := NewRunner(WithClient(cli), WithOwner("porttest-runsc"), WithBridge(testenv.Bridge(t)), WithRuntime("runsc"))
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("porttest-runsc")), WithBridge(testenv.Bridge(t)), WithRuntime("runsc"))
 	if err != nil {
 		t.Fatal(err)
 	}

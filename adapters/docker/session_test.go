@@ -14,7 +14,7 @@ import (
 func TestSessionConformance(t *testing.T) {
 	cli, image := dockerEnv(t)
 	root := t.TempDir()
-	owner := sandboxtest.RunID("sesstest")
+	owner := testenv.Owner(sandboxtest.RunID("sesstest"))
 	open := func(t *testing.T) *Runner {
 		r, err := NewRunner(WithClient(cli), WithOwner(owner), WithBridge(testenv.Bridge(t)), WithSessionDir(root))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -63,7 +64,7 @@ func BenchmarkThroughput(b *testing.B) {
 		for _, conc := range []int{1, 2, 4, 8} {
 			n := 2 * conc
 			for _, rt := range runtimes {
-				opts := []Option{WithClient(cli), WithOwner("bench")}
+				opts := []Option{WithClient(cli), WithOwner(testenv.Owner("bench"))}
 				name := "runc"
 				if rt != "" {
 					opts, name = append(opts, WithRuntime(rt)), rt

@@ -23,15 +23,31 @@ import (
 
 // plantHostile writes, as an agent could, a repository config naming a command that
 // creates marker for every key git would run something for, hooks that do the same,
-// and an include of a host file that does it too.
+// and an include of a host file that does it too. It writes through an os.Root of the
+// workspace: an adversary may already have made any of these paths a link out of it
+// (the test runs as root), and such a link is then left as the adversary made it.
 func plantHostile(t *testing.T, ws, marker string) {
 	t.Helper()
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	write := func(rel string, data []byte, mode os.FileMode) {
+		t.Helper()
+		if fi, err := root.Lstat(rel); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return // the adversary's link stays; nothing is written through it
+		}
+		if err := root.WriteFile(rel, data, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
 	touch := "touch " + marker
 	inc := filepath.Join(t.TempDir(), "included.cfg")
 	if err := os.WriteFile(inc, []byte("[core]\n\tfsmonitor = "+touch+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hooks := filepath.Join(ws, ".git", "evil-hooks")
+	hooks := filepath.Join(".git", "evil-hooks")
 	cfg := fmt.Sprintf(`[core]
 	repositoryformatversion = 0
 	bare = false
@@ -70,23 +86,37 @@ func plantHostile(t *testing.T, ws, marker string) {
 [branch "main"]
 	remote = origin
 	merge = refs/heads/main
-`, touch, hooks, inc)
-	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{hooks, filepath.Join(ws, ".git", "hooks")} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+`, touch, filepath.Join(ws, hooks), inc)
+	write(filepath.Join(".git", "config"), []byte(cfg), 0o644)
+	for _, dir := range []string{hooks, filepath.Join(".git", "hooks")} {
+		if fi, err := root.Lstat(dir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			continue
+		}
+		if err := root.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		for _, h := range []string{"pre-commit", "post-checkout", "pre-push", "reference-transaction", "post-index-change", "fsmonitor-watchman", "pre-receive", "post-update", "pre-auto-gc"} {
-			if err := os.WriteFile(filepath.Join(dir, h), []byte("#!/bin/sh\n"+touch+"\n"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			write(filepath.Join(dir, h), []byte("#!/bin/sh\n"+touch+"\n"), 0o755)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(ws, ".gitattributes"), []byte("* filter=evil diff=evil\n"), 0o644); err != nil {
+	write(".gitattributes", []byte("* filter=evil diff=evil\n"), 0o644)
+}
+
+// hostCanary creates a host file for an adversary to point at (never a real system
+// file: the suite runs as root) and fails the test if it changed by the end.
+func hostCanary(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "host-canary")
+	const content = "root:CANARY-HASH:20000:0:99999:7:::\n"
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(p); err != nil || string(b) != content {
+			t.Errorf("the host canary %s changed: %q, %v", filepath.Base(p), b, err)
+		}
+	})
+	return p
 }
 
 type adversary struct {
@@ -130,9 +160,9 @@ func adversaries() []adversary {
 		{name: ".git symlinked to a host repository", rule: port.RuleLayout, act: func(t *testing.T, ws string, _ plumbing.Hash, f *fixture) {
 			sym(t, f.srv.RepoDir(f.repo), filepath.Join(ws, ".git"))
 		}},
-		{name: "config symlinked to /etc/shadow", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+		{name: "config symlinked to a host file", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
 			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
-			sym(t, "/etc/shadow", filepath.Join(ws, ".git", "config"))
+			sym(t, hostCanary(t), filepath.Join(ws, ".git", "config"))
 		}},
 		{name: "commit not descending from the base", rule: port.RuleAncestry, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
 			rawCommit(t, ws, "main", nil, []object.TreeEntry{{Name: "x", Mode: filemode.Regular, Hash: blob(t, ws, []byte("x"))}})
@@ -143,7 +173,11 @@ func adversaries() []adversary {
 		}},
 		{name: "branch ref escaping the repository", rule: port.RuleBranch, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
 			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
-			os.WriteFile(filepath.Join(ws, ".git", "refs", "heads", "main"), []byte("ref: ../../../../../../etc/shadow\n"), 0o644)
+			rel, err := filepath.Rel(filepath.Join(ws, ".git"), hostCanary(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(ws, ".git", "refs", "heads", "main"), []byte("ref: "+rel+"\n"), 0o644)
 		}},
 		{name: "push target escaping the prefix", push: "agent/../main", rule: port.RulePushBranch, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
 			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 1)
@@ -163,8 +197,8 @@ func adversaries() []adversary {
 			sub := treeOf(t, ws, []object.TreeEntry{{Name: "config", Mode: filemode.Regular, Hash: blob(t, ws, []byte("[core]\n\tfsmonitor = touch /tmp/x\n"))}})
 			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: ".GIT", Mode: filemode.Dir, Hash: sub}))
 		}},
-		{name: "symlink to /etc/shadow committed", rule: port.RuleSymlink, path: "shadow", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
-			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "shadow", Mode: filemode.Symlink, Hash: blob(t, ws, []byte("/etc/shadow"))}))
+		{name: "absolute symlink committed", rule: port.RuleSymlink, path: "shadow", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "shadow", Mode: filemode.Symlink, Hash: blob(t, ws, []byte(hostCanary(t)))}))
 		}},
 		{name: "relative symlink out of the repository", rule: port.RuleSymlink, path: "src/up", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
 			src := treeOf(t, ws, []object.TreeEntry{{Name: "up", Mode: filemode.Symlink, Hash: blob(t, ws, []byte("../../etc/passwd"))}})

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/gitcli"
 	"github.com/agentsandbox/sandbox/internal/gittest"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testenv/testsweep"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -31,7 +32,7 @@ var bigRepo struct {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testsweep.Main(m) // a dead earlier run's relay sandboxes are swept first
 	if bigRepo.srv != nil {
 		bigRepo.srv.Close()
 	}

@@ -82,7 +82,7 @@ func runtimes(t testing.TB) []runtimeEnv {
 		if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 			t.Fatal(err)
 		}
-		r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner("gitrelay-test"))
+		r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(bridgeBin), docker.WithOwner(testenv.Owner("gitrelay-test")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func runtimes(t testing.TB) []runtimeEnv {
 		t.Fatalf("docker is required: %v", err)
 	}
 
-	cr, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner("gitrelay-test"))
+	cr, err := containerd.NewRunner(containerd.WithNamespace("agentsandbox-test"), containerd.WithBridge(bridgeBin), containerd.WithOwner(testenv.Owner("gitrelay-test")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/internal/nomadtest"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testenv/testsweep"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -27,6 +28,7 @@ func TestMain(m *testing.M) {
 	sandboxtest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
 		return NewRunner(WithAddress(os.Getenv(nomadtest.AddrEnv)), WithOwner(os.Getenv(ownerEnv)), WithBridge(bridge), WithInit(os.Getenv(initEnv)))
 	})
+	testsweep.DeadOwners() // the sandboxes a dead earlier run left in Docker
 	os.Exit(nomadtest.Main(m))
 }
 
@@ -60,7 +62,7 @@ func setup(t testing.TB) env {
 	setupOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		e := env{cluster: c, owner: "nomadtest-" + randHex(4), bridge: bridgePath}
+		e := env{cluster: c, owner: testenv.Owner("nomadtest"), bridge: bridgePath}
 		d, err := docker.NewRunner()
 		if err != nil {
 			setupErr = err

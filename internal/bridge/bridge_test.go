@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	bridgebuild "github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/port"
@@ -111,7 +111,7 @@ func TestChildReachesTheSocket(t *testing.T) {
 	stdout := outFile(t)
 	// os/signal starts one watcher goroutine for the life of the process on first use.
 	_, _ = Run(context.Background(), Config{Listen: "127.0.0.1:0", Argv: []string{"true"}})
-	before := runtime.NumGoroutine()
+	ignore := goleak.IgnoreCurrent()
 	code, err := Run(context.Background(), Config{
 		Listen: addr, Socket: sock,
 		Argv:   []string{os.Args[0], "-test.run=^$"},
@@ -124,11 +124,7 @@ func TestChildReachesTheSocket(t *testing.T) {
 
 	_, err = net.Dial("tcp", addr)
 	assert.Error(t, err, "the listener is closed when Run returns")
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "no goroutine outlives Run")
+	goleak.VerifyNone(t, ignore) // no goroutine outlives Run
 }
 
 // runWithPipe runs the bridge with a child that waits for its stdin to close, and

@@ -132,7 +132,7 @@ func main() {
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":
-		plant(args[0])
+		plant(args[0], args[1])
 	case "await":
 		// Print to both streams, then wait for the file: only a host that saw the
 		// output while the run went on can create it.
@@ -429,15 +429,17 @@ func httpGet(url string) {
 }
 
 // plant leaves what a hostile agent would in dir for the host to clean up: links out
-// (to / and to a host path), a FIFO, and a tree it locks with mode 0.
-func plant(dir string) {
+// (absolute and relative, to target: a canary directory of the host's test, never a
+// real system path, since a host that follows them runs as root), a FIFO, and a tree
+// it locks with mode 0.
+func plant(dir, target string) {
 	must := func(err error) {
 		if err != nil {
 			fail(4, "plant: "+err.Error())
 		}
 	}
-	must(os.Symlink("/", filepath.Join(dir, "root-link")))
-	must(os.Symlink("../../../../../../etc", filepath.Join(dir, "etc-link")))
+	must(os.Symlink(target, filepath.Join(dir, "root-link")))
+	must(os.Symlink("../../../../../../../../.."+target, filepath.Join(dir, "up-link")))
 	must(syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600))
 	must(os.MkdirAll(filepath.Join(dir, "locked", "inner"), 0o755))
 	must(os.WriteFile(filepath.Join(dir, "locked", "inner", "f"), []byte("x"), 0o000))
