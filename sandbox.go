@@ -271,7 +271,9 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // Run executes req end to end and returns its result. The result is non-nil whenever
 // the sandbox ran, also with an error (a timeout, say, or a reconciliation that found
 // calls missing). Errors: ErrNotPermitted without the grant; port.ErrInvalidSpec for bad
-// input (nothing is started), a *WorkspaceError for a workspace the sandbox user
+// input (nothing is started), port.ErrUnsupported for what the runner or the proxy
+// manager declares it cannot do (port.RunnerCapable, port.ProxyCapable; nothing is
+// cloned, written or started), a *WorkspaceError for a workspace the sandbox user
 // cannot use; port.ErrBudgetExceeded with FailOnBudget; the relay's errors with Repo
 // (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
@@ -315,6 +317,19 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err := spec.CheckHostPaths(); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
+	var pspec port.ProxySpec
+	if s.llm != nil {
+		pspec = port.ProxySpec{
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+			Egress: egressPolicy,
+		}
+	}
+	// What the adapters declare they cannot do is refused before any side effect
+	// (no clone, no file written, no proxy started).
+	if err := s.checkCapabilities(spec, pspec); err != nil {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
 	if err := s.checkRepo(req); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
@@ -344,11 +359,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		var proxy port.Proxy
 		err := s.traced(ctx, "sandbox.proxy.start", func(pctx context.Context) (err error) {
 			// The proxy takes its calls' parent span from ctx: the run's, not this one.
-			proxy, err = s.llm.Proxy.Start(trace.ContextWithSpan(pctx, span), port.ProxySpec{
-				RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
-				Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-				Egress: egressPolicy,
-			})
+			proxy, err = s.llm.Proxy.Start(trace.ContextWithSpan(pctx, span), pspec)
 			return err
 		})
 		if err != nil {
@@ -428,6 +439,18 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	return res, nil
+}
+
+// checkCapabilities refuses, with port.ErrUnsupported, a run the runner or the
+// proxy manager declares it cannot serve (port.RunnerCapable, port.ProxyCapable).
+func (s *Sandbox) checkCapabilities(spec port.RunSpec, pspec port.ProxySpec) error {
+	if err := port.CheckRunner(s.runner, spec.WithDefaults()); err != nil {
+		return err
+	}
+	if s.llm != nil {
+		return port.CheckProxy(s.llm.Proxy, pspec)
+	}
+	return nil
 }
 
 func (s *Sandbox) checkWorkspace(dir, user string) error {

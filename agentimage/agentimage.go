@@ -24,6 +24,11 @@ const Entrypoint = "/agent"
 // ImageLabel is set on every image this package builds (value "agentimage").
 const ImageLabel = "dev.agentsandbox.image"
 
+// TestImageLabel marks an image a test suite built (Image.Labels): sandboxtest's probe
+// and the project's own test images carry it, and the project's test script removes
+// only images that do, never the images its users built with this package.
+const TestImageLabel = "dev.agentsandbox.test-image"
+
 // BuildGo compiles the Go main package pkg (an import path, or a relative path such as
 // "./agent") as a static Linux binary for the host's architecture and returns its
 // bytes. It runs the go command in the working directory, so pkg resolves in the

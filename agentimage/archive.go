@@ -11,7 +11,9 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/agentsandbox/sandbox/errdefs"
 )
@@ -47,6 +49,9 @@ type Image struct {
 	User string
 	// Files is the single layer's content. Parent directories are not implied.
 	Files []File
+	// Labels are added to the image's config labels (ImageLabel is always set and
+	// cannot be replaced). Keys and values must be printable, without NUL.
+	Labels map[string]string
 }
 
 // A repository name as Docker and containerd accept it: lowercase path components
@@ -64,6 +69,14 @@ func (img Image) Archive() (ref string, archive []byte, err error) {
 	if !nameRe.MatchString(img.Name) {
 		return "", nil, errdefs.Invalidf("agentimage: image name %q is not a repository name (lowercase, no tag)", img.Name)
 	}
+	labels := map[string]string{}
+	for k, v := range img.Labels {
+		if k == "" || k == ImageLabel || strings.ContainsFunc(k+v, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			return "", nil, errdefs.Invalidf("agentimage: label %q=%q is empty, reserved or not printable", k, v)
+		}
+		labels[k] = v
+	}
+	labels[ImageLabel] = "agentimage"
 	layer, err := layerTar(img.Files)
 	if err != nil {
 		return "", nil, err
@@ -80,7 +93,7 @@ func (img Image) Archive() (ref string, archive []byte, err error) {
 			"User":       img.User,
 			// Lets tooling find what this package built (the test suite removes them
 			// before a run, to start as a new machine would).
-			"Labels": map[string]string{ImageLabel: "agentimage"},
+			"Labels": labels,
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "agentsandbox agentimage"}},

@@ -116,3 +116,41 @@ func TestBuildGoReportsTheCompilerError(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestArchiveLabels: Labels reach the image config beside ImageLabel, change the
+// reference, and bad or reserved labels are refused.
+func TestArchiveLabels(t *testing.T) {
+	img := Static("example.com/agent", []byte("x"))
+	plain, _, err := img.Archive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.Labels = map[string]string{TestImageLabel: "suite"}
+	ref, archive, err := img.Archive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref == plain {
+		t.Error("a labelled image has the unlabelled one's reference")
+	}
+	_, files := entries(t, archive)
+	var manifest []struct{ Config string }
+	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+		t.Fatalf("manifest: %v %s", err, files["manifest.json"])
+	}
+	var cfg struct {
+		Config struct{ Labels map[string]string }
+	}
+	if err := json.Unmarshal(files[manifest[0].Config], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Config.Labels) != 2 || cfg.Config.Labels[TestImageLabel] != "suite" || cfg.Config.Labels[ImageLabel] != "agentimage" {
+		t.Errorf("labels = %v", cfg.Config.Labels)
+	}
+	for _, bad := range []map[string]string{{"": "x"}, {ImageLabel: "mine"}, {"k": "a\x00b"}, {"k\n": "v"}} {
+		img.Labels = bad
+		if _, _, err := img.Archive(); !errors.Is(err, errdefs.ErrInvalidSpec) {
+			t.Errorf("labels %q: err = %v, want ErrInvalidSpec", bad, err)
+		}
+	}
+}

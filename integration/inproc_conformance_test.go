@@ -88,7 +88,7 @@ func TestInprocConformanceDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }
 
 func TestInprocConformanceContainerd(t *testing.T) {
@@ -113,5 +113,5 @@ func TestInprocConformanceContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }

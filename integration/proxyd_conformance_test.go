@@ -43,7 +43,7 @@ func TestProxydConformanceDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := proxydHarnessParts(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }
 
 func TestProxydConformanceContainerd(t *testing.T) {
@@ -68,5 +68,5 @@ func TestProxydConformanceContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := proxydHarnessParts(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }

@@ -30,7 +30,9 @@ func gitAgentImage(ctx context.Context) (string, []byte, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return agentimage.Static("agentsandbox/gitagent", bin).Archive()
+	img := agentimage.Static("agentsandbox/gitagent", bin)
+	img.Labels = map[string]string{agentimage.TestImageLabel: "integration"}
+	return img.Archive()
 }
 
 func TestRepoRunDocker(t *testing.T)     { testRepoRun(t, dockerRunnerFor) }

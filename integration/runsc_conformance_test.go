@@ -51,7 +51,7 @@ func TestRunscProxyConformanceDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }
 
 func TestRunscProxyConformanceContainerd(t *testing.T) {
@@ -78,5 +78,5 @@ func TestRunscProxyConformanceContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, leftovers, kill := inprocHarness(t)
-	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Budget: true, Attestation: true, BodyPolicy: true, Kill: kill, Leftovers: leftovers})
+	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }

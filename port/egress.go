@@ -4,20 +4,22 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // Egress socket and CA file names inside LLMSocketDir, and the in-sandbox forward proxy
 // address the bridge exposes when a run has egress.
 const (
 	// EgressSocketName is the egress proxy's unix socket in a run's socket directory.
-	EgressSocketName = "egress.sock"
+	EgressSocketName = bridgeapi.EgressSocketName
 	// EgressCAName is the PEM bundle the agent trusts for TLS through the egress proxy:
 	// the run's CA certificate (never its key), followed by the host's system roots
 	// when they could be read.
-	EgressCAName = "egress-ca.pem"
+	EgressCAName = bridgeapi.EgressCAName
 	// EgressProxyAddr is where the bridge listens as an HTTP/HTTPS forward proxy;
 	// agents get HTTP_PROXY=http://127.0.0.1:3128 and its kin.
-	EgressProxyAddr = "127.0.0.1:3128"
+	EgressProxyAddr = bridgeapi.EgressProxyAddr
 )
 
 // EgressPolicy is a run's web access: default deny, every provider lists what it may

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // Defaults applied by RunSpec.WithDefaults.
@@ -23,19 +25,19 @@ const (
 	// hold the host's descriptors through the sockets it opens to its proxy.
 	DefaultOpenFiles = 1024
 	// MaxOpenFiles is the largest OpenFiles a spec may ask for.
-	MaxOpenFiles = 1 << 16
+	MaxOpenFiles = bridgeapi.MaxOpenFiles
 
 	// WorkspacePath is where RunSpec.WorkspaceDir appears inside the sandbox.
 	WorkspacePath = "/workspace"
 	// LLMSocketDir is where the proxy's socket directory appears inside the sandbox.
 	// It is a top-level path on purpose: a mount under the tmpfs /run would be hidden.
-	LLMSocketDir = "/llm-sock"
+	LLMSocketDir = bridgeapi.SocketDir
 	// LLMSocketName is the socket's file name inside LLMSocketDir.
-	LLMSocketName = "llm.sock"
+	LLMSocketName = bridgeapi.LLMSocketName
 	// BridgeAddr is where the in-sandbox bridge listens; agents use
 	// OPENAI_API_BASE=http://127.0.0.1:8080 (an address, not a name:
 	// static agents in scratch images may have no resolver for "localhost").
-	BridgeAddr = "127.0.0.1:8080"
+	BridgeAddr = bridgeapi.LLMAddr
 )
 
 // SandboxRunner runs one command to completion in a locked-down container.

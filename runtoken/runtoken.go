@@ -25,10 +25,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
-// Header is the request header that carries a run token.
-const Header = "X-Run-Token"
+// Header is the request header that carries a run token (the bridge's wire
+// contract names it: bridgeapi.TokenHeader).
+const Header = bridgeapi.TokenHeader
 
 // Limits and defaults.
 const (

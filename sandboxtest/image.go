@@ -48,6 +48,7 @@ func ProbeImage(ctx context.Context) (ref string, archive []byte, err error) {
 		return "", nil, fmt.Errorf("sandboxtest: building the probe: %w", err)
 	}
 	img := agentimage.Static(ProbeImageName, bin)
+	img.Labels = map[string]string{agentimage.TestImageLabel: "sandboxtest"}
 	img.Files = append(img.Files, agentimage.File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: bin},
 		agentimage.File{Path: ProbeWritableDir, Mode: 0o777, Dir: true})
 	ref, archive, err = img.Archive()

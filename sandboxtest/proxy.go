@@ -31,6 +31,10 @@ type ProxyHarness struct {
 	Runner port.SandboxRunner
 	// Image is the probe agent image (ProbeImage), already available to Runner.
 	Image string
+	// Budget, Attestation and BodyPolicy are used only for a Manager that does
+	// not declare its capabilities (port.ProxyCapable); a declaring one is held to
+	// its declaration instead.
+	//
 	// Budget says whether the manager enforces port.Budget; if not, it must refuse a
 	// spec with a budget with port.ErrUnsupported.
 	Budget bool
@@ -55,6 +59,10 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 	if h.Manager == nil || h.Runner == nil || h.Image == "" || h.Kill == nil || h.Leftovers == nil {
 		t.Fatal("sandboxtest: ProxyHarness needs Manager, Runner, Image, Kill and Leftovers")
 	}
+	if c, ok := h.Manager.(port.ProxyCapable); ok {
+		caps := c.ProxyCapabilities()
+		h.Budget, h.Attestation, h.BodyPolicy = caps.Budget, caps.Attestation, caps.BodyPolicy
+	}
 	for _, c := range []struct {
 		name string
 		fn   func(*testing.T, ProxyHarness)
@@ -69,6 +77,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"RedTeam", testRedTeam},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
+		{"DeclaredRefusals", testProxyDeclaredRefusals},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -72,6 +72,7 @@ var runnerCases = []struct {
 	{"MissingImageFails", testMissingImage},
 	{"BadEntrypointFails", testBadEntrypoint},
 	{"InvalidSpecCreatesNothing", testInvalidSpec},
+	{"DeclaredRefusals", testDeclaredRefusals},
 }
 
 // RunID returns a fresh, valid run ID with a readable prefix.

@@ -53,12 +53,49 @@ shuffle=${SANDBOX_SHUFFLE:-on}
 
 echo "== go vet"
 go vet ./...
+
+# The host's sensitive files are recorded now and checked after the tests: the suite
+# runs as root and plants hostile links, and a test that wrote through one would
+# replace a system file (scripts/tripwire.sh names it).
+guard=$(mktemp -d)
+trap 'kill "$nomad_pid" 2>/dev/null || true; rm -rf "$nomad_env" "$guard"; if [ -n "$fresh" ]; then rm -rf "$fresh"; fi' EXIT
+bash scripts/tripwire.sh record "$guard/tripwire"
+
+# A host that dies mid-run is what the library promises to survive, and so must its
+# tests: a go test of the pool and session tests is killed (SIGKILL, every process of
+# it) once its sandboxes exist, and the suite below must pass regardless. Each test
+# package sweeps the owners of dead test processes first (internal/testenv).
+if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
+  echo "== a go test of the pool and session tests, killed mid-run"
+  bash scripts/outlive.sh begin "$guard/crash" >/dev/null
+  (bash scripts/outlive.sh enter "$guard/crash" "$BASHPID"
+    exec go test -count=1 $race -run 'TestPoolRunsThenCleanup|TestSessionConformance' ./adapters/containerd/ >"$guard/crash.log" 2>&1) &
+  crash_pid=$!
+  before=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
+  for _ in $(seq 1 600); do # up to 2 minutes (the package may need compiling first)
+    now=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
+    [ "$now" -ge $((before + 3)) ] && break
+    kill -0 "$crash_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  sleep 2
+  crash_cg=$(cat "$guard/crash/cgroup")
+  if [ -n "$crash_cg" ]; then kill -9 $(cat "$crash_cg/cgroup.procs") 2>/dev/null; else kill -9 "$crash_pid"; fi
+  wait "$crash_pid" 2>/dev/null || true
+  echo "killed with $(( $(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l) - before )) of its containers left behind"
+  rmdir "$crash_cg" 2>/dev/null || true
+fi
+
 echo "== go test $race -shuffle=$shuffle (SANDBOX_REQUIRE=$SANDBOX_REQUIRE)"
 # The verbose log is kept whole; what is printed is the summary, the failures and a
 # count that shows no test was skipped.
 TEST_LOG=${TEST_LOG:-.cache/test.log}
 mkdir -p "$(dirname "$TEST_LOG")"
-go test -count=1 $race -shuffle="$shuffle" -timeout 45m -v "$@" ./... >"$TEST_LOG" 2>&1 && rc=0 || rc=$?
+# go test runs in a cgroup of its own: whatever it started and left running is found
+# afterwards (scripts/outlive.sh), with the mounts and containers it left.
+bash scripts/outlive.sh begin "$guard/outlive"
+(bash scripts/outlive.sh enter "$guard/outlive" "$BASHPID"
+  exec go test -count=1 $race -shuffle="$shuffle" -timeout 45m -v "$@" ./... >"$TEST_LOG" 2>&1) && rc=0 || rc=$?
 grep -E "^(ok|FAIL|---|panic|-test.shuffle)|^\s+--- (FAIL|SKIP)|WARNING: DATA RACE" "$TEST_LOG" | grep -v -- "--- PASS" || true
 passes=$(grep -c -- "--- PASS" "$TEST_LOG" || true)
 fails=$(grep -c -- "--- FAIL" "$TEST_LOG" || true)
@@ -68,7 +105,15 @@ if [ "$rc" != 0 ]; then
   echo "== failures (the whole log is $TEST_LOG)"
   grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL|WARNING: DATA RACE" "$TEST_LOG" | head -n 400 || true
 fi
+echo "== what outlived the tests"
+outlived=0
+bash scripts/outlive.sh check "$guard/outlive" "${fresh:-/nonexistent}" "$PWD" || outlived=1
+tripped=0
+bash scripts/tripwire.sh check "$guard/tripwire" || tripped=1
+[ "$outlived$tripped" = 00 ] && echo "nothing: no process, mount or container of the run is left; the host's sensitive files are unchanged"
 echo "== $(($(date +%s) - start)) s in all; $races data races"
 echo "tests: ${passes} passed, ${fails} failed, ${skips} skipped"
 if [ "$SANDBOX_REQUIRE" = all ] && [ "$skips" != 0 ]; then echo "a test skipped with every part required"; exit 1; fi
+if [ "$tripped" = 1 ]; then echo "the test run changed a sensitive host file (above)"; exit 1; fi
+if [ "$outlived" = 1 ]; then echo "something the test run started outlived it (above)"; exit 1; fi
 exit $rc

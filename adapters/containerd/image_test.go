@@ -96,6 +96,7 @@ func TestLoadImageSkipsPresentContent(t *testing.T) {
 func mustArchive(t testing.TB, content string) []byte {
 	t.Helper()
 	img := agentimage.Static("agentsandbox/loadskip", []byte("#!/bin/false\n"+content))
+	img.Labels = map[string]string{agentimage.TestImageLabel: "containerd"}
 	_, archive, err := img.Archive()
 	if err != nil {
 		t.Fatal(err)

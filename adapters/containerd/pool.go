@@ -55,7 +55,7 @@ var _ port.Pooler = (*Runner)(nil)
 
 // Pool is a warm pool of containerd sandboxes (see port.Pooler). Each sandbox is a
 // task with its snapshot prepared and its mounts in place, and the bridge as a stub
-// entrypoint that waits on its stdin for the run (bridge.Claim), already started or
+// entrypoint that waits on its stdin for the run (bridgeapi.Claim), already started or
 // (WithPoolStarted(false)) created but not started. A run that matches the template
 // claims one: its workspace, extra mounts and LLM socket directory are mounted on the
 // sandbox's mount points (shared on the host, rslave in the sandbox), the claim is

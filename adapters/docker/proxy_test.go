@@ -75,7 +75,7 @@ func TestProxyManagerConformance(t *testing.T) {
 	// The sandboxes share the run id; their removal runs after each result, so drain it.
 	labelled := drained(r, leftovers(cli))
 	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{
-		Manager: m, Runner: r, Image: agent, Budget: false,
+		Manager: m, Runner: r, Image: agent,
 		Kill: func(ctx context.Context, p port.Proxy) error {
 			_, err := cli.ContainerKill(ctx, p.(*nginxProxy).id, client.ContainerKillOptions{Signal: "SIGKILL"})
 			return err

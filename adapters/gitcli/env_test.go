@@ -49,7 +49,9 @@ func artefacts(t testing.TB) (exporter, ref string, archive []byte) {
 		if bin, built.err = agentimage.BuildGo(ctx, agentPackage); built.err != nil {
 			return
 		}
-		built.ref, built.archive, built.err = agentimage.Static("agentsandbox/gitagent", bin).Archive()
+		img := agentimage.Static("agentsandbox/gitagent", bin)
+		img.Labels = map[string]string{agentimage.TestImageLabel: "gitcli"}
+		built.ref, built.archive, built.err = img.Archive()
 	})
 	if built.err != nil {
 		t.Fatalf("building the exporter and agent: %v", built.err)

@@ -48,6 +48,9 @@ func (r *Runner) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, er
 	if err := inproc.ValidateSpec(spec); err != nil {
 		return nil, opErr("Start", spec.RunID, err)
 	}
+	if err := r.ProxyCapabilities().Check(spec); err != nil {
+		return nil, opErr("Start", spec.RunID, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("Start", spec.RunID, err)
 	}

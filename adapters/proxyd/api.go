@@ -1,171 +1,55 @@
 package proxyd
 
 import (
-	"time"
-
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 )
 
-// The admin API: JSON over HTTP on the daemon's unix socket (mode 0600, peers
-// checked with SO_PEERCRED). Request bodies are decoded strictly: unknown fields,
-// trailing data and bodies over MaxRequestBytes are refused with 400.
+// The admin API's wire contract lives in api/proxydapi, which the daemon imports
+// too; these names are that contract, kept here so the client's callers need one
+// import.
+
+// Paths and limits of the admin API (see proxydapi).
 const (
 	// PathHealth answers GET with Health.
-	PathHealth = "/v1/health"
+	PathHealth = proxydapi.PathHealth
 	// PathRuns takes POST RegisterRequest (answer: Registered) and GET (answer: []RunInfo).
-	PathRuns = "/v1/runs"
+	PathRuns = proxydapi.PathRuns
 	// MaxRequestBytes bounds an admin request body.
-	MaxRequestBytes = 64 << 10
-	// TokenFile is the name of the run token file in a run's socket directory; the
-	// bridge sends its content as the X-Run-Token header of every request.
-	TokenFile = "run-token"
+	MaxRequestBytes = proxydapi.MaxRequestBytes
+	// TokenFile is the name of the run token file in a run's socket directory
+	// (bridgeapi.TokenFile); the bridge sends its content as the X-Run-Token
+	// header of every request.
+	TokenFile = bridgeapi.TokenFile
+	// HeaderSandboxID is the optional identity header of network sandboxes.
+	HeaderSandboxID = proxydapi.HeaderSandboxID
 )
 
-// A run's own paths, under PathRuns + "/" + id:
-//
-//	DELETE                       deregister (?grace=<duration>, default 5s; 0 cuts calls at once): DeregisterResponse
-//	GET    /audit?after=<seq>    AuditPage
-//	GET    /audit/stream?after=  application/x-ndjson, one AuditEntry a line, until the run ends or the client leaves
-//	GET    /egress               EgressAudit (the egress records so far, held in the daemon's memory)
-
-// RegisterRequest registers a run with the daemon.
-type RegisterRequest struct {
-	RunID       string           `json:"run_id"`
-	Attempt     int              `json:"attempt"`
-	Upstream    string           `json:"upstream"`
-	APIKey      string           `json:"api_key"`
-	Attribution port.Attribution `json:"attribution"`
-	Budget      port.Budget      `json:"budget"`
-	// RequireAttestation: see port.ProxySpec.
-	RequireAttestation bool              `json:"require_attestation,omitempty"`
-	Labels             map[string]string `json:"labels,omitempty"`
-	// SandboxUID, when set, makes the run's socket accept only that uid and the
-	// daemon's own (SO_PEERCRED).
-	SandboxUID *int `json:"sandbox_uid,omitempty"`
-	// Rate overrides the daemon's default per-run rate limit.
-	Rate *RateLimit `json:"rate,omitempty"`
-	// Network, when set, registers a sandbox on an internal network instead of
-	// giving it a socket: the daemon's network listener (-listen-network) finds
-	// the run by the request's source IP.
-	Network *NetworkIdentity `json:"network,omitempty"`
-	// Egress, when set, gives the run an egress front (internal/egress) in its
-	// socket directory: port.EgressSocketName and port.EgressCAName.
-	Egress *EgressRegistration `json:"egress,omitempty"`
-}
-
-// EgressRegistration is a run's egress policy with the credential values its
-// providers name, resolved by the host at registration. The daemon keeps the
-// values in memory only (never in its registry file, never in a log); a
-// restarted daemon does not serve a restored run's egress (see docs/proxyd.md).
-type EgressRegistration struct {
-	Policy      port.EgressPolicy  `json:"policy"`
-	Credentials []EgressCredential `json:"credentials,omitempty"`
-}
-
-// EgressCredential is one {{name}} value of one provider.
-type EgressCredential struct {
-	Provider string `json:"provider"`
-	Name     string `json:"name"`
-	Value    string `json:"value"`
-}
-
-// NetworkIdentity is a sandbox found by its source IP (seed 003's identity):
-// requests from IP are the run's; one that carries
-// "X-Sandbox-ID: name:start-time:session-token" must match all three, and a new
-// start time for the same name is a restart (a new registration with a fresh
-// budget; the old one is left to expire). The session token is kept only as a
-// hash.
-type NetworkIdentity struct {
-	IP           string    `json:"ip"`
-	Name         string    `json:"name"`
-	StartTime    time.Time `json:"start_time"`
-	SessionToken string    `json:"session_token"`
-}
-
-// HeaderSandboxID is the optional identity header of network sandboxes.
-const HeaderSandboxID = "X-Sandbox-ID"
-
-// RateLimit limits one run's calls.
-type RateLimit struct {
-	// RPS and Burst are a token bucket of calls; RPS 0 means no limit.
-	RPS   float64 `json:"rps"`
-	Burst int     `json:"burst"`
-	// Streams caps the run's calls in flight at once; 0 means no cap.
-	Streams int `json:"streams"`
-}
-
-// Registered is the answer to a registration.
-type Registered struct {
-	// ID names the run in the admin API.
-	ID      string `json:"id"`
-	RunID   string `json:"run_id"`
-	Attempt int    `json:"attempt"`
-	// SocketDir is the run's own directory (mount it at port.LLMSocketDir);
-	// SocketPath the socket in it.
-	SocketDir  string `json:"socket_dir"`
-	SocketPath string `json:"socket_path"`
-	// Token is the run token; the same is in SocketDir/TokenFile for the bridge.
-	// Network registrations have neither socket nor token.
-	Token       string    `json:"token,omitempty"`
-	TokenExpiry time.Time `json:"token_expiry,omitzero"`
-	// Restarted names the registration a network sandbox's restart superseded.
-	Restarted string `json:"restarted,omitempty"`
-	// Egress says SocketDir also serves egress (port.LLMSocket.Egress).
-	Egress bool `json:"egress,omitempty"`
-}
-
-// RunInfo describes a registered run.
-type RunInfo struct {
-	ID           string    `json:"id"`
-	RunID        string    `json:"run_id"`
-	Attempt      int       `json:"attempt"`
-	SocketDir    string    `json:"socket_dir,omitempty"`
-	IP           string    `json:"ip,omitempty"`
-	RegisteredAt time.Time `json:"registered_at"`
-	LastSeen     time.Time `json:"last_seen"`
-	Calls        int       `json:"calls"`
-	Tokens       int64     `json:"tokens"`
-}
-
-// DeregisterResponse is a deregistered run's whole audit.
-type DeregisterResponse struct {
-	Audit []port.AuditRecord `json:"audit"`
-	// Attestation is what the run's bridge attested, if it did.
-	Attestation *port.Attestation `json:"attestation,omitempty"`
-	// Error reports calls that were cut because the grace ran out.
-	Error string `json:"error,omitempty"`
-	// Egress is the run's egress audit (with an egress policy).
-	Egress []port.EgressRecord `json:"egress,omitempty"`
-}
-
-// EgressAudit is a run's egress records so far.
-type EgressAudit struct {
-	Records []port.EgressRecord `json:"records"`
-}
-
-// AuditPage is a slice of a run's audit.
-type AuditPage struct {
-	Records []port.AuditRecord `json:"records"`
-	// Next is the seq to pass as after= for the records that follow.
-	Next int64 `json:"next"`
-}
-
-// AuditEntry is one line of an audit stream.
-type AuditEntry struct {
-	Seq    int64            `json:"seq"`
-	Record port.AuditRecord `json:"record"`
-}
-
-// Health is the daemon's health.
-type Health struct {
-	Status string `json:"status"`
-	Runs   int    `json:"runs"`
-}
-
-// APIError is the body of every admin error answer.
-type APIError struct {
-	// Code is one of "invalid_spec", "not_found", "unsupported", "unavailable",
-	// "internal", "forbidden".
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type (
+	// RegisterRequest registers a run with the daemon.
+	RegisterRequest = proxydapi.RegisterRequest
+	// EgressRegistration is a run's egress policy with its credential values.
+	EgressRegistration = proxydapi.EgressRegistration
+	// EgressCredential is one {{name}} value of one provider.
+	EgressCredential = proxydapi.EgressCredential
+	// NetworkIdentity is a sandbox found by its source IP.
+	NetworkIdentity = proxydapi.NetworkIdentity
+	// RateLimit limits one run's calls.
+	RateLimit = proxydapi.RateLimit
+	// Registered is the answer to a registration.
+	Registered = proxydapi.Registered
+	// RunInfo describes a registered run.
+	RunInfo = proxydapi.RunInfo
+	// DeregisterResponse is a deregistered run's whole audit.
+	DeregisterResponse = proxydapi.DeregisterResponse
+	// EgressAudit is a run's egress records so far.
+	EgressAudit = proxydapi.EgressAudit
+	// AuditPage is a slice of a run's audit.
+	AuditPage = proxydapi.AuditPage
+	// AuditEntry is one line of an audit stream.
+	AuditEntry = proxydapi.AuditEntry
+	// Health is the daemon's health.
+	Health = proxydapi.Health
+	// APIError is the body of every admin error answer.
+	APIError = proxydapi.APIError
+)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -46,8 +47,10 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // do sends a request and decodes a JSON answer into out (unless nil). Errors:
 // port.ErrUnavailable when the daemon cannot be reached; otherwise the answer's
-// code as a sentinel (invalid_spec: ErrInvalidSpec, not_found: ErrNotFound,
-// unsupported: ErrUnsupported, else ErrInternal) with its message.
+// code as a sentinel (proxydapi.FromAPIError: invalid_spec: ErrInvalidSpec,
+// not_found: ErrNotFound, unsupported: ErrUnsupported, unavailable:
+// ErrUnavailable, forbidden: ErrPermissionDenied, else ErrInternal) with its
+// message.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -84,24 +87,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
+// decodeError reads an error answer through the API's one error table.
 func decodeError(resp *http.Response) error {
-	var ae APIError
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(b, &ae) != nil || ae.Code == "" {
-		return fmt.Errorf("%w: proxyd: HTTP %d", port.ErrInternal, resp.StatusCode)
-	}
-	sentinel := port.ErrInternal
-	switch ae.Code {
-	case "invalid_spec":
-		sentinel = port.ErrInvalidSpec
-	case "not_found":
-		sentinel = port.ErrNotFound
-	case "unsupported":
-		sentinel = port.ErrUnsupported
-	case "unavailable":
-		sentinel = port.ErrUnavailable
-	}
-	return fmt.Errorf("%w: proxyd: %s", sentinel, ae.Message)
+	return proxydapi.FromAPIError(resp.StatusCode, b)
 }
 
 // Health reports the daemon's health.

@@ -1,6 +1,7 @@
 // Package proxyd is the client of the shared LLM proxy daemon
-// (cmd/sandbox-proxyd): the admin API's types, a typed Client, and a Manager
-// implementing port.ProxyManager on it.
+// (cmd/sandbox-proxyd): a typed Client of the admin API (whose wire contract,
+// shared with the daemon, is api/proxydapi; its names are repeated here), and a
+// Manager implementing port.ProxyManager on it.
 //
 // Where the in-process proxy (adapters/inproc) runs one proxy per run inside the
 // host process, the daemon is one long-lived process, possibly a container,

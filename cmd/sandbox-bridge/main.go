@@ -5,7 +5,7 @@
 //	sandbox-bridge -claim [-listen ...] [-socket ...] [-subreaper] [-v]
 //
 // With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
-// (argv, environment, working directory, forwarding, deadline; see bridge.Claim) as one
+// (argv, environment, working directory, forwarding, deadline; see bridgeapi.Claim) as one
 // line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
 // command never sees the channel the run came through.
 //
@@ -29,6 +29,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 )
 
@@ -112,7 +113,7 @@ func deadlineTime(ms int64) time.Time {
 // returns its configuration with /dev/null as the command's stdin. argv[0] is looked
 // up in the claim's PATH, as it would be in a sandbox started with its run.
 func readClaim(in *os.File) (bridge.Config, error) {
-	c, err := bridge.ReadClaim(in)
+	c, err := bridgeapi.ReadClaim(in)
 	_ = in.Close()
 	if err != nil {
 		return bridge.Config{}, err
@@ -126,7 +127,7 @@ func readClaim(in *os.File) (bridge.Config, error) {
 	if err != nil {
 		return bridge.Config{}, err
 	}
-	cfg := c.Config()
+	cfg := bridge.ClaimConfig(c)
 	cfg.Stdin = null
 	return cfg, nil
 }

@@ -45,7 +45,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
 	"github.com/agentsandbox/sandbox/internal/registry"

@@ -13,38 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// AttestationPath is port.AttestationPath (this package does not import port; a test
-// checks they agree).
-const AttestationPath = "/_agentsandbox/attestation"
-
-// Attestation mirrors port.Attestation field for field (same JSON).
-type Attestation struct {
-	Time          time.Time `json:"time"`
-	UID           int       `json:"uid"`
-	GID           int       `json:"gid"`
-	Interfaces    []string  `json:"interfaces"`
-	Routes        int       `json:"routes"`
-	Nameservers   []string  `json:"nameservers,omitempty"`
-	CapEff        string    `json:"cap_eff"`
-	CapPrm        string    `json:"cap_prm"`
-	CapBnd        string    `json:"cap_bnd"`
-	NoNewPrivs    bool      `json:"no_new_privs"`
-	Seccomp       int       `json:"seccomp"`
-	ReadOnlyRoot  bool      `json:"read_only_root"`
-	EngineSockets []string  `json:"engine_sockets,omitempty"`
-	OpenFiles     uint64    `json:"open_files"`
-	PIDsMax       string    `json:"pids_max"`
-	Mounts        int       `json:"mounts"`
-	Kernel        string    `json:"kernel,omitempty"`
-	KernelVersion string    `json:"kernel_version,omitempty"`
-}
-
-// Kernels Attest reports (port.KernelLinux, port.KernelGVisor).
-const (
-	kernelLinux  = "linux"
-	kernelGVisor = "gvisor"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // gVisor's /proc/version: "-gvisor" in the release since 2023, and before that a
@@ -65,10 +35,10 @@ func kernel() (name, version string) {
 	}
 	for _, m := range gvisorMarkers {
 		if strings.Contains(version, m) {
-			return kernelGVisor, version
+			return bridgeapi.KernelGVisor, version
 		}
 	}
-	return kernelLinux, version
+	return bridgeapi.KernelLinux, version
 }
 
 // engineSockets are where container-engine sockets usually are; finding one inside a
@@ -83,8 +53,8 @@ var engineSockets = []string{
 // capabilities, no_new_privs, seccomp, ids, the root mount, engine sockets, limits,
 // and the kernel (gVisor's or the host's).
 // It reports facts; the host judges them.
-func Attest() Attestation {
-	a := Attestation{Time: time.Now().UTC(), UID: os.Getuid(), GID: os.Getgid()}
+func Attest() bridgeapi.Attestation {
+	a := bridgeapi.Attestation{Time: time.Now().UTC(), UID: os.Getuid(), GID: os.Getgid()}
 	if ifs, err := net.Interfaces(); err == nil {
 		for _, i := range ifs {
 			a.Interfaces = append(a.Interfaces, i.Name)
@@ -201,7 +171,7 @@ func readSmall(p string) ([]byte, error) {
 }
 
 // postAttestation sends a to the proxy on socket, before the agent exists.
-func postAttestation(ctx context.Context, socket string, a Attestation) error {
+func postAttestation(ctx context.Context, socket string, a bridgeapi.Attestation) error {
 	body, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -214,7 +184,7 @@ func postAttestation(ctx context.Context, socket string, a Attestation) error {
 		},
 		DisableKeepAlives: true,
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://llm"+AttestationPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://llm"+bridgeapi.AttestationPath, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

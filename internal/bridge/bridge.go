@@ -29,13 +29,14 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
-// Defaults, equal to port.BridgeAddr and port.LLMSocketDir + "/" + port.LLMSocketName
-// (this package does not import port, to keep the binary small; a test checks them).
+// Defaults: the addresses of the bridge's wire contract (api/bridgeapi).
 const (
-	DefaultListen = "127.0.0.1:8080"
-	DefaultSocket = "/llm-sock/llm.sock"
+	DefaultListen = bridgeapi.LLMAddr
+	DefaultSocket = bridgeapi.LLMSocketPath
 )
 
 // Exit codes of the bridge itself, following the shell's and docker run's conventions.

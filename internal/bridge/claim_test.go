@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 func TestClaimRoundTrip(t *testing.T) {
@@ -16,21 +18,21 @@ func TestClaimRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadClaim(bytes.NewReader(b))
+	got, err := bridgeapi.ReadClaim(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, c) {
 		t.Fatalf("round trip: %+v, want %+v", got, c)
 	}
-	cfg := got.Config()
+	cfg := ClaimConfig(got)
 	if cfg.NoForward || cfg.Dir != "/workspace" || !cfg.Deadline.Equal(now.Add(time.Minute+DeadlineSlack)) || cfg.KillGrace != DeadlineGrace {
 		t.Errorf("config %+v", cfg)
 	}
 	if p, ok := got.Path(); !ok || p != "/bin" {
 		t.Errorf("Path = %q, %v", p, ok)
 	}
-	if cfg := NewClaim([]string{"x"}, nil, "", false, 0, now).Config(); !cfg.NoForward || !cfg.Deadline.IsZero() || cfg.Env == nil {
+	if cfg := ClaimConfig(NewClaim([]string{"x"}, nil, "", false, 0, now)); !cfg.NoForward || !cfg.Deadline.IsZero() || cfg.Env == nil {
 		t.Errorf("no forward, no deadline, empty env: %+v", cfg)
 	}
 }
@@ -40,17 +42,17 @@ func TestReadClaimRefuses(t *testing.T) {
 		"empty":      "",
 		"not json":   "argv\n",
 		"no command": `{"argv":[]}` + "\n",
-		"too long":   `{"argv":["` + strings.Repeat("a", MaxClaimBytes) + `"]}`,
+		"too long":   `{"argv":["` + strings.Repeat("a", bridgeapi.MaxClaimBytes) + `"]}`,
 	} {
-		if _, err := ReadClaim(strings.NewReader(in)); !errors.Is(err, ErrBadClaim) {
-			t.Errorf("%s: err = %v, want ErrBadClaim", name, err)
+		if _, err := bridgeapi.ReadClaim(strings.NewReader(in)); !errors.Is(err, bridgeapi.ErrBadClaim) {
+			t.Errorf("%s: err = %v, want bridgeapi.ErrBadClaim", name, err)
 		}
 	}
 }
 
 func TestReadClaimTakesOneLine(t *testing.T) {
-	c, err := ReadClaim(strings.NewReader(`{"argv":["x"]}` + "\n" + `{"argv":["y"]}` + "\n"))
+	c, err := bridgeapi.ReadClaim(strings.NewReader(`{"argv":["x"]}` + "\n" + `{"argv":["y"]}` + "\n"))
 	if err != nil || len(c.Argv) != 1 || c.Argv[0] != "x" {
-		t.Errorf("ReadClaim = %+v, %v; want the first line's claim", c, err)
+		t.Errorf("bridgeapi.ReadClaim = %+v, %v; want the first line's claim", c, err)
 	}
 }

@@ -3,13 +3,14 @@ package bridge
 import (
 	"fmt"
 	"net"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
-// Egress defaults, equal to port.EgressProxyAddr and port.LLMSocketDir + "/" +
-// port.EgressSocketName (a test checks them).
+// Egress defaults: the addresses of the bridge's wire contract (api/bridgeapi).
 const (
-	DefaultEgressListen = "127.0.0.1:3128"
-	DefaultEgressSocket = "/llm-sock/egress.sock"
+	DefaultEgressListen = bridgeapi.EgressProxyAddr
+	DefaultEgressSocket = bridgeapi.EgressSocketPath
 )
 
 // startEgress listens on cfg.Egress and pipes every connection to the egress proxy's

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -50,12 +51,12 @@ func TestWithEgressPrefix(t *testing.T) {
 	p := WithEgress(Prefix("/b", true, time.Minute, time.Unix(0, 0)))
 	assert.Equal(t, []string{"-egress", DefaultEgressListen, "--"}, p[len(p)-3:])
 	assert.Equal(t, "/b", p[0])
-	c := Claim{Argv: []string{"x"}, Egress: true, Forward: true}
+	c := bridgeapi.Claim{Argv: []string{"x"}, Egress: true, Forward: true}
 	b, err := c.Encode()
 	require.NoError(t, err)
-	got, err := ReadClaim(bytes.NewReader(b))
+	got, err := bridgeapi.ReadClaim(bytes.NewReader(b))
 	require.NoError(t, err)
-	assert.Equal(t, DefaultEgressListen, got.Config().Egress)
+	assert.Equal(t, DefaultEgressListen, ClaimConfig(got).Egress)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
 	assert.Equal(t, true, m["egress"])

@@ -12,24 +12,21 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // Token mode: a shared proxy daemon (cmd/sandbox-proxyd) puts the run's token in
 // the socket directory; the bridge then adds it to every request as
 // X-Run-Token, which takes an HTTP-aware forward path. Without the file the
 // bridge forwards raw bytes, as it always did.
-const (
-	// RunTokenFile is the token file's name next to the socket.
-	RunTokenFile = "run-token"
-	// RunTokenHeader is the header that carries it.
-	RunTokenHeader = "X-Run-Token"
-	maxTokenLen    = 512
-)
+// The names are bridgeapi.TokenFile and bridgeapi.TokenHeader.
+const maxTokenLen = 512
 
 // readRunToken returns the token in the socket's directory, or "" when there is
 // none. A file that is not a plausible token is ignored (and logged).
 func readRunToken(socket string, log *slog.Logger) string {
-	f, err := os.Open(filepath.Join(filepath.Dir(socket), RunTokenFile))
+	f, err := os.Open(filepath.Join(filepath.Dir(socket), bridgeapi.TokenFile))
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			log.Warn("bridge: cannot read the run token", slog.Any("err", err))
@@ -49,7 +46,7 @@ func readRunToken(socket string, log *slog.Logger) string {
 // setRunToken adds the run's token, if there is one, to a request of the bridge's own.
 func setRunToken(req *http.Request, socket string) {
 	if tok := readRunToken(socket, slog.New(slog.DiscardHandler)); tok != "" {
-		req.Header.Set(RunTokenHeader, tok)
+		req.Header.Set(bridgeapi.TokenHeader, tok)
 	}
 }
 
@@ -92,7 +89,7 @@ func newTokenForwarder(ln net.Listener, socket, token string, log *slog.Logger) 
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "llm"
 			pr.Out.Host = pr.In.Host
-			pr.Out.Header.Set(RunTokenHeader, token)
+			pr.Out.Header.Set(bridgeapi.TokenHeader, token)
 		},
 		Transport:     tr,
 		FlushInterval: -1,

@@ -18,12 +18,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
 
 func TestTokenNamesMatchTheDaemon(t *testing.T) {
-	assert.Equal(t, proxyd.TokenFile, RunTokenFile)
-	assert.Equal(t, runtoken.Header, RunTokenHeader)
+	assert.Equal(t, proxyd.TokenFile, bridgeapi.TokenFile)
+	assert.Equal(t, runtoken.Header, bridgeapi.TokenHeader)
 }
 
 // TestTokenModeSetsTheHeaderAndStreams: with a token file next to the socket
@@ -35,7 +36,7 @@ func TestTokenModeSetsTheHeaderAndStreams(t *testing.T) {
 	ack := make(chan int)
 	sock := socketHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, r.Method+" "+r.RequestURI+" "+strings.Join(r.Header.Values(RunTokenHeader), ","))
+		seen = append(seen, r.Method+" "+r.RequestURI+" "+strings.Join(r.Header.Values(bridgeapi.TokenHeader), ","))
 		mu.Unlock()
 		if r.URL.Path != "/v1/stream" {
 			_, _ = io.WriteString(w, "ok")
@@ -53,13 +54,13 @@ func TestTokenModeSetsTheHeaderAndStreams(t *testing.T) {
 		}
 	}))
 	const token = "run-1|0|2000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(sock), RunTokenFile), []byte(token+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(sock), bridgeapi.TokenFile), []byte(token+"\n"), 0o644))
 	addr, stop := runWithPipe(t, sock)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1%2Fkey/list", strings.NewReader("{}"))
-	req.Header.Set(RunTokenHeader, "forged")
+	req.Header.Set(bridgeapi.TokenHeader, "forged")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	b, _ := io.ReadAll(resp.Body)
@@ -90,9 +91,9 @@ func TestTokenFileThatIsNoTokenIsIgnored(t *testing.T) {
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "llm.sock")
 	for _, content := range []string{"", "a b", "tok\r\nX-Injected: 1", strings.Repeat("x", 600)} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, RunTokenFile), []byte(content), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, bridgeapi.TokenFile), []byte(content), 0o644))
 		assert.Empty(t, readRunToken(sock, slog.New(slog.DiscardHandler)), "%q", content)
 	}
-	require.NoError(t, os.Remove(filepath.Join(dir, RunTokenFile)))
+	require.NoError(t, os.Remove(filepath.Join(dir, bridgeapi.TokenFile)))
 	assert.Empty(t, readRunToken(sock, slog.New(slog.DiscardHandler)))
 }

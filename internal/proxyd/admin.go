@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
@@ -28,7 +28,7 @@ import (
 // DefaultGrace is how long a deregistration waits for calls in flight.
 const DefaultGrace = 5 * time.Second
 
-// AdminHandler is the admin API (see adapters/proxyd for its shape).
+// AdminHandler is the admin API (see api/proxydapi for its shape).
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+api.PathHealth, s.health)
@@ -72,19 +72,10 @@ func ListenAdmin(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// writeErr answers err through the API's one error table.
 func writeErr(w http.ResponseWriter, err error) {
-	code, status := "internal", http.StatusInternalServerError
-	switch {
-	case errors.Is(err, port.ErrInvalidSpec):
-		code, status = "invalid_spec", http.StatusBadRequest
-	case errors.Is(err, port.ErrNotFound):
-		code, status = "not_found", http.StatusNotFound
-	case errors.Is(err, port.ErrUnsupported):
-		code, status = "unsupported", http.StatusNotImplemented
-	case errors.Is(err, errClosed):
-		code, status = "unavailable", http.StatusServiceUnavailable
-	}
-	llmproxy.WriteJSON(w, status, api.APIError{Code: code, Message: err.Error()})
+	status, body := api.ToAPIError(err)
+	llmproxy.WriteJSON(w, status, body)
 }
 
 // DecodeRegister decodes a registration request strictly: one JSON object of

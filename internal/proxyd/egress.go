@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"os"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"

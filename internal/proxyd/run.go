@@ -19,7 +19,8 @@ import (
 
 	"golang.org/x/time/rate"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
@@ -140,7 +141,7 @@ func (r *run) listen() error {
 	if err := os.Remove(r.sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(r.dir, api.TokenFile), []byte(r.token), 0o644); err != nil {
+	if err := writeFileAtomic(filepath.Join(r.dir, bridgeapi.TokenFile), []byte(r.token), 0o644); err != nil {
 		return fmt.Errorf("write token file: %w", err)
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.sock, Net: "unix"})

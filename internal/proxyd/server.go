@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,7 +24,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
@@ -344,4 +343,4 @@ func (s *Server) Runs() int {
 	return len(s.runs)
 }
 
-var errClosed = errors.New("proxyd: server closed")
+var errClosed = fmt.Errorf("%w: proxyd: server closed", port.ErrUnavailable)

@@ -315,6 +315,20 @@ func TestAdminRefusesBadRequests(t *testing.T) {
 	}
 }
 
+// TestClosedDaemonAnswersUnavailable: a registration the closing daemon refuses
+// reaches the client as port.ErrUnavailable (the error table's two halves agree).
+func TestClosedDaemonAnswersUnavailable(t *testing.T) {
+	d := startDaemon(t, shortDir(t), nil)
+	if err := d.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "run-closed", Attempt: 1,
+		Upstream: "http://127.0.0.1:1", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "acct"}})
+	if !errors.Is(err, port.ErrUnavailable) || errors.Is(err, port.ErrInternal) {
+		t.Fatalf("register on a closed daemon: %v, want ErrUnavailable", err)
+	}
+}
+
 func FuzzDecodeRegister(f *testing.F) {
 	f.Add(`{"run_id":"r","attempt":1,"upstream":"http://127.0.0.1:4000","api_key":"k","attribution":{"BillingAccountID":"a"},"budget":{"MaxCalls":3}}`)
 	f.Add(`{"run_id":"r","rate":{"rps":1e309,"burst":-1}}`)

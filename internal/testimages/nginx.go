@@ -11,7 +11,11 @@ const NginxImageName = agentimage.NginxName
 
 // NginxImage packs the host's nginx into an image (agentimage.Nginx), so the Docker
 // proxy adapter is tested against a real nginx with no registry.
-func NginxImage(ctx context.Context) (agentimage.Image, error) { return agentimage.Nginx(ctx) }
+func NginxImage(ctx context.Context) (agentimage.Image, error) {
+	img, err := agentimage.Nginx(ctx)
+	img.Labels = map[string]string{agentimage.TestImageLabel: "testimages"}
+	return img, err
+}
 
 // hostBinary packs a dynamically linked host binary (agentimage.HostBinary).
 func hostBinary(ctx context.Context, bin, target string) ([]agentimage.File, error) {

@@ -40,6 +40,7 @@ func NodeImage(ctx context.Context, nodeBin string) (agentimage.Image, error) {
 		Env:        []string{"PATH=/usr/local/bin"},
 		User:       "1001:1001",
 		Files:      files,
+		Labels:     map[string]string{agentimage.TestImageLabel: "testimages"},
 	}, nil
 }
 

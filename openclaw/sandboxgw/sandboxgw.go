@@ -39,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/billing"
@@ -414,9 +415,8 @@ func (g *Gateway) serveRouter() error {
 	return nil
 }
 
-// attestationPath is where the bridge reports its sandbox's isolation (see
-// internal/bridge.AttestationPath).
-const attestationPath = "/_agentsandbox/attestation"
+// attestationPath is where the bridge reports its sandbox's isolation.
+const attestationPath = bridgeapi.AttestationPath
 
 func (g *Gateway) shutdownServer() {
 	if g.stop != nil {

@@ -158,6 +158,8 @@ func startNginx(t *testing.T, bin string, spec port.ProxySpec, cfg NginxConfig) 
 
 	p.cmd = exec.Command(bin, append([]string{"-p", dir}, NginxArgs(p.conf)...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	// Its own process group, so that no worker outlives the test (see stop).
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, p.cmd.Start())
 	go func() {
 		p.waitErr = p.cmd.Wait()
@@ -220,6 +222,8 @@ func (p *nginxProc) workers(t *testing.T) []int {
 
 // stop asks nginx for a graceful shutdown and waits for it.
 func (p *nginxProc) stop(t *testing.T) {
+	// Workers outlive a master that died: whatever is left of the group goes last.
+	defer syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	select {
 	case <-p.done:
 		return

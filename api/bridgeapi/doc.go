@@ -1,0 +1,21 @@
+// Package bridgeapi is the contract between the in-sandbox bridge
+// (cmd/sandbox-bridge) and the proxy that serves a run's socket directory (the
+// in-process proxy, the shared daemon, the OpenClaw gateway's router), and between
+// a warm pool and the bridge stub it starts.
+//
+// Both ends import it, so the names, paths and JSON below have exactly one
+// definition:
+//
+//   - the socket directory a runner mounts at SocketDir, with the LLM socket
+//     (LLMSocketName), the egress socket and CA bundle (EgressSocketName,
+//     EgressCAName), and the shared daemon's run token (TokenFile, sent as
+//     TokenHeader);
+//   - the loopback addresses the bridge serves inside the sandbox (LLMAddr,
+//     EgressProxyAddr);
+//   - the isolation report the bridge posts before the agent starts
+//     (Attestation at AttestationPath) and how the host judges it (Violations);
+//   - the claim line a pooled bridge stub reads from its stdin (Claim).
+//
+// It imports only the standard library: the bridge is a static binary inside
+// every sandbox and takes nothing else of the project.
+package bridgeapi
