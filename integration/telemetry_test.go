@@ -21,6 +21,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -68,7 +69,7 @@ func testTelemetry(t *testing.T, newRunner runnerFunc, runtime string) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("e2e"), inproc.WithSandboxUID(1001),
+	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("e2e")), inproc.WithSandboxUID(1001),
 		inproc.WithTracerProvider(tp), inproc.WithMeterProvider(mp), inproc.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func testTelemetry(t *testing.T, newRunner runnerFunc, runtime string) {
 	}
 	run := one("sandbox.run")
 	ra := attrMap(run.Attributes)
-	if run.Parent.IsValid() || ra["sandbox.run.id"] != runID || ra["sandbox.owner"] != "e2e" || !strings.HasPrefix(ra["sandbox.runtime"], runtime) ||
+	if run.Parent.IsValid() || ra["sandbox.run.id"] != runID || ra["sandbox.owner"] != testenv.Owner("e2e") || !strings.HasPrefix(ra["sandbox.runtime"], runtime) ||
 		ra["sandbox.outcome"] != "ok" || ra["sandbox.llm.calls"] != "2" || ra["sandbox.llm.refused"] != "1" {
 		t.Errorf("run span: parent %v attributes %v", run.Parent, ra)
 	}
