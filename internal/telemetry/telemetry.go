@@ -72,16 +72,15 @@ const (
 type T struct {
 	Tracer trace.Tracer
 
-	opDuration   metric.Float64Histogram
-	tokenUsage   metric.Int64Histogram
-	llmCalls     metric.Int64Counter
-	refusals     metric.Int64Counter
-	runs         metric.Int64Counter
-	runDuration  metric.Float64Histogram
-	reconciled   metric.Int64Counter
-	egress       metric.Int64Counter
-	poolClaims   metric.Int64Counter
-	liveSessions metric.Int64UpDownCounter
+	opDuration  metric.Float64Histogram
+	tokenUsage  metric.Int64Histogram
+	llmCalls    metric.Int64Counter
+	refusals    metric.Int64Counter
+	runs        metric.Int64Counter
+	runDuration metric.Float64Histogram
+	reconciled  metric.Int64Counter
+	egress      metric.Int64Counter
+	poolClaims  metric.Int64Counter
 }
 
 // Bucket boundaries the GenAI conventions advise for their two histograms.
@@ -123,8 +122,6 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider) *T {
 		metric.WithDescription("Egress requests of sandboxes, by outcome and refusal rule."))
 	t.poolClaims, _ = m.Int64Counter("sandbox.pool.claims", metric.WithUnit("{claim}"),
 		metric.WithDescription("Runs started by runtime and claim (warm: a pre-started pool slot; cold: created for the run)."))
-	t.liveSessions, _ = m.Int64UpDownCounter("sandbox.sessions.live", metric.WithUnit("{session}"),
-		metric.WithDescription("Long-running sandbox sessions alive, by runtime."))
 	return t
 }
 
@@ -197,11 +194,6 @@ func (t *T) PoolClaim(ctx context.Context, runtime string, warm bool) {
 		claim = "warm"
 	}
 	t.poolClaims.Add(ctx, 1, metric.WithAttributes(Runtime.String(runtime), PoolClaim.String(claim)))
-}
-
-// SessionDelta counts sessions started (+1) and ended (-1).
-func (t *T) SessionDelta(ctx context.Context, runtime string, d int64) {
-	t.liveSessions.Add(ctx, d, metric.WithAttributes(Runtime.String(runtime)))
 }
 
 // RuleOf is a refusal's rule as a metric attribute: its text up to the first colon
