@@ -110,17 +110,8 @@ func (e *Engine) observe(c *Call, ref *Refusal, usage GenAIUsage) {
 
 	// Metric attributes: a model name only when the upstream accepted the call (so
 	// an agent cannot mint series), never the run.
-	mattrs := []attribute.KeyValue{telemetry.GenAIOperationName.String(op), telemetry.GenAIProviderName.String(provider)}
-	if outcome == telemetry.OutcomeOK {
-		mattrs = append(mattrs, telemetry.GenAIRequestModel.String(rec.Model), telemetry.GenAIResponseModel.String(usage.Model))
-	} else {
-		mattrs = append(mattrs, telemetry.ErrorType.String(errType))
-	}
 	ctx := context.Background()
-	e.tel.GenAIDuration(ctx, rec.Latency, mattrs...)
-	if outcome == telemetry.OutcomeOK {
-		e.tel.GenAITokens(ctx, usage.Input, usage.Output, mattrs...)
-	}
+	e.tel.GenAICall(ctx, rec.Latency, op, provider, rec.Model, usage.Model, errType, usage.Input, usage.Output)
 	e.tel.LLMCall(ctx, outcome, "")
 }
 

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentsandbox/sandbox/errdefs"
@@ -81,6 +82,9 @@ type T struct {
 	reconciled  metric.Int64Counter
 	egress      metric.Int64Counter
 	poolClaims  metric.Int64Counter
+
+	sets  sync.Map // setKey -> metric.MeasurementOption
+	nsets atomic.Int64
 }
 
 // Bucket boundaries the GenAI conventions advise for their two histograms.
@@ -147,25 +151,59 @@ func (t *T) Run(ctx context.Context, outcome, runtime string, d time.Duration) {
 
 // LLMCall counts a call that reached a proxy; rule is set for a refused one.
 func (t *T) LLMCall(ctx context.Context, outcome, rule string) {
-	t.llmCalls.Add(ctx, 1, metric.WithAttributes(Outcome.String(outcome)))
+	t.llmCalls.Add(ctx, 1, t.cached(setKey{kind: "call", a: outcome}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{Outcome.String(outcome)}
+	}))
 	if rule != "" {
-		t.refusals.Add(ctx, 1, metric.WithAttributes(RefusalRule.String(rule)))
+		t.refusals.Add(ctx, 1, t.cached(setKey{kind: "rule", a: rule}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{RefusalRule.String(rule)}
+		}))
 	}
 }
 
-// GenAIDuration records gen_ai.client.operation.duration.
-func (t *T) GenAIDuration(ctx context.Context, d time.Duration, attrs ...attribute.KeyValue) {
-	t.opDuration.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
-}
-
-// GenAITokens records gen_ai.client.token.usage, input and output, when reported.
-func (t *T) GenAITokens(ctx context.Context, input, output int64, attrs ...attribute.KeyValue) {
+// GenAICall records gen_ai.client.operation.duration and, when reported,
+// gen_ai.client.token.usage (input and output) of one call. errType is set for a
+// failed call (its models are then not attributes: see the package doc).
+func (t *T) GenAICall(ctx context.Context, d time.Duration, op, provider, reqModel, respModel, errType string, input, output int64) {
+	k := setKey{kind: "genai", a: op, b: provider, c: reqModel, d: respModel, e: errType}
+	base := func() []attribute.KeyValue {
+		kv := []attribute.KeyValue{GenAIOperationName.String(op), GenAIProviderName.String(provider)}
+		if errType != "" {
+			return append(kv, ErrorType.String(errType))
+		}
+		return append(kv, GenAIRequestModel.String(reqModel), GenAIResponseModel.String(respModel))
+	}
+	t.opDuration.Record(ctx, d.Seconds(), t.cached(k, base))
+	if errType != "" {
+		return
+	}
 	if input > 0 {
-		t.tokenUsage.Record(ctx, input, metric.WithAttributes(append(attrs, GenAITokenType.String("input"))...))
+		k.f = "input"
+		t.tokenUsage.Record(ctx, input, t.cached(k, func() []attribute.KeyValue { return append(base(), GenAITokenType.String("input")) }))
 	}
 	if output > 0 {
-		t.tokenUsage.Record(ctx, output, metric.WithAttributes(append(attrs, GenAITokenType.String("output"))...))
+		k.f = "output"
+		t.tokenUsage.Record(ctx, output, t.cached(k, func() []attribute.KeyValue { return append(base(), GenAITokenType.String("output")) }))
 	}
+}
+
+// setKey names a metric attribute set; the sets of calls repeat (a few models,
+// outcomes and rules), so each is built once: building one per call was most of
+// the cost telemetry added to a call.
+type setKey struct{ kind, a, b, c, d, e, f string }
+
+// maxCachedSets bounds the cache; past it sets are built per call.
+const maxCachedSets = 4096
+
+func (t *T) cached(k setKey, kvs func() []attribute.KeyValue) metric.MeasurementOption {
+	if v, ok := t.sets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(kvs()...))
+	if t.nsets.Add(1) <= maxCachedSets {
+		t.sets.Store(k, o)
+	}
+	return o
 }
 
 // Reconciled records a reconciliation: found calls and missing ones.
