@@ -16,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+# at prints how long the run has taken so far: where the time goes, in the log.
+at() { echo "   ($(($(date +%s) - start)) s) $*"; }
 
 fresh=
 if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
@@ -38,12 +40,15 @@ nomad_pid=$!
 trap 'kill "$nomad_pid" 2>/dev/null || true; rm -f "$nomad_env"; if [ -n "$fresh" ]; then rm -rf "$fresh"; fi' EXIT
 
 bash scripts/setup.sh
+at "Debian packages, daemons and runsc ready"
 if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 eval "$(bash scripts/install-openclaw.sh)"
+at "OpenClaw and Node installed"
 export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
 wait "$nomad_pid" || { echo "building Nomad failed"; exit 1; }
 eval "$(cat "$nomad_env")"
+at "Nomad built"
 export NOMAD_BIN
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
 
@@ -53,6 +58,7 @@ shuffle=${SANDBOX_SHUFFLE:-on}
 
 echo "== go vet"
 go vet ./...
+at "vetted"
 
 # The host's sensitive files are recorded now and checked after the tests: the suite
 # runs as root and plants hostile links, and a test that wrote through one would
@@ -72,9 +78,9 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
     exec go test -count=1 $race -run 'TestPoolRunsThenCleanup|TestSessionConformance' ./adapters/containerd/ >"$guard/crash.log" 2>&1) &
   crash_pid=$!
   before=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
-  for _ in $(seq 1 600); do # up to 2 minutes (the package may need compiling first)
+  for _ in $(seq 1 1200); do # up to 4 minutes (the package may need compiling first)
     now=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
-    [ "$now" -ge $((before + 3)) ] && break
+    [ "$now" -ge $((before + 2)) ] && break
     kill -0 "$crash_pid" 2>/dev/null || break
     sleep 0.2
   done
@@ -84,6 +90,7 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   wait "$crash_pid" 2>/dev/null || true
   echo "killed with $(( $(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l) - before )) of its containers left behind"
   rmdir "$crash_cg" 2>/dev/null || true
+  at "the killed run is over"
 fi
 
 echo "== go test $race -shuffle=$shuffle (SANDBOX_REQUIRE=$SANDBOX_REQUIRE)"
@@ -105,6 +112,7 @@ if [ "$rc" != 0 ]; then
   echo "== failures (the whole log is $TEST_LOG)"
   grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL|WARNING: DATA RACE" "$TEST_LOG" | head -n 400 || true
 fi
+at "tests over"
 echo "== what outlived the tests"
 outlived=0
 bash scripts/outlive.sh check "$guard/outlive" "${fresh:-/nonexistent}" "$PWD" || outlived=1

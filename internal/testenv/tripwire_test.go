@@ -99,3 +99,50 @@ func TestTripwire(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairShadow: scripts/repair-shadow.sh puts the previous shadow file back when an
+// earlier run replaced it with a git config, only when that file names exactly the
+// users of passwd, and never touches a well-formed one (all on copies, never /etc).
+func TestRepairShadow(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the script acts only as root")
+	}
+	const passwd = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+	const good = "root:*:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+	const hostile = "[core]\n\tfsmonitor = touch /tmp/marker\n[include]\n\tpath = x\n"
+	run := func(etc string) (string, int) {
+		cmd := exec.Command("bash", "../../scripts/repair-shadow.sh")
+		cmd.Env = append(os.Environ(), "SANDBOX_REPAIR_ETC="+etc)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	setup := func(shadow, previous string) string {
+		etc := t.TempDir()
+		for name, c := range map[string]string{"passwd": passwd, "shadow": shadow, "shadow-": previous} {
+			if err := os.WriteFile(filepath.Join(etc, name), []byte(c), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return etc
+	}
+	read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
+
+	etc := setup(hostile, good)
+	if out, code := run(etc); code != 0 || read(filepath.Join(etc, "shadow")) != good || read(filepath.Join(etc, "shadow.damaged-by-tests")) != hostile {
+		t.Errorf("damaged: exit %d %s; shadow now %q", code, out, read(filepath.Join(etc, "shadow")))
+	}
+	etc = setup(good, "root:*:1:0:99999:7:::\n")
+	if _, code := run(etc); code != 0 || read(filepath.Join(etc, "shadow")) != good {
+		t.Errorf("a well-formed shadow was changed: %q", read(filepath.Join(etc, "shadow")))
+	}
+	etc = setup(hostile, "root:*:20228:0:99999:7:::\n") // the previous one lacks a user
+	if out, code := run(etc); code != 1 || read(filepath.Join(etc, "shadow")) != hostile || !strings.Contains(out, "by hand") {
+		t.Errorf("an incomplete backup was used: exit %d %s", code, out)
+	}
+}
