@@ -79,6 +79,7 @@ type Pool struct {
 	creating                  atomic.Int32
 	warm, cold, other, failed atomic.Int64
 	closed                    atomic.Bool
+	unobserve                 func() // ends the pool's sandbox.pool.ready gauge
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -147,6 +148,7 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	}
 	r.pools[p] = struct{}{}
 	r.poolsMu.Unlock()
+	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
 	p.wg.Add(1)
 	go p.fill()
 	return p, nil
@@ -584,6 +586,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.cancel()
+	p.unobserve()
 	p.r.poolsMu.Lock()
 	delete(p.r.pools, p)
 	p.r.poolsMu.Unlock()

@@ -85,6 +85,14 @@ type T struct {
 
 	sets  sync.Map // setKey -> metric.MeasurementOption
 	nsets atomic.Int64
+
+	poolsMu sync.Mutex
+	pools   map[*poolObs]struct{}
+}
+
+type poolObs struct {
+	attrs metric.ObserveOption
+	ready func() int64
 }
 
 // Bucket boundaries the GenAI conventions advise for their two histograms.
@@ -126,7 +134,35 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider) *T {
 		metric.WithDescription("Egress requests of sandboxes, by outcome and refusal rule."))
 	t.poolClaims, _ = m.Int64Counter("sandbox.pool.claims", metric.WithUnit("{claim}"),
 		metric.WithDescription("Runs started by runtime and claim (warm: a pre-started pool slot; cold: created for the run)."))
+	t.pools = map[*poolObs]struct{}{}
+	ready, _ := m.Int64ObservableGauge("sandbox.pool.ready", metric.WithUnit("{sandbox}"),
+		metric.WithDescription("Sandboxes ready to claim in a warm pool, by runtime and pool."))
+	_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.poolsMu.Lock()
+		defer t.poolsMu.Unlock()
+		for p := range t.pools {
+			o.ObserveInt64(ready, p.ready(), p.attrs)
+		}
+		return nil
+	}, ready)
 	return t
+}
+
+// ObservePool reports a warm pool's ready sandboxes (ready is read at each
+// collection) until the returned function is called.
+func (t *T) ObservePool(runtime, key string, ready func() int64) (stop func()) {
+	p := &poolObs{attrs: metric.WithAttributes(Runtime.String(runtime), attribute.String("sandbox.pool", key)), ready: ready}
+	t.poolsMu.Lock()
+	t.pools[p] = struct{}{}
+	t.poolsMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.poolsMu.Lock()
+			delete(t.pools, p)
+			t.poolsMu.Unlock()
+		})
+	}
 }
 
 var def = sync.OnceValue(func() *T { return New(nil, nil) })

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agentsandbox/sandbox/errdefs"
@@ -69,5 +71,37 @@ func TestCachedSetsBounded(t *testing.T) {
 	tel.sets.Range(func(any, any) bool { n++; return true })
 	if n != maxCachedSets {
 		t.Errorf("%d sets cached, want %d", n, maxCachedSets)
+	}
+}
+
+// A pool is observed from ObservePool until its stop.
+func TestObservePool(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	tel := New(nil, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	stop := tel.ObservePool("containerd", "k1", func() int64 { return 3 })
+	points := func() int {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "sandbox.pool.ready" {
+					if len(g.DataPoints) == 1 && g.DataPoints[0].Value != 3 {
+						t.Errorf("value %d", g.DataPoints[0].Value)
+					}
+					return len(g.DataPoints)
+				}
+			}
+		}
+		return 0
+	}
+	if n := points(); n != 1 {
+		t.Errorf("%d points while observed", n)
+	}
+	stop()
+	stop()
+	if n := points(); n != 0 {
+		t.Errorf("%d points after stop", n)
 	}
 }
