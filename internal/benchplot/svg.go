@@ -19,19 +19,27 @@ const (
 var palette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"}
 
 // latencySVG draws each side's p50 as a bar, and p95 and p99 as ticks on a line
-// from the bar's end: the distribution side by side, on one linear scale.
+// from the bar's end: the distribution side by side, on one logarithmic scale (a
+// loaded machine's p99 can be a hundred times its p50).
 func latencySVG(title string, sides []side) string {
 	h := top + rowH*len(sides) + bottom
-	max := 0.0
+	lo, hi := math.Inf(1), 0.0
 	for _, s := range sides {
-		max = math.Max(max, math.Max(s.p50, math.Max(s.p95, s.p99)))
+		lo = math.Min(lo, s.p50)
+		hi = math.Max(hi, math.Max(s.p50, math.Max(s.p95, s.p99)))
 	}
-	scale := niceCeil(max)
+	lo = math.Pow(10, math.Floor(math.Log10(lo)))
+	hi = math.Pow(10, math.Ceil(math.Log10(hi)))
+	if hi <= lo {
+		hi = lo * 10
+	}
 	plotW := float64(width - left - right)
-	x := func(v float64) float64 { return left + v/scale*plotW }
+	x := func(v float64) float64 {
+		return left + (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*plotW
+	}
 	var b strings.Builder
-	header(&b, width, h, title+": latency (bar p50, ticks p95 and p99)")
-	axis(&b, scale, "ms", h, x)
+	header(&b, width, h, title+": latency (bar p50, ticks p95 and p99; log scale)")
+	logAxis(&b, lo, hi, "ms", h, x)
 	for i, s := range sides {
 		y := float64(top + i*rowH)
 		c := palette[i%len(palette)]
@@ -112,9 +120,8 @@ func header(b *strings.Builder, w, h int, title string) {
 	fmt.Fprintf(b, `<rect width="100%%" height="100%%" fill="white"/><text x="12" y="24" font-size="14" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
 }
 
-func axis(b *strings.Builder, scale float64, unit string, h int, x func(float64) float64) {
-	for i := 0; i <= 4; i++ {
-		v := scale * float64(i) / 4
+func logAxis(b *strings.Builder, lo, hi float64, unit string, h int, x func(float64) float64) {
+	for v := lo; v <= hi*1.0001; v *= 10 {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle" font-size="11">%s</text>`+"\n",
 			x(v), top-4, x(v), h-bottom+4, x(v), h-bottom+18, num(v))
 	}
