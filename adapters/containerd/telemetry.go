@@ -9,7 +9,8 @@ import (
 
 // WithMeterProvider sets where the runner's metrics go (default: the global
 // provider): sandbox.pool.claims by claim (warm: a pooled sandbox; cold: a pool
-// found empty). Spans need no option: a run's create, start and wait (or claim,
+// found empty), sandbox.pool.ready (each pool's ready sandboxes) and
+// sandbox.sessions.live (the sessions this runner holds a handle to). Spans need no option: a run's create, start and wait (or claim,
 // start and wait) are children of the span in RunOnce's context, made by that
 // span's provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {

@@ -82,6 +82,7 @@ type T struct {
 	reconciled  metric.Int64Counter
 	egress      metric.Int64Counter
 	poolClaims  metric.Int64Counter
+	sessions    metric.Int64UpDownCounter
 
 	sets  sync.Map // setKey -> metric.MeasurementOption
 	nsets atomic.Int64
@@ -134,6 +135,8 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider) *T {
 		metric.WithDescription("Egress requests of sandboxes, by outcome and refusal rule."))
 	t.poolClaims, _ = m.Int64Counter("sandbox.pool.claims", metric.WithUnit("{claim}"),
 		metric.WithDescription("Runs started by runtime and claim (warm: a pre-started pool slot; cold: created for the run)."))
+	t.sessions, _ = m.Int64UpDownCounter("sandbox.sessions.live", metric.WithUnit("{session}"),
+		metric.WithDescription("Long-running sandbox sessions this process holds a handle to (started or attached, not ended or detached), by runtime."))
 	t.pools = map[*poolObs]struct{}{}
 	ready, _ := m.Int64ObservableGauge("sandbox.pool.ready", metric.WithUnit("{sandbox}"),
 		metric.WithDescription("Sandboxes ready to claim in a warm pool, by runtime and pool."))
@@ -268,6 +271,14 @@ func (t *T) PoolClaim(ctx context.Context, runtime string, warm bool) {
 		claim = "warm"
 	}
 	t.poolClaims.Add(ctx, 1, metric.WithAttributes(Runtime.String(runtime), PoolClaim.String(claim)))
+}
+
+// SessionHeld counts a session handle of runtime and returns the function that
+// uncounts it (call it once, when the session ends or is detached).
+func (t *T) SessionHeld(runtime string) (released func()) {
+	attrs := metric.WithAttributes(Runtime.String(runtime))
+	t.sessions.Add(context.Background(), 1, attrs)
+	return func() { t.sessions.Add(context.Background(), -1, attrs) }
 }
 
 // RuleOf is a refusal's rule as a metric attribute: its text up to the first colon
