@@ -34,8 +34,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider sets where runs' metrics go (default: the global provider,
-// otel.GetMeterProvider): sandbox.runs and sandbox.run.duration by outcome and
-// runtime, sandbox.reconcile.calls by state (found, missing) and
+// otel.GetMeterProvider): sandbox.runs and sandbox.run.duration by outcome,
+// runtime and error class (error.type: timeout, oom_killed, invalid_spec, ...), sandbox.reconcile.calls by state (found, missing) and
 // sandbox.egress.requests by outcome and rule. The LLM call metrics
 // (gen_ai.client.operation.duration, gen_ai.client.token.usage,
 // sandbox.llm.calls, sandbox.llm.refusals) come from the proxy.
@@ -101,7 +101,7 @@ func (s *Sandbox) endRun(ctx context.Context, span trace.Span, start time.Time, 
 		span.SetAttributes(telemetry.ErrorType.String(telemetry.ErrorClass(err)))
 	}
 	span.End()
-	s.tel.Run(context.WithoutCancel(ctx), outcome, s.runtime, time.Since(start))
+	s.tel.Run(context.WithoutCancel(ctx), outcome, s.runtime, telemetry.ErrorClass(err), time.Since(start))
 }
 
 // traced runs f in a child span of ctx's named name.

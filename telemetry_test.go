@@ -101,11 +101,14 @@ func TestRunTelemetryWithFakes(t *testing.T) {
 				for _, p := range d.DataPoints {
 					o, _ := p.Attributes.Value("sandbox.outcome")
 					counts[m.Name+" "+o.Emit()] += p.Value
+					if e, ok := p.Attributes.Value("error.type"); ok {
+						counts[m.Name+" error.type="+e.Emit()] += p.Value
+					}
 				}
 			}
 		}
 	}
-	if counts["sandbox.runs ok"] != 1 || counts["sandbox.runs failed"] != 1 || counts["sandbox.egress.requests ok"] != 2 || counts["sandbox.egress.requests refused"] != 2 {
+	if counts["sandbox.runs ok"] != 1 || counts["sandbox.runs failed"] != 1 || counts["sandbox.runs error.type=oom_killed"] != 1 || counts["sandbox.egress.requests ok"] != 2 || counts["sandbox.egress.requests refused"] != 2 {
 		t.Errorf("metrics %v", counts)
 	}
 }

@@ -181,9 +181,14 @@ func Or(t *T) *T {
 	return t
 }
 
-// Run records a finished run.
-func (t *T) Run(ctx context.Context, outcome, runtime string, d time.Duration) {
-	set := metric.WithAttributeSet(attribute.NewSet(Outcome.String(outcome), Runtime.String(runtime)))
+// Run records a finished run; errType is ErrorClass of its error ("" when it
+// succeeded).
+func (t *T) Run(ctx context.Context, outcome, runtime, errType string, d time.Duration) {
+	kv := []attribute.KeyValue{Outcome.String(outcome), Runtime.String(runtime)}
+	if errType != "" {
+		kv = append(kv, ErrorType.String(errType))
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(kv...))
 	t.runs.Add(ctx, 1, set)
 	t.runDuration.Record(ctx, d.Seconds(), set)
 }
