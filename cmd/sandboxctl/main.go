@@ -65,7 +65,8 @@ Commands:
   sweep    remove one owner's leftovers older than a grace period (never another
            owner's; --dry-run lists them).
   logs     stream a session's output from now on (earlier output is held by the
-           host process that started it).
+           host process that started it; on containerd the output goes to one
+           reader, so logs sees it once that host has detached or gone).
   exec     run a command in a session, as its user with its lockdown.
   stop     stop a session (SIGTERM, SIGKILL after --grace) and remove it.
   proxyd   the shared proxy daemon: registered runs, per-run usage, a run's audit.

@@ -222,6 +222,29 @@ func testSessions(t *testing.T, runtime string) {
 	if code, _, errs := ctl(t, append(append([]string{"exec"}, flags...), "no-such-session", "/agent", "id")...); code != exitNotFound {
 		t.Errorf("exec on no session: exit %d %s", code, errs)
 	}
+	// logs streams what the session prints once attached: the agent waits for a file
+	// that an exec then writes, and prints " done". The starting host lets go first
+	// (on containerd a session's output FIFO has one reader: the handle holding it).
+	if err := s.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	logsOut := make(chan string, 1)
+	go func() {
+		_, out, _ := ctl(t, append(append([]string{"logs", "--for", "20s"}, flags...), s.ID())...)
+		logsOut <- out
+	}()
+	time.Sleep(time.Second) // attached (a miss only makes the test fail, never pass)
+	if code, _, errs := ctl(t, append(append([]string{"exec"}, flags...), s.ID(), "/agent", "write", "/tmp/never", "x")...); code != exitOK {
+		t.Fatalf("exec write: %d %s", code, errs)
+	}
+	select {
+	case out := <-logsOut:
+		if !strings.Contains(out, " done") {
+			t.Errorf("logs: %q", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("logs did not end with the session")
+	}
 	code, out, _ = ctl(t, append(append([]string{"stop", "--json", "--grace", "1s"}, flags...), s.ID())...)
 	if code != exitOK || !strings.Contains(out, `"stopped":true`) {
 		t.Errorf("stop: exit %d %s", code, out)
