@@ -361,3 +361,15 @@ func TestProxyd(t *testing.T) {
 		t.Errorf("no daemon: exit %d", code)
 	}
 }
+
+// tail prints only what a ring snapshot adds, also once the ring is full and moves.
+func TestTail(t *testing.T) {
+	var out bytes.Buffer
+	var tl tail
+	for _, snap := range []string{"", "abc", "abc", "abcdef", "cdefgh", "cdefgh", "zzzz"} {
+		tl.write(&out, []byte(snap))
+	}
+	if out.String() != "abcdefghzzzz" {
+		t.Errorf("printed %q", out.String())
+	}
+}

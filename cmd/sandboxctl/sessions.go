@@ -130,11 +130,11 @@ func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer s.Detach()
 	// An attached handle sees the session's output from now on (the ring of the
 	// host that started it holds what came before); print what arrives.
-	var outSeen, errSeen int
+	var outTail, errTail tail
 	emit := func() {
 		o, e := s.Logs()
-		outSeen = writeNew(stdout, o, outSeen)
-		errSeen = writeNew(stderr, e, errSeen)
+		outTail.write(stdout, o)
+		errTail.write(stderr, e)
 	}
 	var stopAt <-chan time.Time
 	if !*follow {
@@ -159,16 +159,37 @@ func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// writeNew writes what b holds past the seen bytes. The ring keeps a tail: when it
-// dropped bytes it is shorter than seen, and its whole content is new.
-func writeNew(w io.Writer, b []byte, seen int) int {
-	if len(b) < seen {
-		seen = 0
+// tail follows a session's log ring, which holds the last bytes only: it keeps the
+// end of what it printed and prints what follows that end in the next snapshot (all
+// of the snapshot when the ring has moved past it, a gap the ring could not hold).
+type tail struct{ last []byte }
+
+const tailKeep = 4096
+
+func (t *tail) write(w io.Writer, ring []byte) {
+	next := ring
+	if len(t.last) > 0 {
+		if i := bytes.LastIndex(ring, t.last); i >= 0 {
+			next = ring[i+len(t.last):]
+		} else {
+			// The ring starts inside what was printed: the longest overlap of its
+			// start with the printed end.
+			for k := min(len(ring), len(t.last)); k > 0; k-- {
+				if bytes.Equal(ring[:k], t.last[len(t.last)-k:]) {
+					next = ring[k:]
+					break
+				}
+			}
+		}
 	}
-	if len(b) > seen {
-		_, _ = io.Copy(w, bytes.NewReader(b[seen:]))
+	if len(next) == 0 {
+		return
 	}
-	return len(b)
+	_, _ = w.Write(next)
+	t.last = append(t.last, next...)
+	if len(t.last) > tailKeep {
+		t.last = append([]byte(nil), t.last[len(t.last)-tailKeep:]...)
+	}
 }
 
 // tty reports whether w is a terminal (progress lines go only there).
