@@ -171,7 +171,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
 		Method: Clip(r.Method, 16), Path: Clip(path, 256),
 	}}
-	r = r.WithContext(e.startSpan(r, c))
+	ctx := e.startSpan(r, c) // the request's context with the call's span
 	if ref := m.attestationRefusal(); ref != nil {
 		e.refuse(w, c, ref)
 		return
@@ -255,7 +255,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 			panic(v) // http.ErrAbortHandler: the server drops the connection mid-response
 		}
 	}()
-	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
+	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, ctxKey{}, c)))
 }
 
 // rewrite is the ReverseProxy's Rewrite hook: the upstream URL and the header
