@@ -35,7 +35,9 @@ const (
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("doctor", stderr, &c)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	if err := fs.Parse(args); err != nil {
+		return parseCode(err)
+	} else if fs.NArg() > 0 {
 		return exitUsage
 	}
 	checks := doctor(ctx, c)

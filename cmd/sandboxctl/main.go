@@ -127,6 +127,15 @@ func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
 	return fs
 }
 
+// parseCode is the exit code of a flag parse error: 0 for -h/--help (the flag
+// package printed the command's flags), 2 otherwise.
+func parseCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}
+
 // errCode maps an error to an exit code and prints it.
 func errCode(stderr io.Writer, what string, err error) int {
 	fmt.Fprintf(stderr, "sandboxctl: %s: %v\n", what, err)

@@ -45,6 +45,14 @@ func TestHelpAndUsage(t *testing.T) {
 	if code != exitOK {
 		t.Errorf("--help exit %d", code)
 	}
+	for _, cmd := range []string{"doctor", "ps", "sweep", "exec", "stop", "logs"} {
+		if code, _, errs := ctl(t, cmd, "--help"); code != exitOK || !strings.Contains(errs, "-owner") {
+			t.Errorf("%s --help: exit %d %q", cmd, code, errs)
+		}
+	}
+	if code, _, _ := ctl(t, "ps", "--no-such-flag"); code != exitUsage {
+		t.Errorf("bad flag: exit %d", code)
+	}
 	if code, _, _ := ctl(t); code != exitUsage {
 		t.Errorf("no command: exit %d", code)
 	}

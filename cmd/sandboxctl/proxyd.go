@@ -27,7 +27,7 @@ func cmdProxyd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	sock := fs.String("admin-socket", DefaultAdminSocket, "the daemon's admin `socket`")
 	follow := fs.Bool("follow", false, "audit: keep printing records as they are stored, until the run ends or Ctrl-C")
 	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
+		return parseCode(err)
 	}
 	cli, err := proxyd.NewClient(*sock)
 	if err != nil {

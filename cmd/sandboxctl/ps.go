@@ -34,7 +34,9 @@ type entry struct {
 func cmdPs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("ps", stderr, &c)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	if err := fs.Parse(args); err != nil {
+		return parseCode(err)
+	} else if fs.NArg() > 0 {
 		return exitUsage
 	}
 	var all []entry
@@ -210,7 +212,9 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	older := fs.Duration("older-than", 10*time.Minute, "grace `period`: keep what is younger (a run just starting)")
 	runID := fs.String("run-id", "", "sweep only this `run`")
 	dry := fs.Bool("dry-run", false, "list what would be removed, remove nothing")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	if err := fs.Parse(args); err != nil {
+		return parseCode(err)
+	} else if fs.NArg() > 0 {
 		return exitUsage
 	}
 	if c.owner == "" {

@@ -47,7 +47,9 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("exec", stderr, &c)
 	timeout := fs.Duration("timeout", time.Minute, "bound on the command")
 	workdir := fs.String("w", "", "working `directory` in the sandbox (default the workspace)")
-	if err := fs.Parse(args); err != nil || fs.NArg() < 2 {
+	if err := fs.Parse(args); err != nil {
+		return parseCode(err)
+	} else if fs.NArg() < 2 {
 		fmt.Fprintln(stderr, "usage: sandboxctl exec --owner O --runtime R ID [--] CMD [ARG...]")
 		return exitUsage
 	}
@@ -87,7 +89,9 @@ func cmdStop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("stop", stderr, &c)
 	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+	if err := fs.Parse(args); err != nil {
+		return parseCode(err)
+	} else if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: sandboxctl stop --owner O --runtime R [--grace D] ID")
 		return exitUsage
 	}
@@ -118,7 +122,9 @@ func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("logs", stderr, &c)
 	follow := fs.Bool("follow", false, "keep streaming until the session ends or Ctrl-C")
 	wait := fs.Duration("for", 2*time.Second, "without --follow: how long to collect output")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+	if err := fs.Parse(args); err != nil {
+		return parseCode(err)
+	} else if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: sandboxctl logs --owner O --runtime R [--follow] ID")
 		return exitUsage
 	}
