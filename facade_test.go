@@ -263,3 +263,36 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestPolicyUpstreamAndAttestation: calls the upstream did not answer and calls
+// refused for a missing attestation are named in Result.Policy; FailOnUpstream
+// and RequireAttestation make them errors.
+func TestPolicyUpstreamAndAttestation(t *testing.T) {
+	audit := []port.AuditRecord{
+		{CallID: "c1", Status: 200, Model: "m1"},
+		{Status: 502, Method: "POST", Path: "/v1/chat/completions", Error: "upstream: dial tcp 127.0.0.1:1: connection refused"},
+		{Status: 200, Method: "POST", Path: "/v1/chat/completions", Error: "upstream response cut: unexpected EOF"},
+		{Status: 499, Method: "POST", Path: "/v1/chat/completions", Error: "client went away: broken pipe"},
+	}
+	r := &fakeRunner{res: &port.RunResult{}}
+	req := request(t)
+	res, err := llmSandbox(t, r, &fakeProxy{audit: audit}).Run(context.Background(), req)
+	if err != nil {
+		t.Fatalf("without FailOnUpstream upstream failures are no error: %v", err)
+	}
+	if len(res.Policy.UpstreamFailures) != 2 || res.Policy.UpstreamFailures[0].Status != 502 || res.Policy.AttestationRefused {
+		t.Errorf("policy = %+v", res.Policy)
+	}
+	req.FailOnUpstream = true
+	res, err = llmSandbox(t, r, &fakeProxy{audit: audit}).Run(context.Background(), req)
+	if !errors.Is(err, port.ErrUnavailable) || res == nil || !strings.Contains(err.Error(), "2 LLM call(s)") {
+		t.Errorf("FailOnUpstream: err = %v", err)
+	}
+	refused := []port.AuditRecord{{Status: 403, Method: "POST", Path: "/v1/chat/completions", Blocked: "attestation_missing"}}
+	req = request(t)
+	req.RequireAttestation = true
+	res, err = llmSandbox(t, r, &fakeProxy{audit: refused}).Run(context.Background(), req)
+	if !errors.Is(err, ErrNotPermitted) || res == nil || !res.Policy.AttestationRefused {
+		t.Errorf("attestation refused: err = %v, policy %+v", err, res)
+	}
+}

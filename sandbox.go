@@ -33,7 +33,9 @@ const (
 	maxMessages = 8 << 20
 )
 
-// ErrNotPermitted reports a run without a system grant that allows sandboxes.
+// ErrNotPermitted reports a run without a system grant that allows sandboxes, or
+// (with Request.RequireAttestation) a run whose proxy refused its LLM calls
+// because its sandbox did not attest the required isolation.
 var ErrNotPermitted = errors.New("not permitted")
 
 // Sandbox runs agents end to end. It is safe for concurrent use.
@@ -135,9 +137,18 @@ type Request struct {
 	// error wrapping port.ErrBudgetExceeded, with the full result. Without it the
 	// agent decides what a refused call means, and Result.Policy tells the host.
 	FailOnBudget bool
+	// FailOnUpstream makes a run with LLM calls the upstream did not answer
+	// (Result.Policy.UpstreamFailures: LiteLLM unreachable, a 5xx, an answer cut
+	// short) return an error wrapping port.ErrUnavailable, with the full result.
+	FailOnUpstream bool
 	// RequireAttestation gives the run no LLM access until its sandbox attested the
 	// promised isolation from inside (see port.Attestation); the proxy must be able
-	// to receive attestations (the in-process one can).
+	// to receive attestations (the in-process one can). The proxy takes the first
+	// report only, and only the runner's bridge, started before the agent's first
+	// process, can be sure to send it first: with OwnBridge the first report would
+	// come from the image (the agent could attest for itself), so Run refuses
+	// RequireAttestation with OwnBridge (port.ErrInvalidSpec) rather than give it
+	// an attestation the agent can forge.
 	RequireAttestation bool
 	// Limits bound the sandbox (defaults from port.RunSpec).
 	Limits port.Limits
@@ -209,6 +220,15 @@ type Policy struct {
 	Blocked []port.AuditRecord
 	// BudgetExceeded is set when at least one call was refused for the run's budget.
 	BudgetExceeded bool
+	// AttestationRefused is set when at least one call was refused because the
+	// run's sandbox had not attested its isolation, or attested a violation
+	// (Request.RequireAttestation): then Run also returns an error wrapping
+	// ErrNotPermitted.
+	AttestationRefused bool
+	// UpstreamFailures are the records of forwarded calls the upstream did not
+	// answer properly: unreachable, an answer cut short, or a 5xx status. The
+	// agent saw an error; FailOnUpstream makes it the run's too.
+	UpstreamFailures []port.AuditRecord
 }
 
 // budgetBlocked is the prefix of AuditRecord.Blocked for budget refusals.
@@ -224,8 +244,28 @@ func policyOf(audit []port.AuditRecord) Policy {
 		if strings.HasPrefix(a.Blocked, budgetBlocked) {
 			p.BudgetExceeded = true
 		}
+		if strings.HasPrefix(a.Blocked, attestationBlocked) {
+			p.AttestationRefused = true
+		}
+	}
+	for _, a := range audit {
+		if a.Blocked == "" && (a.Status >= 500 || strings.HasPrefix(a.Error, "upstream")) {
+			p.UpstreamFailures = append(p.UpstreamFailures, a)
+		}
 	}
 	return p
+}
+
+// attestationBlocked is the prefix of AuditRecord.Blocked for calls refused for
+// a missing or failed attestation.
+const attestationBlocked = "attestation_"
+
+// upstreamError describes p's upstream failures as an error wrapping
+// port.ErrUnavailable.
+func upstreamError(p Policy) error {
+	first := p.UpstreamFailures[0]
+	return fmt.Errorf("%w: %d LLM call(s) failed at the upstream, the first %s %s: status %d %s",
+		port.ErrUnavailable, len(p.UpstreamFailures), first.Method, first.Path, first.Status, first.Error)
 }
 
 // budgetError describes the budget refusals of p as an error wrapping
@@ -270,7 +310,8 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 
 // Run executes req end to end and returns its result. The result is non-nil whenever
 // the sandbox ran, also with an error (a timeout, say, or a reconciliation that found
-// calls missing). Errors: ErrNotPermitted without the grant; port.ErrInvalidSpec for bad
+// calls missing). Errors: ErrNotPermitted without the grant, or for calls refused for
+// a missing or failed attestation; port.ErrUnavailable with FailOnUpstream; port.ErrInvalidSpec for bad
 // input (nothing is started), port.ErrUnsupported for what the runner or the proxy
 // manager declares it cannot do (port.RunnerCapable, port.ProxyCapable; nothing is
 // cloned, written or started), a *WorkspaceError for a workspace the sandbox user
@@ -291,6 +332,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	s.traceEgress(ctx, egressPolicy)
+	if req.RequireAttestation && req.OwnBridge {
+		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
+	}
 	reconcile := req.Reconcile || req.ReconcileAsync
 	if reconcile && (s.reconciler == nil || s.llm == nil) {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
@@ -413,6 +457,12 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	errs := []error{runErr}
 	if req.FailOnBudget && res.Policy.BudgetExceeded {
 		errs = append(errs, budgetError(res.Policy))
+	}
+	if req.RequireAttestation && res.Policy.AttestationRefused {
+		errs = append(errs, fmt.Errorf("%w: the proxy refused the run's LLM calls: its sandbox did not attest the required isolation", ErrNotPermitted))
+	}
+	if req.FailOnUpstream && len(res.Policy.UpstreamFailures) > 0 {
+		errs = append(errs, upstreamError(res.Policy))
 	}
 	if reconcile {
 		rreq := port.ReconcileRequest{

@@ -122,10 +122,23 @@ type Workspace struct {
 // 0777, still private behind its parent, and Remove may then be unable to delete what
 // the agent made. Run a non-root host's sandboxes as its own uid (Request.User) for a
 // clean Remove.
-func NewWorkspace(parent, user string) (*Workspace, error) {
+//
+// The private parent holds a marker naming the owner (WithWorkspaceOwner, default
+// port.DefaultOwner), the run and the creation time, so SweepWorkspaces can remove
+// what a crashed host left behind.
+func NewWorkspace(parent, user string, opts ...WorkspaceOption) (*Workspace, error) {
 	uid, gid, err := parseUser(user)
 	if err != nil {
 		return nil, err
+	}
+	mark := workspaceMarker{Owner: port.DefaultOwner}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&mark); err != nil {
+			return nil, fmt.Errorf("sandbox: workspace: %w", err)
+		}
 	}
 	if gid < 0 {
 		gid = uid // what the containerd adapter runs a bare uid with
@@ -141,6 +154,9 @@ func NewWorkspace(parent, user string) (*Workspace, error) {
 	fail := func(err error) (*Workspace, error) {
 		_ = os.RemoveAll(holder)
 		return nil, fmt.Errorf("sandbox: workspace: %w", err)
+	}
+	if err := writeMarker(holder, mark); err != nil {
+		return fail(err)
 	}
 	if err := os.Mkdir(w.dir, 0o700); err != nil {
 		return fail(err)

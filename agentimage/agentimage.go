@@ -7,6 +7,10 @@
 //
 // The images are single-layer and deterministic: the same binary gives the same
 // reference, so loading an image a runtime already holds changes nothing.
+//
+// Node builds an image for a Node.js agent from its app directory (package.json and
+// lockfile), with the dependency closure installed from npm or taken from a given
+// node_modules.
 package agentimage
 
 import (

@@ -16,7 +16,11 @@ import (
 // by root, so the sandbox user can read and execute what the modes allow and change
 // nothing. dst itself is included; its parents are not. Other file types (devices,
 // sockets, pipes) give an error wrapping errdefs.ErrInvalidSpec.
-func Dir(src, dst string) ([]File, error) {
+func Dir(src, dst string) ([]File, error) { return dirFiltered(src, dst, nil) }
+
+// dirFiltered is Dir without the entries skip reports (by their path relative to
+// src, with forward slashes); a skipped directory is not entered.
+func dirFiltered(src, dst string, skip func(rel string) bool) ([]File, error) {
 	if !path.IsAbs(dst) {
 		return nil, errdefs.Invalidf("agentimage: target %q is not absolute", dst)
 	}
@@ -29,6 +33,12 @@ func Dir(src, dst string) ([]File, error) {
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
+		}
+		if skip != nil && rel != "." && skip(filepath.ToSlash(rel)) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		target := path.Join(dst, filepath.ToSlash(rel))
 		if target == "/" {

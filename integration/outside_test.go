@@ -121,7 +121,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := docker.NewRunner(docker.WithOwner(testenv.Owner("outside")))
+	r, err := docker.NewRunner(docker.WithOwner("outside"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,11 +197,30 @@ func TestQuickstartFromAnotherModule(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the copied quickstart failed: %v", err)
 			}
-			for _, want := range []string{"run quickstart-", "on " + rt.name, "answer: ECHO:outside-" + rt.name, "total: 1 calls", "missing: []"} {
+			for _, want := range []string{"proxy key: sk-...", "(virtual, routes [/v1/chat/completions", "run quickstart-", "on " + rt.name, "answer: ECHO:outside-" + rt.name, "total: 1 calls", "missing: []"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("the output lacks %q", want)
 				}
 			}
 		})
+	}
+}
+
+// TestNomadExampleFromAnotherModule copies examples/nomad verbatim into a module of
+// its own and builds and vets it there: it uses only the library's public API. (Its
+// run on a local cluster is examples/nomad's own test.)
+func TestNomadExampleFromAnotherModule(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "examples", "nomad", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := outsideModule(t, map[string]string{"nomadexample/main.go": string(b)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := goIn(ctx, t, dir, "vet", "./nomadexample"); err != nil {
+		t.Fatalf("the copied Nomad example does not vet: %v", err)
+	}
+	if _, err := goIn(ctx, t, dir, "build", "-o", filepath.Join(t.TempDir(), "nomadexample"), "./nomadexample"); err != nil {
+		t.Fatalf("the copied Nomad example does not build: %v", err)
 	}
 }

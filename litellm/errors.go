@@ -18,7 +18,49 @@ var (
 	ErrUnauthorized = errors.New("litellm: unauthorized")
 	// ErrMalformed reports a response that is not the JSON LiteLLM documents.
 	ErrMalformed = errors.New("litellm: malformed response")
+	// ErrBadRow reports a spend row with an impossible value: a spend or token
+	// count that is not a finite, non-negative number (tokens: an integer). A
+	// *BadRowError carries it.
+	ErrBadRow = errors.New("litellm: impossible value in a spend row")
+	// ErrWalkLimit reports a spend-log walk that made as many requests as it
+	// was allowed without reaching its end: a spend API whose pages never end
+	// or whose cursor loops. A *WalkLimitError carries it.
+	ErrWalkLimit = errors.New("litellm: spend log walk over its request limit")
 )
+
+// BadRowError names a spend row with an impossible value.
+type BadRowError struct {
+	// RequestID and LitellmCallID name the row.
+	RequestID, LitellmCallID string
+	// Field is the column ("spend", "total_tokens", ...) and Value its raw JSON
+	// (clipped).
+	Field, Value string
+}
+
+// Error implements error.
+func (e *BadRowError) Error() string {
+	return fmt.Sprintf("%v: row %q (call %q): %s = %s", ErrBadRow, e.RequestID, e.LitellmCallID, e.Field, e.Value)
+}
+
+// Is matches ErrBadRow and ErrMalformed.
+func (e *BadRowError) Is(target error) bool { return target == ErrBadRow || target == ErrMalformed }
+
+// WalkLimitError is a walk stopped at its request limit.
+type WalkLimitError struct {
+	// Path is the endpoint walked; Requests the requests made.
+	Path     string
+	Requests int
+}
+
+// Error implements error.
+func (e *WalkLimitError) Error() string {
+	return fmt.Sprintf("%v: %s: %d requests without reaching the end of the rows", ErrWalkLimit, e.Path, e.Requests)
+}
+
+// Is matches ErrWalkLimit and ErrMalformed.
+func (e *WalkLimitError) Is(target error) bool {
+	return target == ErrWalkLimit || target == ErrMalformed
+}
 
 // APIError is an error response from LiteLLM. It covers both shapes LiteLLM sends:
 // its own {"error":{"message","type","param","code"}} and FastAPI's {"detail":...}.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"time"
@@ -46,6 +47,41 @@ type SpendLog struct {
 	// spend_logs_metadata member (the x-litellm-spend-logs-metadata a call carried).
 	Metadata          json.RawMessage
 	SpendLogsMetadata json.RawMessage
+
+	bad *BadRowError // the first impossible value, see Check
+}
+
+// Check returns a *BadRowError (ErrBadRow) when the row had a spend that is
+// not a finite non-negative number, or a token count that is not a
+// non-negative integer (or a value that is neither a number nor null); such
+// values were read as zero. Nil for a sound row.
+func (l *SpendLog) Check() error {
+	if l.bad == nil {
+		return nil
+	}
+	b := *l.bad
+	b.RequestID, b.LitellmCallID = l.RequestID, l.LitellmCallID
+	return &b
+}
+
+// number reads a numeric column; a value that is not a finite non-negative
+// number (an integer for tokens) or null is recorded as the row's first bad one.
+func (l *SpendLog) number(field string, v []byte, integer bool) float64 {
+	if isNull(v) {
+		return 0
+	}
+	f, ok := numVal(v)
+	if !ok || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || integer && (f != math.Trunc(f) || f > 1<<53) {
+		if l.bad == nil {
+			val := string(v)
+			if len(val) > 64 {
+				val = val[:64]
+			}
+			l.bad = &BadRowError{Field: field, Value: val}
+		}
+		return 0
+	}
+	return f
 }
 
 // UnmarshalJSON decodes one row.
@@ -81,13 +117,13 @@ func (l *SpendLog) decodeRaw(b []byte, copyRaw bool) error {
 		case "api_key":
 			l.APIKey = strVal(v)
 		case "spend":
-			l.Spend, _ = numVal(v)
+			l.Spend = l.number("spend", v, false)
 		case "prompt_tokens":
-			l.PromptTokens, _ = intVal(v)
+			l.PromptTokens = int64(l.number("prompt_tokens", v, true))
 		case "completion_tokens":
-			l.CompletionTokens, _ = intVal(v)
+			l.CompletionTokens = int64(l.number("completion_tokens", v, true))
 		case "total_tokens":
-			l.TotalTokens, _ = intVal(v)
+			l.TotalTokens = int64(l.number("total_tokens", v, true))
 		case "startTime":
 			l.StartTime, err = parseTime(v)
 		case "endTime":
@@ -207,7 +243,19 @@ type SpendLogsQuery struct {
 	Status string
 	// PageSize is the page size, 1 to MaxPageSize (0 means MaxPageSize).
 	PageSize int
+	// MaxRequests bounds the requests of one walk (WalkSpendLogs; 0 means
+	// DefaultMaxWalkRequests): past it the walk ends with a *WalkLimitError, so
+	// a spend API whose pages never end or whose cursor loops cannot keep it
+	// going until the caller's deadline.
+	MaxRequests int
+	// OnRequest, if set, is called before each request of a walk (for a caller
+	// that bounds the requests of several walks together).
+	OnRequest func()
 }
+
+// DefaultMaxWalkRequests is SpendLogsQuery.MaxRequests' default: a million rows
+// at the largest page size.
+const DefaultMaxWalkRequests = 1000
 
 func (q *SpendLogsQuery) values() (url.Values, int, error) {
 	if q.Start.IsZero() || q.End.IsZero() {
@@ -295,12 +343,24 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 	}
 	end, _ := time.Parse(time.DateTime, vals.Get("end_date"))
 	page, stuck := 1, 0
+	limit := q.MaxRequests
+	if limit <= 0 {
+		limit = DefaultMaxWalkRequests
+	}
+	requests := 0
 	// seen holds the rows already passed whose startTime is at or before the
 	// cursor: the only rows a later request can return again.
 	seen := map[string]time.Time{}
 	var minSeen time.Time
 	var elems [][]byte
 	for {
+		if requests >= limit {
+			return &WalkLimitError{Path: path, Requests: requests}
+		}
+		requests++
+		if q.OnRequest != nil {
+			q.OnRequest()
+		}
 		vals.Set("end_date", end.Format(time.DateTime))
 		vals.Set("page", strconv.Itoa(page))
 		var (

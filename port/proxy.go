@@ -44,7 +44,10 @@ type ProxySpec struct {
 	Budget Budget
 	// RequireAttestation makes the proxy refuse every LLM call until the run's bridge
 	// has reported an Attestation without Violations. Adapters that cannot receive one
-	// refuse the spec with ErrUnsupported.
+	// refuse the spec with ErrUnsupported. The proxy keeps the first report only, so
+	// it is unforgeable only when the runner's bridge sends it before the agent runs:
+	// never combine it with an image that brings its own bridge (RunSpec.OwnBridge),
+	// which the facade refuses with ErrInvalidSpec.
 	RequireAttestation bool
 	// Labels are extra labels for created resources; the LabelPrefix namespace is reserved.
 	Labels map[string]string
@@ -72,7 +75,18 @@ type Budget struct {
 	// with a JSON error and never reaches the upstream.
 	MaxCalls int
 	// MaxTokens stops further calls once the total tokens reported in responses' usage
-	// reach it.
+	// reach it. The engine's proxies (in-process, shared daemon, billing router)
+	// reserve each call's worst case before forwarding it: one token per byte of
+	// the forwarded body (its prompt bound) plus n (or best_of, at most 128) times
+	// its output cap, which the proxy writes into the body (max_tokens and its
+	// kin: the call's own, lowered to what the budget has left, or a default when
+	// it names none). A call is admitted while the budget has tokens left, so
+	// whatever the concurrency, the tokens charged stay within MaxTokens plus one
+	// call's excess, which is at most that call's body bytes plus its choices
+	// (so at most the proxy's request size limit plus 128). Inputs whose tokens
+	// their bytes do not bound (images, audio, files by URL or id) make a call
+	// reserve all that is left, so it runs alone and only its own usage can
+	// exceed. A call that reports no usage is charged its reservation.
 	MaxTokens int64
 }
 

@@ -174,6 +174,9 @@ type RunResult struct {
 	ErrorCode ErrorCode
 	// Duration is the wall-clock time from create to exit.
 	Duration time.Duration
+	// Memory is what the sandbox's memory cgroup said while it ran (see
+	// MemoryPressure); nil where the runner cannot read it.
+	Memory *MemoryPressure
 }
 
 // OK reports whether the run completed and exited 0.

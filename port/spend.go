@@ -60,4 +60,28 @@ type Reconciliation struct {
 	Total Usage
 	// Missing lists the audited calls (by call id, or request id) with no billing row.
 	Missing []string
+	// Anomalies lists rows that were not billed as they came: a row whose model
+	// is not the audited call's, a second row for one call. The fact billed is
+	// the first row found; the host decides what the anomaly means.
+	Anomalies []RowAnomaly
+}
+
+// Kinds of RowAnomaly.
+const (
+	// AnomalyModelMismatch: the row's model (its model group, else its model)
+	// is not the model the audited call asked for.
+	AnomalyModelMismatch = "model_mismatch"
+	// AnomalyDuplicateRow: a call has another row with different values.
+	AnomalyDuplicateRow = "duplicate_row"
+)
+
+// RowAnomaly is a spend row a reconciler reports instead of billing silently.
+type RowAnomaly struct {
+	// Call is the audited call (call id, or request id); RequestID the row.
+	Call, RequestID string
+	// Kind is AnomalyModelMismatch or AnomalyDuplicateRow.
+	Kind string
+	// Audited and Row are the differing values (the models; for a duplicate,
+	// the billed row's and this row's spend and tokens).
+	Audited, Row string
 }

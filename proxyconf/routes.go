@@ -126,3 +126,19 @@ func RouteList() string {
 	}
 	return b.String()
 }
+
+// KeyRoutes returns the routes the library's proxies forward upstream, in the form
+// of LiteLLM's allowed_routes for a virtual key (litellm.KeyRequest.AllowedRoutes):
+// exact paths, and "<path>/*" where a route allows sub-paths. A key limited to them
+// can reach nothing the proxy would not forward anyway; LiteLLM's own group
+// "llm_api_routes" is wider (it includes its MCP and agent routes).
+func KeyRoutes() []string {
+	var out []string
+	for _, r := range routes {
+		out = append(out, r.Path)
+		if r.SubPaths {
+			out = append(out, r.Path+"/*")
+		}
+	}
+	return out
+}

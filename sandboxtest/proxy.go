@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -73,8 +76,11 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"RunsCannotReachEachOther", testRunIsolation},
 		{"HealthAndNotFound", testHealthAndNotFound},
 		{"CallBudget", testCallBudget},
+		{"TokenBudgetUnderConcurrency", testTokenBudgetConcurrent},
+		{"FloodOfRunsCannotStarveAnother", testFairness},
 		{"IsolationAttested", testIsolationAttested},
 		{"RedTeam", testRedTeam},
+		{"TrailersDropped", testTrailers},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 		{"DeclaredRefusals", testProxyDeclaredRefusals},
@@ -449,6 +455,142 @@ func testCallBudget(t *testing.T, h ProxyHarness) {
 	}
 }
 
+// testTokenBudgetConcurrent: 40 concurrent calls from inside the sandbox, of
+// shapes that defeat an estimate (a cap of 1 on a long prompt, no cap, n=4),
+// against an upstream that bills each the most its request allows: the total
+// charged stays within the budget plus one call's excess (its body bytes plus
+// its choices, see port.Budget.MaxTokens).
+func testTokenBudgetConcurrent(t *testing.T, h ProxyHarness) {
+	const budget = 1000
+	u := newUpstream(t, litellmtest.WithMaxUsage())
+	u.fake.SetLatency(20 * time.Millisecond)
+	spec := proxySpec(RunID("tokens"), u)
+	spec.Budget = port.Budget{MaxTokens: budget}
+	if !h.Budget {
+		_, err := h.Manager.Start(context.Background(), spec)
+		if !errors.Is(err, port.ErrUnsupported) {
+			t.Fatalf("a manager without budgets accepted a token budget: %v", err)
+		}
+		return
+	}
+	p, stop := started(t, h, spec)
+	msg := `"messages":[{"role":"user","content":"` + strings.Repeat("y", 400) + `"}]`
+	res := h.sandbox(t, p, spec.RunID, "", "burst", "40",
+		`{"model":"gpt-4o-mini","max_tokens":1,`+msg+`}`,
+		`{"model":"gpt-4o-mini",`+msg+`}`,
+		`{"model":"gpt-4o-mini","n":4,"max_completion_tokens":60,`+msg+`}`)
+	if !strings.Contains(string(res.Stdout), "status 200") || !strings.Contains(string(res.Stdout), "status 429") {
+		t.Errorf("want some calls through and the rest refused for the budget:\n%s", res.Stdout)
+	}
+	total, excess := 0, 0
+	for _, row := range u.fake.SpendRows() {
+		total += row.TotalTokens
+	}
+	for _, r := range chatRequests(u) {
+		var b struct{ N int }
+		_ = json.Unmarshal(r.Body, &b)
+		excess = max(excess, len(r.Body)+max(b.N, 1))
+	}
+	t.Logf("%d calls forwarded, %d tokens charged on a budget of %d (one call's excess at most %d)", len(chatRequests(u)), total, budget, excess)
+	if total > budget+excess {
+		t.Errorf("the upstream charged %d tokens on a budget of %d: more than one call's excess (%d)", total, budget, excess)
+	}
+	stop()
+}
+
+// testFairness: 20 runs each hold 70 streaming calls open (the upstream holds
+// them), more than a shared pool of 1,024 connections; a run started after
+// them still gets its call through from inside its sandbox, because each run
+// is guaranteed its share. On an unfair pool the victim's call waits as long
+// as the flood is held (here: until its sandbox's time runs out). Managers
+// whose sockets are not on the host's file system (per-run proxy containers,
+// which share no pool) are not flooded from the host. About 5 s.
+func testFairness(t *testing.T, h ProxyHarness) {
+	const runs, perRun = 20, 70
+	u := newUpstream(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free()
+	u.gate = func(k int) {
+		if k == 0 {
+			<-release // every stream is held before its first event
+		}
+	}
+	var flood []port.Proxy
+	for i := range runs {
+		p, _ := started(t, h, proxySpec(RunID(fmt.Sprintf("flood%02d", i)), u))
+		flood = append(flood, p)
+	}
+	if flood[0].Socket().HostDir == "" {
+		t.Logf("the manager's sockets are not on the host's file system (per-run proxies share no pool): not flooded")
+		return
+	}
+	var wg sync.WaitGroup
+	for _, p := range flood {
+		dir := p.Socket().HostDir
+		tok, _ := os.ReadFile(filepath.Join(dir, bridgeapi.TokenFile)) // a shared daemon's run token, if any
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(dir, port.LLMSocketName))
+		}}}
+		for range perRun {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodPost, "http://sandbox/v1/chat/completions",
+					strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"flood"}]}`))
+				req.Header.Set("Content-Type", "application/json")
+				if len(tok) > 0 {
+					req.Header.Set(bridgeapi.TokenHeader, strings.TrimSpace(string(tok)))
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+	}
+	// The flood holds what it can: the upstream sees its streams arrive (at least
+	// one per run), then no more.
+	last, stable := -1, 0
+	for deadline := time.Now().Add(60 * time.Second); stable < 5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood could not be set up: the upstream holds %d streams", last)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if n := len(chatRequests(u)); n == last && n >= runs {
+			stable++
+		} else {
+			last, stable = n, 0
+		}
+	}
+	t.Logf("the flood holds %d streams at the upstream", last)
+	spec := proxySpec(RunID("victim"), u)
+	victim, _ := started(t, h, spec)
+	sock := victim.Socket()
+	res, err := h.Runner.RunOnce(context.Background(), port.RunSpec{
+		RunID: spec.RunID, Image: h.Image, Argv: []string{"/agent", "chat", "gpt-4o-mini", "MARKER:fair1"}, LLM: &sock,
+		Limits: port.Limits{Timeout: 45 * time.Second},
+	})
+	free()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if !strings.HasPrefix(string(res.Stdout), "status 200") || !strings.Contains(string(res.Stdout), "ECHO:fair1") {
+		t.Errorf("the victim run's call did not get through while the flood held its calls: exit %d %s %s", res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+	}
+	seen := false
+	for _, r := range chatRequests(u) {
+		if strings.Contains(string(r.Body), "MARKER:fair1") && r.Header.Get("X-Litellm-End-User-Id") == spec.Attribution.BillingAccountID {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Error("the victim's call never reached the upstream")
+	}
+}
+
 func testProxyKilled(t *testing.T, h ProxyHarness) {
 	u := newUpstream(t, litellmtest.WithReply(func(litellmtest.ChatRequest) litellmtest.Reply {
 		return litellmtest.Reply{Content: "a b c", Chunks: []string{"a ", "b ", "c"}}
@@ -704,6 +846,58 @@ func testRedTeam(t *testing.T, h ProxyHarness) {
 		}
 		if !strings.Contains(body, `"user":"`+spec.Attribution.BillingAccountID+`"`) {
 			t.Errorf("the body's user is not the billing account: %s", body)
+		}
+	}
+	stop()
+}
+
+// testTrailers: the header allowlist governs trailers as it governs headers. A
+// chunked request from inside the sandbox whose trailers carry credentials and
+// attribution reaches the upstream without them, and the upstream's response
+// trailers (here the shared key's spend) never reach the agent.
+func testTrailers(t *testing.T, h ProxyHarness) {
+	up := http.Header{"X-Litellm-Key-Spend": {"123.45"}, "X-Upstream-Secret": {"canary-trailer"}}
+	u := newUpstream(t, litellmtest.WithResponseTrailers(up))
+	spec := proxySpec(RunID("trailers"), u)
+	p, stop := started(t, h, spec)
+	spoof := []string{"Api-Key=sk-attacker", "Openai-Organization=org-victim", "X-Litellm-Tags=victim-tag",
+		"X-Litellm-Customer-Id=victim", "X-Litellm-Timeout=1", "Authorization=Bearer sk-attacker",
+		"X-Litellm-End-User-Id=victim", `X-Litellm-Spend-Logs-Metadata={"run_id":"other"}`}
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"MARKER:tr1"}]}`,
+		`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:tr2"}]}`,
+	} {
+		res := h.sandbox(t, p, spec.RunID, "", append([]string{"trailers", "/v1/chat/completions", body}, spoof...)...)
+		out := string(res.Stdout)
+		if res.ExitCode != 0 || !strings.HasPrefix(out, "status 200") || !strings.Contains(out, "ECHO:tr") {
+			t.Errorf("the chunked call failed: exit %d %s %s", res.ExitCode, out, res.Stderr)
+		}
+		for _, bad := range []string{"trailer ", "announced ", "123.45", "canary-trailer"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("the upstream's trailers reached the agent (%q):\n%s", bad, out)
+			}
+		}
+	}
+	seen := chatRequests(u)
+	if len(seen) != 2 {
+		t.Fatalf("the upstream saw %d chat requests, want 2", len(seen))
+	}
+	for i, r := range seen {
+		if len(r.Trailer) > 0 {
+			t.Errorf("request %d: trailers reached the upstream: %v", i, r.Trailer)
+		}
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if strings.Contains(v, "victim") || strings.Contains(v, "attacker") || strings.Contains(v, `"other"`) || name == "X-Litellm-Timeout" {
+					t.Errorf("request %d: %s: %q reached the upstream", i, name, v)
+				}
+			}
+		}
+		if got := r.Header.Get("Authorization"); got != "Bearer "+u.fake.MasterKey() {
+			t.Errorf("request %d: Authorization at the upstream: %q", i, got)
+		}
+		if got := r.Header.Get("X-Litellm-End-User-Id"); got != spec.Attribution.BillingAccountID {
+			t.Errorf("request %d: end user at the upstream: %q", i, got)
 		}
 	}
 	stop()

@@ -3,8 +3,8 @@
 # cgroup of its own and checks, once it has ended:
 #   - processes: every process still in that cgroup (nginx workers whose master died,
 #     a daemon a test started and never stopped, a crash child);
-#   - mounts: mount points that appeared during the run under the run's directories or
-#     the project's (agentsandbox) paths;
+#   - mounts: mount points that appeared during the run under the run's directories
+#     (its TMPDIR, the checkout) or a dead test owner's pool slots;
 #   - containers: Docker and containerd containers that appeared during the run and
 #     whose owner label is a test owner (testenv.Owner) whose process has ended.
 # What it finds is reported, then removed, so the next run starts clean.
@@ -85,7 +85,9 @@ check)
   for m in $(comm -13 "$state/mounts" <(mounts)); do
     hit=
     for d in "$@"; do [[ $m == "$d"/* || $m == "$d" ]] && hit=1; done
-    [[ $m == */agentsandbox* ]] && [[ $m != /run/containerd/* ]] && hit=1
+    # The pools' default slot directory is shared: only a dead test owner's counts
+    # (<pool dir>/<namespace or runtime>/<owner>/...).
+    if [[ $m =~ ^/run/agentsandbox/pool/[^/]+/([^/]+)/ ]] && dead_owner "${BASH_REMATCH[1]}"; then hit=1; fi
     if [ -n "$hit" ]; then
       echo "outlive: mount $m appeared during the test run and is still there"
       umount -l "$m" 2>/dev/null

@@ -41,6 +41,11 @@ trap 'kill "$nomad_pid" 2>/dev/null || true; rm -f "$nomad_env"; if [ -n "$fresh
 
 bash scripts/setup.sh
 at "Debian packages, daemons and runsc ready"
+# A real registry for the image pull tests (Debian's docker-registry) and Python for
+# the Python agent image builder's tests; each skips what is installed.
+eval "$(bash scripts/install-registry.sh)"
+export REGISTRY_BIN
+bash scripts/install-python.sh
 if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 eval "$(bash scripts/install-openclaw.sh)"
@@ -77,18 +82,25 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   (bash scripts/outlive.sh enter "$guard/crash" "$BASHPID"
     exec go test -count=1 $race -run 'TestPoolRunsThenCleanup|TestSessionConformance' ./adapters/containerd/ >"$guard/crash.log" 2>&1) &
   crash_pid=$!
-  before=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
-  for _ in $(seq 1 1200); do # up to 4 minutes (the package may need compiling first)
-    now=$(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l)
-    [ "$now" -ge $((before + 2)) ] && break
-    kill -0 "$crash_pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  sleep 2
   crash_cg=$(cat "$guard/crash/cgroup")
+  # Its sandboxes: containers whose owner's tag names one of its processes.
+  crash_owned() {
+    local pids
+    pids=$(paste -sd'|' "$crash_cg/cgroup.procs" 2>/dev/null)
+    [ -n "$pids" ] || { echo 0; return; }
+    for id in $(ctr -n agentsandbox-test containers ls -q 2>/dev/null); do
+      ctr -n agentsandbox-test containers info "$id" 2>/dev/null | jq -r '.Labels["dev.agentsandbox.owner"] // empty'
+    done | grep -cE -- "-t($pids)-[0-9]+\$" || true
+  }
+  for _ in $(seq 1 240); do # up to 4 minutes (the package may need compiling first)
+    [ "$(crash_owned)" -ge 2 ] && break
+    kill -0 "$crash_pid" 2>/dev/null || break
+    sleep 1
+  done
+  left=$(crash_owned)
   if [ -n "$crash_cg" ]; then kill -9 $(cat "$crash_cg/cgroup.procs") 2>/dev/null; else kill -9 "$crash_pid"; fi
   wait "$crash_pid" 2>/dev/null || true
-  echo "killed with $(( $(ctr -n agentsandbox-test containers ls -q 2>/dev/null | wc -l) - before )) of its containers left behind"
+  echo "killed with $left of its sandboxes running"
   rmdir "$crash_cg" 2>/dev/null || true
   at "the killed run is over"
 fi

@@ -40,6 +40,10 @@ var defaultUnixEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/us
 // imageInfo finds ref in the namespace, as given or as normalised
 // (docker.io/library/...), and returns its cached info, unpacking it first if needed.
 func (r *Runner) imageInfo(ctx context.Context, ref string) (*imageInfo, error) {
+	ref, err := r.ensureImage(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
 	is := r.cli.ImageService()
 	i, err := is.Get(ctx, ref)
 	if errdefs.IsNotFound(err) {

@@ -51,6 +51,9 @@ type config struct {
 	phaseHook func(phase string)
 	// ignoreOOMEvents is for tests: OOM kills must be found without the event.
 	ignoreOOMEvents bool
+	// pullPolicy and registryCreds: see WithPullPolicy (pull.go).
+	pullPolicy    port.PullPolicy
+	registryCreds port.RegistryCredentials
 }
 
 func defaultConfig() config {

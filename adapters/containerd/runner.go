@@ -31,6 +31,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bgclean"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -151,7 +152,7 @@ func (r *Runner) reachable() error {
 	}
 	conn, err := net.DialTimeout("unix", r.cfg.address, 2*time.Second)
 	if err != nil {
-		return fmt.Errorf("%w: containerd at %s: %v", port.ErrUnavailable, r.cfg.address, err)
+		return fmt.Errorf("%w: containerd at %s: %v (is it running, and is this the address? WithAddress or CONTAINERD_ADDRESS sets it; Runner.Ping checks it before any run)", port.ErrUnavailable, r.cfg.address, err)
 	}
 	_ = conn.Close()
 	r.dialed.Store(true)
@@ -267,10 +268,15 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	r.phase("start")
 	ph.Next("sandbox.wait")
 	log.Debug("task started")
+	// The task's memory cgroup, sampled while it runs (the shim keeps it until the
+	// task is deleted, so the exit is sampled too).
+	mem := cgroupmem.Start(func() int { return int(task.Pid()) }, memSampleInterval)
+	defer func() { res.Memory = mem.Stop() }()
 
 	select {
 	case st := <-statusC:
 		exited.Store(true)
+		mem.Sample()
 		r.phase("exit")
 		collect()
 		r.phase("output")
@@ -309,6 +315,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
+		mem.Sample()
+		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
 		kctx, kcancel := r.cleanupCtx(ctx)
 		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 			log.Warn("kill failed", logattr.Err, err)
@@ -629,3 +637,6 @@ func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
 	}
 	return bridge.ExecFailure(tail)
 }
+
+// memSampleInterval is how often a run's memory cgroup is read.
+const memSampleInterval = 500 * time.Millisecond

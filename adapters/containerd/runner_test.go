@@ -123,7 +123,7 @@ func TestWrongAddressFailsFast(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = r.RunOnce(ctx, port.RunSpec{RunID: "wrong-address", Image: "agentsandbox/none:1", Argv: []string{"/agent"}})
-	if !errors.Is(err, port.ErrUnavailable) || !strings.Contains(err.Error(), bad) {
+	if !errors.Is(err, port.ErrUnavailable) || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Runner.Ping") {
 		t.Errorf("RunOnce = %v, want ErrUnavailable naming %s", err, bad)
 	}
 	if d := time.Since(start); d > 3*time.Second {

@@ -19,7 +19,7 @@ func classify(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case client.IsErrConnectionFailed(err), cerrdefs.IsUnavailable(err):
-		return fmt.Errorf("%w: docker daemon: %w", port.ErrUnavailable, err)
+		return fmt.Errorf("%w: docker daemon (is it running, and is this the address? WithHost or DOCKER_HOST sets it; Runner.Ping checks it before any run): %w", port.ErrUnavailable, err)
 	case cerrdefs.IsNotFound(err):
 		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
 	case cerrdefs.IsInvalidArgument(err):

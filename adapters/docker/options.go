@@ -39,6 +39,9 @@ type config struct {
 	runtime string
 	// sessionRoot holds the sessions' host directories (see WithSessionDir).
 	sessionRoot string
+	// pullPolicy and registryCreds: see WithPullPolicy (pull.go).
+	pullPolicy    port.PullPolicy
+	registryCreds port.RegistryCredentials
 }
 
 func defaultConfig() config {

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bgclean"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -85,6 +86,9 @@ func (r *Runner) Owner() string { return r.cfg.owner }
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
 	spec = spec.WithDefaults()
 	if err := r.check(ctx, spec); err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
+	}
+	if spec.Image, err = r.ensureImage(ctx, spec.Image); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	start := time.Now()
@@ -163,6 +167,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
 	log.Debug("container started")
+	// The sandbox's memory cgroup, sampled while it runs (it goes with the container).
+	mem := cgroupmem.Start(func() int { return r.pid(ctx, id) }, memSampleInterval)
+	defer func() { res.Memory = mem.Stop() }()
 	ph.Next("sandbox.wait")
 
 	select {
@@ -209,6 +216,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
+		mem.Sample()
+		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
 		r.kill(ctx, id, wait, log)
 		collect()
 		return fail(port.CodeTimeout, cause)
@@ -360,4 +369,18 @@ func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
 		return "", false
 	}
 	return bridge.ExecFailure(tail)
+}
+
+// memSampleInterval is how often a run's memory cgroup is read.
+const memSampleInterval = 500 * time.Millisecond
+
+// pid is the container's init process (the bridge), 0 when it cannot be had.
+func (r *Runner) pid(ctx context.Context, id string) int {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, err := r.cfg.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil || c.Container.State == nil {
+		return 0
+	}
+	return c.Container.State.Pid
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,8 +128,8 @@ func TestUnreachableDaemonIsUnavailable(t *testing.T) {
 		t.Errorf("Ping: %v, want ErrUnavailable", err)
 	}
 	_, err = r.RunOnce(ctx, port.RunSpec{RunID: "r1", Image: "x", Argv: []string{"true"}})
-	if !errors.Is(err, port.ErrUnavailable) {
-		t.Errorf("RunOnce: %v, want ErrUnavailable", err)
+	if !errors.Is(err, port.ErrUnavailable) || !strings.Contains(err.Error(), "Runner.Ping") {
+		t.Errorf("RunOnce: %v, want ErrUnavailable with a hint naming Ping", err)
 	}
 	var op *port.OpError
 	if !errors.As(err, &op) || op.RunID != "r1" {

@@ -82,6 +82,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := r.check(ctx, ss.RunSpec); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
+	if ss.Image, err = r.ensureImage(ctx, ss.Image); err != nil {
+		return nil, opErr("Start", ss.RunID, err)
+	}
 	entrypoint, err := r.entrypoint(ctx, ss.RunSpec)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)

@@ -13,7 +13,9 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// Clone implements port.RepoRelay.
+// Clone implements port.RepoRelay. Before anything runs it also refuses, with
+// port.ErrInvalidSpec, an exporter (WithExporter) the sandbox user could not run at
+// export time (a directory made by os.MkdirTemp, mode 0700, say).
 func (r *Relay) Clone(ctx context.Context, req port.CloneRequest) (co *port.Checkout, err error) {
 	op := &port.OpError{Op: "gitcli.Clone", RunID: req.RunID}
 	fail := func(e error) (*port.Checkout, error) { op.Err = e; return nil, op }
@@ -30,6 +32,10 @@ func (r *Relay) Clone(ctx context.Context, req port.CloneRequest) (co *port.Chec
 		}
 	}
 	if err := checkEmptyDir(req.WorkspaceDir); err != nil {
+		return fail(err)
+	}
+	// The export after the run needs the exporter: say now if it cannot run.
+	if err := r.checkExporter(); err != nil {
 		return fail(err)
 	}
 	if err := os.MkdirAll(filepath.Join(r.cfg.cacheDir, "mirrors"), 0o700); err != nil {

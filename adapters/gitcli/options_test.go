@@ -135,3 +135,48 @@ func TestPrune(t *testing.T) {
 		}
 	}
 }
+
+// An exporter the sandbox user cannot run (in a 0700 directory from os.MkdirTemp, or
+// without the execute bit) is refused by Clone, before the agent runs, with the fix
+// in the error; a usable one passes the check.
+func TestCloneChecksExporter(t *testing.T) {
+	ctx := context.Background()
+	mk := func(dirMode, binMode os.FileMode) string {
+		dir, err := os.MkdirTemp(t.TempDir(), "exporter-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "sandbox-git-export")
+		if err := os.WriteFile(bin, []byte("#!"), binMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(bin, binMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, dirMode); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+	for name, c := range map[string]struct {
+		dir, bin os.FileMode
+		bad      bool
+	}{
+		"MkdirTemp dir": {0o700, 0o755, true},
+		"no exec bit":   {0o755, 0o644, true},
+		"usable":        {0o755, 0o755, false},
+	} {
+		r, err := NewRelay(stubRunner{}, WithCacheDir(t.TempDir()), WithExporter(mk(c.dir, c.bin)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Clone(ctx, port.CloneRequest{RunID: "r1", URL: "http://127.0.0.1:1/a/b.git", WorkspaceDir: t.TempDir()})
+		refused := errors.Is(err, port.ErrInvalidSpec) && strings.Contains(err.Error(), "exporter")
+		if refused != c.bad {
+			t.Errorf("%s: %v", name, err)
+		}
+		if c.bad && !strings.Contains(err.Error(), "chmod") {
+			t.Errorf("%s: the error gives no fix: %v", name, err)
+		}
+	}
+}

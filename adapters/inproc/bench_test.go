@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"slices"
@@ -306,4 +307,66 @@ func TestNoGoroutineLeak(t *testing.T) {
 	_, _ = get(t, c, "/health")
 	require.NoError(t, m.Shutdown(context.Background()))
 	c.CloseIdleConnections()
+}
+
+// BenchmarkFirstByteUnderFlood: the time to the first byte of a victim run's
+// call (a fresh connection each time, as an agent's SDK often opens), with the
+// other runs quiet and with 20 runs each holding 70 slow connections (more than
+// the manager's pool of 1,024), side by side in one run. Run it with
+//
+//	go test -run '^$' -bench FirstByteUnderFlood -benchtime 200x ./adapters/inproc/
+func BenchmarkFirstByteUnderFlood(b *testing.B) {
+	up := newUpstream(b)
+	m, _ := newManager(b)
+	quiet := start(b, m, testSpec("bench-quiet", up.URL))
+	victim := start(b, m, testSpec("bench-victim", up.URL))
+	fresh := func(p *Proxy) *http.Client {
+		c := client(p)
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		return c
+	}
+	ttfb := func(c *http.Client) time.Duration {
+		t0 := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, "http://sandbox/v1/chat/completions", strings.NewReader(chatRequest))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(t0)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return d
+	}
+	var qd []time.Duration
+	for range 50 {
+		qd = append(qd, ttfb(fresh(quiet)))
+	}
+	// The flood: 20 other runs, 70 idle connections each.
+	var conns []net.Conn
+	b.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := range 20 {
+		p := start(b, m, testSpec(fmt.Sprintf("bench-flood-%02d", i), up.URL))
+		for range 70 {
+			if c, err := (&net.Dialer{Timeout: time.Second}).Dial("unix", p.SocketPath()); err == nil {
+				conns = append(conns, c)
+			}
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the flood's connections are accepted
+	var fd []time.Duration
+	c := fresh(victim)
+	b.ResetTimer()
+	for b.Loop() {
+		fd = append(fd, ttfb(c))
+	}
+	b.StopTimer()
+	q50 := reportQuantiles(b, "quiet", qd)
+	f50 := reportQuantiles(b, "flooded", fd)
+	b.ReportMetric(f50/q50, "flooded/quiet-p50")
+	b.ReportMetric(float64(slices.Max(fd))/1e6, "flooded-max-ms")
 }

@@ -2,6 +2,7 @@ package inproc
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -115,3 +116,68 @@ func TestLimitListenerSharedPool(t *testing.T) {
 }
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+// TestFloodOfRunsCannotStarveAnother: the review's attack. 20 runs, each within
+// its own cap, hold 70 slow connections each (more than the manager's pool of
+// 1,024); a 21st run is still served at once, because each run is guaranteed
+// its share of the pool (llmproxy.GuaranteedConns). The bound (3 s, where the
+// flood's connections hold their slots for the 5 s header timeout) only tells a
+// guaranteed slot from waiting for the flood to time out; latency itself is
+// measured in BenchmarkFirstByteUnderFlood. About 1.5 s.
+func TestFloodOfRunsCannotStarveAnother(t *testing.T) {
+	const runs, perRun = 20, 70
+	up := newUpstream(t)
+	m, _ := newManager(t)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	var flood []*Proxy
+	for i := range runs {
+		p := start(t, m, testSpec(fmt.Sprintf("run-flood-%02d", i), up.URL))
+		flood = append(flood, p)
+		for range perRun {
+			wg.Go(func() {
+				c, err := (&net.Dialer{Timeout: 2 * time.Second}).Dial("unix", p.SocketPath())
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	// Let the flood take all it may: its accepted connections stop growing.
+	held, stable := 0, 0
+	for deadline := time.Now().Add(10 * time.Second); stable < 3 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		n := 0
+		for _, p := range flood {
+			n += p.ln.Active()
+		}
+		if n == held {
+			stable++
+		} else {
+			held, stable = n, 0
+		}
+	}
+	t.Logf("the flood holds %d connections", held)
+	victim := start(t, m, testSpec("run-victim", up.URL))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sandbox/v1/chat/completions", stringsReader(chatRequest))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client(victim).Do(req)
+	require.NoError(t, err, "the victim run was not served while the flood held the pool")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}

@@ -39,7 +39,11 @@
 // uncompressed response so the audit can read the response id and token usage.
 //
 // One run holds at most 64 connections at once and the manager 1024 (WithConnLimits);
-// more wait in the kernel's listen queue. Headers must arrive within 5 s.
+// more wait in the kernel's listen queue. Headers must arrive within 5 s. The pool is
+// shared fairly: each run is guaranteed its share (llmproxy.GuaranteedConns, 8) that
+// other runs cannot take, and borrowing beyond it leaves a quarter of the pool free for
+// runs that start later, so runs within their caps cannot delay another run's first
+// connection.
 //
 // # Audit and budget
 //
@@ -59,11 +63,12 @@
 // port.Budget.MaxCalls is exact: a call past it gets HTTP 429 with a JSON error of type
 // "budget_exceeded" and never reaches the upstream. MaxTokens counts the "usage" the
 // upstream reports (streamed completions are always asked for it). Each call reserves
-// its max_tokens (or WithTokenEstimate) plus an estimate of its prompt before it is
-// forwarded and settles on its reported usage, so concurrent calls cannot overshoot the
-// budget by more than one call's excess over its reservation; a successful call that
-// reports no usage is charged its reservation. It is a guard rail, not billing:
-// LiteLLM's spend logs stay the billing truth.
+// its worst case before it is forwarded (see port.Budget.MaxTokens: its body bytes
+// plus its choices times its output cap, which the proxy writes into the body, lowered
+// to what is left) and settles on its reported usage, so whatever the concurrency the
+// budget is overshot by at most one call's excess; a successful call that reports no
+// usage is charged its reservation. It is a guard rail, not billing: LiteLLM's spend
+// logs stay the billing truth.
 //
 // # Files and sweeping
 //

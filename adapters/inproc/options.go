@@ -148,9 +148,10 @@ func WithMaxRequestBytes(n int64) Option {
 	}
 }
 
-// WithTokenEstimate sets the completion size reserved from a run's token budget
-// (port.Budget.MaxTokens) for a request that names no max_tokens (default
-// 4096). Calls in flight hold their reservations, so concurrent calls cannot
+// WithTokenEstimate sets the output cap a call gets under a run's token budget
+// (port.Budget.MaxTokens) when it names no max_tokens (default 4096): the proxy
+// writes it into the body (lowered to what the budget has left) and reserves
+// it. Calls in flight hold their reservations, so concurrent calls cannot
 // overshoot the budget by more than one call's excess.
 func WithTokenEstimate(n int64) Option {
 	return func(c *config) error {

@@ -62,7 +62,26 @@ type config struct {
 	minPoll, maxPoll time.Duration
 	skew             time.Duration
 	pageSize         int
+	maxRequests      int
 	log              *slog.Logger
+}
+
+// DefaultMaxRequests bounds the spend-log requests of one Reconcile unless
+// WithMaxRequests says otherwise.
+const DefaultMaxRequests = 2000
+
+// WithMaxRequests bounds the requests one Reconcile makes to LiteLLM, over all
+// its polls (default DefaultMaxRequests): a spend API whose pages never end or
+// whose cursor loops ends the reconciliation with a *litellm.WalkLimitError
+// (litellm.ErrWalkLimit) instead of running until the deadline.
+func WithMaxRequests(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return port.Invalidf("max requests %d is not positive", n)
+		}
+		c.maxRequests = n
+		return nil
+	}
 }
 
 // WithPollInterval sets the wait between polls: min after the first poll, doubling up
@@ -115,7 +134,7 @@ func NewReconciler(c *litellm.Client, opts ...Option) (*Reconciler, error) {
 	if c == nil {
 		return nil, &port.OpError{Op: "litellmspend.NewReconciler", Err: port.Invalidf("nil client")}
 	}
-	cfg := config{minPoll: time.Second, maxPoll: 15 * time.Second, skew: 2 * time.Minute, pageSize: litellm.MaxPageSize}
+	cfg := config{minPoll: time.Second, maxPoll: 15 * time.Second, skew: 2 * time.Minute, pageSize: litellm.MaxPageSize, maxRequests: DefaultMaxRequests}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, &port.OpError{Op: "litellmspend.NewReconciler", Err: err}
@@ -136,6 +155,8 @@ type billable struct {
 	fact   port.UsageFact
 	wrong  bool   // a row of the run exists, under another end user
 	wrongU string // that end user
+	model  string // the audited model
+	bad    bool   // its only row has an impossible value
 }
 
 // run is the state of one Reconcile.
@@ -153,10 +174,15 @@ type run struct {
 	otherUser bool
 	runBytes  []byte
 	row       litellm.SpendLog // reused while decoding
+	bad       []error          // *litellm.BadRowError, one per call
+	anomalies []port.RowAnomaly
+	seenAnom  map[string]bool
+	requests  int // made so far, over every poll
+	maxReq    int
 }
 
 // settled reports whether every call has a row, right or misattributed.
-func (st *run) settled() bool { return st.found+st.wrong == len(st.calls) }
+func (st *run) settled() bool { return st.found+st.wrong+len(st.bad) == len(st.calls) }
 
 // Reconcile polls LiteLLM until every billable call of req has its row or ctx ends.
 // Calls the proxy blocked and calls without a call or request id are not billable.
@@ -166,7 +192,14 @@ func (st *run) settled() bool { return st.found+st.wrong == len(st.calls) }
 // are still missing as ctx ends; a *MisattributedError (ErrMisattributed, also
 // port.ErrUnattributed) when a call's row names another end user than
 // req.BillingAccountID, those calls being listed in Missing too; litellm.ErrUnauthorized
-// at once when LiteLLM refuses the key.
+// at once when LiteLLM refuses the key; a *litellm.WalkLimitError (litellm.ErrWalkLimit)
+// at once when the polls have made WithMaxRequests requests (a spend API whose pages
+// never end or whose cursor loops); a *litellm.BadRowError (litellm.ErrBadRow) naming
+// each row with an impossible value (a spend that is not a finite non-negative number,
+// a token count that is not a non-negative integer): such a row is never billed, its
+// call is listed in Missing and not waited for. Rows billed but worth a look (a model
+// other than the audited call's, a second row with other values for one call) are
+// listed in the result's Anomalies; the first row found is the one billed.
 func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
 	fail := func(err error) error { return &port.OpError{Op: "litellmspend.Reconcile", RunID: req.RunID, Err: err} }
 	if err := port.ValidateRunID(req.RunID); err != nil {
@@ -178,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 	if !req.Since.IsZero() && !req.Until.IsZero() && req.Until.Before(req.Since) {
 		return nil, fail(port.Invalidf("run ends (%s) before it starts (%s)", req.Until, req.Since))
 	}
-	st := &run{req: req, ids: map[string]int{}, runBytes: []byte(req.RunID)}
+	st := &run{req: req, ids: map[string]int{}, runBytes: []byte(req.RunID), seenAnom: map[string]bool{}, maxReq: r.cfg.maxRequests}
 	for _, c := range req.Calls {
 		if c.Blocked != "" || (c.CallID == "" && c.RequestID == "") {
 			continue
@@ -191,7 +224,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 			key = c.RequestID
 		}
 		i := len(st.calls)
-		st.calls = append(st.calls, billable{key: key, at: c.Time, until: c.Time.Add(c.Latency)})
+		st.calls = append(st.calls, billable{key: key, at: c.Time, until: c.Time.Add(c.Latency), model: c.Model})
 		for _, id := range []string{c.CallID, c.RequestID} {
 			if id != "" {
 				st.ids[id] = i
@@ -203,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 		return rec, nil
 	}
 
-	q := litellm.SpendLogsQuery{EndUser: req.BillingAccountID, PageSize: r.cfg.pageSize}
+	q := litellm.SpendLogsQuery{EndUser: req.BillingAccountID, PageSize: r.cfg.pageSize, OnRequest: func() { st.requests++ }}
 	q.Start, q.End = r.window(req)
 	log := r.cfg.log.With("run", req.RunID, "attempt", req.Attempt)
 
@@ -252,7 +285,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 		return rec, nil
 	}
 	var errs []error
-	if absent := len(rec.Missing) - st.wrong; absent > 0 {
+	errs = append(errs, st.bad...)
+	if absent := len(rec.Missing) - st.wrong - len(st.bad); absent > 0 {
 		if st.found == 0 && st.wrong == 0 {
 			errs = append(errs, fmt.Errorf("%w: none of the %d audited calls has a billing row of run %s attempt %d (%d rows carried an audited id but another run or attempt)",
 				port.ErrUnattributed, len(st.calls), req.RunID, req.Attempt, st.foreign))
@@ -288,7 +322,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 // already covered every row of the window and the second walk is skipped.
 func (r *Reconciler) poll(ctx context.Context, q litellm.SpendLogsQuery, st *run) error {
 	st.probed, st.otherUser = 0, false
-	if err := r.c.WalkSpendLogs(ctx, q, st.visit); err != nil || st.settled() || q.EndUser == "" || st.otherUser {
+	if err := r.walk(ctx, q, st); err != nil || st.settled() || q.EndUser == "" || st.otherUser {
 		return err
 	}
 	var since, until time.Time
@@ -317,7 +351,21 @@ func (r *Reconciler) poll(ctx context.Context, q litellm.SpendLogsQuery, st *run
 		}
 	}
 	q.EndUser = ""
-	return r.c.WalkSpendLogs(ctx, q, st.visit)
+	return r.walk(ctx, q, st)
+}
+
+// walk walks q with what is left of the Reconcile's request limit.
+func (r *Reconciler) walk(ctx context.Context, q litellm.SpendLogsQuery, st *run) error {
+	q.MaxRequests = st.maxReq - st.requests
+	if q.MaxRequests <= 0 {
+		return &litellm.WalkLimitError{Path: "/spend/logs/v2", Requests: st.requests}
+	}
+	err := r.c.WalkSpendLogs(ctx, q, st.visit)
+	var wl *litellm.WalkLimitError
+	if errors.As(err, &wl) {
+		wl.Requests = st.requests // over the whole Reconcile
+	}
+	return err
 }
 
 func later(a, b time.Time) time.Time {
@@ -397,8 +445,28 @@ func (st *run) consider(l *litellm.SpendLog) {
 		return
 	}
 	c := &st.calls[i]
+	if c.bad {
+		return
+	}
 	if c.found {
-		st.dups++
+		if f := c.fact; l.RequestID != f.RequestID || l.Spend != f.Spend || l.TotalTokens != f.TotalTokens && l.TotalTokens != 0 ||
+			l.PromptTokens != f.PromptTokens || l.CompletionTokens != f.CompletionTokens {
+			st.dups++
+			st.anomaly(port.RowAnomaly{Call: c.key, RequestID: l.RequestID, Kind: port.AnomalyDuplicateRow,
+				Audited: fmt.Sprintf("billed row %s: spend %g, %d tokens", f.RequestID, f.Spend, f.TotalTokens),
+				Row:     fmt.Sprintf("spend %g, %d tokens", l.Spend, max(l.TotalTokens, l.PromptTokens+l.CompletionTokens))})
+		}
+		return
+	}
+	if err := l.Check(); err != nil {
+		// An impossible value is neither billed nor waited for: the row is named
+		// in the error.
+		c.bad = true
+		st.bad = append(st.bad, err)
+		if c.wrong {
+			c.wrong = false
+			st.wrong--
+		}
 		return
 	}
 	if l.EndUser != st.req.BillingAccountID {
@@ -427,12 +495,31 @@ func (st *run) consider(l *litellm.SpendLog) {
 	if c.fact.TotalTokens == 0 {
 		c.fact.TotalTokens = c.fact.PromptTokens + c.fact.CompletionTokens
 	}
+	// The row's model group is the model the call named (its model the
+	// deployment's); either matching the audit is a match.
+	if c.model != "" && l.ModelGroup != c.model && l.Model != c.model {
+		rowModel := l.ModelGroup
+		if rowModel == "" {
+			rowModel = l.Model
+		}
+		st.anomaly(port.RowAnomaly{Call: c.key, RequestID: l.RequestID, Kind: port.AnomalyModelMismatch, Audited: c.model, Row: rowModel})
+	}
+}
+
+// anomaly records a once.
+func (st *run) anomaly(a port.RowAnomaly) {
+	k := a.Kind + "\x00" + a.Call + "\x00" + a.RequestID + "\x00" + a.Row
+	if !st.seenAnom[k] {
+		st.seenAnom[k] = true
+		st.anomalies = append(st.anomalies, a)
+	}
 }
 
 // result fills rec with the facts (in audit order), totals and missing calls
 // (misattributed ones included: nothing is billed to the run for them).
 func (st *run) result(rec *port.Reconciliation) *port.Reconciliation {
 	rec.Facts, rec.Missing, rec.Total = nil, nil, port.Usage{}
+	rec.Anomalies = append([]port.RowAnomaly(nil), st.anomalies...)
 	for _, c := range st.calls {
 		if !c.found {
 			rec.Missing = append(rec.Missing, c.key)
@@ -458,6 +545,10 @@ func (r *Reconciler) pollLegacy(ctx context.Context, st *run) error {
 		if !ok || st.calls[i].found || st.calls[i].wrong {
 			continue
 		}
+		if st.requests >= st.maxReq {
+			return &litellm.WalkLimitError{Path: "/spend/logs", Requests: st.requests}
+		}
+		st.requests++
 		l, err := r.c.SpendLogsByRequestID(ctx, c.RequestID)
 		if errors.Is(err, port.ErrNotFound) {
 			continue
@@ -472,7 +563,7 @@ func (r *Reconciler) pollLegacy(ctx context.Context, st *run) error {
 
 // permanent reports errors that polling again cannot fix.
 func permanent(err error) bool {
-	if errors.Is(err, litellm.ErrUnauthorized) || errors.Is(err, port.ErrInvalidSpec) {
+	if errors.Is(err, litellm.ErrUnauthorized) || errors.Is(err, port.ErrInvalidSpec) || errors.Is(err, litellm.ErrWalkLimit) {
 		return true
 	}
 	var apiErr *litellm.APIError

@@ -34,7 +34,10 @@ type config struct {
 }
 
 // WithSandboxUID makes every run's socket accept only processes of uid (and the
-// daemon's own uid), checked by the kernel (SO_PEERCRED).
+// daemon's own uid), checked by the kernel (SO_PEERCRED), and gives uid the
+// socket and token file. Without it the daemon answers its own uid only, so a
+// sandbox running as another user cannot reach its proxy: set it to the
+// sandbox's uid (port.DefaultUser is 1001).
 func WithSandboxUID(uid int) Option {
 	return func(c *config) error {
 		if uid < 0 {

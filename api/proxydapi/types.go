@@ -36,8 +36,10 @@ type RegisterRequest struct {
 	// RequireAttestation: see port.ProxySpec.
 	RequireAttestation bool              `json:"require_attestation,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
-	// SandboxUID, when set, makes the run's socket accept only that uid and the
-	// daemon's own (SO_PEERCRED).
+	// SandboxUID makes the run's socket accept that uid and the daemon's own
+	// (SO_PEERCRED), and gives it the socket and the token file. Without it the
+	// socket accepts the daemon's own uid only: a sandbox must be named to reach
+	// its proxy.
 	SandboxUID *int `json:"sandbox_uid,omitempty"`
 	// Rate overrides the daemon's default per-run rate limit.
 	Rate *RateLimit `json:"rate,omitempty"`

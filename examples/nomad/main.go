@@ -14,8 +14,12 @@
 // engine; a cluster of several machines needs them loaded on every client.
 //
 // The per-run LLM proxy is a sidecar task beside the agent on its node, reaching
-// LiteLLM at $LITELLM_URL with $LITELLM_MASTER_KEY, or, when they are unset, the fake
-// LiteLLM of litellm/litellmtest on loopback (the sidecar uses the host network).
+// LiteLLM at $LITELLM_URL with a virtual key made with $LITELLM_MASTER_KEY, or, when
+// they are unset, the fake LiteLLM of litellm/litellmtest on loopback (the sidecar
+// uses the host network).
+//
+// It uses only the library's public API (the local cluster comes from
+// adapters/nomad/nomadlocal), so it builds unchanged in a module of your own.
 package main
 
 import (
@@ -33,12 +37,13 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/adapters/nomad"
+	"github.com/agentsandbox/sandbox/adapters/nomad/nomadlocal"
 	"github.com/agentsandbox/sandbox/agentimage"
 	"github.com/agentsandbox/sandbox/bridge"
-	"github.com/agentsandbox/sandbox/internal/nomadtest"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // agentPackage is the quickstart's agent.
@@ -64,7 +69,7 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if local {
-		c, err := nomadtest.Start(ctx, nomadtest.Options{})
+		c, err := nomadlocal.Start(ctx, nomadlocal.Options{})
 		if err != nil {
 			return fmt.Errorf("starting a local cluster: %w", err)
 		}
@@ -76,13 +81,29 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 		return fmt.Errorf("no cluster: give -addr (or set NOMAD_ADDR), or -local")
 	}
 
-	upstream, key := os.Getenv("LITELLM_URL"), os.Getenv("LITELLM_MASTER_KEY")
+	upstream, masterKey := os.Getenv("LITELLM_URL"), os.Getenv("LITELLM_MASTER_KEY")
 	if upstream == "" {
 		fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(time.Second))
 		defer fake.Close()
-		upstream, key = fake.URL, fake.MasterKey()
+		upstream, masterKey = fake.URL, fake.MasterKey()
 		fmt.Fprintf(out, "LiteLLM: the embedded fake at %s\n", upstream)
 	}
+	// The master key stays with the host (spend logs, key management); the sidecar
+	// proxies get a virtual key limited to the routes they forward, one model and a
+	// budget, deleted at the end.
+	lc, err := litellm.New(litellm.WithBaseURL(upstream), litellm.WithMasterKey(masterKey), litellm.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	budget := 1.0
+	virtual, err := lc.GenerateKey(ctx, litellm.KeyRequest{
+		KeyAlias: "nomad-example-proxy", Duration: "1h", Models: []string{"gpt-4o-mini"},
+		MaxBudget: &budget, AllowedRoutes: proxyconf.KeyRoutes(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the proxy's virtual key (LiteLLM's /key/generate needs its database): %w", err)
+	}
+	defer lc.DeleteKeys(context.WithoutCancel(ctx), virtual.Key)
 
 	// What the client nodes need: the bridge and the init on their file system, the
 	// agent's and the proxy's images in their Docker engine.
@@ -127,16 +148,12 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 	if err := runner.Ping(ctx); err != nil {
 		return err
 	}
-	lc, err := litellm.New(litellm.WithBaseURL(upstream), litellm.WithMasterKey(key), litellm.WithLogger(logger))
-	if err != nil {
-		return err
-	}
 	reconciler, err := litellmspend.NewReconciler(lc)
 	if err != nil {
 		return err
 	}
 	sb, err := sandbox.New(runner,
-		sandbox.WithLLM(sandbox.LLM{Proxy: runner, Upstream: upstream, APIKey: key}),
+		sandbox.WithLLM(sandbox.LLM{Proxy: runner, Upstream: upstream, APIKey: virtual.Key}),
 		sandbox.WithReconciler(reconciler),
 		sandbox.WithLogger(logger),
 	)

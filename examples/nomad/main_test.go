@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/nomadtest"
+	"github.com/agentsandbox/sandbox/adapters/nomad/nomadlocal"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // TestLocalCluster runs the example as `-local` does: a cluster of its own, the
 // quickstart agent on it, its LLM call through the sidecar proxy, reconciled.
 func TestLocalCluster(t *testing.T) {
-	_, err := nomadtest.Binary()
+	_, err := nomadlocal.Binary()
 	testenv.Need(t, "nomad", err == nil, "no nomad binary")
 	testenv.NeedCommand(t, "docker", "docker")
 	var out bytes.Buffer

@@ -5,7 +5,10 @@
 //   - an in-process LLM proxy on a per-run unix socket, reached through the bridge at
 //     http://127.0.0.1:8080, injecting the key and the billing attribution;
 //   - LiteLLM at $LITELLM_URL with $LITELLM_MASTER_KEY, or, when they are unset, the
-//     fake LiteLLM of litellm/litellmtest on loopback;
+//     fake LiteLLM of litellm/litellmtest on loopback. The master key stays with the
+//     host: it makes one virtual key limited to the LLM routes the proxy forwards,
+//     one model and a budget (LiteLLM's /key/generate), and the proxy holds only
+//     that key, deleted at the end;
 //   - the run's usage reconciled call by call against LiteLLM's spend logs.
 //
 // It uses only the library's public API, so it runs unchanged when copied into a
@@ -33,6 +36,7 @@ import (
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxyconf"
 )
 
 // agentPackage is the agent next to this program (./agent) as an import path, so the
@@ -65,13 +69,32 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 	}
 
 	// LiteLLM: the real one if configured, else the fake on loopback.
-	upstream, key := os.Getenv("LITELLM_URL"), os.Getenv("LITELLM_MASTER_KEY")
+	upstream, masterKey := os.Getenv("LITELLM_URL"), os.Getenv("LITELLM_MASTER_KEY")
 	if upstream == "" {
 		fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(time.Second))
 		defer fake.Close()
-		upstream, key = fake.URL, fake.MasterKey()
+		upstream, masterKey = fake.URL, fake.MasterKey()
 		fmt.Printf("LiteLLM: the embedded fake at %s (set LITELLM_URL and LITELLM_MASTER_KEY for a real one)\n", upstream)
 	}
+	// The host's LiteLLM client holds the master key: it reads spend logs and makes
+	// keys. No proxy and no sandbox ever sees it.
+	lc, err := litellm.New(litellm.WithBaseURL(upstream), litellm.WithMasterKey(masterKey), litellm.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	// The proxy's key: a virtual key that can call only the routes the proxy
+	// forwards, one model, for an hour, up to a dollar. A real LiteLLM needs its
+	// database for virtual keys.
+	budget := 1.0
+	virtual, err := lc.GenerateKey(ctx, litellm.KeyRequest{
+		KeyAlias: "quickstart-proxy", Duration: "1h", Models: []string{"gpt-4o-mini"},
+		MaxBudget: &budget, AllowedRoutes: proxyconf.KeyRoutes(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the proxy's virtual key (LiteLLM's /key/generate needs its database): %w", err)
+	}
+	defer lc.DeleteKeys(context.WithoutCancel(ctx), virtual.Key)
+	fmt.Printf("proxy key: %s (virtual, routes %v)\n", virtual.KeyName, virtual.AllowedRoutes)
 
 	// The bridge is the sandbox's entrypoint, forwarding 127.0.0.1:8080 to the run's
 	// proxy; it is built once with the local Go toolchain and cached.
@@ -97,6 +120,10 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 			return err
 		}
 		defer r.Close()
+		// The constructor does no I/O: Ping says now whether the daemon answers.
+		if err := r.Ping(ctx); err != nil {
+			return fmt.Errorf("docker (set DOCKER_HOST, or start it with `make demo`): %w", err)
+		}
 		if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 			return err
 		}
@@ -107,6 +134,9 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 			return err
 		}
 		defer r.Close()
+		if err := r.Ping(ctx); err != nil {
+			return fmt.Errorf("containerd (set CONTAINERD_ADDRESS, or start it with `make demo`): %w", err)
+		}
 		if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 			return err
 		}
@@ -120,16 +150,12 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		return err
 	}
 	defer proxies.Shutdown(context.Background())
-	lc, err := litellm.New(litellm.WithBaseURL(upstream), litellm.WithMasterKey(key), litellm.WithLogger(logger))
-	if err != nil {
-		return err
-	}
 	reconciler, err := litellmspend.NewReconciler(lc)
 	if err != nil {
 		return err
 	}
 	sb, err := sandbox.New(runner,
-		sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: upstream, APIKey: key}),
+		sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: upstream, APIKey: virtual.Key}),
 		sandbox.WithReconciler(reconciler),
 		sandbox.WithLogger(logger),
 	)

@@ -16,13 +16,25 @@ const maxAttestationBytes = 64 << 10
 // before the agent's first process exists, so a later one can only be the agent's.
 // It reports whether a was recorded.
 func (m *Meter) Attest(a *port.Attestation) bool {
+	ok, err := m.attest(a)
+	return ok && err == nil
+}
+
+// attest records a unless the run has one; a durable front persists it first
+// (MeterConfig.OnAttest), and an error there records nothing.
+func (m *Meter) attest(a *port.Attestation) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.attestation != nil || m.stopping {
-		return false
+		return false, nil
+	}
+	if m.cfg.OnAttest != nil {
+		if err := m.cfg.OnAttest(a); err != nil {
+			return false, err
+		}
 	}
 	m.attestation = a
-	return true
+	return true, nil
 }
 
 // Attestation returns the run's attestation, nil before one arrived.
@@ -64,7 +76,13 @@ func ServeAttestation(w http.ResponseWriter, r *http.Request, m *Meter) {
 		WriteError(w, http.StatusBadRequest, "invalid_request_error", "attestation: malformed body")
 		return
 	}
-	if !m.Attest(&a) {
+	ok, err := m.attest(&a)
+	if err != nil {
+		m.log.Error("the attestation could not be stored", "err", err)
+		WriteError(w, http.StatusServiceUnavailable, "internal_error", "attestation: could not be stored; try again")
+		return
+	}
+	if !ok {
 		m.log.Warn("a second attestation was refused: only the bridge's first counts")
 		WriteError(w, http.StatusConflict, "invalid_request_error", "attestation: the run already has one")
 		return

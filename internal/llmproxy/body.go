@@ -3,10 +3,13 @@ package llmproxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -53,6 +56,137 @@ type parsedBody struct {
 	model   string
 	maxOut  int64 // the completion cap the request names, 0 if none
 	dropped []string
+
+	out  map[string]json.RawMessage // the forwarded keys, for setCap
+	need tokenNeed
+}
+
+// MaxChoices is the most completions (n, best_of) one call may ask for under a
+// token budget; OpenAI's own limit is 128.
+const MaxChoices = 128
+
+// capBytes bounds what setCap adds to a body per cap key.
+const capBytes = 48
+
+// tokenNeed is what a call may cost at most, as far as its body tells: the
+// token budget reserves it before forwarding.
+type tokenNeed struct {
+	// prompt bounds the input tokens: every token of text is at least one byte
+	// of the body (a chat template's per-message tokens are fewer than the JSON
+	// that frames the message), and a prediction's rejected tokens are billed
+	// as output, so its bytes count twice.
+	prompt int64
+	// choices multiplies the output cap: n and best_of completions are each
+	// billed up to the cap.
+	choices int64
+	// output says the route generates tokens (MaxOutputKeys), so the call gets
+	// an output cap.
+	output bool
+	// media says the body refers to inputs whose tokens its bytes do not bound
+	// (an image, audio, a file, by URL or id): the call reserves whatever is
+	// left of the budget.
+	media bool
+}
+
+// mediaKeys are body keys and content-part types whose token cost is not
+// bounded by their bytes (an image_url of 40 bytes may cost a thousand tokens).
+var mediaKeys = map[string]bool{
+	"image_url": true, "image": true, "input_image": true, "input_audio": true, "audio": true,
+	"input_file": true, "file": true, "file_id": true, "file_url": true, "file_data": true,
+	"document": true, "video": true, "video_url": true,
+}
+
+// hasMedia walks a decoded body for mediaKeys as keys or as string values (a
+// content part's "type"), whatever the JSON escapes used to spell them.
+func hasMedia(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if mediaKeys[k] || hasMedia(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasMedia(e) {
+				return true
+			}
+		}
+	case string:
+		return mediaKeys[x]
+	}
+	return false
+}
+
+// intValue reads a JSON number (any spelling: 3, 3.0, 3e0) or a string holding
+// one, as LiteLLM's Python side would coerce it; ok is false for anything else
+// or a non-integer.
+func intValue(raw json.RawMessage) (n int64, ok bool) {
+	var f float64
+	if json.Unmarshal(raw, &f) != nil {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return 0, false
+		}
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(s), 64); err != nil {
+			return 0, false
+		}
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f) || f > math.MaxInt32 || f < math.MinInt32 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// measure fills p.need for a token budget: it refuses choices it cannot read
+// or over MaxChoices, and looks for inputs their bytes do not bound.
+func (p *parsedBody) measure(rt proxyconf.Route) *Refusal {
+	// The body grows by the caps setCap writes (a key and up to 19 digits each).
+	p.need = tokenNeed{prompt: int64(len(p.body) + capBytes*len(rt.MaxOutputKeys)), choices: 1, output: len(rt.MaxOutputKeys) > 0}
+	if raw, ok := p.out["prediction"]; ok {
+		p.need.prompt += int64(len(raw))
+	}
+	for _, k := range []string{"n", "best_of"} {
+		raw, ok := p.out[k]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		n, ok := intValue(raw)
+		if !ok || n < 1 || n > MaxChoices {
+			return bodyRefusal(fmt.Sprintf("under a token budget %q must be an integer from 1 to %d", k, MaxChoices))
+		}
+		p.out[k], _ = json.Marshal(n) // forwarded as read here
+		p.need.choices = max(p.need.choices, n)
+	}
+	var all any
+	if json.Unmarshal(p.body, &all) == nil {
+		p.need.media = hasMedia(all)
+	}
+	return nil
+}
+
+// setCap writes the output cap into every cap key of rt the body has, or into
+// the route's usual one when it has none, so that whichever the upstream reads
+// is the cap the budget reserved; and re-encodes the body.
+func (p *parsedBody) setCap(rt proxyconf.Route, limit int64) *Refusal {
+	v, _ := json.Marshal(limit)
+	set := false
+	for _, k := range rt.MaxOutputKeys {
+		if _, ok := p.out[k]; ok {
+			p.out[k], set = v, true
+		}
+	}
+	if !set {
+		k := rt.MaxOutputKeys[len(rt.MaxOutputKeys)-1] // max_tokens where a route has both
+		p.out[k] = v
+	}
+	b, err := json.Marshal(p.out)
+	if err != nil {
+		return bodyRefusal("the request body could not be re-encoded")
+	}
+	p.body = b
+	return nil
 }
 
 // applyBodyPolicy checks and rewrites a request body for rt. account is the
@@ -94,11 +228,11 @@ func applyBodyPolicy(rt proxyconf.Route, contentType string, body []byte, accoun
 		_ = json.Unmarshal(raw, &p.model)
 		p.model = Clip(p.model, 256)
 	}
+	// The smallest cap the body names: the upstream may read any of them.
 	for _, k := range rt.MaxOutputKeys {
 		if raw, ok := out[k]; ok {
-			if n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64); err == nil && n > 0 {
+			if n, ok := intValue(raw); ok && n > 0 && (p.maxOut == 0 || n < p.maxOut) {
 				p.maxOut = n
-				break
 			}
 		}
 	}
@@ -106,7 +240,7 @@ func applyBodyPolicy(rt proxyconf.Route, contentType string, body []byte, accoun
 	if err != nil {
 		return parsedBody{}, bodyRefusal("the request body could not be re-encoded")
 	}
-	p.body = b
+	p.body, p.out = b, out
 	slices.Sort(p.dropped)
 	return p, nil
 }

@@ -28,9 +28,10 @@ type Config struct {
 	Transport http.RoundTripper
 	// MaxRequestBytes bounds a request body; larger bodies get HTTP 413.
 	MaxRequestBytes int64
-	// TokenEstimate is the completion size reserved from a token budget for a
-	// request that names no cap (max_tokens and its kin); the prompt is
-	// estimated from the body's size. Zero means DefaultTokenEstimate.
+	// TokenEstimate is the output cap a call gets under a token budget when it
+	// names none (max_tokens and its kin): the proxy writes it into the body, so
+	// the reservation bounds the call (see Meter). Zero means
+	// DefaultTokenEstimate.
 	TokenEstimate int64
 	// Logger receives transport-level errors (default: discard). Call logs go to
 	// the run's Meter logger.
@@ -213,11 +214,16 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		}
 		c.rec.ReqBytes = int64(len(body))
 	}
-	var est int64 // tokens to reserve
+	var pb parsedBody
+	budgeted := m.cfg.Budget.MaxTokens > 0 && rt.BodyKeys != nil
 	if rt.BodyKeys == nil {
 		body = nil // a GET route takes no body
 	} else {
-		pb, ref := applyBodyPolicy(rt, r.Header.Get("Content-Type"), body, m.cfg.Policy.BillingAccount())
+		var ref *Refusal
+		pb, ref = applyBodyPolicy(rt, r.Header.Get("Content-Type"), body, m.cfg.Policy.BillingAccount())
+		if ref == nil && budgeted {
+			ref = pb.measure(rt)
+		}
 		if ref != nil {
 			e.refuse(w, c, ref)
 			return
@@ -226,13 +232,25 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 			m.log.Debug("llmproxy: body keys off the allowlist dropped", "path", c.rec.Path, "keys", pb.dropped)
 		}
 		body, c.rec.Model = pb.body, pb.model
-		// About four bytes a token for the prompt, plus the completion's cap.
-		out := pb.maxOut
-		if out <= 0 {
-			out = e.cfg.TokenEstimate
-		}
-		est = int64(len(body))/4 + out
 	}
+	res, ref := m.reserve(budgeted, pb.need, pb.maxOut, e.cfg.TokenEstimate)
+	if ref != nil {
+		e.refuse(w, c, ref)
+		return
+	}
+	c.reserved = res.tokens
+	if budgeted && pb.need.output {
+		// The cap the reservation was made for is the one the upstream gets.
+		if ref := pb.setCap(rt, res.outCap); ref != nil {
+			m.unreserve(c)
+			e.refuse(w, c, ref)
+			return
+		}
+		body = pb.body
+	}
+	// Trailers are headers after the body: none is on the allowlist, so none
+	// goes on (the body was read whole, so they have arrived and are dropped).
+	r.Trailer, r.TransferEncoding = nil, nil
 	if body == nil {
 		r.Body, r.ContentLength = http.NoBody, 0
 		if c.releaseBody != nil {
@@ -241,12 +259,6 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 	} else {
 		r.Body, r.ContentLength = &sentBody{Reader: bytes.NewReader(body), sent: c.releaseBody}, int64(len(body))
 	}
-	res, ref := m.reserve(est)
-	if ref != nil {
-		e.refuse(w, c, ref)
-		return
-	}
-	c.reserved = res
 	sw := &StatusWriter{ResponseWriter: w}
 	defer func() {
 		v := recover()
@@ -267,6 +279,9 @@ func (e *Engine) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Path, pr.Out.URL.RawPath, pr.Out.URL.RawQuery = c.upPath, "", ""
 	pr.SetURL(e.cfg.Upstream)
 	c.meter.cfg.Policy.Apply(pr.Out.Header)
+	// The header allowlist governs trailers too: none is allowed.
+	pr.Out.Trailer, pr.Out.TransferEncoding = nil, nil
+	StripTrailers(pr.Out.Header)
 	// Our trace context, never the agent's: LiteLLM's spans join the run's trace.
 	telemetry.InjectTraceContext(pr.In.Context(), pr.Out.Header)
 	if c.route.BodyKeys != nil {
@@ -287,6 +302,9 @@ func (e *Engine) modifyResponse(resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
+	// The upstream's trailers are dropped by the StatusWriter (they are filled in
+	// only when the body ends); the announcement goes now.
+	StripTrailers(resp.Header)
 	streamed := NoteResponse(resp, &c.rec)
 	c.resp = NewResponseTap(resp.Body, streamed, func(n int64) { c.meter.charge(c, n) })
 	resp.Body = c.resp

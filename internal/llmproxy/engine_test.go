@@ -38,7 +38,8 @@ func TestBodyPolicy(t *testing.T) {
 	if err := json.Unmarshal(p.body, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out["user"] != "acct" || p.model != "m" || p.maxOut != 70 {
+	// The smallest cap named counts: which one the upstream reads is its choice.
+	if out["user"] != "acct" || p.model != "m" || p.maxOut != 50 {
 		t.Errorf("out %v model %q maxOut %d", out, p.model, p.maxOut)
 	}
 	if so := out["stream_options"].(map[string]any); len(so) != 1 || so["include_usage"] != true {
@@ -59,25 +60,50 @@ func TestBodyPolicy(t *testing.T) {
 func TestMeterReservations(t *testing.T) {
 	m := NewMeter(MeterConfig{RunID: "r", Budget: port.Budget{MaxTokens: 100}})
 	a, b, c := &Call{meter: m}, &Call{meter: m}, &Call{meter: m}
-	var ref *Refusal
-	if a.reserved, ref = m.reserve(60); ref != nil || a.reserved != 60 {
-		t.Fatalf("a: %d %v", a.reserved, ref)
+	text := func(prompt, choices int64) tokenNeed {
+		return tokenNeed{prompt: prompt, choices: choices, output: true}
 	}
-	if b.reserved, ref = m.reserve(60); ref != nil || b.reserved != 40 {
-		t.Fatalf("b gets what is left: %d %v", b.reserved, ref)
+	res, ref := m.reserve(true, text(10, 1), 50, 4096)
+	if a.reserved = res.tokens; ref != nil || res.tokens != 60 || res.outCap != 50 {
+		t.Fatalf("a: %+v %v", res, ref)
 	}
-	if _, ref = m.reserve(1); ref == nil || !strings.Contains(ref.Message, "100 more reserved by calls in flight") {
+	// b asks for 50 but 40 are left: its cap is lowered to fit.
+	res, ref = m.reserve(true, text(10, 1), 50, 4096)
+	if b.reserved = res.tokens; ref != nil || res.tokens != 40 || res.outCap != 30 {
+		t.Fatalf("b gets what is left: %+v %v", res, ref)
+	}
+	if _, ref = m.reserve(true, text(1, 1), 1, 4096); ref == nil || !strings.Contains(ref.Message, "100 more reserved by calls in flight") {
 		t.Fatalf("c must wait for the reservations: %+v", ref)
 	}
 	m.charge(a, 30) // a used less than it reserved
 	m.settle(a, true)
-	if c.reserved, ref = m.reserve(50); ref != nil || c.reserved != 30 {
-		t.Fatalf("c after a settled: %d %v", c.reserved, ref)
+	// c asks for two choices and names no cap: the default is lowered to
+	// (30 left - 10 prompt) / 2.
+	res, ref = m.reserve(true, text(10, 2), 0, 4096)
+	if c.reserved = res.tokens; ref != nil || res.tokens != 30 || res.outCap != 10 {
+		t.Fatalf("c after a settled: %+v %v", res, ref)
 	}
 	m.settle(b, true) // b reported no usage: charged its reservation
 	m.settle(c, false)
 	if st := m.Stats(); st.Tokens != 70 || m.reserved != 0 {
 		t.Errorf("tokens %d reserved %d", st.Tokens, m.reserved)
+	}
+	// With 30 left, a prompt bound of 50 is still admitted, once, with a cap of
+	// 1: the one call's excess is its prompt bound plus its choices minus what
+	// was left.
+	d := &Call{meter: m}
+	res, ref = m.reserve(true, text(50, 3), 0, 4096)
+	if d.reserved = res.tokens; ref != nil || res.outCap != 1 || res.tokens != 53 {
+		t.Fatalf("d: %+v %v", res, ref)
+	}
+	if _, ref = m.reserve(true, text(1, 1), 1, 4096); ref == nil {
+		t.Fatal("a call was admitted over a budget fully reserved")
+	}
+	m.settle(d, false)
+	// Media the body's bytes do not bound: the call reserves all that is left.
+	res, ref = m.reserve(true, tokenNeed{prompt: 5, choices: 1, output: true, media: true}, 3, 4096)
+	if ref != nil || res.tokens != 30 || res.outCap != 3 {
+		t.Fatalf("media: %+v %v", res, ref)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -145,6 +146,15 @@ func UpstreamFailure(err error, bodyOverLimit bool) (status int, typ, msg string
 // StatusWriter records the status and bytes sent to the client. Unwrap lets
 // http.ResponseController (used by httputil.ReverseProxy to flush) reach the real
 // writer.
+//
+// It also keeps trailers and informational (1xx) answers from the client: the
+// header rules govern what the upstream's response carries, and both carry
+// headers outside them. Trailers arrive after the body (net/http sends
+// whatever a handler adds to Header after the body, and ReverseProxy copies
+// the upstream's trailers that way); none is on any allowlist, so none is
+// sent: the Trailer announcement and http.TrailerPrefix keys are removed when
+// the header is written, and the header map a handler sees afterwards is a
+// scratch copy. A 1xx answer is not sent at all.
 type StatusWriter struct {
 	http.ResponseWriter
 	// Status is the status sent (200 once a body is written without one).
@@ -153,13 +163,50 @@ type StatusWriter struct {
 	N int64
 	// Err is the first write error.
 	Err error
+
+	after http.Header // the scratch header once the real one was sent
+}
+
+// Header implements http.ResponseWriter. After the header was written it is a
+// scratch map: anything put there (a trailer) never reaches the client.
+func (w *StatusWriter) Header() http.Header {
+	if w.after != nil {
+		return w.after
+	}
+	return w.ResponseWriter.Header()
+}
+
+// StripTrailers removes a trailer announcement and every http.TrailerPrefix key
+// from h.
+func StripTrailers(h http.Header) {
+	h.Del("Trailer")
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			delete(h, k)
+		}
+	}
+}
+
+func (w *StatusWriter) sealHeader() {
+	if w.after == nil {
+		StripTrailers(w.ResponseWriter.Header())
+		w.after = http.Header{}
+	}
 }
 
 // WriteHeader implements http.ResponseWriter.
 func (w *StatusWriter) WriteHeader(code int) {
-	if w.Status == 0 && code >= 200 {
+	if code < 200 {
+		// An upstream's informational answer (103 Early Hints): its headers would
+		// pass none of the response rules (the shared key's spend, the
+		// deployment), and no agent needs it. Not sent; ReverseProxy clears the
+		// header map after it.
+		return
+	}
+	if w.Status == 0 {
 		w.Status = code
 	}
+	w.sealHeader()
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -168,6 +215,7 @@ func (w *StatusWriter) Write(b []byte) (int, error) {
 	if w.Status == 0 {
 		w.Status = http.StatusOK
 	}
+	w.sealHeader()
 	n, err := w.ResponseWriter.Write(b)
 	w.N += int64(n)
 	if err != nil && w.Err == nil {

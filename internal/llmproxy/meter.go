@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -52,6 +53,14 @@ type MeterConfig struct {
 	// run's usage after the call, before the call ends (before Stop can return
 	// and before the handler returns): a durable front persists them there.
 	OnRecord func(rec port.AuditRecord, used Usage)
+	// OnAdmit, if set, is called with the run's usage once a call was counted
+	// against the budget and before it is forwarded: a durable front persists
+	// it there, so a call a crash cuts short still counts after a restart. An
+	// error refuses the call (the budget cannot be kept without it).
+	OnAdmit func(used Usage) error
+	// OnAttest, if set, persists the run's attestation before it is recorded;
+	// an error records nothing (the bridge may send it again).
+	OnAttest func(a *port.Attestation) error
 	// Trace is the run's span, the parent of every call's span; an invalid one
 	// gives each call a trace of its own.
 	Trace trace.SpanContext
@@ -67,6 +76,9 @@ type Usage struct {
 type Restored struct {
 	Used    Usage
 	Records []port.AuditRecord
+	// Attestation is the attestation the run's bridge sent to the earlier life,
+	// nil if none: it stays the run's, and no other is taken.
+	Attestation *port.Attestation
 }
 
 // MeterStats counts what a Meter saw but did not keep one by one.
@@ -115,6 +127,7 @@ func NewMeter(cfg MeterConfig) *Meter {
 	m := &Meter{cfg: cfg, log: l, idle: make(chan struct{}), bodies: make(chan struct{}, MaxBodiesInFlight)}
 	m.calls, m.tokens = cfg.Restored.Used.Calls, cfg.Restored.Used.Tokens
 	m.records = append(m.records, cfg.Restored.Records...)
+	m.attestation = cfg.Restored.Attestation
 	for _, r := range cfg.Restored.Records {
 		switch {
 		case r.Blocked != "":
@@ -196,31 +209,76 @@ func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
 	}
 }
 
+// reservation is what reserve took for a call.
+type reservation struct {
+	tokens int64 // reserved from the token budget
+	outCap int64 // the output cap the call is forwarded with (token budget only)
+}
+
 // reserve takes one call from the budget and, under a token budget, reserves
-// up to est tokens for it (never more than is left), so that calls in flight
-// together cannot overshoot the budget by more than one call's excess over its
-// reservation. It returns the reservation, or the refusal.
-func (m *Meter) reserve(est int64) (int64, *Refusal) {
+// the most the call can cost (need: its prompt bound plus choices times its
+// output cap). The output cap is the one the body names (asked; else
+// defaultOut), lowered to what the budget has left after the prompt bound, and
+// never below 1: the engine writes it into the body. A call is admitted while
+// the budget minus what is charged and reserved is positive, so whatever the
+// concurrency, everything charged stays within the budget plus one call's
+// excess: the prompt bound plus its choices, minus what was left when it was
+// admitted. A call whose body refers to media (need.media) reserves at least
+// all that is left, so it runs alone. It returns the reservation, or the
+// refusal.
+func (m *Meter) reserve(budgeted bool, need tokenNeed, asked, defaultOut int64) (reservation, *Refusal) {
 	b := m.cfg.Budget
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case b.MaxCalls > 0 && m.calls >= b.MaxCalls:
-		return 0, budgetRefusal("budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls))
+		return reservation{}, budgetRefusal("budget_exceeded: max_calls", fmt.Sprintf("LLM call budget exceeded: this run may make %d calls and has used them all", b.MaxCalls))
 	case b.MaxTokens > 0 && m.tokens+m.reserved >= b.MaxTokens:
 		msg := fmt.Sprintf("LLM token budget exceeded: this run may use %d tokens and has used %d", b.MaxTokens, m.tokens)
 		if m.reserved > 0 {
 			msg += fmt.Sprintf(", with %d more reserved by calls in flight", m.reserved)
 		}
-		return 0, budgetRefusal("budget_exceeded: max_tokens", msg)
+		return reservation{}, budgetRefusal("budget_exceeded: max_tokens", msg)
 	}
 	m.calls++
-	if b.MaxTokens <= 0 || est <= 0 {
-		return 0, nil
+	if m.cfg.OnAdmit != nil {
+		// Still under the lock: the calls counted durably are never fewer than
+		// the calls forwarded.
+		if err := m.cfg.OnAdmit(Usage{Calls: m.calls, Tokens: m.tokens}); err != nil {
+			m.calls--
+			m.log.Error("llmproxy: the call could not be counted durably; refused", "err", err)
+			return reservation{}, &Refusal{Status: http.StatusServiceUnavailable, Blocked: "accounting_unavailable", Type: "internal_error",
+				Message: "budget: the call could not be counted; try again later"}
+		}
 	}
-	res := min(est, b.MaxTokens-m.tokens-m.reserved)
-	m.reserved += res
-	return res, nil
+	if b.MaxTokens <= 0 || !budgeted {
+		return reservation{}, nil
+	}
+	left := b.MaxTokens - m.tokens - m.reserved
+	r := reservation{tokens: need.prompt}
+	if need.output {
+		choices := max(need.choices, 1)
+		out := asked
+		if out <= 0 {
+			out = defaultOut
+		}
+		r.outCap = max(1, min(out, (left-need.prompt)/choices))
+		r.tokens += choices * r.outCap
+	}
+	if need.media {
+		r.tokens = max(r.tokens, left)
+	}
+	m.reserved += r.tokens
+	return r, nil
+}
+
+// unreserve gives back what reserve took for c, for a call refused after it.
+func (m *Meter) unreserve(c *Call) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls--
+	m.reserved -= c.reserved
+	c.reserved = 0
 }
 
 func budgetRefusal(blocked, msg string) *Refusal {
@@ -230,6 +288,9 @@ func budgetRefusal(blocked, msg string) *Refusal {
 // charge charges n tokens of c's reported usage, releasing as much of its
 // reservation.
 func (m *Meter) charge(c *Call, n int64) {
+	if n <= 0 { // usage only grows: a smaller report later refunds nothing
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.tokens += n

@@ -232,6 +232,9 @@ type usage struct {
 	Input      int64 `json:"input_tokens"`
 	Output     int64 `json:"output_tokens"`
 	Total      int64 `json:"total_tokens"`
+	// Anthropic counts cached input apart from input_tokens; both are billed.
+	CacheCreation int64 `json:"cache_creation_input_tokens"`
+	CacheRead     int64 `json:"cache_read_input_tokens"`
 }
 
 // tokens returns the total tokens of a kept "usage" object, and whether there was one.
@@ -248,11 +251,15 @@ func (s *jsonFields) tokens() (int64, bool) {
 }
 
 // total is the call's tokens: total_tokens when given, else the sum of the parts.
+//
+// A total smaller than its parts is not believed: the larger counts. Negative
+// parts count as zero.
 func (u usage) total() int64 {
-	if u.Total > 0 {
-		return u.Total
+	sum := int64(0)
+	for _, n := range []int64{u.Prompt, u.Completion, u.Input, u.Output, u.CacheCreation, u.CacheRead} {
+		sum += max(n, 0)
 	}
-	return u.Prompt + u.Completion + u.Input + u.Output
+	return max(u.Total, sum)
 }
 
 // errorSummary describes a kept "error" object by its type and code only: its message

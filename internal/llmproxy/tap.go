@@ -107,6 +107,9 @@ func (t *ResponseTap) Close() error { return t.rc.Close() }
 // count makes n the call's token total and charges the difference (usage is
 // cumulative across a stream's events).
 func (t *ResponseTap) count(n int64) {
+	if n <= t.tokens { // a smaller (or negative) later report refunds nothing
+		return
+	}
 	if t.addTokens != nil {
 		t.addTokens(n - t.tokens)
 	}

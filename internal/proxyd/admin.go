@@ -152,7 +152,7 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 		}
 	}
 	// Credential values stay in memory: never sealed into the registry file.
-	spec := storedSpec{Req: withoutCredentials(rr), TokenExpiry: time.Now().Add(s.cfg.TokenTTL).Unix()}
+	spec := storedSpec{Req: withoutCredentials(rr), TokenExpiry: s.tokenExpiry(rr.RunID, rr.Attempt)}
 	sealed, err := s.sealSpec(spec)
 	if err != nil {
 		return api.Registered{}, err
@@ -391,3 +391,21 @@ func (s *Server) attestation(w http.ResponseWriter, req *http.Request) {
 // Validate checks a registration request as Register does, without side
 // effects. Errors wrap port.ErrInvalidSpec.
 func Validate(req api.RegisterRequest) (port.ProxySpec, error) { return validate(req) }
+
+// tokenExpiry is a new registration's token expiry: TokenTTL from now, and
+// later than any this daemon gave the same run id and attempt, so that the
+// token of an earlier registration (its expiry) is never the new one's.
+func (s *Server) tokenExpiry(runID string, attempt int) int64 {
+	k := runID + "|" + strconv.Itoa(attempt)
+	e := time.Now().Add(s.cfg.TokenTTL).Unix()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastExpiry == nil {
+		s.lastExpiry = map[string]int64{}
+	}
+	if last, ok := s.lastExpiry[k]; ok && e <= last {
+		e = last + 1
+	}
+	s.lastExpiry[k] = e
+	return e
+}

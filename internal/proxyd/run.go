@@ -106,10 +106,31 @@ func (s *Server) newRun(g registry.Registration, spec storedSpec, eg *egress.Pol
 		r.slots = make(chan struct{}, rl.Streams)
 	}
 	r.seq = int64(len(restored.Records))
-	r.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
+	mc := llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
 		Budget: pspec.Budget, RequireAttestation: pspec.RequireAttestation, Logger: r.log,
-		Restored: restored, OnRecord: r.persist})
+		Restored: restored, OnRecord: r.persist, OnAttest: r.persistAttestation}
+	if pspec.Budget.MaxCalls > 0 {
+		mc.OnAdmit = r.admit // only a call budget needs the count before the call
+	}
+	r.meter = llmproxy.NewMeter(mc)
 	return r, nil
+}
+
+// admit counts a call against the run's budget durably before it is
+// forwarded: a daemon killed while the call is in flight counts it after its
+// restart (the upstream may bill it; reconciliation says what it cost).
+func (r *run) admit(used llmproxy.Usage) error {
+	return r.s.reg.AppendUsage(context.Background(), r.id, registry.Usage{Calls: used.Calls, Tokens: used.Tokens})
+}
+
+// persistAttestation commits the run's attestation before it counts, so a
+// restarted daemon keeps it (and takes no other).
+func (r *run) persistAttestation(a *port.Attestation) error {
+	ok, err := r.s.reg.SetAttestation(context.Background(), r.id, a)
+	if err == nil && !ok {
+		return errors.New("the run already has a stored attestation")
+	}
+	return err
 }
 
 // persist stores a completed call's record and the run's usage before the call
@@ -141,21 +162,39 @@ func (r *run) listen() error {
 	if err := os.Remove(r.sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(r.dir, bridgeapi.TokenFile), []byte(r.token), 0o644); err != nil {
+	// Least privilege: the token file and the socket belong to the sandbox's uid
+	// (or, without one, to the daemon's alone), readable and connectable by
+	// nobody else; the peer check below says the same to the kernel. A daemon
+	// that may not give files away (not root) keeps them open to all and relies
+	// on the peer check.
+	tokenMode, sockMode, owner := os.FileMode(0o400), os.FileMode(0o600), r.uid
+	if owner < 0 {
+		owner = os.Geteuid()
+	}
+	tokPath := filepath.Join(r.dir, bridgeapi.TokenFile)
+	if err := writeFileAtomic(tokPath, []byte(r.token), 0o600, owner, tokenMode); err != nil {
 		return fmt.Errorf("write token file: %w", err)
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.sock, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", r.sock, err)
 	}
-	if err := os.Chmod(r.sock, 0o666); err != nil {
+	if err := os.Lchown(r.sock, owner, -1); err != nil {
+		r.log.Warn("proxyd: the run's socket cannot be given to the sandbox's uid; it stays open to every uid the peer check allows", "uid", owner, "err", err)
+		sockMode = 0o666
+	}
+	if err := os.Chmod(r.sock, sockMode); err != nil {
 		ln.Close()
 		return err
 	}
 	var l net.Listener = ln
+	// Without a sandbox uid only the daemon's own uid may connect: a run must
+	// name its sandbox's uid to be reachable from it.
+	allowed := []int{os.Geteuid()}
 	if r.uid >= 0 {
-		l = &peerListener{Listener: l, allowed: []int{r.uid, os.Geteuid()}, log: r.log}
+		allowed = append(allowed, r.uid)
 	}
+	l = &peerListener{Listener: l, allowed: allowed, log: r.log}
 	l = &runListener{Listener: llmproxy.LimitListener(l, r.s.cfg.ConnsPerRun, r.s.conns), r: r}
 	r.mu.Lock()
 	r.ln = l
@@ -172,12 +211,27 @@ func (r *run) listen() error {
 	return nil
 }
 
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+// writeFileAtomic writes b to path through a temporary file made with mode,
+// then gives it to owner with final (or, where it may not, leaves it 0644).
+func writeFileAtomic(path string, b []byte, mode os.FileMode, owner int, final os.FileMode) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode) // O_EXCL: never through a planted link
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
+	_, err = f.Write(b)
+	if err == nil && f.Chown(owner, -1) != nil {
+		final = 0o644 // not root: the owner cannot change, so the sandbox reads it as other
+	}
+	if err == nil {
+		err = f.Chmod(final)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -339,7 +393,13 @@ func (s *Server) serveFound(w http.ResponseWriter, req *http.Request, r *run, id
 	req.Header.Del(runtoken.Header)
 	var terr error
 	if !r.network {
-		_, terr = s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+		var c runtoken.Claims
+		c, terr = s.verifier.VerifyFor(tok, p.RunID(), p.Attempt())
+		if terr == nil && c.Expiry.Unix() != r.spec.TokenExpiry {
+			// A token of another registration of the same run and attempt (an
+			// earlier one): bound to its registration, it is not this one's.
+			terr = &runtoken.Error{Reason: "other_registration", Detail: "the token was minted for another registration of this run"}
+		}
 	}
 	if req.URL.Path == port.AttestationPath {
 		if terr != nil {

@@ -94,10 +94,14 @@ type Server struct {
 	conns    *llmproxy.ConnLimit
 	srv      *http.Server // every run socket
 
-	mu      sync.Mutex
-	runs    map[string]*run // by registration id
-	engines map[string]*llmproxy.Engine
-	closed  bool
+	// lastExpiry is the token expiry last given to each run id and attempt: a
+	// new registration's is later, so a token of an earlier one is not its
+	// (guarded by mu).
+	lastExpiry map[string]int64
+	mu         sync.Mutex
+	runs       map[string]*run // by registration id
+	engines    map[string]*llmproxy.Engine
+	closed     bool
 
 	stopLoops context.CancelFunc
 	loops     sync.WaitGroup
@@ -218,7 +222,12 @@ func (s *Server) restore(ctx context.Context) error {
 			// Its CA key and credential values lived only in the old process.
 			s.log.Warn("proxyd: a restored run's egress is not served: its credentials were held in memory only", "run_id", g.RunID, "id", g.ID)
 		}
-		r, err := s.newRun(g, spec, nil, llmproxy.Restored{Used: llmproxy.Usage{Calls: g.Calls, Tokens: g.Tokens}, Records: recs})
+		att, err := s.reg.Attestation(ctx, g.ID)
+		if err != nil {
+			s.log.Error("proxyd: cannot restore a run's attestation", "run_id", g.RunID, "id", g.ID, "err", err)
+			continue
+		}
+		r, err := s.newRun(g, spec, nil, llmproxy.Restored{Used: llmproxy.Usage{Calls: g.Calls, Tokens: g.Tokens}, Records: recs, Attestation: att})
 		if err != nil {
 			s.log.Error("proxyd: cannot restore a run", "run_id", g.RunID, "id", g.ID, "err", err)
 			continue

@@ -494,3 +494,31 @@ func TestNetworkSandboxes(t *testing.T) {
 		t.Error("a session token is in the registry file")
 	}
 }
+
+// TestRunTokenBoundToRegistration: a run token works only for the registration
+// it was minted for, not for a new registration of the same run id and attempt
+// (even one made within the same second); refused at the proxy, the upstream
+// sees nothing.
+func TestRunTokenBoundToRegistration(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	d := startDaemon(t, shortDir(t), nil)
+	old := register(t, d, up, "run-again", nil)
+	if _, err := d.client.Deregister(context.Background(), old.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	cur := register(t, d, up, "run-again", nil)
+	if cur.Token == old.Token {
+		t.Fatal("the new registration got the old one's token")
+	}
+	resp, body := post(t, runClient(cur.SocketPath, old.Token), chat)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "other_registration") {
+		t.Errorf("the earlier registration's token: %d %s", resp.StatusCode, body)
+	}
+	if n := up.RequestCount("/v1/chat/completions"); n != 0 {
+		t.Errorf("the upstream saw %d calls", n)
+	}
+	if resp, body := post(t, runClient(cur.SocketPath, cur.Token), chat); resp.StatusCode != http.StatusOK {
+		t.Errorf("the registration's own token: %d %s", resp.StatusCode, body)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -26,10 +27,13 @@ import (
 const JournalFlushInterval = 250 * time.Millisecond
 
 type journalLine struct {
-	RID    string           `json:"rid"`
-	RegID  string           `json:"reg"`
-	Usage  Usage            `json:"usage"`
-	Record port.AuditRecord `json:"record"`
+	RID   string `json:"rid"`
+	RegID string `json:"reg"`
+	Usage Usage  `json:"usage"`
+	// UsageOnly marks a line that carries usage and no record: a call counted
+	// before it is forwarded (AppendUsage).
+	UsageOnly bool             `json:"usage_only,omitempty"`
+	Record    port.AuditRecord `json:"record"`
 }
 
 type journal struct {
@@ -60,15 +64,18 @@ func openJournal(path string) (*journal, error) {
 	return j, nil
 }
 
-// append writes one line and queues it for the database.
-func (j *journal) append(regID string, rec port.AuditRecord, u Usage) error {
+// append writes one line and queues it for the database; rec nil is a usage-only line.
+func (j *journal) append(regID string, rec *port.AuditRecord, u Usage) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {
 		return ErrClosed
 	}
 	j.n++
-	l := journalLine{RID: fmt.Sprintf("%s-%d", j.prefix, j.n), RegID: regID, Usage: u, Record: rec}
+	l := journalLine{RID: fmt.Sprintf("%s-%d", j.prefix, j.n), RegID: regID, Usage: u, UsageOnly: rec == nil}
+	if rec != nil {
+		l.Record = *rec
+	}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return err
@@ -86,8 +93,10 @@ func (j *journal) append(regID string, rec port.AuditRecord, u Usage) error {
 	return nil
 }
 
-// readJournal returns the complete lines of a journal file (a torn last line
-// is dropped).
+// readJournal returns the lines of a journal file. Only a torn last line (one
+// without its newline: the write that died) is skipped; any other line that
+// does not decode is corruption, an error wrapping ErrCorrupt that names it, as
+// silently dropping it would lose a call's record and undercount its run.
 func readJournal(path string) ([]journalLine, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -98,15 +107,32 @@ func readJournal(path string) ([]journalLine, error) {
 	}
 	defer f.Close()
 	var out []journalLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		var l journalLine
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.RID != "" {
-			out = append(out, l)
+	rd := bufio.NewReaderSize(f, 64<<10)
+	for n := 1; ; n++ {
+		b, err := rd.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: gather it whole.
+			full := append([]byte(nil), b...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				b, err = rd.ReadSlice('\n')
+				full = append(full, b...)
+			}
+			b = full
 		}
+		if errors.Is(err, io.EOF) {
+			// The last line: complete only with its newline. Without one it is the
+			// write a crash cut short, skipped.
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		var l journalLine
+		if err := json.Unmarshal(b, &l); err != nil || l.RID == "" || l.RegID == "" {
+			return nil, fmt.Errorf("%w: journal %s: line %d is not a journal record (only a torn last line may be skipped)", ErrCorrupt, path, n)
+		}
+		out = append(out, l)
 	}
-	return out, sc.Err()
 }
 
 // flushAudit moves the journaled records into SQLite: the current file is
@@ -156,12 +182,14 @@ func (r *Registry) commitLines(ctx context.Context, lines []journalLine, file st
 		defer tx.Rollback()
 		ins, upd := tx.StmtContext(ctx, r.insAudit), tx.StmtContext(ctx, r.updUsage)
 		for _, l := range lines {
-			b, err := json.Marshal(l.Record)
-			if err != nil {
-				return err
-			}
-			if _, err := ins.ExecContext(ctx, l.RegID, l.RID, b, l.RegID); err != nil {
-				return fmt.Errorf("registry: audit: %w", err)
+			if !l.UsageOnly {
+				b, err := json.Marshal(l.Record)
+				if err != nil {
+					return err
+				}
+				if _, err := ins.ExecContext(ctx, l.RegID, l.RID, b, l.RegID); err != nil {
+					return fmt.Errorf("registry: audit: %w", err)
+				}
 			}
 			if _, err := upd.ExecContext(ctx, l.Usage.Calls, l.Usage.Tokens, l.RegID); err != nil {
 				return fmt.Errorf("registry: audit: %w", err)

@@ -3,8 +3,10 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -58,5 +60,61 @@ func TestJournalReplay(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".journal.old"); !os.IsNotExist(err) {
 		t.Errorf("the old journal is left: %v", err)
+	}
+}
+
+// TestJournalCorruptLine: a line other than a torn last one that does not
+// decode is corruption: Open fails with ErrCorrupt naming the line and leaves
+// the journal as it was, instead of dropping a call's record and undercounting
+// its run.
+func TestJournalCorruptLine(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "reg.db")
+	r, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := r.Register(ctx, Registration{RunID: "run-a", Socket: "a"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	line := func(rid, call string, calls int) string {
+		b, _ := json.Marshal(journalLine{RID: rid, RegID: g.ID, Usage: Usage{Calls: calls}, Record: port.AuditRecord{CallID: call}})
+		return string(b) + "\n"
+	}
+	for name, middle := range map[string]string{
+		"garbage":      "{\"rid\":\"x-2\",\"reg\":\"" + g.ID + "\",\"usage\":{\"calls\":2},\"rec#@!\n",
+		"not an entry": "{}\n",
+		"empty line":   "\n",
+	} {
+		content := line("x-1", "c1", 1) + middle + line("x-3", "c3", 3)
+		if err := os.WriteFile(path+".journal", []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r2, err := Open(ctx, Config{Path: path})
+		if err == nil {
+			r2.Close()
+			t.Fatalf("%s: a corrupt middle line was skipped", name)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%s: err = %v, want ErrCorrupt naming line 2", name, err)
+		}
+		if b, _ := os.ReadFile(path + ".journal"); string(b) != content {
+			t.Errorf("%s: the journal was changed: %q", name, b)
+		}
+	}
+	// A torn last line alone is skipped; the usage of a usage-only line counts.
+	os.WriteFile(path+".journal", []byte(line("x-1", "c1", 1)+`{"rid":"x-9","reg":"`+g.ID+`","usage":{"calls":5},"usage_only":true,"record":{}}`+"\n"+`{"rid":"x-4","reg":`), 0o600)
+	r3, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r3.Close()
+	recs, _, _ := r3.Audit(ctx, g.ID, 0)
+	if got, _ := r3.BySocket("a"); len(recs) != 1 || got.Calls != 5 {
+		t.Errorf("after a torn last line: %d records, usage %+v", len(recs), got)
 	}
 }

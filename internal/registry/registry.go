@@ -153,6 +153,10 @@ CREATE TABLE IF NOT EXISTS audit (
 	record BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_reg ON audit(reg_id, seq);
+CREATE TABLE IF NOT EXISTS attestations (
+	reg_id TEXT PRIMARY KEY REFERENCES registrations(id) ON DELETE CASCADE,
+	body BLOB NOT NULL
+);
 `
 
 // Open opens (or creates) the registry at cfg.Path and loads every registration
@@ -600,6 +604,17 @@ type Usage struct {
 // the call. It returns once the record is in the journal (durable against the
 // process's death); it reaches the database within JournalFlushInterval.
 func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRecord, u Usage) error {
+	return r.appendLine(id, &rec, u)
+}
+
+// AppendUsage stores a registration's usage without a record: a call counted
+// against the budget before it is forwarded, so that a daemon killed while the
+// call is in flight still counts it after a restart. Durable like AppendAudit.
+func (r *Registry) AppendUsage(ctx context.Context, id string, u Usage) error {
+	return r.appendLine(id, nil, u)
+}
+
+func (r *Registry) appendLine(id string, rec *port.AuditRecord, u Usage) error {
 	if err := r.j.append(id, rec, u); err != nil {
 		return err
 	}
@@ -609,6 +624,40 @@ func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRec
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// SetAttestation stores a registration's attestation, once: it is committed
+// when SetAttestation returns, and a second one is refused (ErrConflict
+// semantics: false, nil). The first report is the bridge's; a restarted daemon
+// must not take another (the agent's).
+func (r *Registry) SetAttestation(ctx context.Context, id string, a *port.Attestation) (bool, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	res, err := r.db.ExecContext(ctx, "INSERT OR IGNORE INTO attestations (reg_id, body) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM registrations WHERE id = ?)", id, b, id)
+	if err != nil {
+		return false, fmt.Errorf("registry: attestation: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Attestation returns a registration's stored attestation, nil if none.
+func (r *Registry) Attestation(ctx context.Context, id string) (*port.Attestation, error) {
+	var b []byte
+	err := r.db.QueryRowContext(ctx, "SELECT body FROM attestations WHERE reg_id = ?", id).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry: attestation: %w", err)
+	}
+	var a port.Attestation
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("%w: attestation of %s", ErrCorrupt, id)
+	}
+	return &a, nil
 }
 
 // sync moves journaled records into the database now.

@@ -2,6 +2,7 @@ package litellmtest
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -67,7 +68,8 @@ func endUserOf(h http.Header, b *chatBody) string {
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	start := s.now()
 	var body chatBody
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	raw, _ := io.ReadAll(r.Body)
+	if err := json.Unmarshal(raw, &body); err != nil {
 		writeProxyError(w, http.StatusBadRequest, "Invalid JSON payload: "+err.Error(), "invalid_request_error", "None")
 		return
 	}
@@ -93,6 +95,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if completion == 0 {
 		completion = max(1, tokens(reply.Content))
+	}
+	if s.cfg.maxUsage {
+		prompt, completion = maxUsage(raw)
 	}
 	spend := roundCost(cost(m, prompt, completion))
 
@@ -248,4 +253,31 @@ func splitChunks(s string) []string {
 		s = s[i+1:]
 	}
 	return out
+}
+
+// MaxUsageUncapped is the completion a call with no output cap is said to
+// have used under WithMaxUsage: far more than any budget in a test.
+const MaxUsageUncapped = 1 << 20
+
+// maxUsage is the most a chat call could be billed, as WithMaxUsage reports it:
+// one prompt token per body byte, and every choice (n) at the smallest output
+// cap the body names (max_tokens, max_completion_tokens), or MaxUsageUncapped.
+func maxUsage(raw []byte) (prompt, completion int) {
+	var b struct {
+		N                   *float64 `json:"n"`
+		MaxTokens           *float64 `json:"max_tokens"`
+		MaxCompletionTokens *float64 `json:"max_completion_tokens"`
+	}
+	_ = json.Unmarshal(raw, &b)
+	choices := 1
+	if b.N != nil && *b.N > 1 {
+		choices = int(*b.N)
+	}
+	limit := MaxUsageUncapped
+	for _, v := range []*float64{b.MaxTokens, b.MaxCompletionTokens} {
+		if v != nil && *v > 0 && int(*v) < limit {
+			limit = int(*v)
+		}
+	}
+	return len(raw), choices * limit
 }

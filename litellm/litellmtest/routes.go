@@ -16,6 +16,17 @@ func (s *Server) routes() http.Handler {
 			}
 		}
 	}
+	// Management routes: the master key only (a virtual key passes its route check
+	// only if its allowed_routes name the route, and is then refused as no admin).
+	admin := func(h http.HandlerFunc) http.HandlerFunc {
+		return authed(func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(presentedKey(r)), []byte(s.cfg.masterKey)) != 1 {
+				writeProxyError(w, http.StatusUnauthorized, "Authentication Error, Only proxy admin can be used to generate, delete, update info for new keys/users/teams. Route="+r.URL.Path+". Your role=unknown. Your user_id=unknown", "auth_error", "None")
+				return
+			}
+			h(w, r)
+		})
+	}
 	mux.HandleFunc("POST /v1/chat/completions", authed(s.chat))
 	mux.HandleFunc("POST /chat/completions", authed(s.chat))
 	mux.HandleFunc("GET /v1/models", authed(s.listModels))
@@ -31,10 +42,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/messages", authed(s.messages))
 	mux.HandleFunc("GET /model/info", authed(s.modelInfo))
 	mux.HandleFunc("GET /v1/model/info", authed(s.modelInfo))
-	mux.HandleFunc("GET /spend/logs/v2", authed(s.spendLogsV2))
-	mux.HandleFunc("GET /spend/logs", authed(s.spendLogsLegacy))
-	mux.HandleFunc("GET /customer/info", authed(s.customerInfo))
-	mux.HandleFunc("GET /end_user/info", authed(s.customerInfo))
+	mux.HandleFunc("GET /spend/logs/v2", admin(s.spendLogsV2))
+	mux.HandleFunc("GET /spend/logs", admin(s.spendLogsLegacy))
+	mux.HandleFunc("GET /customer/info", admin(s.customerInfo))
+	mux.HandleFunc("GET /end_user/info", admin(s.customerInfo))
+	mux.HandleFunc("POST /key/generate", admin(s.generateKey))
+	mux.HandleFunc("POST /key/delete", admin(s.deleteKey))
 	// LiteLLM's health probes are public.
 	mux.HandleFunc("GET /health/liveliness", s.liveliness)
 	mux.HandleFunc("GET /health/liveness", s.liveliness)
@@ -81,17 +94,27 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 		writeProxyError(w, http.StatusUnauthorized, "Authentication Error, No api key passed in.", "auth_error", "None")
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.masterKey)) != 1 {
-		shown := key
-		if len(shown) > 4 {
-			shown = "sk-..." + shown[len(shown)-4:]
-		}
-		writeProxyError(w, http.StatusUnauthorized,
-			"Authentication Error, Invalid proxy server token passed. Received API Key = "+shown+", Key Hash (Token) ="+HashKey(key),
-			"auth_error", "None")
-		return false
+	if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.masterKey)) == 1 {
+		return true
 	}
-	return true
+	s.mu.Lock()
+	vk, ok := s.keys[HashKey(key)]
+	var k virtualKey
+	if ok {
+		k = *vk
+	}
+	s.mu.Unlock()
+	if ok {
+		return s.checkVirtualKey(w, r, k)
+	}
+	shown := key
+	if len(shown) > 4 {
+		shown = "sk-..." + shown[len(shown)-4:]
+	}
+	writeProxyError(w, http.StatusUnauthorized,
+		"Authentication Error, Invalid proxy server token passed. Received API Key = "+shown+", Key Hash (Token) ="+HashKey(key),
+		"auth_error", "None")
+	return false
 }
 
 // Models returns the served models with their defaults filled in (Upstream,

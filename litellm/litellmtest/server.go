@@ -20,6 +20,12 @@
 //     proxy_batch_write_at, served by GET /spend/logs/v2 (paginated, total capped at
 //     10,000) and the legacy GET /spend/logs.
 //   - /v1/models, /model/info, /health/liveliness, /health/readiness, /customer/info.
+//   - virtual keys: POST /key/generate (master key only) answers as LiteLLM's
+//     GenerateKeyResponse, and the key is then checked as LiteLLM checks it: expiry,
+//     allowed_routes (exact paths, "*" patterns, route group names; HTTP 403),
+//     models (401 key_model_access_denied), max_budget (400 budget_exceeded, against
+//     the key's spend rows); POST /key/delete revokes. Spend logs, customer info and
+//     key management need the master key.
 //
 // Faults can be injected at run time (FailNext, MalformNext, SetLatency,
 // DropStreamAfter, ErrorStreamAfter, IgnoreEndUserFilter, SetUnhealthy), and many
@@ -135,6 +141,9 @@ type config struct {
 	zulu        bool
 	version     string
 	keepHeaders bool
+	trailers    http.Header
+	hints       http.Header
+	maxUsage    bool
 }
 
 // WithMasterKey sets the master key (default DefaultMasterKey).
@@ -219,6 +228,59 @@ func WithZuluTimestamps() Option {
 	return func(c *config) error { c.zulu = true; return nil }
 }
 
+// WithResponseTrailers makes every answer end with the trailers h (announced
+// in a Trailer header before the body), as a hostile or misconfigured upstream
+// might: a proxy must not pass them to the agent.
+func WithResponseTrailers(h http.Header) Option {
+	return func(c *config) error {
+		for k := range h {
+			if http.CanonicalHeaderKey(k) != k || k == "" {
+				return fmt.Errorf("litellmtest: trailer name %q is not canonical", k)
+			}
+		}
+		c.trailers = h.Clone()
+		return nil
+	}
+}
+
+// WithEarlyHints makes every answer start with a 103 Early Hints response
+// carrying h, as a hostile upstream might: informational responses carry
+// headers too, and a proxy must not pass them to the agent.
+func WithEarlyHints(h http.Header) Option {
+	return func(c *config) error {
+		c.hints = h.Clone()
+		return nil
+	}
+}
+
+// noLength drops Content-Length so the answer is chunked and can carry trailers.
+type noLength struct{ http.ResponseWriter }
+
+func (w noLength) WriteHeader(code int) {
+	w.ResponseWriter.Header().Del("Content-Length")
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w noLength) Write(b []byte) (int, error) {
+	w.ResponseWriter.Header().Del("Content-Length")
+	return w.ResponseWriter.Write(b)
+}
+
+func (w noLength) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// WithMaxUsage makes every chat completion report the most tokens its request
+// allows: one prompt token per byte of the body as received, and each of its n
+// choices at the smallest output cap the body names (max_tokens,
+// max_completion_tokens), or MaxUsageUncapped without one. A token budget
+// tested against it is tested against the worst case, not an estimate.
+func WithMaxUsage() Option {
+	return func(c *config) error { c.maxUsage = true; return nil }
+}
+
 // Server is a running fake LiteLLM.
 type Server struct {
 	// URL is the base URL, e.g. "http://127.0.0.1:41234", once serving.
@@ -237,6 +299,7 @@ type Server struct {
 	errAt    int // next stream: error after this many chunks (-1 none)
 	ignoreEU bool
 	unhealth string
+	keys     map[string]*virtualKey // by HashKey of the secret (/key/generate)
 
 	srv      *http.Server
 	closeOne sync.Once
@@ -250,6 +313,9 @@ type RecordedRequest struct {
 	RawQuery string
 	Header   http.Header
 	Body     []byte
+	// Trailer holds the request's trailers (headers sent after a chunked
+	// body), nil when there were none.
+	Trailer http.Header
 }
 
 // Query parses the request's query string.
@@ -283,6 +349,31 @@ func NewUnstartedServer(opts ...Option) (*Server, error) {
 		s.models[m.Name] = m
 	}
 	s.handler = s.routes()
+	if hints := cfg.hints; len(hints) > 0 {
+		inner := s.handler
+		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k, v := range hints {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(http.StatusEarlyHints)
+			for k := range hints {
+				w.Header().Del(k)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	if tr := cfg.trailers; len(tr) > 0 {
+		inner := s.handler
+		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k := range tr {
+				w.Header().Add("Trailer", k)
+			}
+			inner.ServeHTTP(noLength{w}, r) // trailers need a chunked body
+			for k, v := range tr {
+				w.Header()[k] = v
+			}
+		})
+	}
 	return s, nil
 }
 
@@ -401,7 +492,7 @@ func (s *Server) record(r *http.Request) {
 	s.mu.Lock()
 	s.reqs = append(s.reqs, RecordedRequest{
 		Time: s.now(), Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery,
-		Header: r.Header.Clone(), Body: body,
+		Header: r.Header.Clone(), Body: body, Trailer: r.Trailer.Clone(),
 	})
 	s.mu.Unlock()
 }

@@ -530,6 +530,9 @@ func (s *Server) writeSpend(r SpendRow) {
 	row := s.encodeRow(r)
 	s.mu.Lock()
 	s.insertRow(row)
+	if k := s.keys[r.APIKey]; k != nil {
+		k.spend += r.Spend
+	}
 	if r.EndUser != "" {
 		if s.store.customers == nil {
 			s.store.customers = map[string]*customer{}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -96,6 +97,10 @@ func main() {
 		httpPost(args[0], args[1])
 	case "reqs":
 		rawRequests(args[0])
+	case "burst":
+		burst(atoi(args[0]), args[1:]...)
+	case "trailers":
+		trailers(args[0], args[1], args[2:]...)
 	case "chat":
 		chat(args[0], args[1], len(args) > 2 && args[2] == "--spoof")
 	case "calls":
@@ -403,6 +408,80 @@ func rawRequests(file string) {
 		}
 		fmt.Printf("req %d status %s\n", i, status)
 	}
+}
+
+// burst posts the bodies (in turn) to /v1/chat/completions n times at once
+// and prints how many answers had each status ("status 200 x12").
+func burst(n int, bodies ...string) {
+	c := &http.Client{Timeout: 60 * time.Second}
+	counts := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(body string) {
+			defer wg.Done()
+			st := "error"
+			if resp, err := c.Post("http://127.0.0.1:8080/v1/chat/completions", "application/json", strings.NewReader(body)); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				st = strconv.Itoa(resp.StatusCode)
+			}
+			mu.Lock()
+			counts[st]++
+			mu.Unlock()
+		}(bodies[i%len(bodies)])
+	}
+	wg.Wait()
+	for st, k := range counts {
+		fmt.Printf("status %s x%d\n", st, k)
+	}
+}
+
+// trailers posts body to path as one chunk followed by the trailers given as
+// name=value, then prints the status, every response trailer ("trailer K: V"),
+// a trailer announcement ("announced V") and the body.
+func trailers(path, body string, kv ...string) {
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "POST %s HTTP/1.1\r\nHost: llm\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n", path)
+	var names []string
+	for _, p := range kv {
+		n, _, _ := strings.Cut(p, "=")
+		names = append(names, n)
+	}
+	fmt.Fprintf(&req, "Trailer: %s\r\n\r\n%x\r\n%s\r\n0\r\n", strings.Join(names, ", "), len(body), body)
+	for _, p := range kv {
+		n, v, _ := strings.Cut(p, "=")
+		fmt.Fprintf(&req, "%s: %s\r\n", n, v)
+	}
+	req.WriteString("\r\n")
+	c, err := net.DialTimeout("tcp", "127.0.0.1:8080", 5*time.Second)
+	if err != nil {
+		fail(3, "dial: "+err.Error())
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(req.Bytes()); err != nil {
+		fail(3, "write: "+err.Error())
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		fail(3, "read: "+err.Error())
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fail(3, "read body: "+err.Error())
+	}
+	fmt.Printf("status %d\n", resp.StatusCode)
+	if a := resp.Header.Get("Trailer"); a != "" {
+		fmt.Printf("announced %s\n", a)
+	}
+	for k, vs := range resp.Trailer {
+		for _, v := range vs {
+			fmt.Printf("trailer %s: %s\n", k, v)
+		}
+	}
+	fmt.Printf("%s\n", b)
 }
 
 // httpPost posts a JSON body and prints the status and the answer.

@@ -8,8 +8,11 @@ package llmproxytest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"reflect"
 	"slices"
 	"strings"
@@ -63,6 +66,7 @@ func Test(t *testing.T, newFront NewFront) {
 	}{
 		{"ForwardsWithPolicyAndAudits", testForwards},
 		{"HeaderAllowlist", testHeaders},
+		{"TrailersAreDropped", testTrailers},
 		{"BodyAllowlist", testBodyPolicy},
 		{"NonJSONBodiesAreRefused", testNonJSON},
 		{"StreamsAndChargesUsage", testStream},
@@ -70,6 +74,7 @@ func Test(t *testing.T, newFront NewFront) {
 		{"BudgetMaxCallsUnderConcurrency", testMaxCallsConcurrent},
 		{"BudgetMaxTokens", testMaxTokens},
 		{"BudgetMaxTokensUnderConcurrency", testMaxTokensConcurrent},
+		{"BudgetMaxTokensWorstCaseUnderConcurrency", testMaxTokensWorstCase},
 		{"EveryAllowlistedRouteEndToEnd", testRoutes},
 		{"AdminRoutesAreRefused", testAdminRoutes},
 		{"NonCanonicalPathsAreRefused", testNonCanonical},
@@ -244,6 +249,83 @@ func testHeaders(t *testing.T, nf NewFront) {
 	}
 	if got.Get("Anthropic-Version") != "2023-06-01" || got.Get("User-Agent") != "agent/1" {
 		t.Errorf("allowlisted headers were lost: %v", got)
+	}
+}
+
+// SpoofedTrailers are request trailers an adversarial review sent after a
+// chunked body; LiteLLM would read them as headers.
+var SpoofedTrailers = http.Header{
+	"Api-Key": {"sk-attacker"}, "Openai-Organization": {"org-victim"}, "X-Litellm-Tags": {"victim-tag"},
+	"X-Litellm-Customer-Id": {"victim"}, "X-Litellm-Timeout": {"1"}, "Authorization": {"Bearer sk-attacker"},
+	"X-Litellm-Spend-Logs-Metadata": {`{"run_id":"other"}`},
+}
+
+// UpstreamTrailers are response trailers a hostile upstream sends; the agent
+// must see none of them.
+var UpstreamTrailers = http.Header{"X-Litellm-Key-Spend": {"123.45"}, "X-Upstream-Secret": {"canary-trailer"}}
+
+// testTrailers: the header allowlist governs trailers too, both ways, streamed
+// or not: the upstream receives none of the agent's, the agent none of the
+// upstream's.
+func testTrailers(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-trailers"), litellmtest.WithResponseTrailers(UpstreamTrailers), litellmtest.WithEarlyHints(UpstreamTrailers))
+	for i, body := range []string{chatBody, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:t2"}]}`} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Informational answers (103 Early Hints) carry headers too: none of the
+		// upstream's may reach the agent that way either.
+		var informational []string
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			informational = append(informational, fmt.Sprintf("%d %v", code, h))
+			return nil
+		}})
+		// An io.Reader of unknown length makes the client send a chunked body, the
+		// only kind that can carry trailers.
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.run.BaseURL+"/v1/chat/completions", io.MultiReader(strings.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Trailer = SpoofedTrailers.Clone()
+		resp, err := e.run.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "ECHO:") && !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+		}
+		if len(informational) > 0 {
+			t.Errorf("call %d: the agent received the upstream's informational answers: %v", i, informational)
+		}
+		if len(resp.Trailer) > 0 || resp.Header.Get("Trailer") != "" {
+			t.Errorf("call %d: the agent received the upstream's trailers: %v (announced %q)", i, resp.Trailer, resp.Header.Get("Trailer"))
+		}
+		for k := range UpstreamTrailers {
+			if v := resp.Header.Get(k); v != "" {
+				t.Errorf("call %d: the upstream's trailer %s reached the agent as a header: %q", i, k, v)
+			}
+		}
+	}
+	reqs := e.up.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("upstream saw %d requests, want 2", len(reqs))
+	}
+	for i, r := range reqs {
+		if len(r.Trailer) > 0 {
+			t.Errorf("request %d: trailers reached the upstream: %v", i, r.Trailer)
+		}
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if strings.Contains(v, "victim") || strings.Contains(v, "attacker") || strings.Contains(v, `"other"`) || name == "X-Litellm-Timeout" {
+					t.Errorf("request %d: header %s: %q reached the upstream", i, name, v)
+				}
+			}
+		}
+		if got := r.Header.Get("Authorization"); got != "Bearer "+e.up.MasterKey() {
+			t.Errorf("request %d: Authorization = %q", i, got)
+		}
 	}
 }
 
@@ -666,5 +748,87 @@ func testStopWaits(t *testing.T, nf NewFront) {
 	}
 	if len(recs) != 1 || recs[0].Status != 200 || recs[0].Error != "" {
 		t.Errorf("Stop returned %+v, want the finished call", recs)
+	}
+}
+
+// testMaxTokensWorstCase: with an upstream that bills every call the most its
+// request allows (one token per body byte, every choice at its output cap, and
+// far more without a cap), 60 concurrent calls of every shape (a cap of 1, no
+// cap, n=4, caps spelled as 1e2 or "30", an image by URL) are charged in total
+// at most the budget plus one call's excess: its body bytes plus its choices.
+func testMaxTokensWorstCase(t *testing.T, nf NewFront) {
+	const budget = 1000
+	s := spec("run-tokens-worst")
+	s.Budget.MaxTokens = budget
+	e := newEnv(t, nf, s, litellmtest.WithMaxUsage())
+	e.up.SetLatency(20 * time.Millisecond) // the calls overlap
+	pad := strings.Repeat("x", 500)
+	msg := `"messages":[{"role":"user","content":"` + pad + `"}]`
+	bodies := []string{
+		`{"model":"gpt-4o-mini","max_tokens":1,` + msg + `}`,
+		`{"model":"gpt-4o-mini",` + msg + `}`,
+		`{"model":"gpt-4o-mini","n":4,"max_completion_tokens":50,` + msg + `}`,
+		`{"model":"gpt-4o-mini","max_tokens":1e2,"max_completion_tokens":"30",` + msg + `}`,
+		`{"model":"gpt-4o-mini","stream":true,"n":2,` + msg + `}`,
+		`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://img.example/a.png"}}]}]}`,
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	count := map[int]int{}
+	for i := range 60 {
+		wg.Go(func() {
+			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", bodies[i%len(bodies)], nil)
+			mu.Lock()
+			count[r.Status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if count[200] == 0 || count[200]+count[429] != 60 {
+		t.Fatalf("statuses = %v, want 200s and 429s only", count)
+	}
+	var total, excess int
+	for _, row := range e.up.SpendRows() {
+		total += row.TotalTokens
+	}
+	for i, r := range e.up.Requests() {
+		var b map[string]any
+		if err := json.Unmarshal(r.Body, &b); err != nil {
+			t.Fatalf("request %d body: %v", i, err)
+		}
+		n := 1
+		if v, ok := b["n"].(float64); ok {
+			n = int(v)
+		}
+		excess = max(excess, len(r.Body)+n)
+		// Every forwarded call carries an integer output cap within the budget.
+		capped := false
+		for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+			if v, ok := b[k]; ok {
+				f, isNum := v.(float64)
+				if !isNum || f != float64(int(f)) || f < 1 || f > budget {
+					t.Errorf("request %d: %s = %v reached the upstream", i, k, v)
+				}
+				capped = true
+			}
+		}
+		if !capped {
+			t.Errorf("request %d reached the upstream without an output cap: %s", i, r.Body)
+		}
+	}
+	t.Logf("%d calls forwarded, %d tokens charged upstream on a budget of %d (one call's excess at most %d)", len(e.up.Requests()), total, budget, excess)
+	if total > budget+excess {
+		t.Errorf("the upstream charged %d tokens on a budget of %d: more than one call's excess (%d)", total, budget, excess)
+	}
+	// Choices past MaxChoices, or that are no integer, are refused.
+	for _, bad := range []string{`"n":500`, `"n":1.5`, `"n":"x"`, `"best_of":0`} {
+		n := len(e.up.Requests())
+		r := Do(t, e.run, http.MethodPost, "/v1/completions", `{"model":"gpt-4o-mini","prompt":"p",`+bad+`}`, nil)
+		if _, _, msg := r.APIError(); r.Status != 400 && r.Status != 429 || r.Status == 400 && !strings.HasPrefix(msg, "body_policy: ") {
+			t.Errorf("%s: %d %s", bad, r.Status, r.Body)
+		}
+		if len(e.up.Requests()) != n {
+			t.Errorf("%s reached the upstream", bad)
+		}
 	}
 }

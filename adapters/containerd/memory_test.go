@@ -1,0 +1,31 @@
+package containerd
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/sandboxtest"
+)
+
+// TestMemoryReported: a run's result carries its memory cgroup's data, sampled by the
+// host while it ran: the limit the run asked for, a peak, and samples. About 2 s.
+func TestMemoryReported(t *testing.T) {
+	r, image := runnerEnv(t, WithOwner("memtest"), WithBridge(testenv.Bridge(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("mem"), Image: image, Argv: []string{"/agent", "sleep", "2"},
+		Limits: port.Limits{MemoryBytes: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Memory
+	if m == nil || m.LimitBytes != 64<<20 || m.PeakBytes == 0 || m.PeakBytes > m.LimitBytes || m.Samples < 2 || m.OOMKills != 0 {
+		t.Fatalf("memory %+v", m)
+	}
+	if m.Thrashing(res.Duration) {
+		t.Errorf("a sleeping probe reported as thrashing: %v", m)
+	}
+}

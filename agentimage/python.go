@@ -1,0 +1,372 @@
+package agentimage
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// PythonApp describes a Python agent for Python.
+type PythonApp struct {
+	// Name is the image's repository.
+	Name string
+	// Dir is the application's directory on the host; everything in it but dot
+	// files and __pycache__ goes to AppPath.
+	Dir string
+	// Entry is the script to run, relative to Dir: the image runs
+	// `python3 /app/<Entry>`.
+	Entry string
+	// Python is the host interpreter to pack (default /usr/bin/python3, Debian's);
+	// its standard library and shared libraries come with it.
+	Python string
+	// Venv, if set, is a virtual environment made with that interpreter (python3 -m
+	// venv); its site-packages is packed at VenvSitePackages and put on PYTHONPATH.
+	Venv string
+	// Packages are Debian packages to pack as well (python3-yaml, say), with the
+	// python3-* packages they depend on: for modules the entry script imports only
+	// dynamically. Statically imported ones are found without being named.
+	Packages []string
+	// Env is added to the image's environment (KEY=value).
+	Env []string
+}
+
+// VenvSitePackages is where Python puts a venv's site-packages in the image.
+const VenvSitePackages = "/opt/venv/site-packages"
+
+//go:embed python_probe.py
+var pythonProbe string
+
+// pythonInfo is what python_probe.py reports.
+type pythonInfo struct {
+	Executable string            `json:"executable"`
+	Stdlib     string            `json:"stdlib"`
+	Dynload    string            `json:"dynload"`
+	SitePaths  []string          `json:"site_paths"`
+	Modules    map[string]string `json:"modules"`
+	Missing    []string          `json:"missing"`
+}
+
+// Python builds an image that runs a Python agent: the host's interpreter and the
+// shared libraries it and every packed extension module link, its standard library
+// (without its tests and GUI parts), the application at AppPath, and its dependency
+// closure. The closure is found by the builder: Python's own modulefinder follows the
+// entry script's imports; a module found in a system site directory brings its whole
+// top-level package, and, when a Debian package owns it, that package's Python files
+// and those of the python3-* packages it depends on; a module the entry script itself
+// imports that cannot be found is a *MissingDependencyError (before anything runs).
+// Imports made only dynamically (importlib, __import__) are not seen: name their
+// Debian packages in Packages, or use a Venv, which is packed whole.
+func Python(ctx context.Context, app PythonApp) (Image, error) {
+	if app.Entry == "" || !filepath.IsLocal(app.Entry) || !strings.HasSuffix(app.Entry, ".py") {
+		return Image{}, errdefs.Invalidf("agentimage: entry %q is not a .py path inside the app directory", app.Entry)
+	}
+	entry := filepath.Join(app.Dir, app.Entry)
+	if fi, err := os.Stat(entry); err != nil || !fi.Mode().IsRegular() {
+		return Image{}, errdefs.Invalidf("agentimage: entry %s is not a regular file", entry)
+	}
+	python := app.Python
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	var venvSite string
+	if app.Venv != "" {
+		matches, _ := filepath.Glob(filepath.Join(app.Venv, "lib", "python3*", "site-packages"))
+		if len(matches) != 1 {
+			return Image{}, errdefs.Invalidf("agentimage: venv %s has no single lib/python3*/site-packages", app.Venv)
+		}
+		venvSite = matches[0]
+	}
+	info, err := probePython(ctx, python, entry, app.Dir, venvSite)
+	if err != nil {
+		return Image{}, err
+	}
+	if len(info.Missing) > 0 {
+		return Image{}, &MissingDependencyError{Package: info.Missing[0], RequiredBy: []string{app.Entry}}
+	}
+
+	files, err := HostBinary(ctx, python, "/usr/bin/python3")
+	if err != nil {
+		return Image{}, err
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.Path] = true
+	}
+	add := func(fs []File) {
+		for _, f := range fs {
+			if !have[f.Path] {
+				have[f.Path] = true
+				files = append(files, f)
+			}
+		}
+	}
+	addTree := func(src, dst string, skip func(rel string) bool) error {
+		fs, err := dirFiltered(src, dst, skip)
+		if err != nil {
+			return err
+		}
+		files = WithDirs(files, path.Dir(dst))
+		add(fs)
+		return nil
+	}
+	noCache := func(rel string) bool { return path.Base(rel) == "__pycache__" }
+	// The standard library, lib-dynload included, without what no agent imports.
+	stdlibSkip := map[string]bool{"test": true, "idlelib": true, "tkinter": true, "turtledemo": true, "ensurepip": true,
+		"site-packages": true, "dist-packages": true, "config-" + info.version() + "-x86_64-linux-gnu": true}
+	if err := addTree(info.Stdlib, info.Stdlib, func(rel string) bool {
+		first, _, _ := strings.Cut(rel, "/")
+		return stdlibSkip[first] || noCache(rel) || strings.HasSuffix(rel, "/tests")
+	}); err != nil {
+		return Image{}, err
+	}
+	if info.Dynload != "" && !strings.HasPrefix(info.Dynload, info.Stdlib+"/") {
+		if err := addTree(info.Dynload, info.Dynload, noCache); err != nil {
+			return Image{}, err
+		}
+	}
+	// The app, then the venv.
+	appFiles, err := dirFiltered(app.Dir, AppPath, func(rel string) bool {
+		return strings.HasPrefix(path.Base(rel), ".") || noCache(rel)
+	})
+	if err != nil {
+		return Image{}, err
+	}
+	files = WithDirs(files, AppPath)
+	add(appFiles[1:])
+	env := []string{"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
+	if venvSite != "" {
+		if err := addTree(venvSite, VenvSitePackages, noCache); err != nil {
+			return Image{}, err
+		}
+		env = append(env, "PYTHONPATH="+VenvSitePackages)
+	}
+	// Third-party modules from the system's site directories: their top-level
+	// package, and the Debian packages that own them.
+	debs := map[string][]string{}
+	for _, p := range app.Packages {
+		debs[p] = []string{"(Packages)"}
+	}
+	for name, file := range info.Modules {
+		site := ""
+		for _, sp := range info.SitePaths {
+			if strings.HasPrefix(file, sp+"/") {
+				site = sp
+			}
+		}
+		if site == "" {
+			continue // stdlib, app or venv: packed whole
+		}
+		rel := strings.TrimPrefix(file, site+"/")
+		top, _, nested := strings.Cut(rel, "/")
+		src := filepath.Join(site, top)
+		if !nested {
+			src = file
+		}
+		if err := addTree(src, src, noCache); err != nil {
+			return Image{}, err
+		}
+		if pkg := debianOwner(ctx, file); pkg != "" {
+			if _, ok := debs[pkg]; !ok {
+				debs[pkg] = []string{app.Entry, name}
+			}
+		}
+	}
+	debFiles, err := debianClosure(ctx, debs)
+	if err != nil {
+		return Image{}, err
+	}
+	for _, p := range debFiles {
+		fi, err := os.Lstat(p)
+		if err != nil || (!fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0) {
+			continue
+		}
+		f, err := Dir(p, p)
+		if err != nil {
+			return Image{}, err
+		}
+		files = WithDirs(files, path.Dir(p))
+		add(f)
+	}
+	// Every extension module's shared libraries.
+	var sos []string
+	for _, f := range files {
+		if f.Link == "" && !f.Dir && strings.HasSuffix(f.Path, ".so") && !strings.HasPrefix(f.Path, "/lib") && !strings.HasPrefix(f.Path, "/usr/lib/x86_64-linux-gnu") {
+			sos = append(sos, hostPathOf(f.Path, app.Dir, venvSite))
+		}
+	}
+	libs, err := sharedLibs(ctx, sos)
+	if err != nil {
+		return Image{}, err
+	}
+	for _, l := range libs {
+		files = WithDirs(files, path.Dir(l.Path))
+		add([]File{l})
+	}
+	files = withSandboxBase(dedupe(files))
+	return Image{
+		Name:       app.Name,
+		Entrypoint: []string{"/usr/bin/python3", AppPath + "/" + filepath.ToSlash(app.Entry)},
+		Env:        append(env, app.Env...),
+		User:       port.DefaultUser,
+		Files:      files,
+	}, nil
+}
+
+func (p pythonInfo) version() string {
+	return strings.TrimPrefix(path.Base(p.Stdlib), "python")
+}
+
+// hostPathOf maps an image path back to the host file it was packed from.
+func hostPathOf(p, appDir, venvSite string) string {
+	switch {
+	case strings.HasPrefix(p, AppPath+"/"):
+		return filepath.Join(appDir, strings.TrimPrefix(p, AppPath+"/"))
+	case venvSite != "" && strings.HasPrefix(p, VenvSitePackages+"/"):
+		return filepath.Join(venvSite, strings.TrimPrefix(p, VenvSitePackages+"/"))
+	}
+	return p
+}
+
+// probePython runs the interpreter's modulefinder on the entry script.
+func probePython(ctx context.Context, python, entry, appDir, venvSite string) (pythonInfo, error) {
+	var info pythonInfo
+	args := []string{"-I", "-c", pythonProbe, entry, appDir}
+	if venvSite != "" {
+		args = append(args, venvSite)
+	}
+	cmd := exec.CommandContext(ctx, python, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return info, fmt.Errorf("agentimage: finding the imports of %s with %s: %w\n%s", entry, python, err, tail(stderr.Bytes(), 4096))
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		return info, fmt.Errorf("agentimage: the probe of %s: %v", python, err)
+	}
+	if info.Stdlib == "" || !filepath.IsAbs(info.Stdlib) {
+		return info, fmt.Errorf("agentimage: %s reported no standard library", python)
+	}
+	return info, nil
+}
+
+// debianOwner is the Debian package that installed file ("" if none).
+func debianOwner(ctx context.Context, file string) string {
+	out, err := exec.CommandContext(ctx, "dpkg-query", "-S", file).Output()
+	if err != nil {
+		return ""
+	}
+	pkg, _, ok := strings.Cut(strings.TrimSpace(string(out)), ":")
+	if !ok || strings.Contains(pkg, ",") {
+		return ""
+	}
+	return strings.TrimSpace(pkg)
+}
+
+// debianClosure lists the Python files (under /usr/lib/python3*) of pkgs and of the
+// python3-* packages they depend on, recursively. pkgs maps a package to who asked
+// for it; a package that is not installed is a *MissingDependencyError.
+func debianClosure(ctx context.Context, pkgs map[string][]string) ([]string, error) {
+	seen := map[string]bool{"python3": true, "python3-minimal": true}
+	var queue []string
+	for p := range pkgs {
+		queue = append(queue, p)
+	}
+	sort.Strings(queue)
+	var files []string
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		out, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${db:Status-Status}\n${Depends}, ${Pre-Depends}\n", p).Output()
+		if err != nil || !bytes.HasPrefix(out, []byte("installed\n")) {
+			return nil, &MissingDependencyError{Package: p + " (Debian package, not installed)", RequiredBy: pkgs[p]}
+		}
+		_, deps, _ := strings.Cut(string(out), "\n")
+		for _, d := range strings.Split(deps, ",") {
+			alt, _, _ := strings.Cut(d, "|")
+			name, _, _ := strings.Cut(strings.TrimSpace(alt), " ")
+			name, _, _ = strings.Cut(name, ":")
+			if strings.HasPrefix(name, "python3-") && !seen[name] {
+				if _, ok := pkgs[name]; !ok {
+					pkgs[name] = append(append([]string(nil), pkgs[p]...), p)
+				}
+				queue = append(queue, name)
+			}
+		}
+		list, err := exec.CommandContext(ctx, "dpkg-query", "-L", p).Output()
+		if err != nil {
+			return nil, fmt.Errorf("agentimage: dpkg-query -L %s: %w", p, err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(list))
+		for sc.Scan() {
+			f := sc.Text()
+			if strings.HasPrefix(f, "/usr/lib/python3") && !strings.Contains(f, "/__pycache__") {
+				files = append(files, f)
+			}
+		}
+	}
+	return files, nil
+}
+
+// sharedLibs returns the shared libraries ldd reports for the given host files, at
+// their host paths (the content of what they resolve to).
+func sharedLibs(ctx context.Context, paths []string) ([]File, error) {
+	seen := map[string]bool{}
+	var out []File
+	for _, p := range paths {
+		res, err := exec.CommandContext(ctx, "ldd", p).Output()
+		if err != nil {
+			continue // not dynamic, or not for this host: nothing to add
+		}
+		sc := bufio.NewScanner(bytes.NewReader(res))
+		for sc.Scan() {
+			for _, f := range strings.Fields(sc.Text()) {
+				if !strings.HasPrefix(f, "/") || seen[f] {
+					continue
+				}
+				seen[f] = true
+				real, err := filepath.EvalSymlinks(f)
+				if err != nil {
+					return nil, err
+				}
+				data, err := os.ReadFile(real)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, File{Path: f, Mode: 0o755, Data: data})
+			}
+		}
+	}
+	return out, nil
+}
+
+// dedupe keeps the first entry of each path (parents added by WithDirs and the same
+// directory from a packed tree, say).
+func dedupe(files []File) []File {
+	seen := map[string]bool{}
+	out := files[:0]
+	for _, f := range files {
+		if !seen[f.Path] {
+			seen[f.Path] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}

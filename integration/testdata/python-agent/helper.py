@@ -1,0 +1,2 @@
+def task():
+    return "MARKER:from-python Say hello."

@@ -1,0 +1,7 @@
+package ociregistry
+
+import "syscall"
+
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
