@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,11 +238,20 @@ func testSessions(t *testing.T, runtime string) {
 		t.Fatal(err)
 	}
 	logsOut := make(chan string, 1)
+	var logsErr syncBuf
 	go func() {
-		_, out, _ := ctl(t, append(append([]string{"logs", "--for", "20s"}, flags...), s.ID())...)
-		logsOut <- out
+		var out bytes.Buffer
+		lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer lcancel()
+		run(lctx, append(append([]string{"logs", "--for", "30s"}, flags...), s.ID()), &out, &logsErr)
+		logsOut <- out.String()
 	}()
-	time.Sleep(time.Second) // attached (a miss only makes the test fail, never pass)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logsErr.String(), "following session"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("logs never attached: %s", logsErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if code, _, errs := ctl(t, append(append([]string{"exec"}, flags...), s.ID(), "/agent", "write", "/tmp/never", "x")...); code != exitOK {
 		t.Fatalf("exec write: %d %s", code, errs)
 	}
@@ -380,4 +390,21 @@ func TestTail(t *testing.T) {
 	if out.String() != "abcdefghzzzz" {
 		t.Errorf("printed %q", out.String())
 	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -134,6 +134,8 @@ func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	defer s.Detach()
+	// On stderr, so stdout is the session's output only.
+	fmt.Fprintf(stderr, "sandboxctl: following session %s (run %s): its output from now on\n", fs.Arg(0), s.RunID())
 	// An attached handle sees the session's output from now on (the ring of the
 	// host that started it holds what came before); print what arrives.
 	var outTail, errTail tail
