@@ -43,6 +43,12 @@ type RepoRequest struct {
 	// ExportImage is the image the exporter runs in (it only has to start the
 	// exporter, which is mounted); empty means the run's Image.
 	ExportImage string
+	// RewriteIdentity makes every pushed commit's author and committer the run's
+	// identity (port.RunIdentity(RunID)) and drops signatures (gpgsig, mergetag), so
+	// nothing the agent wrote into a commit header reaches the remote. Without it (and
+	// without Policy.Identity), an agent's commits keep whatever author, committer and
+	// signature it forged, byte for byte. Policy.Identity.Rewrite wins when set.
+	RewriteIdentity bool
 }
 
 // PullRequestRequest describes the pull request to open after a push.
@@ -151,7 +157,11 @@ func excludeFromGit(workspace, file string) error {
 func (s *Sandbox) finishRepo(ctx context.Context, req Request, run *port.RunResult, rr *RepoResult) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultRepoTimeout)
 	defer cancel()
-	r := req.Repo
+	r := *req.Repo
+	if r.RewriteIdentity && r.Policy.Identity.Rewrite == nil {
+		id := port.RunIdentity(req.RunID)
+		r.Policy.Identity.Rewrite = &id
+	}
 	image := r.ExportImage
 	if image == "" {
 		image = req.Image

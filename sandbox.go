@@ -205,8 +205,13 @@ type Result struct {
 	// Attestation is what the sandbox's bridge observed about its own isolation,
 	// when the proxy can receive it (port.Attester); judge it with Violations.
 	Attestation *port.Attestation
-	// Egress is the proxy's record of every egress request (port.EgressAuditor).
+	// Egress is the proxy's record of every egress request (port.EgressAuditor),
+	// bounded as EgressSummary says: requests with credentials and forwarded ones are
+	// kept, refusals from the start and the most recent ones.
 	Egress []port.EgressRecord
+	// EgressSummary counts the egress records written and those summarised away, per
+	// guard (port.EgressSummarizer); nil when the proxy keeps no such count.
+	EgressSummary *port.EgressSummary
 	// Repo is what became of Request.Repo: the checkout, the exported commits, the
 	// pushed branch and the pull request.
 	Repo *RepoResult
@@ -321,66 +326,9 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
 	ctx, span := s.startRun(ctx, req)
 	defer func(start time.Time) { s.endRun(ctx, span, start, res, err) }(time.Now())
-	if !req.Grant.AllowSandbox {
-		return nil, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
-	}
-	if err := port.ValidateRunID(req.RunID); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	egressPolicy, err := s.egressPolicy(req)
+	spec, pspec, err := s.prepare(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	s.traceEgress(ctx, egressPolicy)
-	if req.RequireAttestation && req.OwnBridge {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
-	}
-	reconcile := req.Reconcile || req.ReconcileAsync
-	if reconcile && (s.reconciler == nil || s.llm == nil) {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
-	}
-	spec := port.RunSpec{
-		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
-		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
-		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
-		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
-	}
-	for k, v := range req.Env {
-		spec.Env[k] = v
-	}
-	if req.Model != "" {
-		spec.Env[s.modelEnv] = req.Model
-	}
-	if err := spec.WithDefaults().Validate(); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if req.WorkspaceDir == "" {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, port.Invalidf("workspace dir is required"))
-	}
-	// Missing host directories are bad input: refuse them before a proxy holds the key.
-	if err := spec.CheckHostPaths(); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	var pspec port.ProxySpec
-	if s.llm != nil {
-		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
-		}
-	}
-	// What the adapters declare they cannot do is refused before any side effect
-	// (no clone, no file written, no proxy started).
-	if err := s.checkCapabilities(spec, pspec); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if err := s.checkRepo(req); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if err := s.traced(ctx, "sandbox.workspace.check", func(context.Context) error {
-		return s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User)
-	}); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+		return nil, err
 	}
 	var repo *RepoResult
 	if req.Repo != nil {
@@ -400,47 +348,11 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 
 	var runErr error
 	if s.llm != nil {
-		var proxy port.Proxy
-		err := s.traced(ctx, "sandbox.proxy.start", func(pctx context.Context) (err error) {
-			// The proxy takes its calls' parent span from ctx: the run's, not this one.
-			proxy, err = s.llm.Proxy.Start(trace.ContextWithSpan(pctx, span), pspec)
-			return err
-		})
-		if err != nil {
+		// The proxy ends itself a grace after the sandbox's own deadline, should this
+		// process die before stopping it.
+		pspec.Deadline = time.Now().Add(spec.WithDefaults().Limits.Timeout + proxyDeadlineGrace)
+		if runErr, err = s.runWithProxy(ctx, spec, pspec, res, log); err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
-		}
-		stopped := false
-		stop := func() error {
-			if stopped {
-				return nil
-			}
-			stopped = true
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			sctx, sspan := s.tel.Tracer.Start(sctx, "sandbox.proxy.stop")
-			audit, err := proxy.Stop(sctx)
-			telemetry.End(sspan, err)
-			res.Audit = audit
-			if a, ok := proxy.(port.Attester); ok {
-				res.Attestation = withRuntime(a.Attestation(), s.runner)
-			}
-			if a, ok := proxy.(port.EgressAuditor); ok {
-				res.Egress = a.EgressAudit()
-			}
-			return err
-		}
-		// A panic or early return must not leave the proxy (and its key) behind.
-		defer func() {
-			if serr := stop(); serr != nil && err == nil {
-				err = fmt.Errorf("sandbox: run %s: stopping proxy: %w", req.RunID, serr)
-			}
-		}()
-		sock := proxy.Socket()
-		spec.LLM = &sock
-		res.Run, runErr = s.runOnce(ctx, spec)
-		if serr := stop(); serr != nil {
-			log.Warn("stopping proxy failed", logattr.Err, serr)
-			runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
 		}
 	} else {
 		res.Run, runErr = s.runOnce(ctx, spec)
@@ -452,6 +364,137 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		// Nothing ran, so nothing was billed: there is nothing to reconcile.
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, runErr)
 	}
+	if err := s.finish(ctx, req, res, runErr, started, log); err != nil {
+		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	return res, nil
+}
+
+// prepare checks req and turns it into the runner's and the proxy's specs; it has
+// no side effects, so whatever it refuses leaves nothing behind. Its errors are
+// Run's, already wrapped.
+func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.ProxySpec, error) {
+	var spec port.RunSpec
+	var pspec port.ProxySpec
+	if !req.Grant.AllowSandbox {
+		return spec, pspec, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
+	}
+	if err := port.ValidateRunID(req.RunID); err != nil {
+		return spec, pspec, fmt.Errorf("sandbox: %w", err)
+	}
+	wrap := func(err error) (port.RunSpec, port.ProxySpec, error) {
+		return spec, pspec, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	egressPolicy, err := s.egressPolicy(req)
+	if err != nil {
+		return wrap(err)
+	}
+	s.traceEgress(ctx, egressPolicy)
+	if req.RequireAttestation && req.OwnBridge {
+		return wrap(port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
+	}
+	if (req.Reconcile || req.ReconcileAsync) && (s.reconciler == nil || s.llm == nil) {
+		return wrap(port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
+	}
+	spec = port.RunSpec{
+		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
+		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
+		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
+		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
+	}
+	for k, v := range req.Env {
+		spec.Env[k] = v
+	}
+	if req.Model != "" {
+		spec.Env[s.modelEnv] = req.Model
+	}
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return wrap(err)
+	}
+	if req.WorkspaceDir == "" {
+		return wrap(port.Invalidf("workspace dir is required"))
+	}
+	// Missing host directories are bad input: refuse them before a proxy holds the key.
+	if err := spec.CheckHostPaths(); err != nil {
+		return wrap(err)
+	}
+	if s.llm != nil {
+		pspec = port.ProxySpec{
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+			Egress: egressPolicy,
+		}
+	}
+	// What the adapters declare they cannot do is refused before any side effect
+	// (no clone, no file written, no proxy started).
+	if err := s.checkCapabilities(spec, pspec); err != nil {
+		return wrap(err)
+	}
+	if err := s.checkRepo(req); err != nil {
+		return wrap(err)
+	}
+	if err := s.traced(ctx, "sandbox.workspace.check", func(context.Context) error {
+		return s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User)
+	}); err != nil {
+		return wrap(err)
+	}
+	return spec, pspec, nil
+}
+
+// runWithProxy starts the run's proxy, runs the sandbox on its socket and stops
+// the proxy, filling res (Run, Audit, Attestation, Egress). err is the proxy's
+// start failure (nothing ran); runErr the run's and the proxy stop's errors.
+func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec port.ProxySpec, res *Result, log *slog.Logger) (runErr, err error) {
+	var proxy port.Proxy
+	run := trace.SpanFromContext(ctx)
+	err = s.traced(ctx, "sandbox.proxy.start", func(pctx context.Context) (err error) {
+		// The proxy takes its calls' parent span from ctx: the run's, not this one.
+		proxy, err = s.llm.Proxy.Start(trace.ContextWithSpan(pctx, run), pspec)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		sctx, sspan := s.tel.Tracer.Start(sctx, "sandbox.proxy.stop")
+		audit, err := proxy.Stop(sctx)
+		telemetry.End(sspan, err)
+		res.Audit = audit
+		if a, ok := proxy.(port.Attester); ok {
+			res.Attestation = withRuntime(a.Attestation(), s.runner)
+		}
+		if a, ok := proxy.(port.EgressAuditor); ok {
+			res.Egress = a.EgressAudit()
+		}
+		if a, ok := proxy.(port.EgressSummarizer); ok && pspec.Egress != nil {
+			sum := a.EgressSummary()
+			res.EgressSummary = &sum
+		}
+		return err
+	}
+	// A panic in the runner must not leave the proxy (and its key) behind.
+	defer func() { _ = stop() }()
+	sock := proxy.Socket()
+	spec.LLM = &sock
+	res.Run, runErr = s.runOnce(ctx, spec)
+	if serr := stop(); serr != nil {
+		log.Warn("stopping proxy failed", logattr.Err, serr)
+		runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
+	}
+	return runErr, nil
+}
+
+// finish is the stage after a run that produced a result: the text, the policy,
+// the budget error (FailOnBudget), reconciliation and the repository's push. It
+// returns runErr joined with whatever of these failed.
+func (s *Sandbox) finish(ctx context.Context, req Request, res *Result, runErr error, started time.Time, log *slog.Logger) error {
 	res.Text = strings.TrimSpace(string(res.Run.Stdout))
 	res.Policy = policyOf(res.Audit)
 	errs := []error{runErr}
@@ -464,7 +507,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if req.FailOnUpstream && len(res.Policy.UpstreamFailures) > 0 {
 		errs = append(errs, upstreamError(res.Policy))
 	}
-	if reconcile {
+	if req.Reconcile || req.ReconcileAsync {
 		rreq := port.ReconcileRequest{
 			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
 			Since: started, Until: time.Now(), Calls: res.Audit,
@@ -479,16 +522,13 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			}
 		}
 	}
-	if repo != nil {
+	if res.Repo != nil {
 		errs = append(errs, s.traced(ctx, "sandbox.repo.export_push", func(ctx context.Context) error {
-			return s.finishRepo(ctx, req, res.Run, repo)
+			return s.finishRepo(ctx, req, res.Run, res.Repo)
 		}))
 	}
 	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
-	if err := errors.Join(errs...); err != nil {
-		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	return res, nil
+	return errors.Join(errs...)
 }
 
 // checkCapabilities refuses, with port.ErrUnsupported, a run the runner or the
@@ -602,3 +642,7 @@ func withRuntime(a *port.Attestation, runner port.SandboxRunner) *port.Attestati
 	}
 	return &c
 }
+
+// proxyDeadlineGrace is how long a run's proxy outlives the run's time limit when
+// the host never stops it (see port.ProxySpec.Deadline).
+const proxyDeadlineGrace = time.Minute

@@ -35,6 +35,9 @@ var (
 	ErrContainerFailed = errors.New("container failed")
 	// ErrInternal reports any other failure of an adapter or its backend.
 	ErrInternal = errors.New("internal error")
+	// ErrRemoved reports a run whose sandbox was removed while it ran by someone
+	// else (another process's Sweep that did not see its lease, an operator).
+	ErrRemoved = errors.New("sandbox removed by another process")
 
 	// ErrBudgetExceeded reports a per-run LLM call or token budget that was used up.
 	ErrBudgetExceeded = errors.New("budget exceeded")

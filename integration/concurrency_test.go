@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -30,10 +29,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 	}{{"docker", dockerRunner}, {"containerd", containerdRunner}} {
 		b.Run(rt.name, func(b *testing.B) {
 			ctx := context.Background()
-			bin, err := bridge.Build(ctx, os.TempDir()+"/agentsandbox-bridge-test")
-			if err != nil {
-				b.Fatal(err)
-			}
+			bin := testenv.Bridge(b)
 			runner, image := rt.new(b, bin)
 			fake := litellmtest.NewServer()
 			defer fake.Close()

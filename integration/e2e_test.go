@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm"
@@ -68,12 +65,7 @@ func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server)
 
 func dockerRunnerFor(t testing.TB, bridgeBin string, image imageFunc) (port.SandboxRunner, string) {
 	ctx := context.Background()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		_, err = cli.Ping(ctx, client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
-	t.Cleanup(func() { cli.Close() })
+	cli := dockerClient(t)
 	ref, archive, err := image(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -116,10 +108,7 @@ func TestReconciledRunContainerd(t *testing.T) { testReconciledRun(t, containerd
 func testReconciledRun(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin)
 	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(500 * time.Millisecond))
 	defer fake.Close()

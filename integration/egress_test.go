@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
@@ -36,24 +34,6 @@ const egressCanary = "ghp_egressCanary0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 func TestEgressDocker(t *testing.T)     { testEgress(t, dockerRunnerFor) }
 func TestEgressContainerd(t *testing.T) { testEgress(t, containerdRunnerFor) }
 
-// syncBuffer is a log sink the test scans for the canary.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testEgress is the acceptance run in a real sandbox: Node's fetch and curl
 // reach an allowlisted HTTPS upstream through HTTPS_PROXY with a placeholder the
 // proxy resolves; everything else is refused; the canary is nowhere the agent sees.
@@ -63,8 +43,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	testenv.NeedCommand(t, "curl", "curl")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := testenv.Bridge(t)
 	runner, image := runnerFor(t, bin, func(ctx context.Context) (string, []byte, error) { return testimages.NodeArchive(ctx, nodeBin) })
 
 	up := egresstest.NewUpstream(t, true, "api.test", "other.test")
@@ -77,7 +56,7 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	llm := httptest.NewServer(http.NotFoundHandler())
 	defer llm.Close()
 
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	base, err := os.MkdirTemp("", "egress")
 	require.NoError(t, err)
@@ -123,8 +102,10 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 		Attribution:  port.Attribution{BillingAccountID: "acct-egress"},
 		Limits:       port.Limits{Timeout: 2 * time.Minute},
 		Egress: &port.EgressPolicy{Providers: []port.EgressProvider{
-			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"}},
-			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"}},
+			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Body: true}}},
+			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Headers: []string{"X-Key"}}}},
 		}},
 	})
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -19,10 +19,7 @@ import (
 // Both sub-benchmarks run in one invocation, one after the other.
 func BenchmarkRunReconcile(b *testing.B) {
 	ctx := context.Background()
-	bin, err := bridge.Build(ctx, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	bin := testenv.Bridge(b)
 	runner, image := dockerRunner(b, bin)
 	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(500 * time.Millisecond))
 	defer fake.Close()

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -28,10 +28,7 @@ func TestFacadeContainerd(t *testing.T) { testFacade(t, containerdRunner) }
 func testFacade(t *testing.T, newRunner runnerFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin)
 	req := func(name string, argv ...string) sandbox.Request {
 		return sandbox.Request{

@@ -12,13 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/port"
@@ -33,17 +31,11 @@ import (
 func TestDockerSandboxReachesProxy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		_, err = cli.Ping(ctx, client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
-	defer cli.Close()
+	cli := dockerClient(t)
 	ref, archive, err := sandboxtest.ProbeImage(ctx)
 	require.NoError(t, err)
 	require.NoError(t, testimages.EnsureDocker(ctx, cli, ref, archive))
-	bin, err := bridge.Build(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := testenv.Bridge(t)
 
 	var (
 		mu   sync.Mutex

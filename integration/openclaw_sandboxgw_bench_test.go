@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/internal/openclawtest"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
@@ -117,14 +117,10 @@ func BenchmarkOpenClawSandboxedGateway(b *testing.B) {
 // newGWBench is gwStack's set-up without the tests' canary.
 func newGWBench(b *testing.B, newRunner func(testing.TB, string, string, string, ...docker.Option) (sessionRunner, string)) *gwStack {
 	appDir, _ := openClawInstall(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bin, err := bridge.Build(ctx, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	bin := testenv.Bridge(b)
 	s := &gwStack{fake: litellmtest.NewServer(litellmtest.WithReply(markerReply))}
 	b.Cleanup(s.fake.Close)
+	var err error
 	if s.router, err = billing.NewRouter(s.fake.URL, s.fake.MasterKey()); err != nil {
 		b.Fatal(err)
 	}

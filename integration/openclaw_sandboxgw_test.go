@@ -23,12 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/testenv"
@@ -66,12 +63,7 @@ type sessionRunner interface {
 
 func dockerSessionRunner(t testing.TB, bridgeBin, owner, sessDir string, opts ...docker.Option) (sessionRunner, string) {
 	ctx := context.Background()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		_, err = cli.Ping(ctx, client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
-	t.Cleanup(func() { cli.Close() })
+	cli := dockerClient(t)
 	_, nodeBin := openClawInstall(t)
 	ref, archive, err := testimages.NodeArchive(ctx, nodeBin)
 	if err != nil {
@@ -134,10 +126,7 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	appDir, _ := openClawInstall(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	s := &gwStack{canary: "sk-canary-" + sandboxtest.RunID("litellm")}
 	s.fake = litellmtest.NewServer(litellmtest.WithReply(markerReply), litellmtest.WithMasterKey(s.canary))
 	t.Cleanup(s.fake.Close)
@@ -146,6 +135,7 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 	s.upstream = egresstest.NewUpstream(t, true, gwEgressHost)
 	llm := httptest.NewServer(toolCallingLLM(t, s.fake.URL, "https://"+gwEgressHost+":"+s.upstream.Port()+egressAgentPath))
 	t.Cleanup(llm.Close)
+	var err error
 	s.router, err = billing.NewRouter(llm.URL, s.fake.MasterKey())
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
@@ -65,10 +64,7 @@ func newOpenClawStack(t testing.TB, newRunner func(testing.TB, string, imageFunc
 	appDir, nodeBin := openClawInstall(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})

@@ -7,11 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/internal/testenv"
@@ -81,12 +80,7 @@ func goIn(ctx context.Context, t *testing.T, dir string, args ...string) (string
 
 func needDocker(t *testing.T) {
 	t.Helper()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		defer cli.Close()
-		_, err = cli.Ping(context.Background(), client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
+	dockerClient(t)
 }
 
 func needContainerd(t *testing.T) {
@@ -121,7 +115,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := docker.NewRunner(docker.WithOwner("outside"))
+	r, err := docker.NewRunner(docker.WithOwner(outsideOwner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +148,10 @@ func TestDockerRunnerConformance(t *testing.T) {
 // outside this repository would: only exported names can be used there.
 func TestConformanceFromAnotherModule(t *testing.T) {
 	needDocker(t)
-	dir := outsideModule(t, map[string]string{"runner_test.go": outsideRunnerTest})
+	// The outside module cannot import internal/testenv: its owner (with this
+	// process's tag) is written in.
+	src := outsideRunnerTest + "\nconst outsideOwner = " + strconv.Quote(testenv.Owner("outside")) + "\n"
+	dir := outsideModule(t, map[string]string{"runner_test.go": src})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out, err := goIn(ctx, t, dir, "test", "-count=1", "-v", "-timeout=8m", ".")

@@ -11,7 +11,7 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
-	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -27,10 +27,7 @@ func TestProxydFacadeRunContainerd(t *testing.T) { testProxydFacadeRun(t, contai
 func testProxydFacadeRun(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin)
 	fake := litellmtest.NewServer()
 	defer fake.Close()

@@ -19,7 +19,6 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
@@ -46,8 +45,7 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	testenv.NeedCommand(t, "curl", "curl")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := testenv.Bridge(t)
 	runner, image := runnerFor(t, bin, func(ctx context.Context) (string, []byte, error) { return testimages.NodeArchive(ctx, nodeBin) })
 
 	up := egresstest.NewUpstream(t, true, "api.test", "other.test")
@@ -59,7 +57,7 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	llm := httptest.NewServer(http.NotFoundHandler())
 	defer llm.Close()
 
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dir, err := os.MkdirTemp("", "pxe")
 	require.NoError(t, err)
@@ -114,8 +112,10 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 		Attribution:  port.Attribution{BillingAccountID: "acct-pxd-egress"},
 		Limits:       port.Limits{Timeout: 2 * time.Minute},
 		Egress: &port.EgressPolicy{Providers: []port.EgressProvider{
-			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"}},
-			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"}},
+			{ID: "github", URIs: []string{"https://api.test:" + up.Port() + "/v1/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Body: true}}},
+			{ID: "docs", URIs: []string{"http://docs.test:" + docs.Port() + "/"}, Credentials: []string{"token"},
+				Placements: map[string]port.CredentialPlacement{"token": {Headers: []string{"X-Key"}}}},
 		}},
 	})
 	require.NoError(t, err)
@@ -156,6 +156,10 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 
 	// The audit came back through the admin API, whole, and reached the host's callback.
 	require.NotEmpty(t, result.Egress)
+	if assert.NotNil(t, result.EgressSummary) {
+		assert.Equal(t, len(result.Egress), result.EgressSummary.Records)
+		assert.Equal(t, len(result.Egress), result.EgressSummary.Kept)
+	}
 	var mitm, refused int
 	for _, r := range result.Egress {
 		assert.Equal(t, runID, r.RunID)

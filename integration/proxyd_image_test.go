@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
@@ -24,12 +22,7 @@ import (
 func TestProxydImageRunsAsAContainer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		_, err = cli.Ping(ctx, client.PingOptions{})
-	}
-	testenv.Need(t, "docker", err == nil, "no Docker daemon reachable")
-	defer cli.Close()
+	cli := dockerClient(t)
 	dockerBin := testenv.NeedCommand(t, "docker", "docker")
 	ref, archive, err := proxyd.Image(ctx)
 	if err != nil {

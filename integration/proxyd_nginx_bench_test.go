@@ -49,11 +49,7 @@ func BenchmarkProxydVsNginx(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	cli := dockerClient(b)
 	ref, archive, err := testimages.NginxArchive(ctx)
 	if err != nil {
 		b.Fatal(err)

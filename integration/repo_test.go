@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/github"
 	"github.com/agentsandbox/sandbox/adapters/github/githubtest"
 	"github.com/agentsandbox/sandbox/agentimage"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/gittest"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -47,10 +47,7 @@ func testRepoRun(t *testing.T, newRunner func(testing.TB, string, imageFunc) (po
 	testenv.NeedCommand(t, "git", "git")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin, gitAgentImage)
 	exporter, err := gitcli.BuildExporter(ctx, filepath.Join(os.TempDir(), "agentsandbox-git-export-test"))
 	if err != nil {
@@ -172,6 +169,50 @@ func testRepoRun(t *testing.T, newRunner func(testing.TB, string, imageFunc) (po
 		if strings.Contains(err.Error(), "wrong-token") || strings.Contains(err.Error(), repoToken) {
 			t.Errorf("a token in the error: %v", err)
 		}
+	})
+
+	t.Run("ForgedIdentity", func(t *testing.T) {
+		// By default a forged author, committer and signature reach the remote byte for
+		// byte (the README says so); RewriteIdentity makes them the run's, unsigned.
+		for _, rewrite := range []bool{false, true} {
+			r := req(fmt.Sprintf("frepoforge%v", rewrite), "1")
+			r.Argv = []string{"/agent", "commit", "1", "forge"}
+			r.Repo.RewriteIdentity = rewrite
+			res, err := sb.Run(ctx, r)
+			if err != nil || res.Repo.Push == nil {
+				t.Fatalf("Run: %v (%s)", err, stderr(res))
+			}
+			raw, err := srv.Git("acme/widgets", "cat-file", "commit", res.Repo.Push.Tip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := port.RunIdentity(r.RunID)
+			if rewrite {
+				if strings.Contains(raw, "gpgsig") || strings.Contains(raw, "torvalds") || !strings.Contains(raw, "author "+id.Name+" <"+id.Email+">") {
+					t.Fatalf("rewritten commit:\n%s", raw)
+				}
+			} else if !strings.Contains(raw, "gpgsig -----BEGIN PGP SIGNATURE-----") || !strings.Contains(raw, "author Linus Torvalds <torvalds@linux-foundation.org>") {
+				t.Fatalf("default policy commit:\n%s", raw)
+			}
+		}
+	})
+
+	t.Run("FIFORefusedAtOnce", func(t *testing.T) {
+		// A FIFO at packed-refs: refused by the relay with its rule and path, at once,
+		// not after the export sandbox's timeout.
+		r := req("frepofifo", "1")
+		r.Argv = []string{"/agent", "commit", "1", "fifo"}
+		start := time.Now()
+		res, err := sb.Run(ctx, r)
+		took := time.Since(start)
+		var re *port.RejectError
+		if !errors.As(err, &re) || re.Rule != port.RuleLayout || re.Path != ".git/packed-refs" {
+			t.Fatalf("err = %v (%+v), res = %+v", err, re, res)
+		}
+		if took > 30*time.Second {
+			t.Fatalf("Run took %v", took)
+		}
+		t.Logf("Run with a FIFO at packed-refs refused in %v", took)
 	})
 
 	t.Run("PushTargetRefused", func(t *testing.T) {

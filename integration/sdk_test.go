@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/internal/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
@@ -58,10 +57,7 @@ func testOfficialSDKs(t *testing.T, newRunner func(testing.TB, string, imageFunc
 	sdkDir, nodeBin := llmSDKs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})

@@ -61,22 +61,7 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 		out = append(out, ModelInfo{ID: m.ID, DisplayName: m.ID, OwnedBy: m.OwnedBy})
 	}
 
-	var info struct {
-		Data []struct {
-			ModelName string `json:"model_name"`
-			ModelInfo struct {
-				DisplayName     string   `json:"display_name"`
-				Provider        string   `json:"litellm_provider"`
-				MaxTokens       *float64 `json:"max_tokens"`
-				MaxInputTokens  *float64 `json:"max_input_tokens"`
-				MaxOutputTokens *float64 `json:"max_output_tokens"`
-				InputCost       *float64 `json:"input_cost_per_token"`
-				OutputCost      *float64 `json:"output_cost_per_token"`
-				Vision          bool     `json:"supports_vision"`
-				Reasoning       bool     `json:"supports_reasoning"`
-			} `json:"model_info"`
-		} `json:"data"`
-	}
+	var info modelInfoPage
 	err = c.get(ctx, "/model/info", nil, func(body []byte) error {
 		if err := json.Unmarshal(body, &info); err != nil {
 			return malformed("/model/info", "%v", err)
@@ -95,13 +80,37 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 	default:
 		return nil, fmt.Errorf("litellm: model info: %w", err)
 	}
+	mergeModelInfo(out, index, info)
+	return out, nil
+}
+
+// modelInfoPage is /model/info's answer (what Models reads of it).
+type modelInfoPage struct {
+	Data []struct {
+		ModelName string `json:"model_name"`
+		ModelInfo struct {
+			DisplayName     string   `json:"display_name"`
+			Provider        string   `json:"litellm_provider"`
+			MaxTokens       *float64 `json:"max_tokens"`
+			MaxInputTokens  *float64 `json:"max_input_tokens"`
+			MaxOutputTokens *float64 `json:"max_output_tokens"`
+			InputCost       *float64 `json:"input_cost_per_token"`
+			OutputCost      *float64 `json:"output_cost_per_token"`
+			Vision          bool     `json:"supports_vision"`
+			Reasoning       bool     `json:"supports_reasoning"`
+		} `json:"model_info"`
+	} `json:"data"`
+}
+
+// mergeModelInfo fills out's models (by index) from /model/info. A model group may
+// have several deployments: the first known value wins.
+func mergeModelInfo(out []ModelInfo, index map[string]int, info modelInfoPage) {
 	num := func(p *float64) int {
 		if p == nil || *p <= 0 {
 			return 0
 		}
 		return int(*p)
 	}
-	// A model group may have several deployments: the first known value wins.
 	for _, d := range info.Data {
 		i, ok := index[d.ModelName]
 		if !ok {
@@ -135,7 +144,6 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 		m.SupportsVision = m.SupportsVision || mi.Vision
 		m.SupportsReasoning = m.SupportsReasoning || mi.Reasoning
 	}
-	return out, nil
 }
 
 // Liveliness checks LiteLLM's public /health/liveliness ("I'm alive!"). Errors:

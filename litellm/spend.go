@@ -369,36 +369,14 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 			oldest                  time.Time
 		)
 		err := c.get(ctx, path, vals, func(body []byte) error {
-			if !json.Valid(body) {
-				return malformed(path, "page %d is not valid JSON", page)
+			var err error
+			if elems, totalPages, capped, err = spendPage(path, page, body, elems[:0]); err != nil {
+				return err
 			}
-			var data []byte
-			seenData := false
-			eachMember(body, func(k, v []byte) bool {
-				switch string(k) {
-				case "data":
-					data, seenData = v, true
-				case "total_pages":
-					n, _ := intVal(v)
-					totalPages = int(n)
-				case "total_is_capped":
-					capped = string(v) == "true"
-				}
-				return true
-			})
-			if !seenData || len(data) == 0 || data[0] != '[' {
-				return malformed(path, "page %d has no data array", page)
-			}
-			elems = elems[:0]
-			eachElem(data, func(v []byte) bool {
-				elems = append(elems, v)
-				return true
-			})
 			rows = len(elems)
 			if rows == 0 {
 				return nil
 			}
-			var err error
 			if oldest, err = rowStart(elems[rows-1]); err != nil {
 				return err
 			}
@@ -421,30 +399,8 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 					return nil
 				}
 			}
-			// Remember the rows the next request may return again.
-			next := ceilSecond(oldest)
-			if !next.Before(end) {
-				next = end
-			}
-			for k, st := range seen {
-				if st.After(next) {
-					delete(seen, k)
-				}
-			}
-			for i := rows - 1; i >= 0; i-- {
-				id, st, err := rowKey(elems[i])
-				if err != nil {
-					return err
-				}
-				if st.After(next) {
-					break
-				}
-				if _, ok := seen[string(id)]; !ok {
-					seen[string(id)] = st
-				}
-			}
 			minSeen = oldest
-			return nil
+			return rememberSeen(seen, elems, oldest, end)
 		})
 		if err != nil {
 			return err
@@ -470,6 +426,64 @@ func (c *Client) WalkSpendLogs(ctx context.Context, q SpendLogsQuery, fn func(ro
 		}
 		page++
 	}
+}
+
+// spendPage decodes one page of /spend/logs/v2: its rows (appended to elems),
+// total_pages and total_is_capped.
+func spendPage(path string, page int, body []byte, elems [][]byte) (_ [][]byte, totalPages int, capped bool, _ error) {
+	if !json.Valid(body) {
+		return elems, 0, false, malformed(path, "page %d is not valid JSON", page)
+	}
+	var data []byte
+	seenData := false
+	eachMember(body, func(k, v []byte) bool {
+		switch string(k) {
+		case "data":
+			data, seenData = v, true
+		case "total_pages":
+			n, _ := intVal(v)
+			totalPages = int(n)
+		case "total_is_capped":
+			capped = string(v) == "true"
+		}
+		return true
+	})
+	if !seenData || len(data) == 0 || data[0] != '[' {
+		return elems, 0, false, malformed(path, "page %d has no data array", page)
+	}
+	eachElem(data, func(v []byte) bool {
+		elems = append(elems, v)
+		return true
+	})
+	return elems, totalPages, capped, nil
+}
+
+// rememberSeen keeps in seen the rows the next request may return again: those of
+// the page (elems, oldest last) at or before the next cursor, and forgets the
+// older cursor's.
+func rememberSeen(seen map[string]time.Time, elems [][]byte, oldest, end time.Time) error {
+	next := ceilSecond(oldest)
+	if !next.Before(end) {
+		next = end
+	}
+	for k, st := range seen {
+		if st.After(next) {
+			delete(seen, k)
+		}
+	}
+	for i := len(elems) - 1; i >= 0; i-- {
+		id, st, err := rowKey(elems[i])
+		if err != nil {
+			return err
+		}
+		if st.After(next) {
+			break
+		}
+		if _, ok := seen[string(id)]; !ok {
+			seen[string(id)] = st
+		}
+	}
+	return nil
 }
 
 // ceilSecond rounds t up to a whole second.

@@ -3,6 +3,8 @@ package port
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
@@ -75,9 +77,36 @@ type EgressProvider struct {
 	// Credentials are the placeholder names ({{name}}) the proxy may resolve for
 	// this provider through the policy's CredentialSource.
 	Credentials []string
+	// Placements says where each credential's placeholder may be substituted, by
+	// credential name. A credential without an entry goes only into the headers
+	// DefaultCredentialHeaders names; a placeholder anywhere else is refused (guard
+	// "placeholder"), so an API that stores what it receives cannot be made to keep
+	// the raw value where a later request reads it back.
+	Placements map[string]CredentialPlacement `json:",omitempty"`
 	// TunnelOnly makes HTTPS to this provider a plain CONNECT tunnel: no TLS
 	// termination, no placeholders, no path check (only scheme, host and port).
 	TunnelOnly bool
+}
+
+// DefaultCredentialHeaders are where a credential may be substituted when its
+// provider gives it no CredentialPlacement.
+var DefaultCredentialHeaders = []string{"Authorization"}
+
+// CredentialPlacement is where the egress proxy may substitute one credential.
+// Path, query and body are opt-in: an allowlisted API that stores what it receives
+// there (a resource named after its path, a note, an issue comment) hands the raw
+// value back to any later request that reads it, and the reflection guard only
+// redacts responses to requests that carried the credential.
+type CredentialPlacement struct {
+	// Headers are the request headers (case-insensitive) whose values may carry it;
+	// empty means DefaultCredentialHeaders.
+	Headers []string `json:",omitempty"`
+	// Path and Query allow the URL's path and query string.
+	Path  bool `json:",omitempty"`
+	Query bool `json:",omitempty"`
+	// Body allows the request body (the request must also ask for body
+	// substitution with X-Substitute-Body: true).
+	Body bool `json:",omitempty"`
 }
 
 // CredentialSource gives the egress proxy credential values on demand. It is called
@@ -107,6 +136,7 @@ const (
 	GuardPlaceholder = "placeholder" // unresolved or refused placeholder
 	GuardBytes       = "bytes"       // a byte cap was reached
 	GuardAmbiguous   = "ambiguous"   // two providers match
+	GuardEncoding    = "encoding"    // a response the reflection guard cannot read (compressed)
 )
 
 // EgressDenial is the proxy's refusal of one egress request. The agent receives it as
@@ -147,6 +177,29 @@ type EgressRecord struct {
 	// Reflected counts credential values the reflection guard replaced in the response.
 	Reflected int    `json:"reflected,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// Credentials are the placeholder names the proxy resolved into the request
+	// (names only, never values). A record with credentials is never summarised away.
+	Credentials []string `json:"credentials,omitempty"`
+}
+
+// EgressSummary says how much of a run's egress audit was kept. Every record reaches
+// EgressPolicy.OnAudit; what a run returns is bounded: every request that carried a
+// credential, the forwarded requests (up to 100,000), the first 1,000 and the most
+// recent 4,000 of the rest. Summarised counts, per guard ("forwarded" for requests
+// that were forwarded), the records that were not kept.
+type EgressSummary struct {
+	// Records is how many records were written (and delivered live).
+	Records int `json:"records"`
+	// Kept is how many are returned.
+	Kept int `json:"kept"`
+	// Summarised counts the records not kept, by guard.
+	Summarised map[string]int `json:"summarised,omitempty"`
+}
+
+// EgressSummarizer is implemented by proxies whose egress audit is bounded: what was
+// kept and what was summarised (also after Stop).
+type EgressSummarizer interface {
+	EgressSummary() EgressSummary
 }
 
 // EgressAuditor is implemented by proxies that serve egress: the records of every
@@ -193,11 +246,35 @@ func (p *EgressPolicy) Validate() error {
 		if len(pr.Credentials) > 0 && p.Credentials == nil {
 			return Invalidf("egress: provider %q names credentials but the policy has no CredentialSource", pr.ID)
 		}
+		for name, pl := range pr.Placements {
+			if !slices.Contains(pr.Credentials, name) {
+				return Invalidf("egress: provider %q: placement for %q, which is not one of its credentials", pr.ID, name)
+			}
+			for _, h := range pl.Headers {
+				if !validHeaderName(h) {
+					return Invalidf("egress: provider %q: credential %q: %q is not a header name", pr.ID, name, h)
+				}
+			}
+		}
 		if pr.TunnelOnly && len(pr.Credentials) > 0 {
 			return Invalidf("egress: provider %q is tunnel-only: the proxy cannot inject its credentials", pr.ID)
 		}
 	}
 	return nil
+}
+
+// validHeaderName reports an RFC 9110 token (a header field name).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func validEgressID(s string) bool {

@@ -26,6 +26,10 @@ func TestEgressPolicyValidate(t *testing.T) {
 		"creds, no src":  {Providers: []EgressProvider{{ID: "a", URIs: []string{"https://a/"}, Credentials: []string{"x"}}}},
 		"tunnel + creds": {Credentials: creds, Providers: []EgressProvider{{ID: "a", URIs: []string{"https://a/"}, Credentials: []string{"x"}, TunnelOnly: true}}},
 		"negative":       {ResponseLimit: -1, Providers: []EgressProvider{{ID: "a", URIs: []string{"https://a/"}}}},
+		"placement of an unlisted credential": {Credentials: creds, Providers: []EgressProvider{{ID: "a", URIs: []string{"https://a/"}, Credentials: []string{"x"},
+			Placements: map[string]CredentialPlacement{"y": {Path: true}}}}},
+		"placement header not a token": {Credentials: creds, Providers: []EgressProvider{{ID: "a", URIs: []string{"https://a/"}, Credentials: []string{"x"},
+			Placements: map[string]CredentialPlacement{"x": {Headers: []string{"X Bad:"}}}}}},
 	} {
 		if err := p.Validate(); !errors.Is(err, ErrInvalidSpec) {
 			t.Errorf("%s: %v", name, err)

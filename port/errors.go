@@ -24,6 +24,8 @@ var (
 	ErrContainerFailed = errdefs.ErrContainerFailed
 	// ErrInternal reports any other failure of the adapter or its backend.
 	ErrInternal = errdefs.ErrInternal
+	// ErrRemoved reports a run whose sandbox was removed while it ran by someone else.
+	ErrRemoved = errdefs.ErrRemoved
 
 	// ErrBudgetExceeded reports a per-run LLM call or token budget that was used up.
 	ErrBudgetExceeded = errdefs.ErrBudgetExceeded

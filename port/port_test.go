@@ -128,3 +128,19 @@ func TestAttestationViolations(t *testing.T) {
 		t.Errorf("nil attestation: %v", v)
 	}
 }
+
+func TestSweepOptionsValidate(t *testing.T) {
+	for name, o := range map[string]SweepOptions{
+		"negative grace": {OlderThan: -time.Second},
+		"bad run id":     {RunID: "../x"},
+	} {
+		if err := o.Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
+		}
+	}
+	for _, o := range []SweepOptions{{}, {OlderThan: time.Minute, RunID: "run-1", DryRun: true}} {
+		if err := o.Validate(); err != nil {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}

@@ -37,6 +37,11 @@ type ProxySpec struct {
 	Upstream string
 	// APIKey is sent upstream as "Authorization: Bearer <APIKey>". It never reaches the sandbox.
 	APIKey string
+	// Deadline, if set, is when the proxy ends itself even if the host that started
+	// it is gone (killed before Stop): a per-run proxy outlives neither its run nor
+	// this. The facade sets it to the run's time limit plus a grace. A manager that
+	// cannot enforce it without its host documents so.
+	Deadline time.Time
 	// Attribution is injected as x-litellm-end-user-id and x-litellm-spend-logs-metadata.
 	Attribution Attribution
 	// Budget caps the run's LLM use; zero fields mean unlimited. Adapters that cannot

@@ -137,7 +137,11 @@ type PushResult struct {
 type PushError struct {
 	Branch string // the remote branch the push was for
 	Bundle string // the export's artefact, still on disk
-	Err    error  // wraps ErrPermissionDenied, ErrConflict, ErrUnavailable or ErrInternal
+	Err    error  // wraps ErrPermissionDenied, ErrConflict, ErrUnavailable, ErrNotFound, ErrRejected or ErrInternal
+	// Status is the HTTP status the remote refused the push with (0 when it did not
+	// answer with one): 401/403 wrap ErrPermissionDenied, 404 ErrNotFound, 409
+	// ErrConflict, 5xx ErrUnavailable, any other 4xx ErrRejected.
+	Status int
 }
 
 // Error implements error. It never contains a credential.
@@ -181,6 +185,13 @@ type IdentityPolicy struct {
 
 // Identity is a git name and email.
 type Identity struct{ Name, Email string }
+
+// RunIdentity is the identity a run's commits are rewritten to by default (see
+// IdentityPolicy.Rewrite): "agent <run id>" <run-id@agents.invalid> (.invalid never
+// resolves, so the address can belong to no one).
+func RunIdentity(runID string) Identity {
+	return Identity{Name: "agent " + runID, Email: runID + "@agents.invalid"}
+}
 
 // WithDefaults returns p with zero fields set.
 func (p RepoPolicy) WithDefaults() RepoPolicy {

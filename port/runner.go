@@ -71,6 +71,21 @@ type SweepOptions struct {
 	DryRun bool
 }
 
+// Validate checks o as every Sweep does before touching anything: a RunID, if set,
+// must be valid (ValidateRunID) and OlderThan must not be negative. Errors wrap
+// ErrInvalidSpec.
+func (o SweepOptions) Validate() error {
+	if o.RunID != "" {
+		if err := ValidateRunID(o.RunID); err != nil {
+			return err
+		}
+	}
+	if o.OlderThan < 0 {
+		return Invalidf("OlderThan is negative")
+	}
+	return nil
+}
+
 // SweepReport lists what a Sweep removed (or, with DryRun, would remove).
 type SweepReport struct {
 	// Removed names each resource as "kind:id", e.g. "container:3f2a…" or "volume:llm-sock-r1".

@@ -71,6 +71,7 @@ var runnerCases = []struct {
 	{"LiveOutput", testLiveOutput},
 	{"MissingImageFails", testMissingImage},
 	{"BadEntrypointFails", testBadEntrypoint},
+	{"BadImageReferenceInvalid", testBadImageReference},
 	{"InvalidSpecCreatesNothing", testInvalidSpec},
 	{"DeclaredRefusals", testDeclaredRefusals},
 }
@@ -499,6 +500,20 @@ func testMissingImage(t *testing.T, s *suite) {
 	res, err := s.run(t, context.Background(), spec)
 	if !errors.Is(err, port.ErrContainerFailed) || res == nil || res.ErrorCode != port.CodeContainerFailed {
 		t.Fatalf("err = %v res = %+v, want container_failed", err, res)
+	}
+}
+
+// testBadImageReference: a reference that is no image name at all is bad input
+// (port.ErrInvalidSpec) on every runner, not a missing image.
+func testBadImageReference(t *testing.T, s *suite) {
+	spec := s.spec("badref", "id")
+	spec.Image = "Bad/UPPER:t@g!"
+	res, err := s.run(t, context.Background(), spec)
+	if !errors.Is(err, port.ErrInvalidSpec) || errors.Is(err, port.ErrNotFound) {
+		t.Fatalf("err = %v res = %+v, want ErrInvalidSpec (and not ErrNotFound)", err, res)
+	}
+	if res != nil && res.ErrorCode != port.CodeContainerFailed {
+		t.Errorf("result code %q, want container_failed or no result", res.ErrorCode)
 	}
 }
 

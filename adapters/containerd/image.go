@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 
+	"github.com/agentsandbox/sandbox/port"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/content"
@@ -47,9 +48,13 @@ func (r *Runner) imageInfo(ctx context.Context, ref string) (*imageInfo, error) 
 	is := r.cli.ImageService()
 	i, err := is.Get(ctx, ref)
 	if errdefs.IsNotFound(err) {
-		if named, perr := reference.ParseNormalizedNamed(ref); perr == nil {
-			i, err = is.Get(ctx, reference.TagNameOnly(named).String())
+		named, perr := reference.ParseNormalizedNamed(ref)
+		if perr != nil {
+			// Not stored as given and not a reference at all: bad input, as Docker's
+			// daemon says of it (invalid reference format).
+			return nil, fmt.Errorf("image %q: %w: %v", ref, port.ErrInvalidSpec, perr)
 		}
+		i, err = is.Get(ctx, reference.TagNameOnly(named).String())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("image %q: %w", ref, classify(err))

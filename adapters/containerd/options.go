@@ -21,6 +21,9 @@ const (
 	// DefaultCleanupConcurrency is how many finished runs may be being removed in the
 	// background at once (see WithCleanupConcurrency).
 	DefaultCleanupConcurrency = 16
+	// DefaultKillGrace bounds how long a run that ran out of time waits for its kill to
+	// be confirmed and its output to end (see WithKillGrace).
+	DefaultKillGrace = 5 * time.Second
 	// DefaultPoolDir holds the host directories of pooled sandboxes (see WithPoolDir).
 	DefaultPoolDir = "/run/agentsandbox/pool"
 )
@@ -37,6 +40,8 @@ type config struct {
 	logger         *slog.Logger
 	bridgePath     string
 	cleanupTimeout time.Duration
+	// killGrace bounds a timed-out run's kill, exit and output wait.
+	killGrace time.Duration
 	// cleanupConcurrency bounds the removals running in the background.
 	cleanupConcurrency int
 	// runtime is the OCI runtime binary the runc shim runs ("" for runc).
@@ -69,6 +74,7 @@ func defaultConfig() config {
 		owner:              port.DefaultOwner,
 		logger:             slog.New(slog.DiscardHandler),
 		cleanupTimeout:     30 * time.Second,
+		killGrace:          DefaultKillGrace,
 		cleanupConcurrency: DefaultCleanupConcurrency,
 		poolDir:            DefaultPoolDir,
 		poolStarted:        true,
@@ -154,6 +160,21 @@ func WithCleanupTimeout(d time.Duration) Option {
 			return port.Invalidf("cleanup timeout %v is not positive", d)
 		}
 		c.cleanupTimeout = d
+		return nil
+	}
+}
+
+// WithKillGrace bounds what a run that ran out of time (its limit, or the caller's
+// context) waits for after the deadline: the kill, the task's exit and the end of its
+// output, together. RunOnce returns by the deadline plus d whatever the task's shim
+// does (a stopped or wedged shim cannot answer); the removal of what is left goes on
+// in the background and stays labelled for Sweep. Default DefaultKillGrace.
+func WithKillGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return port.Invalidf("kill grace %v is not positive", d)
+		}
+		c.killGrace = d
 		return nil
 	}
 }

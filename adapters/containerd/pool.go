@@ -8,20 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
@@ -395,40 +394,13 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	}()
 
 	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
-	stage := filepath.Join(s.dir, slotStage)
-	if spec.WorkspaceDir != "" {
-		if err := attach(spec.WorkspaceDir, filepath.Join(s.dir, slotWorkspace), stage, true); err != nil {
-			return fail(port.CodeContainerFailed, err)
-		}
-	}
-	for i, m := range spec.Mounts {
-		if err := attach(m.Source, filepath.Join(s.dir, slotMount+strconv.Itoa(i)), stage, m.Writable); err != nil {
-			return fail(port.CodeContainerFailed, err)
-		}
-	}
-	if spec.LLM != nil {
-		if err := attach(spec.LLM.HostDir, filepath.Join(s.dir, slotSocket), stage, false); err != nil {
-			return fail(port.CodeContainerFailed, err)
-		}
+	if err := s.attachRun(spec); err != nil {
+		return fail(port.CodeContainerFailed, err)
 	}
 
 	r.phase("attach")
 	// Its command, through the claim channel, closed after it.
-	img := s.img
-	argv := spec.Argv
-	if len(argv) == 0 {
-		argv = append(append([]string(nil), img.config.Entrypoint...), img.config.Cmd...)
-	}
-	if len(argv) == 0 {
-		return fail(port.CodeContainerFailed, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image))
-	}
-	dir := img.config.WorkingDir
-	if spec.WorkspaceDir != "" {
-		dir = port.WorkspacePath
-	}
-	claim := bridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
-	claim.Egress = egressOn(spec)
-	msg, err := claim.Encode()
+	msg, err := claimMessage(spec, s.img)
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
@@ -453,14 +425,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	}
 	r.phase("start")
 	ph.Next("sandbox.wait")
-	collect := func() {
-		done := make(chan struct{})
-		go func() { s.task.IO().Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			log.Warn("output streams did not end after exit")
-		}
+	collect := func(until time.Time) {
+		waitIO(s.task.IO(), until, log)
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
 	}
@@ -468,54 +434,94 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	case st := <-s.statusC:
 		s.exited.Store(true)
 		r.phase("exit")
-		collect()
+		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
-		code, _, err := st.Result()
-		if err != nil {
-			return fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
-		}
-		res.ExitCode = int(code)
-		var noticed bool
-		res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
-		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
-			return fail(port.CodeContainerFailed, errors.New(reason))
-		}
-		if code == 137 {
-			// The task's cgroup counter decides (see Runner.RunOnce); the bridge's own
-			// count in the sandbox's cgroup when the metrics cannot be read.
-			oom := noticed
-			if n, err := oomKills(ctx, s.task); err == nil {
-				oom = n > 0
-			} else {
-				log.Warn("reading the task's OOM counter failed; relying on the bridge", "err", err)
-			}
-			if oom {
-				return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
-			}
+		if code, cause := slotExitResult(ctx, s, st, res, stderr, spec, log); code != "" {
+			return fail(code, cause)
 		}
 		return res, nil
 	case <-runCtx.Done():
-		var cause error
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
-		kctx, kcancel := r.cleanupCtx(context.Background())
-		if err := s.task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("kill failed", "err", err)
-		}
-		select {
-		case <-s.statusC:
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
+		until, ok := r.stopAfterDeadline(ctx, s.task, s.statusC, log)
+		if ok {
 			s.exited.Store(true)
-		case <-kctx.Done():
-			log.Warn("task did not exit after kill")
+		} else {
+			cause = r.unconfirmed(cause)
 		}
-		kcancel()
-		collect()
+		collect(until)
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// slotExitResult classifies the exit of a pooled run: its exit code into res, and
+// the failure code and cause ("" when the run completed): the exec failed, or it
+// was OOM-killed.
+func slotExitResult(ctx context.Context, s *slot, st client.ExitStatus, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
+	code, _, err := st.Result()
+	if err != nil {
+		return port.CodeInternal, fmt.Errorf("exit status: %w", err)
+	}
+	res.ExitCode = int(code)
+	var noticed bool
+	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+		return port.CodeContainerFailed, errors.New(reason)
+	}
+	if code == 137 {
+		// The task's cgroup counter decides (see Runner.RunOnce); the bridge's own
+		// count in the sandbox's cgroup when the metrics cannot be read.
+		oom := noticed
+		if n, err := oomKills(ctx, s.task); err == nil {
+			oom = n > 0
+		} else {
+			log.Warn("reading the task's OOM counter failed; relying on the bridge", "err", err)
+		}
+		if oom {
+			return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
+		}
+	}
+	return "", nil
+}
+
+// attachRun puts the run's workspace, mounts and LLM socket directory on the slot's
+// mount points.
+func (s *slot) attachRun(spec port.RunSpec) error {
+	stage := filepath.Join(s.dir, slotStage)
+	if spec.WorkspaceDir != "" {
+		if err := attach(spec.WorkspaceDir, filepath.Join(s.dir, slotWorkspace), stage, true); err != nil {
+			return err
+		}
+	}
+	for i, m := range spec.Mounts {
+		if err := attach(m.Source, filepath.Join(s.dir, slotMount+strconv.Itoa(i)), stage, m.Writable); err != nil {
+			return err
+		}
+	}
+	if spec.LLM != nil {
+		if err := attach(spec.LLM.HostDir, filepath.Join(s.dir, slotSocket), stage, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimMessage is the claim line that starts spec's command in a slot of img.
+func claimMessage(spec port.RunSpec, img *imageInfo) ([]byte, error) {
+	argv := spec.Argv
+	if len(argv) == 0 {
+		argv = append(append([]string(nil), img.config.Entrypoint...), img.config.Cmd...)
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image)
+	}
+	dir := img.config.WorkingDir
+	if spec.WorkspaceDir != "" {
+		dir = port.WorkspacePath
+	}
+	claim := bridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
+	claim.Egress = adapterutil.EgressOn(spec)
+	return claim.Encode()
 }
 
 // runEnv is the environment a cold run of spec gets: the image's, with each variable

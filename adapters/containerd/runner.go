@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -185,7 +187,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
+		// A missing image or a bad reference fails the container, as on Docker.
+		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
 			return fail(port.CodeContainerFailed, err)
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
@@ -195,19 +198,21 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
-	var oomKilled atomic.Bool
-	oomSeen := make(chan struct{})
+	oom := &oomWitness{seen: make(chan struct{})}
 	if !r.cfg.ignoreOOMEvents {
-		defer r.watchOOM(id, func() {
-			if oomKilled.CompareAndSwap(false, true) {
-				close(oomSeen)
-			}
-		})()
+		defer r.watchOOM(id, oom.event)()
 	}
 
+	// The run's lease, held while this process runs it: another process's Sweep
+	// leaves the run alone while it is refreshed (released once the removal is done).
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
 	r.phase("image")
 	container, err := r.create(ctx, id, spec, img, lbls)
 	if err != nil {
+		lease.Release()
 		if errors.Is(err, port.ErrUnavailable) {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
@@ -221,17 +226,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		task   client.Task
 		exited atomic.Bool // its exit was seen: delete it without a kill
 	)
-	defer func() {
-		r.cleanup.Go(func() {
-			gone := task == nil
-			if task != nil {
-				// Before the container: only this task value holds the IO, whose Close
-				// removes the FIFO directory (a task loaded again has no IO).
-				gone = r.deleteTask(task, spec.RunID, stateOf(exited.Load()))
-			}
-			r.remove(container, spec.RunID, gone)
-		})
-	}()
+	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
 	log.Debug("container created")
 
 	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
@@ -243,19 +238,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	}
 	r.phase("task")
 	ph.Next("sandbox.start")
-	collect := func() {
-		done := make(chan struct{})
-		go func() { task.IO().Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			log.Warn("output streams did not end after exit")
-		}
-		res.Stdout, res.StdoutTruncated = stdout.Result()
-		res.Stderr, res.StderrTruncated = stderr.Result()
-		// The task's cgroup counter below is the truth; the bridge's notice is removed.
-		res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
-	}
+	collect := func(until time.Time) { collectOutput(task, until, res, stdout, stderr, log) }
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
@@ -278,59 +261,164 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		exited.Store(true)
 		mem.Sample()
 		r.phase("exit")
-		collect()
+		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
-		code, _, err := st.Result()
-		if err != nil {
-			return fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
+		if code, cause := r.exitResult(ctx, task, st, res, stderr, oom, spec, log); code != "" {
+			return fail(code, cause)
 		}
-		res.ExitCode = int(code)
-		if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
-			return fail(port.CodeContainerFailed, errors.New(reason))
-		}
-		if code == 137 && !oomKilled.Load() {
-			// The /tasks/oom event races the exit (and is dropped when the shim sees the
-			// cgroup gone first), so the counter decides: the shim keeps the task's
-			// cgroup until the task is deleted, which happens only after this.
-			n, err := oomKills(ctx, task)
-			if err != nil {
-				log.Warn("reading the task's OOM counter failed; relying on the OOM event", logattr.Err, err)
-				select {
-				case <-oomSeen:
-				case <-time.After(time.Second):
-				}
-			} else if n > 0 {
-				oomKilled.Store(true)
-			}
-		}
-		if oomKilled.Load() {
-			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		if res.ExitCode == 137 && r.removedUnderUs(ctx, container) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the task was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
 		}
 		return res, nil
 	case <-runCtx.Done():
-		var cause error
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-		kctx, kcancel := r.cleanupCtx(ctx)
-		if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("kill failed", logattr.Err, err)
-		}
-		select {
-		case <-statusC:
+		until, ok := r.stopAfterDeadline(ctx, task, statusC, log)
+		if ok {
 			exited.Store(true)
-		case <-kctx.Done():
-			log.Warn("task did not exit after kill")
+		} else {
+			cause = r.unconfirmed(cause)
 		}
-		kcancel()
-		collect()
+		collect(until)
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// removeLater removes the run's task (as *task holds it when called) and
+// container in the background.
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool, lease *runlease.Lease) {
+	r.cleanup.Go(func() {
+		gone := *task == nil
+		if *task != nil {
+			// Before the container: only this task value holds the IO, whose Close
+			// removes the FIFO directory (a task loaded again has no IO).
+			gone = r.deleteTask(*task, runID, stateOf(exited.Load()))
+		}
+		r.remove(container, runID, gone)
+		lease.Release() // the run is gone: another process's Sweep may have what is left
+	})
+}
+
+// oomWitness records a run's OOM kill: by the event (seen is closed when it
+// arrives) or by the task's counter.
+type oomWitness struct {
+	killed atomic.Bool
+	seen   chan struct{}
+}
+
+// event records the OOM event (once).
+func (o *oomWitness) event() {
+	if o.killed.CompareAndSwap(false, true) {
+		close(o.seen)
+	}
+}
+
+// exitResult classifies an exited task: its exit code into res, and the failure
+// code and cause ("" when the run completed): the exec failed, or it was
+// OOM-killed.
+func (r *Runner) exitResult(ctx context.Context, task client.Task, st client.ExitStatus, res *port.RunResult, stderr *capture.Buffer, oom *oomWitness, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
+	code, _, err := st.Result()
+	if err != nil {
+		return port.CodeInternal, fmt.Errorf("exit status: %w", err)
+	}
+	res.ExitCode = int(code)
+	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+		return port.CodeContainerFailed, errors.New(reason)
+	}
+	if code == 137 && !oom.killed.Load() && r.oomCounted(ctx, task, oom.seen, log) {
+		oom.killed.Store(true)
+	}
+	if oom.killed.Load() {
+		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
+	}
+	return "", nil
+}
+
+// collectOutput waits (until the given time) for the task's streams to end and puts
+// what they captured into res.
+func collectOutput(task client.Task, until time.Time, res *port.RunResult, stdout, stderr *capture.Buffer, log *slog.Logger) {
+	waitIO(task.IO(), until, log)
+	res.Stdout, res.StdoutTruncated = stdout.Result()
+	res.Stderr, res.StderrTruncated = stderr.Result()
+	// The task's cgroup counter below is the truth; the bridge's notice is removed.
+	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+}
+
+// oomCounted says whether a task that exited 137 was OOM-killed. The /tasks/oom
+// event races the exit (and is dropped when the shim sees the cgroup gone first),
+// so the counter decides: the shim keeps the task's cgroup until the task is
+// deleted, which happens only after this. Without the counter it waits briefly for
+// the event.
+func (r *Runner) oomCounted(ctx context.Context, task client.Task, oomSeen <-chan struct{}, log *slog.Logger) bool {
+	n, err := oomKills(ctx, task)
+	if err != nil {
+		log.Warn("reading the task's OOM counter failed; relying on the OOM event", logattr.Err, err)
+		select {
+		case <-oomSeen:
+		case <-time.After(time.Second):
+		}
+		return false
+	}
+	return n > 0
+}
+
+// ioGrace bounds the wait for a task's output to end after its exit was seen.
+const ioGrace = 5 * time.Second
+
+// waitIO waits for a task's output streams to end, until the given time.
+func waitIO(io cio.IO, until time.Time, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { io.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn("output streams did not end in time; keeping what arrived")
+	}
+}
+
+// stopAfterDeadline kills a task that ran out of time and waits for its exit, both
+// within the kill grace counted from now, so that a shim that does not answer
+// (stopped, wedged) cannot hold the caller past it. It returns the end of the grace,
+// by which the wait for the output ends too, and whether the exit was seen. What a
+// kill left unconfirmed is removed in the background (the run's deferred removal)
+// and, failing that, by Sweep.
+func (r *Runner) stopAfterDeadline(ctx context.Context, task client.Task, statusC <-chan client.ExitStatus, log *slog.Logger) (time.Time, bool) {
+	until := time.Now().Add(r.cfg.killGrace)
+	kctx, cancel := context.WithDeadline(r.ns(context.WithoutCancel(ctx)), until)
+	defer cancel()
+	if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("kill failed", logattr.Err, err)
+	}
+	select {
+	case <-statusC:
+		return until, true
+	case <-kctx.Done():
+		log.Warn("the task's exit was not seen within the kill grace; its removal goes on in the background", "grace", r.cfg.killGrace)
+		return until, false
+	}
+}
+
+// unconfirmed says in a timed-out run's error that its kill was not confirmed.
+func (r *Runner) unconfirmed(cause error) error {
+	return fmt.Errorf("%w (its kill was not confirmed within the %v kill grace: the task's shim did not answer; its removal goes on in the background, and Sweep removes what it leaves)", cause, r.cfg.killGrace)
+}
+
+// removedUnderUs reports whether someone else deleted the run's task or container
+// (this process deletes them only after the result is in). A remover deletes the task
+// right after the kill that ended it, so this looks for a short while.
+func (r *Runner) removedUnderUs(ctx context.Context, c client.Container) bool {
+	ctx = r.ns(context.WithoutCancel(ctx))
+	for i := 0; i < 10; i++ {
+		if _, err := c.Task(ctx, nil); errdefs.IsNotFound(err) {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 func (r *Runner) check(spec port.RunSpec) error {

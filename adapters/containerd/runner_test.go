@@ -52,6 +52,7 @@ func TestOptionsValidate(t *testing.T) {
 		"relative address": WithAddress("containerd.sock"), "bad namespace": WithNamespace("a/b"),
 		"bad owner": WithOwner(""), "nil logger": WithLogger(nil), "empty snapshotter": WithSnapshotter(""),
 		"missing bridge": WithBridge("/nonexistent/bridge"), "zero cleanup": WithCleanupTimeout(0),
+		"zero kill grace": WithKillGrace(0),
 	} {
 		if _, err := NewRunner(o); !errors.Is(err, port.ErrInvalidSpec) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)

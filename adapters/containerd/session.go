@@ -114,7 +114,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 			_ = sessionkit.RemoveDir(root, dir)
 		}
 	}()
-	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose))
+	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
 	if err != nil {
 		c = nil
 		if errors.Is(err, port.ErrUnavailable) {
@@ -157,11 +157,13 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 }
 
 // withExpose mounts the session's expose directory and has the bridge expose the
-// ports there. It runs after the lockdown options, which put the bridge first.
-func withExpose(dir string, ports []int) oci.SpecOpts {
+// ports there, and relay the agent's output so that it never blocks on it with no
+// host attached (the shim stops reading its FIFOs then). It runs after the lockdown
+// options, which put the bridge first.
+func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: sessionkit.ExposeTarget, Type: "bind", Source: sessionkit.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, sessionkit.BridgeFlags(ports))
+		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, append(sessionkit.BridgeFlags(ports), sessionkit.OutputFlags(logLimit)...))
 		return nil
 	}
 }
@@ -451,15 +453,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	if es.Dir != "" {
 		p.Cwd = es.Dir
 	}
-	stdout := &capture.Buffer{Max: es.OutputLimit}
-	stderr := &capture.Buffer{Max: es.OutputLimit}
-	var ow, ew io.Writer = stdout, stderr
-	if es.Stdout != nil {
-		ow = io.MultiWriter(stdout, es.Stdout)
-	}
-	if es.Stderr != nil {
-		ew = io.MultiWriter(stderr, es.Stderr)
-	}
+	stdout, stderr, ow, ew := execOutput(es)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	proc, err := task.Exec(ctx, "exec-"+hex.EncodeToString(b[:]), &p, cio.NewCreator(cio.WithStreams(nil, ow, ew)))
@@ -514,9 +508,32 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	case <-ctx.Done():
 		cause = context.Cause(ctx)
 	}
-	// TERM first: the exec's bridge passes it on to its child, which would outlive a
-	// KILLed bridge (re-parented to the session's init).
+	s.stopExec(ctx, proc, statusC)
+	collect()
+	return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: cause})
+}
+
+// execOutput is an exec's capped output buffers, and the writers its process gets:
+// the buffers, teed to the caller's live writers when given.
+func execOutput(es port.ExecSpec) (stdout, stderr *capture.Buffer, ow, ew io.Writer) {
+	stdout = &capture.Buffer{Max: es.OutputLimit}
+	stderr = &capture.Buffer{Max: es.OutputLimit}
+	ow, ew = stdout, stderr
+	if es.Stdout != nil {
+		ow = io.MultiWriter(stdout, es.Stdout)
+	}
+	if es.Stderr != nil {
+		ew = io.MultiWriter(stderr, es.Stderr)
+	}
+	return stdout, stderr, ow, ew
+}
+
+// stopExec ends an exec past its time: TERM first (the exec's bridge passes it on
+// to its child, which would outlive a KILLed bridge, re-parented to the session's
+// init), KILL after the bridge's grace; bounded by the cleanup timeout.
+func (s *ctrSession) stopExec(ctx context.Context, proc client.Process, statusC <-chan client.ExitStatus) {
 	kctx, cancel := s.r.cleanupCtx(ctx)
+	defer cancel()
 	_ = proc.Kill(kctx, syscall.SIGTERM)
 	select {
 	case <-statusC:
@@ -527,9 +544,6 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 		case <-kctx.Done():
 		}
 	}
-	cancel()
-	collect()
-	return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: cause})
 }
 
 // mergeEnv returns base with extra's keys set (replacing base's), extra sorted.

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -86,7 +87,7 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
 	}
 	if bridgePath != "" {
-		opts = append(opts, wrapWithBridge(egressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
+		opts = append(opts, wrapWithBridge(adapterutil.EgressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
 	}
 	return opts
 }

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -22,13 +24,8 @@ import (
 // Implements port.Sweeper.
 func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
-	if opts.RunID != "" {
-		if err := port.ValidateRunID(opts.RunID); err != nil {
-			return rep, opErr("Sweep", opts.RunID, err)
-		}
-	}
-	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", "", port.Invalidf("OlderThan is negative"))
+	if err := opts.Validate(); err != nil {
+		return rep, opErr("Sweep", opts.RunID, err)
 	}
 	ctx = r.ns(ctx)
 	filter := fmt.Sprintf(`labels.%q==%q`, port.LabelOwner, r.cfg.owner)
@@ -38,9 +35,13 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	cutoff := time.Now().Add(-opts.OlderThan)
 	old := func(lbls map[string]string) bool {
 		// By creation time, or a session's last heartbeat.
-		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff)
+		// A run whose host still refreshes its lease is live, whatever its age.
+		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
 	}
 
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
+	}
 	cs, err := r.cli.Containers(ctx, filter)
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
@@ -52,58 +53,12 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if err != nil || lbls[port.LabelOwner] != r.cfg.owner || !old(lbls) {
 			continue
 		}
-		slotDir := r.slotDir(lbls[LabelSlotDir])
-		if slotDir != "" {
-			rep.Removed = append(rep.Removed, "dir:"+slotDir)
-		}
-		sessDir := sessionkit.OwnDir(r.sessionRoot(), lbls[port.LabelSessionDir])
-		if sessDir != "" {
-			rep.Removed = append(rep.Removed, "dir:"+sessDir)
-		}
-		rep.Removed = append(rep.Removed, "container:"+c.ID())
-		fifos := fifoDirs(c.ID())
-		for _, d := range fifos {
-			rep.Removed = append(rep.Removed, "fifo:"+d)
-		}
-		if opts.DryRun {
-			continue
-		}
-		if err := deleteContainer(ctx, c, false); err != nil {
-			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", c.ID(), err))
-			continue
-		}
-		for _, d := range fifos {
-			if err := os.RemoveAll(d); err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
-			}
-		}
-		if err := sessionkit.RemoveDir(r.sessionRoot(), sessDir); err != nil {
-			rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", sessDir, err))
-		}
-		if slotDir != "" {
-			if err := removeSlotDir(slotDir); err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", slotDir, err))
-			}
-		}
+		r.sweepContainer(ctx, c, lbls, opts.DryRun, &rep)
 	}
 	// Slot directories of pooled sandboxes whose container never came to be (a host
 	// that died while creating one).
 	if opts.RunID == "" {
-		ents, _ := os.ReadDir(r.poolDir())
-		for _, e := range ents {
-			d := filepath.Join(r.poolDir(), e.Name())
-			fi, err := e.Info()
-			if err != nil || live[e.Name()] || !e.IsDir() || fi.ModTime().After(cutoff) {
-				continue
-			}
-			rep.Removed = append(rep.Removed, "dir:"+d)
-			if opts.DryRun {
-				continue
-			}
-			if err := removeSlotDir(d); err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", d, err))
-			}
-		}
+		r.sweepSlotDirs(live, cutoff, opts.DryRun, &rep)
 	}
 
 	sn := r.cli.SnapshotService(r.cfg.snapshotter)
@@ -145,6 +100,65 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	}
 	r.cfg.logger.Info("sweep done", logattr.Owner, r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
+}
+
+// sweepContainer removes one of our containers (with its task and snapshot), its
+// stdio FIFO directories, and its session and slot directories, reporting them in
+// rep (only reporting with dryRun).
+func (r *Runner) sweepContainer(ctx context.Context, c client.Container, lbls map[string]string, dryRun bool, rep *port.SweepReport) {
+	slotDir := r.slotDir(lbls[LabelSlotDir])
+	if slotDir != "" {
+		rep.Removed = append(rep.Removed, "dir:"+slotDir)
+	}
+	sessDir := sessionkit.OwnDir(r.sessionRoot(), lbls[port.LabelSessionDir])
+	if sessDir != "" {
+		rep.Removed = append(rep.Removed, "dir:"+sessDir)
+	}
+	rep.Removed = append(rep.Removed, "container:"+c.ID())
+	fifos := fifoDirs(c.ID())
+	for _, d := range fifos {
+		rep.Removed = append(rep.Removed, "fifo:"+d)
+	}
+	if dryRun {
+		return
+	}
+	if err := deleteContainer(ctx, c, false); err != nil {
+		rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", c.ID(), err))
+		return
+	}
+	for _, d := range fifos {
+		if err := os.RemoveAll(d); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
+		}
+	}
+	if err := sessionkit.RemoveDir(r.sessionRoot(), sessDir); err != nil {
+		rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", sessDir, err))
+	}
+	if slotDir != "" {
+		if err := removeSlotDir(slotDir); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", slotDir, err))
+		}
+	}
+}
+
+// sweepSlotDirs removes the pool's slot directories older than cutoff whose
+// container is not live (a host died while creating it).
+func (r *Runner) sweepSlotDirs(live map[string]bool, cutoff time.Time, dryRun bool, rep *port.SweepReport) {
+	ents, _ := os.ReadDir(r.poolDir())
+	for _, e := range ents {
+		d := filepath.Join(r.poolDir(), e.Name())
+		fi, err := e.Info()
+		if err != nil || live[e.Name()] || !e.IsDir() || fi.ModTime().After(cutoff) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "dir:"+d)
+		if dryRun {
+			continue
+		}
+		if err := removeSlotDir(d); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", d, err))
+		}
+	}
 }
 
 // FIFORoot is where containerd's client creates a task's stdio FIFOs, one randomly

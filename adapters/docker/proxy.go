@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,8 +48,11 @@ var ErrAuditTruncated = errors.New("audit truncated")
 //
 // The run's directory on the host holds three subdirectories: sock (bind-mounted into
 // the proxy and, read-only, into the sandbox at /llm-sock), conf (the rendered
-// configuration with the key; 0600, mounted read-only into the proxy only) and log
-// (proxy only). Stop deletes the whole directory.
+// configuration with the key; 0600, mounted read-only into the proxy only, and
+// overwritten and deleted as soon as the proxy answers, so no key stays on disk once
+// the proxy has started) and log (proxy only). Stop deletes the whole directory. With
+// the bridge (WithBridge), the bridge is the proxy's init and ends it at the
+// ProxySpec's Deadline even if the host died without calling Stop.
 //
 // The audit log is a named pipe in log that the manager reads while the run goes on,
 // keeping at most the configured number of records: nothing of it reaches the disk, and
@@ -161,12 +165,28 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	// have a 1777 /tmp), whatever mode= says.
 	tmpfs := "rw,noexec,nosuid,nodev,size=67108864"
 	pids := int64(64)
+	entrypoint := append([]string{"nginx"}, nginxconf.NginxArgs(proxyConfFile)...)
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: filepath.Join(dir, "sock"), Target: port.LLMSocketDir},
+		{Type: mount.TypeBind, Source: filepath.Join(dir, "conf"), Target: proxyConfDir, ReadOnly: true},
+		{Type: mount.TypeBind, Source: filepath.Join(dir, "log"), Target: proxyLogDir},
+	}
+	if !spec.Deadline.IsZero() {
+		if m.cfg.bridgePath == "" {
+			m.cfg.logger.Warn("a proxy deadline needs the bridge (WithProxyBridge): this proxy runs until stopped or swept", logattr.RunID, spec.RunID)
+		} else {
+			// The bridge as the proxy's init ends nginx at the deadline (TERM, then
+			// KILL) even when no host is left to stop it; it passes Stop's QUIT on.
+			entrypoint = append([]string{bridgeTarget, "-no-forward", "-deadline", strconv.FormatInt(spec.Deadline.UnixMilli(), 10), "-grace", "5s", "--"}, entrypoint...)
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.cfg.bridgePath, Target: bridgeTarget, ReadOnly: true})
+		}
+	}
 	created, err := m.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: "agentsandbox-proxy-" + spec.RunID + "-" + randHex(4),
 		Config: &container.Config{
 			Image:      m.cfg.proxy.image,
 			User:       fmt.Sprintf("%d:%d", uid, gid),
-			Entrypoint: append([]string{"nginx"}, nginxconf.NginxArgs(proxyConfFile)...),
+			Entrypoint: entrypoint,
 			Cmd:        []string{},
 			Labels:     adapterutil.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
 		},
@@ -178,11 +198,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 			Tmpfs:          map[string]string{"/tmp": tmpfs, "/run": tmpfs, "/var/cache/nginx": tmpfs},
 			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m"}},
 			Resources:      container.Resources{Memory: 128 << 20, MemorySwap: 128 << 20, PidsLimit: &pids},
-			Mounts: []mount.Mount{
-				{Type: mount.TypeBind, Source: filepath.Join(dir, "sock"), Target: port.LLMSocketDir},
-				{Type: mount.TypeBind, Source: filepath.Join(dir, "conf"), Target: proxyConfDir, ReadOnly: true},
-				{Type: mount.TypeBind, Source: filepath.Join(dir, "log"), Target: proxyLogDir},
-			},
+			Mounts:         mounts,
 		},
 	})
 	if err != nil {
@@ -199,8 +215,37 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	if err := p.waitReady(ctx); err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
 	}
+	// nginx has read its configuration (it answered /health) and never reads it
+	// again (the manager never reloads it): the key leaves the disk now, so a host
+	// killed from here on leaves it nowhere but in the proxy's memory.
+	if err := shred(filepath.Join(dir, "conf", "nginx.conf")); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: removing the configuration with the key: %w", port.ErrInternal, err))
+	}
 	m.cfg.logger.Debug("proxy ready", logattr.RunID, spec.RunID, logattr.Container, short(p.id))
 	return p, nil
+}
+
+// shred overwrites a file with zeros, then removes it. NotFound is success.
+func shred(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		_, err = f.Write(make([]byte, fi.Size()))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	_ = f.Close()
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return rerr
+	}
+	return err
 }
 
 // proxyUser is the uid:gid the proxy runs as: nginx's conventional 101 when the host

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -89,6 +90,20 @@ func WithMaxAuditRecords(n int) ProxyOption {
 			return port.Invalidf("max audit records %d is not positive", n)
 		}
 		c.proxy.maxAuditRecords = n
+		return nil
+	}
+}
+
+// WithProxyBridge sets the host path of a static sandbox-bridge binary to run as each
+// proxy's init: it ends nginx at the ProxySpec's Deadline even when the host that
+// started the proxy is gone (killed before Stop). Without it a proxy runs until
+// stopped or swept, and Start logs that at Warn when the spec has a deadline.
+func WithProxyBridge(path string) ProxyOption {
+	return func(c *config) error {
+		if err := adapterutil.ValidateBridge(path); err != nil {
+			return err
+		}
+		c.bridgePath = path
 		return nil
 	}
 }

@@ -27,6 +27,7 @@ func TestOptionTypesDoNotMix(t *testing.T) {
 	for name, o := range map[string]any{
 		"WithProxyImage": WithProxyImage("i"), "WithProxyNetwork": WithProxyNetwork("n"),
 		"WithProxyBaseDir": WithProxyBaseDir("/d"), "WithReadyTimeout": WithReadyTimeout(time.Second),
+		"WithProxyBridge": WithProxyBridge("/b"),
 	} {
 		if reflect.TypeOf(o).AssignableTo(runnerT) {
 			t.Errorf("proxy option %s is accepted by NewRunner", name)

@@ -93,8 +93,9 @@ func TestProxyManagerConformance(t *testing.T) {
 	})
 }
 
-// The configuration holding the key is readable by the proxy user only, and is gone
-// after Stop.
+// The configuration holding the key is in a directory of the proxy user only, and
+// is gone (overwritten, then deleted) once Start has returned: nginx, which answered
+// /health, has read it.
 func TestProxyConfigPrivateAndDeleted(t *testing.T) {
 	m, _, _, _ := proxyEnv(t, "conf")
 	p, err := m.Start(context.Background(), port.ProxySpec{
@@ -106,19 +107,11 @@ func TestProxyConfigPrivateAndDeleted(t *testing.T) {
 	}
 	dir := filepath.Dir(p.Socket().HostDir)
 	conf := filepath.Join(dir, "conf", "nginx.conf")
-	fi, err := os.Stat(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o600 {
-		t.Errorf("config mode %v, want 0600", fi.Mode().Perm())
+	if _, err := os.Stat(conf); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the config with the key is still on disk after Start (%v)", err)
 	}
 	if cd, _ := os.Stat(filepath.Dir(conf)); cd.Mode().Perm() != 0o700 {
 		t.Errorf("config dir mode %v, want 0700", cd.Mode().Perm())
-	}
-	b, _ := os.ReadFile(conf)
-	if !strings.Contains(string(b), "sk-private-1") {
-		t.Fatal("the config does not hold the key; the test proves nothing")
 	}
 	if _, err := p.Stop(context.Background()); err != nil {
 		t.Fatal(err)

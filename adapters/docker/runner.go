@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -108,9 +110,21 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
+	// The run's lease, held while this process runs it: another process's Sweep
+	// leaves the run alone while it is refreshed (released once the removal is done).
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+	}
+	created := false
+	defer func() {
+		if !created {
+			lease.Release()
+		}
+	}()
 	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
 	})
 	if err != nil {
@@ -120,12 +134,16 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	id := created.ID
+	id := made.ID
+	created = true
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container;
 	// in the background after the result is in (bounded; the container stays labelled
 	// for Sweep until it is gone).
-	defer r.cleanup.Go(func() { r.remove(context.WithoutCancel(ctx), id, spec.RunID) })
+	defer r.cleanup.Go(func() {
+		r.remove(context.WithoutCancel(ctx), id, spec.RunID)
+		lease.Release()
+	})
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
 	log.Debug("container created")
 
@@ -134,25 +152,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	defer att.Close()
-	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		copied <- err
-	}()
-	collect := func() {
-		// The attach stream ends when the container exits; bound the wait in case the
-		// daemon keeps it open.
-		select {
-		case <-copied:
-		case <-time.After(5 * time.Second):
-			log.Warn("output stream did not end after exit")
-		}
-		att.Close()
-		res.Stdout, res.StdoutTruncated = stdout.Result()
-		res.Stderr, res.StderrTruncated = stderr.Result()
-	}
+	stderr, collect := captureOutput(att, spec, res, log)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
@@ -167,10 +167,10 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
 	log.Debug("container started")
+	ph.Next("sandbox.wait")
 	// The sandbox's memory cgroup, sampled while it runs (it goes with the container).
 	mem := cgroupmem.Start(func() int { return r.pid(ctx, id) }, memSampleInterval)
 	defer func() { res.Memory = mem.Stop() }()
-	ph.Next("sandbox.wait")
 
 	select {
 	case w := <-wait.Result:
@@ -180,48 +180,95 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if w.Error != nil && w.Error.Message != "" {
 			return fail(port.CodeInternal, errors.New(w.Error.Message))
 		}
-		if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
-			return fail(port.CodeContainerFailed, errors.New(reason))
-		}
-		// Only a SIGKILLed process can have been OOM-killed; skip the inspect otherwise.
-		if w.StatusCode != 137 {
-			return res, nil
-		}
-		var oom bool
-		if r.cfg.bridgePath != "" {
-			// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
-			// Docker's OOM event does.
-			res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
-		}
-		if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
-			// Docker sets its flag from the runtime's OOM event, which can come after
-			// the exit (or, when the cgroup is gone first, never): give it a bounded
-			// moment. Configure a bridge for an exact answer.
-			var err error
-			if oom, err = r.oomKilled(ctx, id); err != nil {
-				return fail(port.CodeInternal, err)
-			}
-		}
-		if oom {
-			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		if code, cause := r.exitResult(ctx, id, w.StatusCode, res, stderr, spec); code != "" {
+			return fail(code, cause)
 		}
 		return res, nil
 	case err := <-wait.Error:
 		collect()
+		if r.removedUnderUs(ctx, id) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on: %w", port.ErrRemoved, classify(err)))
+		}
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	case <-runCtx.Done():
-		cause := context.Cause(runCtx)
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
+		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
 		r.kill(ctx, id, wait, log)
 		collect()
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// captureOutput copies the attached streams into capped buffers; collect waits
+// (bounded) for them to end and puts what they captured into res.
+func captureOutput(att client.ContainerAttachResult, spec port.RunSpec, res *port.RunResult, log *slog.Logger) (stderr *capture.Buffer, collect func()) {
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	return stderr, func() {
+		// The attach stream ends when the container exits; bound the wait in case the
+		// daemon keeps it open.
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second):
+			log.Warn("output stream did not end after exit")
+		}
+		att.Close()
+		res.Stdout, res.StdoutTruncated = stdout.Result()
+		res.Stderr, res.StderrTruncated = stderr.Result()
+	}
+}
+
+// exitResult classifies a container that exited with status: the failure code and
+// cause ("" when the run completed): the exec failed, or it was OOM-killed.
+func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec) (port.ErrorCode, error) {
+	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+		return port.CodeContainerFailed, errors.New(reason)
+	}
+	// Only a SIGKILLed process can have been OOM-killed; skip the inspect otherwise.
+	if status != 137 {
+		return "", nil
+	}
+	if r.removedUnderUs(ctx, id) {
+		return port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, status)
+	}
+	var oom bool
+	if r.cfg.bridgePath != "" {
+		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
+		// Docker's OOM event does.
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+	}
+	if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
+		// Docker sets its flag from the runtime's OOM event, which can come after
+		// the exit (or, when the cgroup is gone first, never): give it a bounded
+		// moment. Configure a bridge for an exact answer.
+		var err error
+		if oom, err = r.oomKilled(ctx, id); err != nil {
+			return port.CodeInternal, err
+		}
+	}
+	if oom {
+		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
+	}
+	return "", nil
+}
+
+// removedUnderUs reports whether someone else removed (or is removing) the run's
+// container: this process removes it only after the result is in.
+func (r *Runner) removedUnderUs(ctx context.Context, id string) bool {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ins, err := r.cfg.api.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return errors.Is(classify(err), port.ErrNotFound)
+	}
+	st := ins.Container.State
+	return st != nil && (st.Status == "removing" || st.Dead)
 }
 
 // check validates spec against the host: the fields, and that bind sources exist.
@@ -264,7 +311,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(egressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(adapterutil.EgressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -89,7 +90,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	entrypoint = sessionkit.InsertFlags(entrypoint, sessionkit.BridgeFlags(ss.Expose))
+	entrypoint = sessionkit.InsertFlags(entrypoint, append(sessionkit.BridgeFlags(ss.Expose), sessionkit.OutputFlags(ss.LogLimit)...))
 	name := containerName(ss.RunID)
 	root := r.sessionRoot()
 	dir, err := sessionkit.CreateDir(root, name, ss.User)
@@ -105,6 +106,10 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: sessionkit.ExposeDir(dir), Target: sessionkit.ExposeTarget})
+	// The daemon keeps what the agent writes while no host is attached (at most two
+	// files of the log limit; it drops older output when it rotates), and an Attach
+	// replays it. The agent never blocks on output: the daemon always reads it.
+	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
 	var id string
 	defer func() {
 		if err != nil {
@@ -188,7 +193,7 @@ func (r *Runner) newSession(m sessionkit.Meta) *dockerSession {
 func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	att, err := s.r.cfg.api.ContainerAttach(wctx, s.ID(), client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
+	att, err := s.r.cfg.api.ContainerAttach(wctx, s.ID(), client.ContainerAttachOptions{Stream: true, Logs: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("attach: %w", classify(err))}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -24,13 +25,8 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 
 func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
-	if opts.RunID != "" {
-		if err := port.ValidateRunID(opts.RunID); err != nil {
-			return rep, opErr("Sweep", opts.RunID, err)
-		}
-	}
-	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", "", port.Invalidf("OlderThan is negative"))
+	if err := opts.Validate(); err != nil {
+		return rep, opErr("Sweep", opts.RunID, err)
 	}
 	f := client.Filters{}.Add("label", port.LabelOwner+"="+cfg.owner)
 	if opts.RunID != "" {
@@ -40,9 +36,13 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 	old := func(lbls map[string]string) bool {
 		// By creation time, or a session's last heartbeat; a resource with our owner
 		// label but no readable time is ours and broken: sweep it.
-		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff)
+		// A run whose host still refreshes its lease is live, whatever its age.
+		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
 	}
 
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
+	}
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))

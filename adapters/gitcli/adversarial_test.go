@@ -128,6 +128,25 @@ type adversary struct {
 	rule port.Rule
 	path string
 	push string // for a refused push target
+	// commit says the refusal must name the commit (a malformed one).
+	commit bool
+}
+
+// rawObject stores data as an object of type typ in the workspace's repository, as an
+// agent writing objects by hand can.
+func rawObject(t *testing.T, ws string, typ plumbing.ObjectType, data []byte) plumbing.Hash {
+	t.Helper()
+	st := mustRepo(t, ws).Storer
+	o := st.NewEncodedObject()
+	o.SetType(typ)
+	w, _ := o.Writer()
+	w.Write(data)
+	w.Close()
+	h, err := st.SetEncodedObject(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func adversaries() []adversary {
@@ -222,6 +241,36 @@ func adversaries() []adversary {
 		{name: "too many commits", policy: port.RepoPolicy{MaxCommits: 2}, rule: port.RuleCommitCount, act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
 			commitFiles(t, ws, map[string]string{"x.txt": "x"}, 3)
 		}},
+		// Spellings of .git that NTFS and HFS+ read as .git, refused with their path.
+		{name: "NTFS short name GIT~1", rule: port.RulePath, path: "GIT~1/config", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			sub := treeOf(t, ws, []object.TreeEntry{{Name: "config", Mode: filemode.Regular, Hash: blob(t, ws, []byte("[core]\n\tfsmonitor = touch /tmp/x\n"))}})
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: "GIT~1", Mode: filemode.Dir, Hash: sub}))
+		}},
+		{name: "NTFS stream .git::$INDEX_ALLOCATION", rule: port.RulePath, path: ".git::$INDEX_ALLOCATION/config", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			sub := treeOf(t, ws, []object.TreeEntry{{Name: "config", Mode: filemode.Regular, Hash: blob(t, ws, []byte("x"))}})
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: ".git::$INDEX_ALLOCATION", Mode: filemode.Dir, Hash: sub}))
+		}},
+		{name: "HFS ignorable code point in .git", rule: port.RulePath, path: ".g\u200cit/config", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			sub := treeOf(t, ws, []object.TreeEntry{{Name: "config", Mode: filemode.Regular, Hash: blob(t, ws, []byte("x"))}})
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: ".g\u200cit", Mode: filemode.Dir, Hash: sub}))
+		}},
+		// fsck-only refusals name the commit or the path their object has.
+		{name: "malformed commit", rule: port.RuleObject, commit: true, act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			c, err := mustRepo(t, ws).CommitObject(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := fmt.Sprintf("tree %s\nparent %s\nauthor Agent <agent@example.com> 1770000000 +0000\ncommitter Agent <agent@example.com> 1770000000 +99999999999\n\nbad zone\n", c.TreeHash, base)
+			h := rawObject(t, ws, plumbing.CommitObject, []byte(raw))
+			if err := mustRepo(t, ws).Storer.SetReference(plumbing.NewHashReference("refs/heads/main", h)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "hostile submodule URL", rule: port.RuleSubmodule, path: ".gitmodules", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			mods := blob(t, ws, []byte("[submodule \"x\"]\n\tpath = x\n\turl = --upload-pack=touch${IFS}/tmp/pwned\n"))
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base),
+				object.TreeEntry{Name: ".gitmodules", Mode: filemode.Regular, Hash: mods}, object.TreeEntry{Name: "x", Mode: filemode.Submodule, Hash: base}))
+		}},
 	}
 }
 
@@ -273,8 +322,8 @@ func TestAdversarialWorkspaces(t *testing.T) {
 					if !errors.As(err, &re) || !errors.Is(err, port.ErrRejected) {
 						t.Fatalf("err = %v, want a RejectError (%s)", err, adv.rule)
 					}
-					if re.Rule != adv.rule || (adv.path != "" && re.Path != adv.path) {
-						t.Fatalf("refused with %v (rule %s, path %q), want rule %s path %q", err, re.Rule, re.Path, adv.rule, adv.path)
+					if re.Rule != adv.rule || (adv.path != "" && re.Path != adv.path) || (adv.commit && re.Commit == "") {
+						t.Fatalf("refused with %v (rule %s, path %q, commit %q), want rule %s path %q", err, re.Rule, re.Path, re.Commit, adv.rule, adv.path)
 					}
 					if strings.Contains(err.Error(), canaryToken) {
 						t.Fatal("error carries the token")

@@ -116,7 +116,7 @@ type fixture struct {
 	rt    runtimeEnv
 	srv   *gittest.Server
 	relay *gitcli.Relay
-	logs  *syncBuffer
+	logs  *testenv.SyncBuffer
 	cache string
 	repo  string
 	url   string
@@ -135,7 +135,7 @@ func newFixture(t testing.TB, rt runtimeEnv, token string, opts ...gitcli.Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{rt: rt, srv: srv, logs: &syncBuffer{}, cache: t.TempDir(), repo: "acme/widgets", url: srv.RepoURL("acme/widgets"), seed: seed}
+	f := &fixture{rt: rt, srv: srv, logs: &testenv.SyncBuffer{}, cache: t.TempDir(), repo: "acme/widgets", url: srv.RepoURL("acme/widgets"), seed: seed}
 	base := []gitcli.Option{
 		gitcli.WithCacheDir(f.cache),
 		gitcli.WithExporter(exporter),
@@ -159,21 +159,4 @@ func workspace(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return ws
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -158,6 +158,13 @@ func (r *Relay) runExporter(ctx context.Context, req port.ExportRequest, pol por
 		return "", &port.RejectError{Rule: port.RuleLayout, Detail: fmt.Sprintf("exporter exited %d: %s", res.ExitCode, clip(rep.Error+string(res.Stderr), 512))}
 	}
 
+	return r.copyArtefact(out, req.RunID, pol)
+}
+
+// copyArtefact copies the bundle the exporter wrote into out (a regular file within
+// the policy's cap, opened without following links) into a host-owned artefact
+// file, returning its path ("" when there is none: no commits).
+func (r *Relay) copyArtefact(out, runID string, pol port.RepoPolicy) (string, error) {
 	root, err := os.OpenRoot(out)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", port.ErrInternal, err)
@@ -182,7 +189,7 @@ func (r *Relay) runExporter(ctx context.Context, req port.ExportRequest, pol por
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("%w: %v", port.ErrInternal, err)
 	}
-	dst, err := os.CreateTemp(dir, req.RunID+"-*.bundle")
+	dst, err := os.CreateTemp(dir, runID+"-*.bundle")
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", port.ErrInternal, err)
 	}

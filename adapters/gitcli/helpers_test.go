@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/agentsandbox/sandbox/adapters/gitcli"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 func linkCount(fi fs.FileInfo) uint64 {
@@ -32,7 +33,7 @@ func newFixtureSameServer(t *testing.T, f *fixture, token string) *fixture {
 	t.Helper()
 	exporter, _, _ := artefacts(t)
 	g := *f
-	g.logs = &syncBuffer{}
+	g.logs = &testenv.SyncBuffer{}
 	var err error
 	g.relay, err = gitcli.NewRelay(f.rt.runner,
 		gitcli.WithCacheDir(f.cache), // the mirror is shared; the credential differs

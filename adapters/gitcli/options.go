@@ -46,7 +46,7 @@ func defaultConfig() config {
 		sandboxUser:   port.DefaultUser,
 		uid:           1001,
 		gid:           1001,
-		exportTimeout: 5 * time.Minute,
+		exportTimeout: 2 * time.Minute, // below sandbox.DefaultRepoTimeout: the relay names its own timeout
 	}
 }
 
@@ -140,7 +140,7 @@ func WithSandboxUser(user string) Option {
 }
 
 // WithExportLimits sets the export sandbox's limits (zero fields take the runner's
-// defaults; the timeout defaults to 5 minutes).
+// defaults; the timeout defaults to 2 minutes, below the facade's 5-minute repo timeout).
 func WithExportLimits(l port.Limits) Option {
 	return func(c *config) error {
 		if l.Timeout < 0 || l.MemoryBytes < 0 || l.PIDs < 0 {

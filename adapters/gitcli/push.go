@@ -2,6 +2,7 @@ package gitcli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -64,7 +65,11 @@ func (r *Relay) Push(ctx context.Context, req port.PushRequest) (*port.PushResul
 	_, err = r.run(ctx, gitCmd{gitDir: q.dir, env: env, secret: secret, args: append(remoteAllow(exp.Checkout.URL),
 		"push", "--no-verify", "--quiet", "--no-recurse-submodules", "--", exp.Checkout.URL, refspec)})
 	if err != nil {
-		return fail(&port.PushError{Branch: branch, Bundle: exp.Bundle, Err: classifyRemote(err)})
+		st := 0
+		if ge := (*gitError)(nil); errors.As(err, &ge) {
+			st = remoteStatus(ge.stderr)
+		}
+		return fail(&port.PushError{Branch: branch, Bundle: exp.Bundle, Err: classifyRemote(err), Status: st})
 	}
 	r.cfg.logger.InfoContext(ctx, "gitcli: pushed", "run_id", exp.RunID, "branch", branch, "tip", q.tip, "commits", len(q.commits))
 	return &port.PushResult{URL: exp.Checkout.URL, Branch: branch, Tip: q.tip, Commits: q.commits}, nil

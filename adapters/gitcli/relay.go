@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -276,6 +278,24 @@ func classifyRemote(err error) error {
 		return fmt.Errorf("%w: %v", port.ErrInternal, err)
 	}
 	s := ge.stderr
+	if st := remoteStatus(s); st != 0 {
+		var kind error
+		switch {
+		case st == 401 || st == 403:
+			kind = port.ErrPermissionDenied
+		case st == 404:
+			kind = port.ErrNotFound
+		case st == 409:
+			kind = port.ErrConflict
+		case st >= 500:
+			kind = port.ErrUnavailable
+		case st >= 400:
+			kind = port.ErrRejected
+		}
+		if kind != nil {
+			return fmt.Errorf("%w: the remote answered HTTP %d: %v", kind, st, err)
+		}
+	}
 	switch {
 	case strings.Contains(s, "Authentication failed") || strings.Contains(s, "could not read Username") ||
 		strings.Contains(s, "could not read Password") || strings.Contains(s, " 401") || strings.Contains(s, " 403"):
@@ -290,4 +310,17 @@ func classifyRemote(err error) error {
 		return fmt.Errorf("%w: %v", port.ErrNotFound, err)
 	}
 	return fmt.Errorf("%w: %v", port.ErrInternal, err)
+}
+
+// remoteStatusRe is how git's HTTP transport reports a status it got.
+var remoteStatusRe = regexp.MustCompile(`The requested URL returned error: ([1-5][0-9][0-9])`)
+
+// remoteStatus is the HTTP status git's stderr reports, 0 when none.
+func remoteStatus(stderr string) int {
+	m := remoteStatusRe.FindStringSubmatch(stderr)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }

@@ -33,19 +33,7 @@ const quarantineRef = "refs/agentsandbox/tip"
 // pol and has git fsck its objects. On success the quarantine's quarantineRef is the
 // (possibly rewritten) tip.
 func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol port.RepoPolicy, bundle string) (*quarantine, error) {
-	f, err := os.Open(bundle)
-	if err != nil {
-		return nil, fmt.Errorf("%w: artefact: %v", port.ErrInternal, err)
-	}
-	fi, err := f.Stat()
-	if err == nil && fi.Size() > pol.MaxBundleBytes {
-		err = &port.RejectError{Rule: port.RuleTotalSize, Detail: fmt.Sprintf("artefact is %d bytes, over %d", fi.Size(), pol.MaxBundleBytes)}
-	}
-	var info *bundleInfo
-	if err == nil {
-		info, err = scanBundle(f, co.Branch, co.Base, pol.MaxFileBytes, pol.MaxTotalBytes)
-	}
-	f.Close()
+	info, err := scanArtefact(bundle, co, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -74,37 +62,9 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 	if _, err := git("merge-base", "--is-ancestor", co.Base, tip); err != nil {
 		return q, &port.RejectError{Rule: port.RuleAncestry, Commit: tip, Detail: "the branch does not descend from the base"}
 	}
-	all, err := git("rev-list", "--parents", fmt.Sprintf("--max-count=%d", pol.MaxCommits+1), tip, "^"+co.Base)
+	commits, err := branchCommits(git, co.Base, tip, pol.MaxCommits)
 	if err != nil {
-		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
-	}
-	type commit struct {
-		id      string
-		parents []string
-	}
-	var commits []commit
-	for line := range strings.Lines(string(all)) {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		commits = append(commits, commit{f[0], f[1:]})
-	}
-	if len(commits) > pol.MaxCommits {
-		return q, &port.RejectError{Rule: port.RuleCommitCount, Detail: fmt.Sprintf("more than %d commits", pol.MaxCommits)}
-	}
-	onPath, err := git("rev-list", "--ancestry-path", tip, "^"+co.Base)
-	if err != nil {
-		return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
-	}
-	descends := map[string]bool{}
-	for line := range strings.Lines(string(onPath)) {
-		descends[strings.TrimSpace(line)] = true
-	}
-	for _, c := range commits {
-		if !descends[c.id] {
-			return q, &port.RejectError{Rule: port.RuleAncestry, Commit: c.id, Detail: "commit does not descend from the base"}
-		}
+		return q, err
 	}
 
 	if pol.Identity.Rewrite == nil && len(pol.Identity.AllowedEmails) > 0 {
@@ -123,7 +83,7 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 			}
 		}
 	}
-	if err := r.fsck(ctx, dir, bundle); err != nil {
+	if err := r.fsck(ctx, dir, bundle, tip, co.Base); err != nil {
 		return q, err
 	}
 	if pol.Identity.Rewrite != nil {
@@ -133,12 +93,13 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 		if _, err := git("update-ref", quarantineRef, tip); err != nil {
 			return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
 		}
-		if all, err = git("rev-list", tip, "^"+co.Base); err != nil {
+		all, err := git("rev-list", tip, "^"+co.Base)
+		if err != nil {
 			return q, fmt.Errorf("%w: %v", port.ErrInternal, err)
 		}
 		commits = commits[:0]
 		for line := range strings.Lines(string(all)) {
-			commits = append(commits, commit{id: strings.TrimSpace(line)})
+			commits = append(commits, branchCommit{id: strings.TrimSpace(line)})
 		}
 	}
 	q.tip = tip
@@ -146,6 +107,64 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 		q.commits = append(q.commits, c.id)
 	}
 	return q, nil
+}
+
+// scanArtefact checks the artefact file before git reads it: within the policy's
+// bundle cap, and a bundle scanBundle accepts.
+func scanArtefact(bundle string, co port.Checkout, pol port.RepoPolicy) (*bundleInfo, error) {
+	f, err := os.Open(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: artefact: %v", port.ErrInternal, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > pol.MaxBundleBytes {
+		err = &port.RejectError{Rule: port.RuleTotalSize, Detail: fmt.Sprintf("artefact is %d bytes, over %d", fi.Size(), pol.MaxBundleBytes)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return scanBundle(f, co.Branch, co.Base, pol.MaxFileBytes, pol.MaxTotalBytes)
+}
+
+// branchCommit is a commit of the agent's branch and its parents.
+type branchCommit struct {
+	id      string
+	parents []string
+}
+
+// branchCommits lists the commits from base (excluded) to tip, newest first: at
+// most maxCommits, every one descending from base.
+func branchCommits(git func(args ...string) ([]byte, error), base, tip string, maxCommits int) ([]branchCommit, error) {
+	all, err := git("rev-list", "--parents", fmt.Sprintf("--max-count=%d", maxCommits+1), tip, "^"+base)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	var commits []branchCommit
+	for line := range strings.Lines(string(all)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		commits = append(commits, branchCommit{f[0], f[1:]})
+	}
+	if len(commits) > maxCommits {
+		return nil, &port.RejectError{Rule: port.RuleCommitCount, Detail: fmt.Sprintf("more than %d commits", maxCommits)}
+	}
+	onPath, err := git("rev-list", "--ancestry-path", tip, "^"+base)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", port.ErrInternal, err)
+	}
+	descends := map[string]bool{}
+	for line := range strings.Lines(string(onPath)) {
+		descends[strings.TrimSpace(line)] = true
+	}
+	for _, c := range commits {
+		if !descends[c.id] {
+			return nil, &port.RejectError{Rule: port.RuleAncestry, Commit: c.id, Detail: "commit does not descend from the base"}
+		}
+	}
+	return commits, nil
 }
 
 func gitStderr(err error) string {
@@ -159,7 +178,7 @@ func gitStderr(err error) string {
 // fsck has git check every object of the artefact strictly (bad trees, ".git" in any
 // spelling, malformed commits, links to missing objects): the bundle's pack is indexed
 // again with --strict, into a scratch file the relay discards.
-func (r *Relay) fsck(ctx context.Context, dir, bundle string) error {
+func (r *Relay) fsck(ctx context.Context, dir, bundle, tip, base string) error {
 	f, err := os.Open(bundle)
 	if err != nil {
 		return fmt.Errorf("%w: %v", port.ErrInternal, err)
@@ -191,15 +210,81 @@ func (r *Relay) fsck(ctx context.Context, dir, bundle string) error {
 	defer os.Remove(strings.TrimSuffix(pack, ".pack") + ".idx")
 	if _, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"index-pack", "--strict", pack}}); err != nil {
 		msg := gitStderr(err)
-		rule := port.RuleObject
-		for _, id := range []string{"hasDotdot", "hasDotgit", "hasDot", "fullPathname", "emptyName", "badTree"} {
-			if strings.Contains(msg, id) {
-				rule = port.RulePath
+		re := &port.RejectError{Rule: port.RuleObject, Detail: "git fsck: " + clip(msg, 512)}
+		if m := fsckMsgRe.FindStringSubmatch(msg); m != nil {
+			oid, id := m[1], m[2]
+			re.Rule = fsckRule(id)
+			re.Detail = "git fsck " + id + ": " + clip(msg, 480)
+			// The objects are in the quarantine (fetched before the checks): name the
+			// commit, or the path the object has in the new commits.
+			if kind, _ := r.run(ctx, gitCmd{gitDir: dir, args: []string{"cat-file", "-t", oid}}); strings.TrimSpace(string(kind)) == "commit" {
+				re.Commit = oid
+			} else {
+				re.Commit, re.Path = r.objectPath(ctx, dir, oid, tip, base)
 			}
 		}
-		return &port.RejectError{Rule: rule, Detail: "git fsck: " + clip(msg, 512)}
+		return re
 	}
 	return nil
+}
+
+// fsckMsgRe finds the first object fsck complains about and its message id.
+var fsckMsgRe = regexp.MustCompile(`object ([0-9a-f]{40,64}): ([a-zA-Z]+):`)
+
+// fsckRule maps a git fsck message id to the rule it breaks.
+func fsckRule(id string) port.Rule {
+	switch {
+	case strings.HasPrefix(id, "gitmodules"):
+		return port.RuleSubmodule
+	case id == "hasDot", id == "hasDotdot", id == "hasDotgit", id == "fullPathname", id == "emptyName",
+		id == "hasDotgitmodules", id == "hasDotgitattributes", id == "nulInPath", id == "duplicateEntries",
+		strings.HasPrefix(id, "gitattributes"):
+		return port.RulePath
+	}
+	return port.RuleObject
+}
+
+// objectPath finds the path object oid has in the commits base..tip (the first
+// found; for a tree with a refused entry, that entry's path) and the commit.
+func (r *Relay) objectPath(ctx context.Context, dir, oid, tip, base string) (commit, path string) {
+	list, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"rev-list", tip, "^" + base}})
+	if err != nil {
+		return "", ""
+	}
+	// badEntry is the refused entry of tree oid, appended to its path.
+	badEntry := func(prefix string) string {
+		sub, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"ls-tree", "-z", "--name-only", oid}})
+		if err == nil {
+			for _, name := range bytes.Split(sub, []byte{0}) {
+				if len(name) > 0 && checkPath(string(name)) != nil {
+					return strings.TrimPrefix(prefix+"/"+string(name), "/")
+				}
+			}
+		}
+		return prefix
+	}
+	for line := range strings.Lines(string(list)) {
+		c := strings.TrimSpace(line)
+		if root, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"rev-parse", c + "^{tree}"}}); err == nil && strings.TrimSpace(string(root)) == oid {
+			return c, badEntry("")
+		}
+		out, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"ls-tree", "-r", "-t", "-z", "--full-tree", c}})
+		if err != nil {
+			continue
+		}
+		for _, ent := range bytes.Split(out, []byte{0}) {
+			meta, p, ok := bytes.Cut(ent, []byte{'\t'})
+			f := strings.Fields(string(meta))
+			if !ok || len(f) != 3 || f[2] != oid {
+				continue
+			}
+			if f[1] == "tree" {
+				return c, badEntry(string(p))
+			}
+			return c, string(p)
+		}
+	}
+	return "", ""
 }
 
 // checkDiff applies the path, size, symlink and submodule rules to what commit changes
@@ -293,11 +378,38 @@ func checkPath(p string) *port.RejectError {
 		switch {
 		case el == "", el == ".", el == "..":
 			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: fmt.Sprintf("path element %q", el)}
-		case strings.EqualFold(strings.TrimRight(el, ". "), ".git"):
+		case isDotGit(el):
 			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: "a .git path element"}
 		}
 	}
 	return nil
+}
+
+// isDotGit reports a path element some file system reads as ".git": any case, with
+// trailing dots or spaces (Windows), the NTFS short name "git~1" and alternate data
+// streams (".git::$INDEX_ALLOCATION"), and HFS+'s ignorable code points anywhere in it
+// (".g\u200cit"), as git's own verify_path refuses them.
+func isDotGit(el string) bool {
+	el = strings.Map(func(r rune) rune {
+		if hfsIgnorable(r) {
+			return -1
+		}
+		return r
+	}, el)
+	if i := strings.IndexByte(el, ':'); i >= 0 {
+		el = el[:i] // an NTFS stream names the file before the colon
+	}
+	el = strings.TrimRight(el, ". ")
+	return strings.EqualFold(el, ".git") || strings.EqualFold(el, "git~1")
+}
+
+// hfsIgnorable are the code points HFS+ drops when it compares names.
+func hfsIgnorable(r rune) bool {
+	switch {
+	case r >= 0x200c && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x206a && r <= 0x206f, r == 0xfeff:
+		return true
+	}
+	return false
 }
 
 // checkSymlink refuses a link whose target leaves the repository or enters .git.

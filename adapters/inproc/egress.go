@@ -127,4 +127,16 @@ func (p *Proxy) EgressAudit() []port.EgressRecord {
 	return p.egress.Audit()
 }
 
-var _ port.EgressAuditor = (*Proxy)(nil)
+// EgressSummary implements port.EgressSummarizer: how many egress records were
+// written and which were summarised away; zero without an egress policy.
+func (p *Proxy) EgressSummary() port.EgressSummary {
+	if p.egress == nil {
+		return port.EgressSummary{}
+	}
+	return p.egress.Summary()
+}
+
+var (
+	_ port.EgressAuditor    = (*Proxy)(nil)
+	_ port.EgressSummarizer = (*Proxy)(nil)
+)

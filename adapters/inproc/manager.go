@@ -176,30 +176,7 @@ func (m *Manager) start(ctx context.Context, spec port.ProxySpec) (*Proxy, error
 
 // validate checks a spec without side effects.
 func validate(spec port.ProxySpec) (*proxyconf.Policy, *url.URL, error) {
-	policy, err := proxyconf.NewPolicy(spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	u, err := url.Parse(spec.Upstream)
-	switch {
-	case err != nil:
-		return nil, nil, port.Invalidf("upstream %q is not a URL", spec.Upstream)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, nil, port.Invalidf("upstream %q is not an http or https URL", spec.Upstream)
-	case u.Host == "" || u.Opaque != "":
-		return nil, nil, port.Invalidf("upstream %q has no host", spec.Upstream)
-	case u.User != nil:
-		return nil, nil, port.Invalidf("upstream URL has user info; pass the key as APIKey")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, nil, port.Invalidf("upstream %q has a query or fragment", spec.Upstream)
-	}
-	if spec.Budget.MaxCalls < 0 || spec.Budget.MaxTokens < 0 {
-		return nil, nil, port.Invalidf("budget is negative")
-	}
-	if err := port.ValidateLabels(spec.Labels); err != nil {
-		return nil, nil, err
-	}
-	return policy, u, nil
+	return proxyconf.ValidateSpec(spec)
 }
 
 // dirName is <runID>-<random>, with the run id shortened if the socket path would not

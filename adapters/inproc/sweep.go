@@ -32,13 +32,8 @@ const liveProbeTimeout = time.Second
 // failures are in the report and do not stop the sweep.
 func (m *Manager) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
-	if opts.RunID != "" {
-		if err := port.ValidateRunID(opts.RunID); err != nil {
-			return rep, opErr("Sweep", opts.RunID, err)
-		}
-	}
-	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", opts.RunID, port.Invalidf("OlderThan is negative"))
+	if err := opts.Validate(); err != nil {
+		return rep, opErr("Sweep", opts.RunID, err)
 	}
 	od := m.ownerDir()
 	entries, err := os.ReadDir(od)

@@ -211,26 +211,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 	if !req.Since.IsZero() && !req.Until.IsZero() && req.Until.Before(req.Since) {
 		return nil, fail(port.Invalidf("run ends (%s) before it starts (%s)", req.Until, req.Since))
 	}
-	st := &run{req: req, ids: map[string]int{}, runBytes: []byte(req.RunID), seenAnom: map[string]bool{}, maxReq: r.cfg.maxRequests}
-	for _, c := range req.Calls {
-		if c.Blocked != "" || (c.CallID == "" && c.RequestID == "") {
-			continue
-		}
-		if (c.CallID != "" && st.has(c.CallID)) || (c.RequestID != "" && st.has(c.RequestID)) {
-			continue // the same call audited twice is billed once
-		}
-		key := c.CallID
-		if key == "" {
-			key = c.RequestID
-		}
-		i := len(st.calls)
-		st.calls = append(st.calls, billable{key: key, at: c.Time, until: c.Time.Add(c.Latency), model: c.Model})
-		for _, id := range []string{c.CallID, c.RequestID} {
-			if id != "" {
-				st.ids[id] = i
-			}
-		}
-	}
+	st := newRun(req)
+	st.maxReq = r.cfg.maxRequests
 	rec := &port.Reconciliation{}
 	if len(st.calls) == 0 {
 		return rec, nil
@@ -284,6 +266,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 	if len(rec.Missing) == 0 {
 		return rec, nil
 	}
+	return rec, fail(st.missingError(rec, lastErr, ctx.Err()))
+}
+
+// newRun is the reconciliation state of req: its billable calls (not blocked, with
+// a call or request id, each call once however often it was audited).
+func newRun(req port.ReconcileRequest) *run {
+	st := &run{req: req, ids: map[string]int{}, runBytes: []byte(req.RunID), seenAnom: map[string]bool{}}
+	for _, c := range req.Calls {
+		if c.Blocked != "" || (c.CallID == "" && c.RequestID == "") {
+			continue
+		}
+		if (c.CallID != "" && st.has(c.CallID)) || (c.RequestID != "" && st.has(c.RequestID)) {
+			continue // the same call audited twice is billed once
+		}
+		key := c.CallID
+		if key == "" {
+			key = c.RequestID
+		}
+		i := len(st.calls)
+		st.calls = append(st.calls, billable{key: key, at: c.Time, until: c.Time.Add(c.Latency), model: c.Model})
+		for _, id := range []string{c.CallID, c.RequestID} {
+			if id != "" {
+				st.ids[id] = i
+			}
+		}
+	}
+	return st
+}
+
+// missingError explains the calls rec still misses: absent ones (port.ErrUnattributed),
+// misattributed ones (*MisattributedError), the last poll error and ctxErr when
+// the wait ended unsettled.
+func (st *run) missingError(rec *port.Reconciliation, lastErr, ctxErr error) error {
+	req := st.req
 	var errs []error
 	errs = append(errs, st.bad...)
 	if absent := len(rec.Missing) - st.wrong - len(st.bad); absent > 0 {
@@ -308,10 +324,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 	if lastErr != nil {
 		errs = append(errs, lastErr)
 	}
-	if ctx.Err() != nil && !st.settled() {
-		errs = append(errs, ctx.Err())
+	if ctxErr != nil && !st.settled() {
+		errs = append(errs, ctxErr)
 	}
-	return rec, fail(errors.Join(errs...))
+	return errors.Join(errs...)
 }
 
 // poll walks the run's window with the end_user filter, then, if calls are still

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -59,4 +60,19 @@ func opErr(op, runID string, err error) error {
 		return nil
 	}
 	return &port.OpError{Op: "nomad." + op, RunID: runID, Err: err}
+}
+
+// ErrNodeLost reports a run whose client node the servers lost (its agent died or
+// is partitioned away) while it ran: the run's output beyond what live writers got
+// is on that node. The job is stopped but kept, so Nomad stops the sandbox when the
+// node returns and a later Sweep purges it then. It wraps port.ErrUnavailable.
+var ErrNodeLost = fmt.Errorf("%w: nomad: the sandbox's client node was lost", port.ErrUnavailable)
+
+// StopAfterClientDisconnect is how long a client cut off from the servers lets a
+// sandbox run before it stops it (the task group's stop_after_client_disconnect).
+const StopAfterClientDisconnect = 30 * time.Second
+
+// lostStatus reports an allocation whose node the servers lost.
+func lostStatus(status string) bool {
+	return status == api.AllocClientStatusLost || status == api.AllocClientStatusUnknown
 }

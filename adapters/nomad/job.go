@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -105,7 +106,11 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		// A sandbox runs once: no restart, no reschedule on another node.
 		RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
 		ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
-		Meta:             js.meta,
+		// A client that loses the servers stops the sandbox itself after this (Nomad's
+		// own answer to a partitioned node); a client that died cannot, and the
+		// bridge's deadline inside ends the sandbox then.
+		StopAfterClientDisconnect: ptr(StopAfterClientDisconnect),
+		Meta:                      js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.
 	disk := 10 + agentLogFiles*agentLogFileMB(spec)
@@ -125,69 +130,15 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 	return job
 }
 
+// interpolated reports whether Nomad would interpolate part of a value: it expands
+// ${...} in a task's environment (and in the driver's configuration).
+func interpolated(v string) bool { return strings.Contains(v, "${") }
+
 func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// One rule on every runner: the library's own variables win (port.RunSpec.SandboxEnv).
 	env := spec.SandboxEnv()
-	llm := spec.LLM != nil
-	var entrypoint []string
-	if r.cfg.initPath != "" {
-		names := make([]string, 0, len(env))
-		for k := range env {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		entrypoint = append(entrypoint, initTarget, "-keep", strings.Join(names, ","),
-			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
-		if llm {
-			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
-		}
-		entrypoint = append(entrypoint, "--")
-	}
-	if r.cfg.bridgePath != "" {
-		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
-		if r.cfg.initPath != "" {
-			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
-			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
-		}
-		entrypoint = append(entrypoint, prefix...)
-	}
-	entrypoint = append(entrypoint, spec.Argv...)
-
-	tmpfs := func(target string) map[string]any {
-		return map[string]any{
-			"type": "tmpfs", "target": target, "readonly": false,
-			"tmpfs_options": map[string]any{"size": spec.Limits.TmpfsBytes},
-		}
-	}
-	bind := func(src, target string, ro bool) map[string]any {
-		return map[string]any{"type": "bind", "source": src, "target": target, "readonly": ro}
-	}
-	// Docker gives even a container without a network the host's resolv.conf; an
-	// empty file replaces it (a template would slow every start down).
-	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
-	switch {
-	case js.copyWorkspace:
-		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
-	case spec.WorkspaceDir != "":
-		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
-	}
-	for _, m := range spec.Mounts {
-		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
-	}
-	if llm {
-		if spec.LLM.HostDir != "" {
-			mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
-		} else {
-			// Relative to the task directory: the allocation's shared directory.
-			mounts = append(mounts, bind("../alloc/"+sockSubdir, port.LLMSocketDir, true))
-		}
-	}
-	if r.cfg.bridgePath != "" {
-		mounts = append(mounts, bind(r.cfg.bridgePath, bridgeTarget, true))
-	}
-	if r.cfg.initPath != "" {
-		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
-	}
+	entrypoint, env := r.agentEntrypoint(spec, js, env)
+	mounts := r.agentMounts(spec, js)
 	labels := map[string]string{}
 	for k, v := range js.meta {
 		labels[k] = v
@@ -240,6 +191,105 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		KillTimeout: ptr(2 * time.Second),
 		KillSignal:  "SIGKILL",
 	}
+}
+
+// agentEntrypoint is the agent task's command: the init (keeping env's names,
+// capturing the output), the bridge's prefix, then the run's argv.
+func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) ([]string, map[string]string) {
+	llm := spec.LLM != nil
+	var entrypoint []string
+	if r.cfg.initPath != "" {
+		names := make([]string, 0, len(env))
+		var encoded []string
+		for k, v := range env {
+			names = append(names, k)
+			if interpolated(v) {
+				// Nomad would expand ${...} in the value: it travels base64-encoded
+				// and the init decodes it, so the agent gets it verbatim.
+				encoded = append(encoded, k)
+			}
+		}
+		sort.Strings(names)
+		sort.Strings(encoded)
+		entrypoint = append(entrypoint, initTarget)
+		if len(encoded) > 0 {
+			env = maps.Clone(env)
+			for _, k := range encoded {
+				env[k] = base64.StdEncoding.EncodeToString([]byte(env[k]))
+			}
+			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
+		}
+		entrypoint = append(entrypoint, "-keep", strings.Join(names, ","),
+			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
+		if llm {
+			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
+		}
+		entrypoint = append(entrypoint, "--")
+	}
+	if r.cfg.bridgePath != "" {
+		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
+		if r.cfg.initPath != "" {
+			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
+			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
+		}
+		entrypoint = append(entrypoint, prefix...)
+	}
+	return append(entrypoint, spec.Argv...), env
+}
+
+// agentMounts is what the agent task mounts: tmpfs /tmp and /run, an empty
+// resolv.conf, the workspace, the run's mounts, the LLM socket directory, the
+// bridge and the init.
+func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
+	llm := spec.LLM != nil
+	tmpfs := func(target string) map[string]any {
+		return map[string]any{
+			"type": "tmpfs", "target": target, "readonly": false,
+			"tmpfs_options": map[string]any{"size": spec.Limits.TmpfsBytes},
+		}
+	}
+	bind := func(src, target string, ro bool) map[string]any {
+		return map[string]any{"type": "bind", "source": src, "target": target, "readonly": ro}
+	}
+	// Docker gives even a container without a network the host's resolv.conf; an
+	// empty file replaces it (a template would slow every start down).
+	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
+	// Nomad mounts the allocation's shared directory at /alloc, writable and on the
+	// node's disk with no bound: its subdirectories the sandbox has no business with
+	// on the node are covered by capped tmpfs. With a sidecar, /alloc/tmp is the
+	// proxy's socket directory, which the sandbox cannot write (and sees as Nomad
+	// mounts it); the copied workspace lives in /alloc/data.
+	mounts = append(mounts, tmpfs("/alloc/logs"))
+	if !js.proxy {
+		mounts = append(mounts, tmpfs("/alloc/tmp"))
+	}
+	if !js.copyWorkspace {
+		mounts = append(mounts, tmpfs("/alloc/data"))
+	}
+	switch {
+	case js.copyWorkspace:
+		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
+	case spec.WorkspaceDir != "":
+		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bind(m.Source, m.Target, !m.Writable))
+	}
+	if llm {
+		if spec.LLM.HostDir != "" {
+			mounts = append(mounts, bind(spec.LLM.HostDir, port.LLMSocketDir, true))
+		} else {
+			// Relative to the task directory: the allocation's shared directory.
+			mounts = append(mounts, bind("../alloc/"+sockSubdir, port.LLMSocketDir, true))
+		}
+	}
+	if r.cfg.bridgePath != "" {
+		mounts = append(mounts, bind(r.cfg.bridgePath, bridgeTarget, true))
+	}
+	if r.cfg.initPath != "" {
+		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
+	}
+	return mounts
 }
 
 // sidecar is the proxy task: started before the sandbox and stopped after it

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
@@ -104,12 +106,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		res.Duration = time.Since(start)
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
-	js := jobSpec{id: jobID(spec.RunID), meta: meta(r.cfg.owner, spec.RunID, start), created: start, proxy: proxy != nil}
-	if spec.WorkspaceDir != "" && r.cfg.copyWorkspace {
-		if js.workspace, err = packWorkspace(spec.WorkspaceDir, MaxWorkspaceIn); err != nil {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
-		js.copyWorkspace = true
+	js, err := r.jobSpecOf(spec, proxy != nil, start)
+	if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	job := r.buildJob(spec, js)
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, "job", js.id)
@@ -145,13 +144,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	allocID, err := r.placed(runCtx, reg.EvalID)
-	finishLive := r.startLive(ctx, allocID, spec)
-	liveFinished := false
-	defer func() {
-		if !liveFinished {
-			finishLive(nil)
-		}
-	}()
+	finishLive := once(r.startLive(ctx, allocID, spec))
+	defer finishLive(nil)
 	if err == nil && proxy != nil {
 		proxy.attach(allocID)
 		defer proxy.detach()
@@ -162,6 +156,12 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	}
 	tFinished = time.Now()
 	timedOut := false
+	if errors.Is(err, ErrNodeLost) {
+		// Nothing on that node answers: no kill, no output but what live writers had
+		// (the deferred cleanup stops the job and keeps it for Nomad to reconcile).
+		alloc = nil
+		return fail(port.CodeInternal, err)
+	}
 	if err != nil {
 		if runCtx.Err() == nil {
 			if errors.Is(err, errNotPlaced) {
@@ -176,48 +176,77 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 	}
 	if alloc != nil {
-		if r.observe != nil {
-			r.observe(alloc)
-		}
-		outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
-		finishLive(res)
-		liveFinished = true
-		if proxy != nil {
-			proxy.collect(ctx, r, alloc)
-		}
-		if js.copyWorkspace {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
-			err := copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
-			cancel()
-			if err != nil && !timedOut {
-				return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", err))
-			}
+		var copyErr error
+		outErr, copyErr = r.gather(ctx, alloc, spec, js, res, proxy, finishLive)
+		if copyErr != nil && !timedOut {
+			return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", copyErr))
 		}
 		tCollected = time.Now()
 	}
 	res.Duration = time.Since(start)
 	if outErr != nil && !timedOut {
 		if alloc != nil {
-			if ts := alloc.TaskStates[agentTask]; ts != nil {
-				for _, ev := range ts.Events {
-					if ev.Type == api.TaskTerminated {
-						res.ExitCode = ev.ExitCode
-					}
-				}
-			}
+			res.ExitCode = terminatedExitCode(alloc, res.ExitCode)
 		}
 		return fail(port.CodeInternal, outErr)
 	}
 	if timedOut {
-		cause := context.Cause(runCtx)
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		} else {
-			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		}
-		return fail(port.CodeTimeout, cause)
+		return fail(port.CodeTimeout, adapterutil.DeadlineCause(ctx, spec.Limits.Timeout))
 	}
 	return r.outcome(alloc, spec, res, fail)
+}
+
+// jobSpecOf is the job's identity for spec, with the packed workspace when it is
+// copied (WithWorkspaceCopy).
+func (r *Runner) jobSpecOf(spec port.RunSpec, proxy bool, start time.Time) (jobSpec, error) {
+	js := jobSpec{id: jobID(spec.RunID), meta: meta(r.cfg.owner, spec.RunID, start), created: start, proxy: proxy}
+	if spec.WorkspaceDir != "" && r.cfg.copyWorkspace {
+		var err error
+		if js.workspace, err = packWorkspace(spec.WorkspaceDir, MaxWorkspaceIn); err != nil {
+			return js, err
+		}
+		js.copyWorkspace = true
+	}
+	return js, nil
+}
+
+// gather collects what a finished (or killed) allocation leaves: its output into
+// res (outErr: the output could not be read), the end of its live output, the
+// sidecar's audit, and the workspace copied back (copyErr).
+func (r *Runner) gather(ctx context.Context, alloc *api.Allocation, spec port.RunSpec, js jobSpec, res *port.RunResult, proxy *Proxy, finishLive func(*port.RunResult)) (outErr, copyErr error) {
+	if r.observe != nil {
+		r.observe(alloc)
+	}
+	outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
+	finishLive(res)
+	if proxy != nil {
+		proxy.collect(ctx, r, alloc)
+	}
+	if js.copyWorkspace {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
+		defer cancel()
+		copyErr = copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
+	}
+	return outErr, copyErr
+}
+
+// terminatedExitCode is the agent task's exit code from its last Terminated
+// event, or def when there is none.
+func terminatedExitCode(alloc *api.Allocation, def int) int {
+	if ts := alloc.TaskStates[agentTask]; ts != nil {
+		for _, ev := range ts.Events {
+			if ev.Type == api.TaskTerminated {
+				def = ev.ExitCode
+			}
+		}
+	}
+	return def
+}
+
+// once returns f that runs only on its first call.
+func once(f func(*port.RunResult)) func(*port.RunResult) {
+	var o sync.Once
+	return func(res *port.RunResult) { o.Do(func() { f(res) }) }
 }
 
 // check validates spec at the boundary: the port's rules, then what Nomad's docker
@@ -229,11 +258,28 @@ func (r *Runner) check(spec port.RunSpec) (*Proxy, error) {
 	if err := spec.CheckBridge(r.cfg.bridgePath != ""); err != nil {
 		return nil, err
 	}
+	// A reference that is no image name is bad input here, as on the other runners,
+	// not a driver failure after the job is placed.
+	if _, err := reference.ParseNormalizedNamed(spec.Image); err != nil {
+		return nil, port.Invalidf("image %q: %v", spec.Image, err)
+	}
 	if spec.Network.Internal != "" {
 		return nil, fmt.Errorf("%w: nomad: internal networks (the sandbox always has none)", port.ErrUnsupported)
 	}
 	if n := spec.Limits.NanoCPUs; n > 0 && n%1e9 != 0 {
 		return nil, fmt.Errorf("%w: nomad: a CPU limit of %v cores; only whole cores can be reserved", port.ErrUnsupported, float64(n)/1e9)
+	}
+	// Nomad expands ${...} in a task's environment and driver configuration: a value
+	// must reach the agent verbatim or be refused, never changed silently.
+	for k, v := range spec.Env {
+		if interpolated(v) && r.cfg.initPath == "" {
+			return nil, fmt.Errorf("%w: nomad: the value of %s contains ${, which Nomad would interpolate; WithInit passes such values verbatim", port.ErrUnsupported, k)
+		}
+	}
+	for _, a := range spec.Argv {
+		if interpolated(a) {
+			return nil, fmt.Errorf("%w: nomad: an argument contains ${, which Nomad would interpolate; pass it in the environment (with WithInit)", port.ErrUnsupported)
+		}
 	}
 	if len(spec.Argv) == 0 && (r.cfg.bridgePath != "" || r.cfg.initPath != "") {
 		return nil, port.Invalidf("argv is empty: on Nomad the image's own command is not known to the host, so give the argv")
@@ -315,6 +361,9 @@ func (r *Runner) finished(ctx context.Context, allocID string) (*api.Allocation,
 			return nil, fmt.Errorf("allocation %s: %w", allocID, classify(err))
 		}
 		idx = meta.LastIndex
+		if lostStatus(a.ClientStatus) {
+			return a, fmt.Errorf("%w: allocation %s on node %s is %s", ErrNodeLost, a.ID, a.NodeName, a.ClientStatus)
+		}
 		if a.ClientTerminalStatus() {
 			return a, nil
 		}
@@ -429,12 +478,34 @@ func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, 
 	if alloc != nil {
 		allocs[alloc.ID] = alloc
 	}
+	var lost []string
+	if alloc != nil && lostStatus(alloc.ClientStatus) {
+		lost = append(lost, alloc.ID+" on node "+alloc.NodeName)
+	}
 	if stubs, _, err := r.api.Jobs().Allocations(job, true, (&api.QueryOptions{}).WithContext(ctx)); err == nil {
 		for _, s := range stubs {
 			if allocs[s.ID] == nil {
 				allocs[s.ID] = &api.Allocation{ID: s.ID, NodeID: s.NodeID}
 			}
+			if lostStatus(s.ClientStatus) && (alloc == nil || s.ID != alloc.ID) {
+				lost = append(lost, s.ID+" on node "+s.NodeName)
+			}
 		}
+	}
+	if len(lost) > 0 {
+		// Its sandbox may still run on a node the servers cannot reach: purging the
+		// job would hide it. Stopped, the job stays: Nomad stops the sandbox when the
+		// node comes back, and a later Sweep purges the job then.
+		if _, _, err := r.api.Jobs().Deregister(job, false, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+			return fmt.Errorf("stop job %s: %w", job, err)
+		}
+		// The key goes now: the lost node's sidecar has it already rendered.
+		if proxy {
+			if _, err := r.api.Variables().Delete(variablePath(job), (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+				return fmt.Errorf("delete proxy variable of %s: %w", job, err)
+			}
+		}
+		return fmt.Errorf("%w: job %s kept (stopped) for a later Sweep: allocation %s", ErrNodeLost, job, strings.Join(lost, ", "))
 	}
 	if _, _, err := r.api.Jobs().Deregister(job, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("purge job %s: %w", job, err))

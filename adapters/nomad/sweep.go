@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -14,16 +15,14 @@ import (
 // Sweep purges the jobs of this runner's owner (found by their meta) older than
 // opts.OlderThan, optionally only those of one run, with their allocations and proxy
 // variables; also proxy variables whose job is gone. Only jobs whose meta names this
-// owner are ever touched. Implements port.Sweeper.
+// owner are ever touched. A job with an allocation on a node the servers lost is
+// stopped but kept (its sandbox may still run there; Nomad stops it when the node
+// returns) and reported in Errors as ErrNodeLost, for a later Sweep. Implements
+// port.Sweeper.
 func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
-	if opts.RunID != "" {
-		if err := port.ValidateRunID(opts.RunID); err != nil {
-			return rep, opErr("Sweep", opts.RunID, err)
-		}
-	}
-	if opts.OlderThan < 0 {
-		return rep, opErr("Sweep", "", port.Invalidf("OlderThan is negative"))
+	if err := opts.Validate(); err != nil {
+		return rep, opErr("Sweep", opts.RunID, err)
 	}
 	prefix := jobPrefix
 	if opts.RunID != "" {
@@ -49,6 +48,10 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		}
 		if err := r.remove(ctx, j.ID, nil, true); err != nil {
 			rep.Errors = append(rep.Errors, err)
+			if errors.Is(err, ErrNodeLost) {
+				// Kept: its sandbox may run on a node that is gone for now.
+				rep.Removed = rep.Removed[:len(rep.Removed)-1]
+			}
 		}
 	}
 	// A variable outlives its job only when a host died between writing it and

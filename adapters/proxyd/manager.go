@@ -17,10 +17,11 @@ type Manager struct {
 }
 
 var (
-	_ port.ProxyManager  = (*Manager)(nil)
-	_ port.Proxy         = (*Proxy)(nil)
-	_ port.Attester      = (*Proxy)(nil)
-	_ port.EgressAuditor = (*Proxy)(nil)
+	_ port.ProxyManager     = (*Manager)(nil)
+	_ port.Proxy            = (*Proxy)(nil)
+	_ port.Attester         = (*Proxy)(nil)
+	_ port.EgressAuditor    = (*Proxy)(nil)
+	_ port.EgressSummarizer = (*Proxy)(nil)
 )
 
 // Option configures a Manager.
@@ -170,8 +171,10 @@ type Proxy struct {
 	stopped bool
 	audit   []port.AuditRecord
 	egress  []port.EgressRecord
-	attest  *port.Attestation
-	stopErr error
+	// egressSum is the daemon's count of the run's egress records, after Stop.
+	egressSum *port.EgressSummary
+	attest    *port.Attestation
+	stopErr   error
 }
 
 // Registration is what the daemon answered to the registration (socket, token).
@@ -201,6 +204,7 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 		p.audit = out.Audit
 		p.mu.Lock()
 		p.attest, p.egress, p.stopped = out.Attestation, out.Egress, true
+		p.egressSum = out.EgressSummary
 		p.mu.Unlock()
 		// The daemon cannot call the host back: the policy's OnAudit gets the
 		// run's egress records when it ends, not one by one.
@@ -217,6 +221,18 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 func (p *Proxy) Audit(ctx context.Context) ([]port.AuditRecord, error) {
 	page, err := p.m.c.Audit(ctx, p.reg.ID, 0)
 	return page.Records, err
+}
+
+// EgressSummary implements port.EgressSummarizer: how many egress records the daemon
+// wrote for the run and which it summarised away; known once the run is stopped
+// (zero before, and without egress).
+func (p *Proxy) EgressSummary() port.EgressSummary {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.egressSum == nil {
+		return port.EgressSummary{}
+	}
+	return *p.egressSum
 }
 
 // EgressAudit implements port.EgressAuditor: the run's egress records, from the

@@ -136,6 +136,8 @@ type DeregisterResponse struct {
 	Error string `json:"error,omitempty"`
 	// Egress is the run's egress audit (with an egress policy).
 	Egress []port.EgressRecord `json:"egress,omitempty"`
+	// EgressSummary counts the egress records written and those not kept, per guard.
+	EgressSummary *port.EgressSummary `json:"egress_summary,omitempty"`
 }
 
 // EgressAudit is a run's egress records so far.

@@ -9,6 +9,11 @@
 // line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
 // command never sees the channel the run came through.
 //
+// With -output-cap N the command's output passes through the bridge, so the command
+// never blocks on it: what no one reads yet (a long-running sandbox whose host is
+// away) is kept up to N bytes per stream, and what is dropped beyond is counted in a
+// line on that stream.
+//
 // With -expose-dir DIR -expose PORT (repeatable) it also listens on DIR/PORT.sock and
 // forwards each connection to 127.0.0.1:PORT: how a long-running sandbox's host reaches
 // a port its process listens on, through a directory mounted from the host.
@@ -57,6 +62,7 @@ func run(args []string, stderr io.Writer) int {
 	var expose exposeFlag
 	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
+	outputCap := fs.Int("output-cap", 0, "pass the command's output through the bridge, keeping up to this many `bytes` per stream that no one reads yet (the command never blocks on output)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
 		fs.PrintDefaults()
@@ -90,6 +96,7 @@ func run(args []string, stderr io.Writer) int {
 	cfg.EgressSocket = *egressSocket
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
+	cfg.OutputCap = *outputCap
 	code, err := bridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, bridge.ErrDeadline):

@@ -92,8 +92,25 @@ func run(src, out, baseHex, branch string, maxCommits int, lim limits) (*result,
 		return nil, &refusal{rule: "layout", msg: ".git is not a directory"}
 	}
 	// Alternates resolve inside the same read-only tree, never on a host path.
-	fs := osfs.New(dotgit, osfs.WithBoundOS())
+	fs := newRegularFS(osfs.New(dotgit, osfs.WithBoundOS()))
+	// Files go-git may or may not open (packed-refs only when a loose ref is missing):
+	// a FIFO there is refused whether or not this export would have read it.
+	for _, name := range []string{"HEAD", "packed-refs", "shallow", "commondir", "objects/info/alternates", "objects/info/packs"} {
+		if err := fs.check(name); err != nil {
+			return nil, err
+		}
+	}
 	st := filesystem.NewStorageWithOptions(fs, cache.NewObjectLRU(32<<20), filesystem.Options{AlternatesFS: fs})
+	res, err := export(st, out, base, ref, maxCommits, lim)
+	if r := fs.seen.get(); r != nil {
+		os.Remove(out)
+		return nil, r
+	}
+	return res, err
+}
+
+func export(st *filesystem.Storage, out string, base plumbing.Hash, ref plumbing.ReferenceName, maxCommits int, lim limits) (*result, error) {
+	branch := ref.Short()
 
 	r, err := st.Reference(ref)
 	if err != nil {

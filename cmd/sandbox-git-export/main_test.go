@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
@@ -111,4 +113,45 @@ func TestExportRefusals(t *testing.T) {
 	os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: "+filepath.Join(dir, ".git")+"\n"), 0o644)
 	_, err = run(wt, out(), base, "main", 10, lim)
 	refused(err, "layout")
+}
+
+// A FIFO where git keeps a file is refused at once with the layout rule and its path,
+// never opened (an open would block until the export sandbox's timeout).
+func TestExportRefusesFIFOs(t *testing.T) {
+	lim := limits{file: 1 << 20, total: 1 << 20}
+	for name, place := range map[string]func(dir, tip string) string{
+		"packed-refs": func(dir, _ string) string { return "packed-refs" },
+		"loose ref": func(dir, _ string) string {
+			os.Remove(filepath.Join(dir, ".git/refs/heads/main"))
+			return "refs/heads/main"
+		},
+		"object": func(dir, tip string) string {
+			p := "objects/" + tip[:2] + "/" + tip[2:]
+			os.Remove(filepath.Join(dir, ".git", p))
+			return p
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir, base := repo(t)
+			tip := commit(t, dir, "b")
+			rel := place(dir, tip)
+			if err := syscall.Mkfifo(filepath.Join(dir, ".git", rel), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := run(dir, filepath.Join(t.TempDir(), "x.bundle"), base, "main", 10, lim)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				var r *refusal
+				if !errors.As(err, &r) || r.rule != "layout" || r.path != ".git/"+rel {
+					t.Fatalf("err = %v (%+v), want layout at .git/%s", err, r, rel)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the exporter blocked on the FIFO")
+			}
+		})
+	}
 }

@@ -3,7 +3,7 @@
 // its argv (normally the sandbox bridge) with stdout and stderr captured into capped
 // files that the host reads through Nomad's file system API.
 //
-//	sandbox-nomad-init [-keep NAME,...] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...
+//	sandbox-nomad-init [-keep NAME,...] [-b64 NAME,...] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...
 //	sandbox-nomad-init -unpack TAR -into DIR
 //
 // With -unpack it only unpacks a workspace (regular files and directories; nothing
@@ -32,6 +32,7 @@ package main
 
 import (
 	"archive/tar"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,6 +53,7 @@ const exitFailed = 125
 func main() {
 	fs := flag.NewFlagSet("sandbox-nomad-init", flag.ContinueOnError)
 	keep := fs.String("keep", "", "comma-separated `names` of the variables to keep (besides PATH, HOME, HOSTNAME)")
+	b64 := fs.String("b64", "", "comma-separated `names` of kept variables whose values arrive base64-encoded (so Nomad cannot interpolate them): decoded before the command starts")
 	wait := fs.String("wait", "", "unix `socket` to wait for before starting argv")
 	waitTimeout := fs.Duration("wait-timeout", 30*time.Second, "how long to wait for -wait")
 	stdout := fs.String("stdout", "", "`file` the command's stdout goes to")
@@ -70,7 +72,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-nomad-init [-keep NAMES] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...")
 		os.Exit(exitFailed)
 	}
-	env := environment(*keep)
+	env, err := decode(environment(*keep), *b64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
+		os.Exit(exitFailed)
+	}
 	if *wait != "" {
 		waitFor(*wait, *waitTimeout)
 	}
@@ -98,6 +104,29 @@ func environment(keep string) []string {
 		}
 	}
 	return env
+}
+
+// decode replaces the base64 values of the variables named in names with what they
+// encode: values Nomad would otherwise have interpolated (${...}).
+func decode(env []string, names string) ([]string, error) {
+	set := map[string]bool{}
+	for _, k := range strings.Split(names, ",") {
+		if k != "" {
+			set[k] = true
+		}
+	}
+	for i, kv := range env {
+		name, v, _ := strings.Cut(kv, "=")
+		if !set[name] {
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(v)
+		if err != nil {
+			return nil, fmt.Errorf("variable %s: not base64: %v", name, err)
+		}
+		env[i] = name + "=" + string(raw)
+	}
+	return env, nil
 }
 
 // waitFor dials socket until it accepts a connection or timeout passes; the command

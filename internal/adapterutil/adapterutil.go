@@ -3,10 +3,13 @@
 package adapterutil
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -55,4 +58,26 @@ func ValidateBridge(path string) error {
 		return port.Invalidf("bridge binary %s is not an executable file", path)
 	}
 	return nil
+}
+
+// DeadlineCause is why a run whose context (a child of ctx with the run's time
+// limit) ended was stopped: the caller's cause when ctx itself ended, else the
+// run's own limit.
+func DeadlineCause(ctx context.Context, limit time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("run exceeded its %v limit", limit)
+}
+
+// EgressOn says the run's socket directory serves egress.
+func EgressOn(spec port.RunSpec) bool { return spec.LLM != nil && spec.LLM.Egress }
+
+// EgressPrefix adds the bridge's egress listener to its command line (prefix) when
+// the run has egress.
+func EgressPrefix(spec port.RunSpec, prefix []string) []string {
+	if !EgressOn(spec) {
+		return prefix
+	}
+	return bridge.WithEgress(prefix)
 }

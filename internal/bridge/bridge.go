@@ -102,6 +102,12 @@ type Config struct {
 	// Stdin, Stdout and Stderr are the child's; nil means the bridge's own. They are
 	// files so the child gets them directly, with no copying goroutines.
 	Stdin, Stdout, Stderr *os.File
+	// OutputCap, when positive, passes the child's stdout and stderr through the
+	// bridge (see spool.go) so the child never blocks on output: what the bridge's own
+	// Stdout or Stderr cannot take yet (a long-running sandbox with no host reading)
+	// is kept up to OutputCap bytes per stream, the oldest dropped beyond and counted
+	// in a DroppedNotice line on that stream.
+	OutputCap int
 	// Reap makes the bridge reap every child process that ends, not only its own:
 	// orphans are re-parented to PID 1 (or to a subreaper) and would stay zombies. It
 	// is turned on automatically when the bridge is PID 1.
@@ -143,35 +149,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitBridgeFailed, err
 	}
 	log := cfg.Logger
-
-	if !cfg.NoForward {
-		ln, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			return ExitBridgeFailed, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
-		}
-		fw := newRelay(ln, cfg.Socket, log) // token.go: HTTP with the run token, or raw
-		go fw.serve()
-		defer fw.close()
-		if cfg.Ready != nil {
-			cfg.Ready(ln.Addr())
-		}
-	}
-	stopEgress, err := startEgress(cfg)
+	stopServices, err := startServices(cfg)
 	if err != nil {
 		return ExitBridgeFailed, err
 	}
-	defer stopEgress()
-
-	if cfg.Subreaper {
-		if err := setSubreaper(); err != nil {
-			return ExitBridgeFailed, fmt.Errorf("bridge: become a subreaper: %w", err)
-		}
-	}
-	closeExposed, err := exposeAll(cfg, log)
-	if err != nil {
-		return ExitBridgeFailed, err
-	}
-	defer closeExposed()
+	defer stopServices()
 
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	if cmd.Err != nil {
@@ -180,6 +162,35 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	cmd.Env = cfg.Env
 	cmd.Dir = cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
+	var spools []*spool
+	if cfg.OutputCap > 0 {
+		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap)
+		if err != nil {
+			return ExitBridgeFailed, err
+		}
+		se, we, err := newSpool("stderr", cfg.Stderr, cfg.OutputCap)
+		if err != nil {
+			_ = wo.Close()
+			return ExitBridgeFailed, err
+		}
+		spools = []*spool{so, se}
+		cmd.Stdout, cmd.Stderr = wo, we
+		// The child has its own copies once started (or never will): ours would keep
+		// the spools from seeing the end of its output.
+		defer wo.Close()
+		defer we.Close()
+	}
+	flush := func() {
+		if len(spools) == 0 {
+			return
+		}
+		_ = cmd.Stdout.(*os.File).Close()
+		_ = cmd.Stderr.(*os.File).Close()
+		until := time.Now().Add(SpoolFlushGrace)
+		for _, s := range spools {
+			s.flush(until)
+		}
+	}
 
 	// Subscribe before the child exists so that no signal (or SIGCHLD) is missed.
 	sigs := make(chan os.Signal, 16)
@@ -202,7 +213,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
 	oomBefore, oomKnown := oomKills()
 	if err := cmd.Start(); err != nil {
+		flush()
 		return execFailure(cfg.Argv[0], err)
+	}
+	if len(spools) > 0 {
+		_ = cmd.Stdout.(*os.File).Close()
+		_ = cmd.Stderr.(*os.File).Close()
 	}
 	pid := cmd.Process.Pid
 	log.Debug("bridge: child started", slog.Int("pid", pid))
@@ -224,6 +240,65 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, ErrDeadline)
 		defer cancel()
 	}
+	oomKilled := func() bool {
+		n, ok := oomKills()
+		return oomKnown && ok && n > oomBefore
+	}
+	return supervise(ctx, cfg, cmd, exited, sigs, oomKilled, flush)
+}
+
+// startServices starts what the bridge serves beside the child, before it runs:
+// the forwarding listener, the egress listener, the subreaper role and the exposed
+// ports. stop ends them (in the reverse order); on error, what was started is
+// stopped already.
+func startServices(cfg Config) (stop func(), err error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	if !cfg.NoForward {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: listen on %s: %w", cfg.Listen, err)
+		}
+		fw := newRelay(ln, cfg.Socket, cfg.Logger) // token.go: HTTP with the run token, or raw
+		go fw.serve()
+		stops = append(stops, fw.close)
+		if cfg.Ready != nil {
+			cfg.Ready(ln.Addr())
+		}
+	}
+	stopEgress, err := startEgress(cfg)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stopEgress)
+	if cfg.Subreaper {
+		if err := setSubreaper(); err != nil {
+			return nil, fmt.Errorf("bridge: become a subreaper: %w", err)
+		}
+	}
+	closeExposed, err := exposeAll(cfg, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, closeExposed)
+	return stopAll, nil
+}
+
+// supervise waits for the child's exit code (from exited), forwarding signals to
+// it; when ctx ends, the child gets SIGTERM and, after KillGrace, SIGKILL. At the
+// exit, flush passes on what the output spools hold; an exit by SIGKILL that
+// oomKilled confirms is reported on stderr (OOMNotice).
+func supervise(ctx context.Context, cfg Config, cmd *exec.Cmd, exited <-chan int, sigs <-chan os.Signal, oomKilled func() bool, flush func()) (int, error) {
+	log := cfg.Logger
 	var (
 		ctxDone <-chan struct{} = ctx.Done()
 		kill    <-chan time.Time
@@ -232,10 +307,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		select {
 		case code := <-exited:
 			log.Debug("bridge: child exited", slog.Int("code", code))
-			if code == 128+int(syscall.SIGKILL) && oomKnown {
-				if n, ok := oomKills(); ok && n > oomBefore {
-					_, _ = io.WriteString(cfg.Stderr, OOMNotice)
-				}
+			flush()
+			if code == 128+int(syscall.SIGKILL) && oomKilled() {
+				_, _ = io.WriteString(cfg.Stderr, OOMNotice)
 			}
 			if ctx.Err() != nil {
 				return code, context.Cause(ctx)

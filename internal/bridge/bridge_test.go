@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	bridgebuild "github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -58,12 +60,7 @@ func needSh(t *testing.T) {
 }
 
 // shortDir is a temporary directory with a short path, for unix sockets.
-func shortDir(t *testing.T) string {
-	d, err := os.MkdirTemp("", "br")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+func shortDir(t *testing.T) string { return testenv.ShortDir(t, "br") }
 
 // socketHTTP serves h on a unix socket and returns the socket's path.
 func socketHTTP(t *testing.T, h http.Handler) string {
@@ -76,12 +73,9 @@ func socketHTTP(t *testing.T, h http.Handler) string {
 	return sock
 }
 
+// freePort is a free loopback address.
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))
 }
 
 func outFile(t *testing.T) *os.File {

@@ -24,49 +24,12 @@ import (
 // TLS terminated with the run's CA otherwise.
 func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	rec := port.EgressRecord{Time: time.Now().UTC(), Mode: "tunnel", Method: "CONNECT", Scheme: "https"}
-	hostS, portS, err := net.SplitHostPort(r.Host)
-	if err != nil {
-		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: clip(r.Host, 256), Message: "CONNECT needs host:port"})
-		return
-	}
-	portN, err := strconv.Atoi(portS)
-	if err != nil || portN < 1 || portN > 65535 {
-		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: clip(r.Host, 256), Message: "bad port"})
-		return
-	}
-	t := &target{scheme: "https", port: portN}
-	if strings.Contains(hostS, ":") {
-		hostS = "[" + hostS + "]"
-	}
-	if d := p.checkHost(hostS, t, clip(r.Host, 256)); d != nil {
+	t, pr, tlsOK, plainOK, d := p.connectTarget(r, &rec)
+	if d != nil {
 		p.deny(w, rec, d)
 		return
 	}
-	rec.Host = t.host
-	// A CONNECT says nothing of what will flow: TLS for https rules, or plain HTTP
-	// for http rules (Node's fetch tunnels http:// through its proxy too). Which one
-	// is decided by the first byte inside the tunnel.
-	prTLS, dTLS := p.pol.match("https", t.host, t.port, "", false, "", t.hostPort())
-	prPlain, dPlain := p.pol.match("http", t.host, t.port, "", false, "", t.hostPort())
-	switch {
-	case dTLS != nil && dTLS.Guard == port.GuardAmbiguous:
-		p.deny(w, rec, dTLS)
-		return
-	case dPlain != nil && dPlain.Guard == port.GuardAmbiguous:
-		p.deny(w, rec, dPlain)
-		return
-	case dTLS != nil && dPlain != nil:
-		if dTLS.Guard == port.GuardAllowlist && dPlain.Guard != port.GuardAllowlist {
-			dTLS = dPlain // the host is known: say which guard
-		}
-		p.deny(w, rec, dTLS)
-		return
-	}
-	pr := prTLS
-	if pr == nil {
-		pr = prPlain
-	}
-	rec.Provider = pr.id
+	var err error
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		p.deny(w, rec, &port.EgressDenial{Status: 500, Guard: port.GuardRequest, Message: "the connection cannot be taken over"})
@@ -123,7 +86,51 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		p.record(rec)
 		return
 	}
-	p.mitm(client, t, prTLS != nil, prPlain != nil)
+	p.mitm(client, t, tlsOK, plainOK)
+}
+
+// connectTarget checks a CONNECT's host:port and finds its provider: for TLS
+// (tlsOK), for plain HTTP (plainOK), or both; which one a tunnel gets is decided by
+// its first byte. It fills rec's host and provider.
+func (p *Proxy) connectTarget(r *http.Request, rec *port.EgressRecord) (_ *target, _ *provider, tlsOK, plainOK bool, _ *port.EgressDenial) {
+	hostS, portS, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		return nil, nil, false, false, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: clip(r.Host, 256), Message: "CONNECT needs host:port"}
+	}
+	portN, err := strconv.Atoi(portS)
+	if err != nil || portN < 1 || portN > 65535 {
+		return nil, nil, false, false, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: clip(r.Host, 256), Message: "bad port"}
+	}
+	t := &target{scheme: "https", port: portN}
+	if strings.Contains(hostS, ":") {
+		hostS = "[" + hostS + "]"
+	}
+	if d := p.checkHost(hostS, t, clip(r.Host, 256)); d != nil {
+		return nil, nil, false, false, d
+	}
+	rec.Host = t.host
+	// A CONNECT says nothing of what will flow: TLS for https rules, or plain HTTP
+	// for http rules (Node's fetch tunnels http:// through its proxy too). Which one
+	// is decided by the first byte inside the tunnel.
+	prTLS, dTLS := p.pol.match("https", t.host, t.port, "", false, "", t.hostPort())
+	prPlain, dPlain := p.pol.match("http", t.host, t.port, "", false, "", t.hostPort())
+	switch {
+	case dTLS != nil && dTLS.Guard == port.GuardAmbiguous:
+		return nil, nil, false, false, dTLS
+	case dPlain != nil && dPlain.Guard == port.GuardAmbiguous:
+		return nil, nil, false, false, dPlain
+	case dTLS != nil && dPlain != nil:
+		if dTLS.Guard == port.GuardAllowlist && dPlain.Guard != port.GuardAllowlist {
+			dTLS = dPlain // the host is known: say which guard
+		}
+		return nil, nil, false, false, dTLS
+	}
+	pr := prTLS
+	if pr == nil {
+		pr = prPlain
+	}
+	rec.Provider = pr.id
+	return t, pr, prTLS != nil, prPlain != nil, nil
 }
 
 func (p *Proxy) track(c net.Conn) bool {
@@ -217,6 +224,8 @@ func (p *Proxy) mitm(client net.Conn, t *target, allowTLS, allowPlain bool) {
 	first, err := br.Peek(1)
 	_ = client.SetReadDeadline(time.Time{})
 	if err != nil {
+		p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "tunnel", Method: "CONNECT", Scheme: "https", Host: t.host,
+			Status: http.StatusBadRequest, Guard: port.GuardRequest, Error: "the tunnel closed before its first byte"})
 		_ = client.Close()
 		return
 	}
@@ -252,6 +261,9 @@ func (p *Proxy) mitm(client net.Conn, t *target, allowTLS, allowPlain bool) {
 		if sniBad.Load() {
 			p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "mitm", Method: "CONNECT", Scheme: "https", Host: t.host,
 				Status: http.StatusForbidden, Guard: port.GuardRequest, Error: "TLS server name differs from the CONNECT host"})
+		} else {
+			p.record(port.EgressRecord{Time: time.Now().UTC(), Mode: "mitm", Method: "CONNECT", Scheme: "https", Host: t.host,
+				Status: http.StatusBadRequest, Guard: port.GuardRequest, Error: "the TLS handshake inside the tunnel failed"})
 		}
 		_ = tc.Close()
 		return
@@ -290,6 +302,7 @@ func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			handled(r)
 			u := *r.URL
 			if !u.IsAbs() {
 				u.Scheme, u.Host = scheme, r.Host
@@ -316,6 +329,17 @@ func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
 			p.serveForward(w, r, mode, &u, "", false, 0)
 		}),
 	}
+	// A tunnel that never carries a request the handler sees (garbage, a request the
+	// parser refused, nothing at all) is an attempt too: it is recorded.
+	base := port.EgressRecord{Mode: mode, Scheme: scheme, Host: t.host}
+	p.parseAudit(srv, base, func(ct *connTrack) {
+		if ct.served.Load() == 0 && !ct.pending.Load() {
+			rec := base
+			rec.Time, rec.Method, rec.Status, rec.Guard = time.Now().UTC(), "CONNECT", http.StatusBadRequest, port.GuardRequest
+			rec.Error = "the tunnel closed without a request"
+			p.record(rec)
+		}
+	})
 	ln := newOneConnListener(c)
 	_ = srv.Serve(ln)
 	<-ln.closed

@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"io"
 	"net"
@@ -141,67 +143,31 @@ var unbrace = strings.NewReplacer("%7B", "{", "%7b", "{", "%7D", "}", "%7d", "}"
 // truncates the response (the endpoint).
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string, u *url.URL, want string, substBody bool, limit int64) {
 	rec := port.EgressRecord{Time: time.Now().UTC(), Mode: mode, Method: clip(r.Method, 16)}
-	t, d := p.checkTarget(u)
+	t, pr, d := p.admit(r, &rec, mode, u, want)
 	if d != nil {
 		p.deny(w, rec, d)
-		return
-	}
-	rec.Scheme, rec.Host, rec.Path = t.scheme, clip(t.host, 256), t.display()
-	if mode == "mitm" && t.scheme != "https" {
-		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "plain http inside a TLS tunnel"})
-		return
-	}
-	if !allowedMethods[r.Method] {
-		p.deny(w, rec, &port.EgressDenial{Status: 403, Guard: port.GuardMethod, Target: t.host, Message: "method " + clip(r.Method, 16) + " is not proxied"})
-		return
-	}
-	pr, d := p.pol.match(t.scheme, t.host, t.port, t.path, true, want, t.host)
-	if d != nil {
-		p.deny(w, rec, d)
-		return
-	}
-	rec.Provider = pr.id
-	if pr.tunnelOnly {
-		p.deny(w, rec, &port.EgressDenial{Status: 403, Guard: port.GuardAllowlist, Target: t.host, Message: "the provider is tunnel-only: reach it with CONNECT"})
-		return
-	}
-	if p.runBytes.Load() >= p.maxRun {
-		p.deny(w, rec, &port.EgressDenial{Status: 403, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"})
 		return
 	}
 	h := r.Header.Clone()
 	cleanRequestHeaders(h)
 	escPath, rawQuery := unbrace.Replace(t.escPath), unbrace.Replace(t.rawQuery)
-	names := Placeholders(escPath + "\n" + rawQuery)
-	for _, vs := range h {
-		for _, v := range vs {
-			for _, n := range Placeholders(v) {
-				if !contains(names, n) {
-					names = append(names, n)
-				}
-			}
-		}
+	// Each credential goes only where its placement allows: a placeholder anywhere
+	// else is refused before any value is fetched.
+	pc := &placer{pr: pr, host: t.host}
+	if d := pc.request(escPath, rawQuery, h); d != nil {
+		p.deny(w, rec, d)
+		return
 	}
 	// Body substitution is opt-in, on every way in (the endpoint reads the header
 	// before this; curl can send it through the forward proxy too).
 	substBody = substBody || strings.EqualFold(r.Header.Get("X-Substitute-Body"), "true")
-	var body []byte
-	if substBody && r.Body != nil && r.Body != http.NoBody {
-		var err error
-		body, err = io.ReadAll(io.LimitReader(r.Body, p.maxReq+1))
-		if err != nil {
-			p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the request body could not be read"})
-			return
-		}
-		if int64(len(body)) > p.maxReq {
-			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"})
-			return
-		}
-		for _, n := range Placeholders(string(body)) {
-			if !contains(names, n) {
-				names = append(names, n)
-			}
-		}
+	body, d := p.substitutableBody(r, substBody, t)
+	if d == nil && body != nil {
+		d = pc.check(Placeholders(string(body)), "the body", func(pl *placement) bool { return pl.body })
+	}
+	if d != nil {
+		p.deny(w, rec, d)
+		return
 	}
 	// A provider with credentials gets them only through placeholders: credential
 	// headers the agent wrote out in full are dropped.
@@ -212,10 +178,14 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 			}
 		}
 	}
+	names := pc.names
 	vals, d := resolve(r.Context(), p.pol.src.Credentials, p.cfg.RunID, pr, names, t.host)
 	if d != nil {
 		p.deny(w, rec, d)
 		return
+	}
+	if len(vals) > 0 {
+		rec.Credentials = names
 	}
 	for k, vs := range h {
 		for i, v := range vs {
@@ -227,33 +197,12 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	if red != nil {
 		h.Del("Accept-Encoding") // the reflection guard reads plain bodies
 	}
-	outURL := t.scheme + "://" + t.hostPort() + Substitute(escPath, vals, url.PathEscape)
-	if rawQuery != "" {
-		outURL += "?" + Substitute(rawQuery, vals, url.QueryEscape)
-	}
-	ou, err := url.Parse(outURL)
-	if err != nil || ou.Host != t.hostPort() {
-		p.deny(w, rec, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the URL is malformed after substitution"})
-		return
-	}
 	ctx := r.Context()
-	out := (&http.Request{Method: r.Method, URL: ou, Header: h, Host: ou.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(ctx)
 	cnt := &countReader{p: p}
-	switch {
-	case body != nil:
-		b := []byte(Substitute(string(body), vals, nil))
-		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-		rec.ReqBytes = int64(len(b))
-		p.runBytes.Add(int64(len(b)))
-	case r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0:
-		if r.ContentLength > p.maxReq {
-			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"})
-			return
-		}
-		cnt.r, cnt.max = r.Body, p.maxReq
-		out.Body, out.ContentLength = io.NopCloser(cnt), r.ContentLength
-	default:
-		out.Body = http.NoBody
+	out, d := p.outbound(r, t, h, escPath, rawQuery, vals, body, cnt, &rec)
+	if d != nil {
+		p.deny(w, rec, d)
+		return
 	}
 	if d := p.precheck(ctx, t.host, t.host); d != nil {
 		p.deny(w, rec, d)
@@ -261,38 +210,38 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
-		n, cerr := cnt.state()
-		rec.ReqBytes += n
-		if cerr != nil {
-			p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: cerr.Error()})
-			return
-		}
-		if dd := denyFor(err, t.host); dd != nil {
-			p.deny(w, rec, dd)
-			return
-		}
-		rec.Status, rec.Error, rec.Latency = http.StatusBadGateway, clip(red.String(err.Error()), 256), time.Since(rec.Time)
-		p.record(rec)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadGateway)
-		_, _ = io.WriteString(w, `{"error":{"type":"egress_upstream_error","message":"the upstream could not be reached"}}`+"\n")
+		p.upstreamFailed(w, rec, t, cnt, red, err)
 		return
 	}
 	defer resp.Body.Close()
+	var src io.Reader = resp.Body
+	if red != nil {
+		// The request asked for an identity response; an upstream that compresses
+		// anyway is decoded for the reflection guard, or refused when it cannot be.
+		dec, err := decodeBody(resp)
+		if err != nil {
+			rec.ReqBytes, _ = cnt.state()
+			p.deny(w, rec, &port.EgressDenial{Status: http.StatusBadGateway, Guard: port.GuardEncoding, Target: t.host, Message: err.Error()})
+			return
+		}
+		src = &redactReader{r: dec, red: red}
+	}
 	rec.Status = resp.StatusCode
 	wh := w.Header()
 	for k, vs := range resp.Header {
+		if red.Name(k) {
+			continue // a value spelled in a header's name: the header is dropped
+		}
 		for _, v := range vs {
-			wh.Add(k, red.String(v))
+			wh.Add(k, red.Header(v))
 		}
 	}
 	for _, k := range droppedRespHeaders {
 		wh.Del(k)
 	}
-	var src io.Reader = resp.Body
 	if red != nil {
 		wh.Del("Content-Length")
-		src = &redactReader{r: resp.Body, red: red}
+		wh.Del("Content-Encoding")
 	}
 	defer func() {
 		// The transport may still be sending the body when the answer arrives.
@@ -304,6 +253,157 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		rec.Latency = time.Since(rec.Time)
 		p.record(rec)
 	}()
+	p.writeResponse(w, resp.StatusCode, src, red, &rec, limit)
+}
+
+// admit runs the checks a request passes before anything is read or resolved:
+// the target, TLS inside a tunnel, the method, the allowlist (not tunnel-only) and
+// the run's byte cap. It fills rec's target and provider.
+func (p *Proxy) admit(r *http.Request, rec *port.EgressRecord, mode string, u *url.URL, want string) (*target, *provider, *port.EgressDenial) {
+	t, d := p.checkTarget(u)
+	if d != nil {
+		return nil, nil, d
+	}
+	rec.Scheme, rec.Host, rec.Path = t.scheme, clip(t.host, 256), t.display()
+	if mode == "forward" && r.URL.IsAbs() && r.Method != http.MethodConnect {
+		if d := forwardHostOK(r, t); d != nil {
+			return nil, nil, d
+		}
+	}
+	if mode == "mitm" && t.scheme != "https" {
+		return nil, nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "plain http inside a TLS tunnel"}
+	}
+	if !allowedMethods[r.Method] {
+		return nil, nil, &port.EgressDenial{Status: 403, Guard: port.GuardMethod, Target: t.host, Message: "method " + clip(r.Method, 16) + " is not proxied"}
+	}
+	pr, d := p.pol.match(t.scheme, t.host, t.port, t.path, true, want, t.host)
+	if d != nil {
+		return nil, nil, d
+	}
+	rec.Provider = pr.id
+	if pr.tunnelOnly {
+		return nil, nil, &port.EgressDenial{Status: 403, Guard: port.GuardAllowlist, Target: t.host, Message: "the provider is tunnel-only: reach it with CONNECT"}
+	}
+	if p.runBytes.Load() >= p.maxRun {
+		return nil, nil, &port.EgressDenial{Status: 403, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"}
+	}
+	return t, pr, nil
+}
+
+// substitutableBody reads the request body when placeholders in it are to be
+// substituted (within the per-request cap); nil otherwise (the body then streams as
+// it is).
+func (p *Proxy) substitutableBody(r *http.Request, substBody bool, t *target) ([]byte, *port.EgressDenial) {
+	if !substBody || r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, p.maxReq+1))
+	if err != nil {
+		return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the request body could not be read"}
+	}
+	if int64(len(body)) > p.maxReq {
+		return nil, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"}
+	}
+	return body, nil
+}
+
+// placer collects the credential placeholders of a request, refusing one found
+// where its credential's placement does not allow it (the placeholder guard).
+type placer struct {
+	pr    *provider
+	host  string
+	names []string
+}
+
+// check adds the placeholders found in where, or refuses the first not allowed
+// there by ok.
+func (pc *placer) check(found []string, where string, ok func(*placement) bool) *port.EgressDenial {
+	for _, n := range found {
+		if pc.pr.creds[n] && !ok(pc.pr.place(n)) {
+			return &port.EgressDenial{Status: 400, Guard: port.GuardPlaceholder, Target: pc.host,
+				Message: "placeholder {{" + n + "}} may not be placed in " + where + " (see the credential's placement in the policy)"}
+		}
+		if !contains(pc.names, n) {
+			pc.names = append(pc.names, n)
+		}
+	}
+	return nil
+}
+
+// request checks the path, the query and every header value.
+func (pc *placer) request(escPath, rawQuery string, h http.Header) *port.EgressDenial {
+	if d := pc.check(Placeholders(escPath), "the path", func(pl *placement) bool { return pl.path }); d != nil {
+		return d
+	}
+	if d := pc.check(Placeholders(rawQuery), "the query", func(pl *placement) bool { return pl.query }); d != nil {
+		return d
+	}
+	for k, vs := range h {
+		for _, v := range vs {
+			if d := pc.check(Placeholders(v), "the header "+clip(k, 64), func(pl *placement) bool { return pl.headers[k] }); d != nil {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+// outbound builds the upstream request: the URL with its placeholders substituted
+// (and still naming the checked host), the substituted headers, and the body
+// (substituted, or streamed through cnt against the caps).
+func (p *Proxy) outbound(r *http.Request, t *target, h http.Header, escPath, rawQuery string, vals map[string]string, body []byte, cnt *countReader, rec *port.EgressRecord) (*http.Request, *port.EgressDenial) {
+	outURL := t.scheme + "://" + t.hostPort() + Substitute(escPath, vals, url.PathEscape)
+	if rawQuery != "" {
+		outURL += "?" + Substitute(rawQuery, vals, url.QueryEscape)
+	}
+	ou, err := url.Parse(outURL)
+	if err != nil || ou.Host != t.hostPort() {
+		return nil, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: t.host, Message: "the URL is malformed after substitution"}
+	}
+	out := (&http.Request{Method: r.Method, URL: ou, Header: h, Host: ou.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(r.Context())
+	switch {
+	case body != nil:
+		b := []byte(Substitute(string(body), vals, nil))
+		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		rec.ReqBytes = int64(len(b))
+		p.runBytes.Add(int64(len(b)))
+	case r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0:
+		if r.ContentLength > p.maxReq {
+			return nil, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: "the request body is over the per-request cap"}
+		}
+		cnt.r, cnt.max = r.Body, p.maxReq
+		out.Body, out.ContentLength = io.NopCloser(cnt), r.ContentLength
+	default:
+		out.Body = http.NoBody
+	}
+	return out, nil
+}
+
+// upstreamFailed answers a request whose round trip failed: a body over the cap
+// (413), a guard's refusal of the dial, or 502 with the error (redacted) recorded.
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, rec port.EgressRecord, t *target, cnt *countReader, red *Redactor, err error) {
+	n, cerr := cnt.state()
+	rec.ReqBytes += n
+	if cerr != nil {
+		p.deny(w, rec, &port.EgressDenial{Status: 413, Guard: port.GuardBytes, Target: t.host, Message: cerr.Error()})
+		return
+	}
+	if dd := denyFor(err, t.host); dd != nil {
+		p.deny(w, rec, dd)
+		return
+	}
+	rec.Status, rec.Error, rec.Latency = http.StatusBadGateway, clip(red.String(err.Error()), 256), time.Since(rec.Time)
+	p.record(rec)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	_, _ = io.WriteString(w, `{"error":{"type":"egress_upstream_error","message":"the upstream could not be reached"}}`+"\n")
+}
+
+// writeResponse writes the upstream's answer: whole and truncated to limit when
+// limit > 0 (the endpoint), else streamed and flushed chunk by chunk against the
+// run's byte cap (over it the connection is cut).
+func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, red *Redactor, rec *port.EgressRecord, limit int64) {
+	wh := w.Header()
 	if limit > 0 {
 		buf, err := io.ReadAll(io.LimitReader(src, limit+1))
 		if int64(len(buf)) > limit {
@@ -311,7 +411,7 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 			wh.Set("X-Truncated", "true")
 		}
 		wh.Set("Content-Length", strconv.Itoa(len(buf)))
-		w.WriteHeader(resp.StatusCode)
+		w.WriteHeader(status)
 		n, _ := w.Write(buf)
 		rec.RespBytes = int64(n)
 		p.runBytes.Add(int64(n))
@@ -320,7 +420,7 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		}
 		return
 	}
-	w.WriteHeader(resp.StatusCode)
+	w.WriteHeader(status)
 	fl, _ := w.(http.Flusher)
 	buf := make([]byte, 32<<10)
 	for {
@@ -415,4 +515,30 @@ func (rr *redactReader) Read(b []byte) (int, error) {
 	n := copy(b, rr.out)
 	rr.out = rr.out[n:]
 	return n, nil
+}
+
+// decodeBody returns resp's body without its content coding: gzip and deflate are
+// decoded; any other coding is an error (the reflection guard cannot read it).
+func decodeBody(resp *http.Response) (io.Reader, error) {
+	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if len(resp.Header.Values("Content-Encoding")) > 1 || strings.Contains(ce, ",") {
+		return nil, errors.New("the upstream sent a response with several content codings, which the reflection guard cannot read")
+	}
+	switch ce {
+	case "", "identity":
+		return resp.Body, nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, errors.New("the upstream sent a gzip response that does not decode")
+		}
+		return zr, nil
+	case "deflate":
+		zr, err := zlib.NewReader(resp.Body)
+		if err != nil {
+			return nil, errors.New("the upstream sent a deflate response that does not decode")
+		}
+		return zr, nil
+	}
+	return nil, errors.New("the upstream sent a " + clip(ce, 32) + "-coded response, which the reflection guard cannot read")
 }

@@ -96,6 +96,7 @@ func (h Host) StartFront(cfg FrontConfig) (*Front, error) {
 	if cfg.Wrap != nil {
 		l = cfg.Wrap(l)
 	}
+	l = px.Listener(l)
 	f := &Front{px: px, srv: px.NewServer(), served: make(chan struct{})}
 	go func() {
 		defer close(f.served)
@@ -136,3 +137,7 @@ func (f *Front) Proxy() *Proxy { return f.px }
 
 // Audit returns the run's egress records so far, also after Stop.
 func (f *Front) Audit() []port.EgressRecord { return f.px.Audit() }
+
+// Summary says how many records the run's egress audit wrote and which were
+// summarised away, also after Stop.
+func (f *Front) Summary() port.EgressSummary { return f.px.Summary() }

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -21,7 +22,36 @@ type provider struct {
 	id         string
 	rules      []rule
 	creds      map[string]bool
+	places     map[string]*placement // by credential; nil entry: the default
 	tunnelOnly bool
+}
+
+// placement is a compiled port.CredentialPlacement.
+type placement struct {
+	headers           map[string]bool // canonical names
+	path, query, body bool
+}
+
+var defaultPlacement = compilePlacement(port.CredentialPlacement{})
+
+func compilePlacement(cp port.CredentialPlacement) *placement {
+	pl := &placement{headers: map[string]bool{}, path: cp.Path, query: cp.Query, body: cp.Body}
+	hs := cp.Headers
+	if len(hs) == 0 {
+		hs = port.DefaultCredentialHeaders
+	}
+	for _, h := range hs {
+		pl.headers[http.CanonicalHeaderKey(h)] = true
+	}
+	return pl
+}
+
+// place is where credential name may go.
+func (pr *provider) place(name string) *placement {
+	if pl := pr.places[name]; pl != nil {
+		return pl
+	}
+	return defaultPlacement
 }
 
 // Policy is a compiled port.EgressPolicy.
@@ -45,6 +75,12 @@ func Compile(p *port.EgressPolicy) (*Policy, error) {
 		pr := &provider{id: pp.ID, creds: map[string]bool{}, tunnelOnly: pp.TunnelOnly}
 		for _, c := range pp.Credentials {
 			pr.creds[c] = true
+		}
+		for name, cp := range pp.Placements {
+			if pr.places == nil {
+				pr.places = map[string]*placement{}
+			}
+			pr.places[name] = compilePlacement(cp)
 		}
 		for _, s := range pp.URIs {
 			r, err := compileURI(s)

@@ -29,7 +29,6 @@ import (
 
 // Limits of the proxy itself.
 const (
-	maxAuditRecords   = 10000
 	maxHeaderBytes    = 64 << 10
 	readHeaderTimeout = 10 * time.Second
 	idleTimeout       = 60 * time.Second
@@ -74,8 +73,7 @@ type Proxy struct {
 	runBytes               atomic.Int64
 
 	mu       sync.Mutex
-	audit    []port.EgressRecord
-	dropped  int
+	audit    auditLog
 	hijacked map[net.Conn]struct{}
 	closed   bool
 	tunnels  sync.WaitGroup
@@ -157,20 +155,29 @@ func (p *Proxy) CAPEM() []byte { return p.ca.PEM() }
 
 // NewServer returns the http.Server that serves p on a listener.
 func (p *Proxy) NewServer() *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
+	p.parseAudit(srv, port.EgressRecord{Mode: "forward"}, nil)
+	return srv
 }
 
 // Audit returns a copy of the records so far.
 func (p *Proxy) Audit() []port.EgressRecord {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]port.EgressRecord(nil), p.audit...)
+	return p.audit.records()
+}
+
+// Summary says how many records were written and which were summarised away.
+func (p *Proxy) Summary() port.EgressSummary {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.audit.summary()
 }
 
 // Close cuts every tunnel and terminated-TLS connection, waits for them to be
@@ -189,11 +196,7 @@ func (p *Proxy) Close() {
 func (p *Proxy) record(rec port.EgressRecord) {
 	rec.RunID = p.cfg.RunID
 	p.mu.Lock()
-	if len(p.audit) < maxAuditRecords {
-		p.audit = append(p.audit, rec)
-	} else {
-		p.dropped++
-	}
+	p.audit.add(rec)
 	p.mu.Unlock()
 	if f := p.pol.src.OnAudit; f != nil {
 		f(rec)
@@ -203,6 +206,7 @@ func (p *Proxy) record(rec port.EgressRecord) {
 
 // ServeHTTP dispatches: CONNECT, absolute-form forward requests, and /proxy.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	handled(r)
 	switch {
 	case r.Method == http.MethodConnect:
 		p.serveConnect(w, r)

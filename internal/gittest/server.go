@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -28,6 +29,7 @@ type Server struct {
 	ln    net.Listener
 	srv   *http.Server
 
+	maxBody  atomic.Int64
 	mu       sync.Mutex
 	requests []string // "METHOD path?query" of every authorised request
 	denied   atomic.Int64
@@ -50,6 +52,7 @@ func NewServer(root, token string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{URL: "http://" + ln.Addr().String(), Root: root, token: token, ln: ln}
+	s.maxBody.Store(1 << 30)
 	h := &cgi.Handler{
 		Path: cgiPath,
 		Env: []string{
@@ -71,6 +74,24 @@ func NewServer(root, token string) (*Server, error) {
 		s.mu.Lock()
 		s.requests = append(s.requests, r.Method+" "+r.URL.RequestURI())
 		s.mu.Unlock()
+		// git sends a push over http.postBuffer (1 MiB) chunked, and net/http/cgi
+		// refuses chunked bodies (CGI needs CONTENT_LENGTH); real hosts accept them, so
+		// the body is spooled to a file first and passed on with its length.
+		if len(r.TransferEncoding) > 0 {
+			f, err := spool(r.Body, s.maxBody.Load())
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+				return
+			}
+			defer os.Remove(f.Name())
+			defer f.Close()
+			fi, err := f.Stat()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			r.Body, r.ContentLength, r.TransferEncoding = f, fi.Size(), nil
+		}
 		h.ServeHTTP(w, r)
 	})}
 	go s.srv.Serve(ln)
@@ -90,6 +111,10 @@ func (s *Server) authorised(r *http.Request) bool {
 	_, pw, ok := strings.Cut(string(raw), ":")
 	return ok && subtle.ConstantTimeCompare([]byte(pw), []byte(s.token)) == 1
 }
+
+// SetMaxBody caps a chunked request body (default 1 GiB); over it the server answers
+// 413, as a host with a push size limit does.
+func (s *Server) SetMaxBody(n int64) { s.maxBody.Store(n) }
 
 // Requests returns the authorised requests so far.
 func (s *Server) Requests() []string {
@@ -171,4 +196,25 @@ func (s *Server) Git(name string, args ...string) (string, error) {
 		return "", fmt.Errorf("git %v: %v: %s", args, err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// spool copies a request body to a temporary file, at most max bytes, and rewinds it.
+func spool(body io.Reader, max int64) (*os.File, error) {
+	f, err := os.CreateTemp("", "gittest-body-")
+	if err != nil {
+		return nil, err
+	}
+	n, err := io.Copy(f, io.LimitReader(body, max+1))
+	if err == nil && n > max {
+		err = fmt.Errorf("request body over %d bytes", max)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
 }

@@ -61,6 +61,14 @@ type Options struct {
 	Dir string
 	// Clients is the number of client agents (default 2).
 	Clients int
+	// FastNodeLoss makes the server mark a silent client node down within about 5 s
+	// (heartbeat TTL 2 s, grace 3 s) instead of about 20 s: for node-loss tests, on a
+	// cluster of their own (a loaded machine may then lose a node spuriously).
+	FastNodeLoss bool
+	// ACL turns Nomad's ACL system on (server and clients) and bootstraps it: the
+	// cluster's own API client holds the management token, and Token makes narrower
+	// tokens for the code under test.
+	ACL bool
 	// Log receives the agents' output; nil discards it (it is kept in files under Dir
 	// and printed by Close when KeepLogs is set).
 	Log func(format string, args ...any)
@@ -127,24 +135,87 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	rpc := ports[1]
 	c.Addr = "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	if err := c.startAgent(opts.Bin, "server", serverConfig(c.dir, c.id, ports[0:3])); err != nil {
+	scfg := serverConfig(c.dir, c.id, ports[0:3])
+	if opts.ACL {
+		scfg += "acl {\n  enabled = true\n}\n"
+	}
+	if opts.FastNodeLoss {
+		scfg = strings.Replace(scfg, "  bootstrap_expect = 1\n", "  bootstrap_expect = 1\n  min_heartbeat_ttl = \"2s\"\n  heartbeat_grace = \"3s\"\n", 1)
+	}
+	if err := c.startAgent(opts.Bin, "server", scfg); err != nil {
 		return c, err
 	}
 	for i := 0; i < opts.Clients; i++ {
 		name := fmt.Sprintf("%s-%d", c.id, i+1)
 		c.NodeNames = append(c.NodeNames, name)
-		if err := c.startAgent(opts.Bin, name, clientConfig(c.dir, name, rpc, ports[3+3*i:6+3*i])); err != nil {
+		ccfg := clientConfig(c.dir, name, rpc, ports[3+3*i:6+3*i])
+		if opts.ACL {
+			ccfg += "acl {\n  enabled = true\n}\n"
+		}
+		if err := c.startAgent(opts.Bin, name, ccfg); err != nil {
 			return c, err
 		}
 	}
 	if c.api, err = api.NewClient(&api.Config{Address: c.Addr}); err != nil {
 		return c, err
 	}
+	if opts.ACL {
+		if err := c.bootstrap(ctx); err != nil {
+			return c, err
+		}
+	}
 	if err := c.waitReady(ctx); err != nil {
 		return c, err
 	}
 	c.Started = time.Since(start)
 	return c, nil
+}
+
+// bootstrap takes the management token once the server has a leader, and gives it
+// to the cluster's own client (teardown and readiness checks).
+func (c *Cluster) bootstrap(ctx context.Context) error {
+	for {
+		tok, _, err := c.api.ACLTokens().Bootstrap((&api.WriteOptions{}).WithContext(ctx))
+		if err == nil {
+			c.api.SetSecretID(tok.SecretID)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nomadtest: ACL bootstrap: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Token creates an ACL policy named name with rules (HCL) and a client token bound
+// to it alone, and returns the token's secret. The cluster must have ACL on.
+func (c *Cluster) Token(name, rules string) (string, error) {
+	if _, err := c.api.ACLPolicies().Upsert(&api.ACLPolicy{Name: name, Rules: rules}, nil); err != nil {
+		return "", fmt.Errorf("nomadtest: policy %s: %w", name, err)
+	}
+	tok, _, err := c.api.ACLTokens().Create(&api.ACLToken{Name: name, Type: "client", Policies: []string{name}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("nomadtest: token for %s: %w", name, err)
+	}
+	return tok.SecretID, nil
+}
+
+// KillNode kills the client agent of node name without warning (SIGKILL), as a
+// node that dies would be: the containers it started go on running in Docker until
+// something stops them (Close removes them). The servers mark the node down after
+// their heartbeat grace.
+func (c *Cluster) KillNode(name string) error {
+	for _, a := range c.agents {
+		if a.name == name {
+			if err := a.cmd.Process.Kill(); err != nil {
+				return err
+			}
+			<-a.done
+			return nil
+		}
+	}
+	return fmt.Errorf("nomadtest: no client node %q", name)
 }
 
 // API returns a client of the server's HTTP API.

@@ -6,16 +6,13 @@
 package openclawtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +31,7 @@ type Gateway struct {
 	Token string
 	// Config is the config the gateway runs.
 	Config *openclaw.Config
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 }
 
 // Log returns what the gateway printed so far.
@@ -55,8 +52,8 @@ func StartGateway(t testing.TB, opts ...openclaw.Option) *Gateway {
 			t.Fatal(err)
 		}
 	}
-	port := freePort(t)
-	gw := &Gateway{URL: fmt.Sprintf("ws://127.0.0.1:%d", port), Token: "test-" + strings.Repeat("k", 24), log: &syncBuffer{}}
+	port := testenv.FreePort(t)
+	gw := &Gateway{URL: fmt.Sprintf("ws://127.0.0.1:%d", port), Token: "test-" + strings.Repeat("k", 24), log: &testenv.SyncBuffer{}}
 	cfg, err := openclaw.NewConfig(append([]openclaw.Option{
 		openclaw.WithGateway(openclaw.Gateway{Port: port, Bind: "loopback", Token: gw.Token}),
 		openclaw.WithWorkspace(filepath.Join(dir, "workspace")),
@@ -159,31 +156,4 @@ func MarkerReply(req litellmtest.ChatRequest) litellmtest.Reply {
 		return litellmtest.Reply{Content: "ANSWER-" + m}
 	}
 	return litellmtest.Reply{}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

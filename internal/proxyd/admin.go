@@ -284,6 +284,7 @@ func (s *Server) Deregister(ctx context.Context, id string, grace time.Duration)
 		out.Error = err.Error()
 	}
 	out.Audit, out.Attestation, out.Egress = r.meter.Audit(), r.meter.Attestation(), r.egressAudit()
+	out.EgressSummary = r.egressSummary()
 	if err := s.reg.Remove(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, port.ErrNotFound) {
 		s.log.Warn("proxyd: remove registration", "id", id, "err", err)
 	}

@@ -99,6 +99,18 @@ func (r *run) stopEgress(ctx context.Context) {
 	}
 }
 
+// egressSummary is what the run's egress audit kept (nil without egress).
+func (r *run) egressSummary() *port.EgressSummary {
+	r.mu.Lock()
+	f := r.egress
+	r.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	s := f.Summary()
+	return &s
+}
+
 // egressAudit is the run's egress records (nil without egress).
 func (r *run) egressAudit() []port.EgressRecord {
 	r.mu.Lock()

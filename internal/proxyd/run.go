@@ -493,26 +493,7 @@ func (r *run) allow() (bool, time.Duration) {
 func validate(req api.RegisterRequest) (port.ProxySpec, error) {
 	spec := port.ProxySpec{RunID: req.RunID, Attempt: req.Attempt, Upstream: req.Upstream, APIKey: req.APIKey,
 		Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation, Labels: req.Labels}
-	if _, err := proxyconf.NewPolicy(spec); err != nil {
-		return spec, err
-	}
-	u, err := url.Parse(spec.Upstream)
-	switch {
-	case err != nil:
-		return spec, port.Invalidf("upstream %q is not a URL", spec.Upstream)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return spec, port.Invalidf("upstream %q is not an http or https URL", spec.Upstream)
-	case u.Host == "" || u.Opaque != "":
-		return spec, port.Invalidf("upstream %q has no host", spec.Upstream)
-	case u.User != nil:
-		return spec, port.Invalidf("upstream URL has user info; pass the key as api_key")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return spec, port.Invalidf("upstream %q has a query or fragment", spec.Upstream)
-	}
-	if spec.Budget.MaxCalls < 0 || spec.Budget.MaxTokens < 0 {
-		return spec, port.Invalidf("budget is negative")
-	}
-	if err := port.ValidateLabels(spec.Labels); err != nil {
+	if _, _, err := proxyconf.ValidateSpec(spec); err != nil {
 		return spec, err
 	}
 	if req.Egress != nil && req.Network != nil {

@@ -65,14 +65,7 @@ func (d *daemon) close() {
 	d.client.Close()
 }
 
-func shortDir(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "pxd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+func shortDir(t testing.TB) string { return testenv.ShortDir(t, "pxd") }
 
 // tokenTransport is what the bridge does: every request to the run's socket
 // carries the run token.

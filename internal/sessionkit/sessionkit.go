@@ -57,6 +57,18 @@ func BridgeFlags(ports []int) []string {
 	return f
 }
 
+// OutputFlags are the bridge's flags that keep a session's agent from ever blocking on
+// output: while no host reads them, up to the log limit (less room for the notice that
+// counts what was dropped, so that a ring of the limit holds both) is kept per stream
+// (see bridge.Config.OutputCap).
+func OutputFlags(limit int) []string {
+	if limit <= 0 {
+		return nil
+	}
+	room := min(1<<10, limit/2)
+	return []string{"-output-cap", strconv.Itoa(max(1, limit-room))}
+}
+
 // InsertFlags returns args (a bridge command line: the bridge's path first) with flags
 // right after the bridge's path.
 func InsertFlags(args, flags []string) []string {

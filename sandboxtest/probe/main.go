@@ -134,6 +134,12 @@ func main() {
 		serve(args[0])
 	case "stubborn":
 		stubborn()
+	case "fill":
+		for _, dir := range args[1:] {
+			fill(dir, atoi(args[0]))
+		}
+	case "chatter":
+		chatter(args[0], atoi(args[1]))
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":
@@ -525,4 +531,40 @@ func plant(dir, target string) {
 	must(os.Chmod(filepath.Join(dir, "locked", "inner"), 0))
 	must(os.Chmod(filepath.Join(dir, "locked"), 0))
 	fmt.Println("planted")
+}
+
+// chatter writes n numbered 4 KiB lines to stdout, one every 20 ms, recording each
+// line's number in the file progress once written (so a host can tell a blocked
+// writer from a slow reader), then says so and stays alive.
+func chatter(progress string, n int) {
+	pad := strings.Repeat("x", 4096-len("line 000000 ")-1)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(os.Stdout, "line %06d %s\n", i, pad)
+		_ = os.WriteFile(progress, []byte(strconv.Itoa(i+1)), 0o644)
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Fprintln(os.Stdout, "chatter done")
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// fill writes 1 MiB chunks into a new file in dir until a write fails or max MiB are
+// written, then prints "DIR filled N MiB" and the error, if any.
+func fill(dir string, max int) {
+	f, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		fmt.Printf("%s filled 0 MiB: %v\n", dir, err)
+		return
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte("f"), 1<<20)
+	n := 0
+	for ; n < max; n++ {
+		if _, err := f.Write(chunk); err != nil {
+			fmt.Printf("%s filled %d MiB: %v\n", dir, n, err)
+			return
+		}
+	}
+	fmt.Printf("%s filled %d MiB\n", dir, n)
 }

@@ -6,9 +6,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
@@ -54,10 +56,34 @@ func main() {
 		}
 		fmt.Println("commit", h)
 	}
-	if len(os.Args) > 3 && os.Args[3] == "fail" {
-		fmt.Fprintln(os.Stderr, "agent: failing after its commits")
-		os.Exit(3)
+	if len(os.Args) > 3 {
+		switch os.Args[3] {
+		case "fail":
+			fmt.Fprintln(os.Stderr, "agent: failing after its commits")
+			os.Exit(3)
+		case "forge":
+			// One more commit with a forged author, committer and signature header.
+			forged := &object.Signature{Name: "Linus Torvalds", Email: "torvalds@linux-foundation.org", When: when}
+			h, err := wt.Commit("forged", &git.CommitOptions{Author: forged, Committer: forged, AllowEmptyCommits: true, Signer: fakeSigner{}})
+			if err != nil {
+				fail(err)
+			}
+			fmt.Println("commit", h)
+		case "fifo":
+			// A FIFO where git keeps packed-refs: an exporter that opens it blocks.
+			_ = os.Remove("/workspace/.git/packed-refs")
+			if err := syscall.Mkfifo("/workspace/.git/packed-refs", 0o644); err != nil {
+				fail(err)
+			}
+		}
 	}
+}
+
+// fakeSigner signs with a signature no key made: what a forged gpgsig header looks like.
+type fakeSigner struct{}
+
+func (fakeSigner) Sign(io.Reader) ([]byte, error) {
+	return []byte("-----BEGIN PGP SIGNATURE-----\n\niQEzBAABCAAdFiEEforgedforgedforgedforgedforgedAAoJEforged\n=AbCd\n-----END PGP SIGNATURE-----\n"), nil
 }
 
 func fail(err error) {

@@ -1,0 +1,224 @@
+package nomad
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/agentsandbox/sandbox/internal/nomadtest"
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/sandboxtest"
+)
+
+// TestEnvVerbatim: values Nomad would interpolate (${NOMAD_...}, ${node...}, ${env})
+// reach the agent as given, through the init; without the init, and in argv, they are
+// refused with ErrUnsupported rather than changed. About 3 s.
+func TestEnvVerbatim(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	values := map[string]string{
+		"TASK": "${NOMAD_TASK_NAME}", "NODE": "a ${node.unique.id} b", "MIXED": "$${x} ${ and $HOME",
+		"PLAIN": "no interpolation here",
+	}
+	spec := port.RunSpec{RunID: sandboxtest.RunID("env-verbatim"), Image: e.image, Argv: []string{"/agent", "env"}, Env: values, Limits: port.Limits{Timeout: time.Minute}}
+	res, err := r.RunOnce(ctx, spec)
+	if err != nil {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(string(res.Stdout), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		got[k] = v
+	}
+	for k, want := range values {
+		if got[k] != want {
+			t.Errorf("%s = %q in the sandbox, want %q verbatim", k, got[k], want)
+		}
+	}
+	if left, err := e.leftovers(r)(ctx, spec.RunID); err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v %v", left, err)
+	}
+
+	noInit, err := NewRunner(WithAddress(e.cluster.Addr), WithOwner(e.owner), WithBridge(e.bridge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.RunID = sandboxtest.RunID("env-noinit")
+	if _, err := noInit.RunOnce(ctx, spec); !errors.Is(err, port.ErrUnsupported) {
+		t.Errorf("without the init: %v, want ErrUnsupported", err)
+	}
+	spec.Env = nil
+	spec.Argv = []string{"/agent", "argv", "${NOMAD_TASK_NAME}"}
+	if _, err := r.RunOnce(ctx, spec); !errors.Is(err, port.ErrUnsupported) {
+		t.Errorf("${ in argv: %v, want ErrUnsupported", err)
+	}
+}
+
+// lockedBuffer is a live writer tests read while the run goes on.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestNodeLost kills (SIGKILL) the client agent of the node running a sandbox, on a
+// cluster of its own: RunOnce must return ErrNodeLost (an ErrUnavailable) soon after
+// the servers mark the node down, with the output live writers had; the job is kept
+// (stopped), and Sweep reports it instead of purging it out of sight while the
+// container still runs. The test then removes the orphan container, which it
+// created. About 25 s.
+func TestNodeLost(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := nomadtest.Start(ctx, nomadtest.Options{FastNodeLoss: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	owner := testenv.Owner("nodelost")
+	r, err := NewRunner(WithAddress(c.Addr), WithOwner(owner), WithBridge(e.bridge), WithInit(e.init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := sandboxtest.RunID("nodelost")
+	out := &lockedBuffer{}
+	type outcome struct {
+		res *port.RunResult
+		err error
+		at  time.Time
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: e.image, Argv: []string{"/agent", "chatter", "/tmp/progress", "100000"}, Stdout: out, Limits: port.Limits{Timeout: 2 * time.Minute}})
+		done <- outcome{res, err, time.Now()}
+	}()
+	// The node running it, once its output flows.
+	var node string
+	for node == "" {
+		if ctx.Err() != nil {
+			t.Fatal("the run never started")
+		}
+		jobs, _, _ := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID})
+		for _, j := range jobs {
+			allocs, _, _ := c.API().Jobs().Allocations(j.ID, true, nil)
+			for _, a := range allocs {
+				if a.ClientStatus == api.AllocClientStatusRunning && strings.Contains(out.String(), "line 000001") {
+					node = a.NodeName
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.KillNode(node); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("RunOnce did not return after its node was lost")
+	}
+	t.Logf("RunOnce returned %v after the node's agent was killed: %v", o.at.Sub(killed).Round(100*time.Millisecond), o.err)
+	if !errors.Is(o.err, ErrNodeLost) || !errors.Is(o.err, port.ErrUnavailable) {
+		t.Errorf("RunOnce = %v, want ErrNodeLost", o.err)
+	}
+	if d := o.at.Sub(killed); d > 20*time.Second {
+		t.Errorf("RunOnce took %v after the node was lost", d)
+	}
+	if !strings.Contains(out.String(), "line 000000") {
+		t.Errorf("the output collected before the loss is missing: %q", out.String()[:min(100, len(out.String()))])
+	}
+	// The container, with our owner label, still runs on the dead node's Docker.
+	running, err := exec.Command("docker", "ps", "-q", "--filter", "label="+port.LabelRunID+"="+runID, "--filter", "label=com.hashicorp.nomad.node_name="+node).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, id := range strings.Fields(string(running)) {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	if len(strings.Fields(string(running))) > 0 {
+		rep, err := r.Sweep(ctx, port.SweepOptions{RunID: runID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reported bool
+		for _, e := range rep.Errors {
+			reported = reported || errors.Is(e, ErrNodeLost)
+		}
+		if !reported {
+			t.Errorf("Sweep did not report the orphan on the lost node: %+v", rep)
+		}
+		jobs, _, err := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID})
+		if err != nil || len(jobs) == 0 {
+			t.Errorf("the lost run's job was purged while its sandbox still runs (%v)", err)
+		}
+	}
+}
+
+// TestWritablePathsCapped: the paths a Nomad sandbox can write are capped at the
+// run's tmpfs size or not writable at all: a sandbox writing 16 MiB into each stops
+// at the 8 MiB cap. The root of /alloc and /local are Nomad's own binds, which no
+// mount can cover (Docker refuses a second mount at the same point): a declared gap,
+// listed and checked to still be writable so that the day it closes this test says
+// so. About 8 s.
+func TestWritablePathsCapped(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const capMiB = 8
+	uncapped := map[string]bool{"/alloc": true, "/local": true} // see docs/nomad.md
+	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", "/local", "/secrets", "/tmp"}
+	spec := port.RunSpec{RunID: sandboxtest.RunID("fill"), Image: e.image, Argv: append([]string{"/agent", "fill", "16"}, dirs...),
+		Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
+	res, err := r.RunOnce(ctx, spec)
+	if err != nil {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if len(lines) != len(dirs) {
+		t.Fatalf("%q", res.Stdout)
+	}
+	for i, dir := range dirs {
+		var n int
+		if _, err := fmt.Sscanf(lines[i], dir+" filled %d MiB", &n); err != nil {
+			t.Fatalf("%s: %q", dir, lines[i])
+		}
+		t.Log(lines[i])
+		if uncapped[dir] {
+			if n <= capMiB {
+				t.Errorf("%s is capped now (%d MiB): update docs/nomad.md and this test", dir, n)
+			}
+			continue
+		}
+		if n > capMiB {
+			t.Errorf("%s took %d MiB, beyond the run's %d MiB cap", dir, n, capMiB)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package runlease
+
+const syscallNoFollow = 0
