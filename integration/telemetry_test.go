@@ -61,7 +61,7 @@ func testTelemetry(t *testing.T, newRunner runnerFunc, runtime string) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	logs := &syncBuffer{}
+	logs := &otelLogs{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	base, err := os.MkdirTemp("", "otel-proxy")
@@ -258,4 +258,22 @@ func attrMap(kvs []attribute.KeyValue) map[string]string {
 		out[string(kv.Key)] = kv.Value.Emit()
 	}
 	return out
+}
+
+// otelLogs is a log sink the test scans for the canary.
+type otelLogs struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *otelLogs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *otelLogs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
