@@ -46,6 +46,8 @@ at "Debian packages, daemons and runsc ready"
 eval "$(bash scripts/install-registry.sh)"
 export REGISTRY_BIN
 bash scripts/install-python.sh
+# A real Prometheus scrapes the shared daemon's metrics in its test.
+bash scripts/install-prometheus.sh >/dev/null
 if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 eval "$(bash scripts/install-openclaw.sh)"

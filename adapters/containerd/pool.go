@@ -26,6 +26,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -78,6 +79,7 @@ type Pool struct {
 	creating                                 atomic.Int32
 	warm, cold, other, failed, preloadFailed atomic.Int64
 	closed                                   atomic.Bool
+	unobserve                                func() // ends the pool's sandbox.pool.ready gauge
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -149,6 +151,7 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	}
 	r.pools[p] = struct{}{}
 	r.poolsMu.Unlock()
+	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
 	p.wg.Add(1)
 	go p.fill()
 	return p, nil
@@ -365,9 +368,11 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	s := p.take()
 	if s == nil {
 		p.cold.Add(1)
+		telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", false)
 		return coldRun(ctx, p.r, spec, "the pool was empty")
 	}
 	p.warm.Add(1)
+	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
 	res, err := p.run(ctx, spec, s)
 	if res != nil && res.gone != "" {
 		// The runtime died between its last check and the claim: nothing of the run
@@ -431,6 +436,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	if p.tmpl.Preload != nil {
 		res.Start, res.PreloadAttestation = port.StartPreloaded, s.attestation
 	}
+	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
+	defer ph.End()
 	fail := func(code port.ErrorCode, cause error) (*slotResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
@@ -483,12 +490,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	r.phase("claim")
+	ph.Next("sandbox.start")
 	if !s.started {
 		if err := s.task.Start(ctx); err != nil {
 			return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 		}
 	}
 	r.phase("start")
+	ph.Next("sandbox.wait")
 	collect := func(until time.Time) {
 		waitIO(s.task.IO(), until, log)
 		res.Stdout, res.StdoutTruncated = stdout.Result()
@@ -630,6 +639,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.cancel()
+	p.unobserve()
 	p.r.poolsMu.Lock()
 	delete(p.r.pools, p)
 	p.r.poolsMu.Unlock()

@@ -35,6 +35,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -177,6 +178,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	ctx = r.ns(ctx)
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1}
+	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("cold"))
+	defer ph.End()
 	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
@@ -229,6 +232,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
 	r.phase("task")
+	ph.Next("sandbox.start")
 	collect := func(until time.Time) { collectOutput(task, until, res, stdout, stderr, log) }
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
@@ -240,6 +244,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	r.phase("start")
+	ph.Next("sandbox.wait")
 	log.Debug("task started")
 	// The task's memory cgroup, sampled while it runs (the shim keeps it until the
 	// task is deleted, so the exit is sampled too).

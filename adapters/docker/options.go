@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -23,6 +24,7 @@ type Option func(*config) error
 type SharedOption = func(*config) error
 
 type config struct {
+	tel            *telemetry.T // WithMeterProvider; nil: the global provider
 	host           string
 	api            apiClient
 	owner          string

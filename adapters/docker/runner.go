@@ -22,6 +22,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -118,6 +119,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		res.Duration = time.Since(start)
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
+	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("docker"), telemetry.PoolClaim.String("cold"))
+	defer ph.End()
 
 	entrypoint, err := r.entrypoint(ctx, spec)
 	if err != nil {
@@ -159,11 +162,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	defer stopWait()
 	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
+	ph.Next("sandbox.start")
 	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		collect()
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
 	log.Debug("container started")
+	ph.Next("sandbox.wait")
 	// The sandbox's memory cgroup, sampled while it runs (it goes with the container).
 	mem := cgroupmem.Start(func() int { return r.pid(ctx, id) }, memSampleInterval)
 	defer func() { res.Memory = mem.Stop() }()
