@@ -56,6 +56,20 @@ func WithReconciler(r port.SpendReconciler) Option {
 	}
 }
 
+// WithPool serves the runs whose shape is the pool's template (port.TemplateOf) from
+// the pool: warm when it has a sandbox ready (pre-booted when the template has a
+// Preload), else cold on the pool's runner. Result.Run.Start says which, and the
+// pool's Stats count both. Repeatable; the host keeps the pool and closes it.
+func WithPool(p port.Pool) Option {
+	return func(s *Sandbox) error {
+		if p == nil {
+			return port.Invalidf("pool is nil")
+		}
+		s.pools = append(s.pools, p)
+		return nil
+	}
+}
+
 // WithReconcileTimeout bounds each run's reconciliation (default
 // DefaultReconcileTimeout): calls LiteLLM has not logged by then are reported
 // missing (port.ErrUnattributed).

@@ -12,7 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -46,6 +52,24 @@ type Sandbox struct {
 	noWorkspaceCheck bool
 	relay            port.RepoRelay
 	prs              port.PullRequester
+	pools            []port.Pool // WithPool
+	// Telemetry (telemetry.go): the providers set by options, and what New made of them.
+	tp      trace.TracerProvider
+	mp      metric.MeterProvider
+	tel     *telemetry.T
+	runtime string
+}
+
+// runnerFor returns the pool whose template is spec's shape (WithPool), else the
+// runner: a pool serves its shape warm when it has a sandbox ready, cold otherwise.
+func (s *Sandbox) runnerFor(spec port.RunSpec) port.SandboxRunner {
+	t := port.TemplateOf(spec)
+	for _, p := range s.pools {
+		if p.Template().Equal(t) {
+			return p
+		}
+	}
+	return s.runner
 }
 
 // DefaultReconcileTimeout bounds a run's reconciliation unless WithReconcileTimeout
@@ -71,6 +95,7 @@ func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 		}
 	}
 	s.logger = s.logger.With(logattr.Component, "sandbox")
+	s.tel, s.runtime = telemetry.New(s.tp, s.mp), runtimeOf(runner)
 	return s, nil
 }
 
@@ -97,6 +122,10 @@ type Request struct {
 	// and CMD (Argv[0] is the program); an empty one runs the image's own.
 	Image string
 	Argv  []string
+	// Preload asks for a sandbox whose agent runtime was pre-booted (port.Preload):
+	// served by a pool given with WithPool whose template matches, else cold;
+	// Result.Run.Start says which.
+	Preload *port.Preload
 	// Env is the agent's environment, set over the image's. The library's own
 	// variables win over a variable of the same name here: the model variable
 	// (Model), HOSTNAME, and with LLM access the SDK variables of port.LLMEnv
@@ -312,13 +341,18 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
-	spec, pspec, err := s.prepare(req)
+	ctx, span := s.startRun(ctx, req)
+	defer func(start time.Time) { s.endRun(ctx, span, start, res, err) }(time.Now())
+	spec, pspec, err := s.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	var repo *RepoResult
 	if req.Repo != nil {
-		if repo, err = s.cloneRepo(ctx, req); err != nil {
+		if err = s.traced(ctx, "sandbox.repo.clone", func(ctx context.Context) (err error) {
+			repo, err = s.cloneRepo(ctx, req)
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 		}
 	}
@@ -338,7 +372,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
 		}
 	} else {
-		res.Run, runErr = s.runner.RunOnce(ctx, spec)
+		res.Run, runErr = s.runOnce(ctx, spec)
 	}
 	if res.Run == nil {
 		if runErr == nil {
@@ -356,7 +390,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 // prepare checks req and turns it into the runner's and the proxy's specs; it has
 // no side effects, so whatever it refuses leaves nothing behind. Its errors are
 // Run's, already wrapped.
-func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
+func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.ProxySpec, error) {
 	var spec port.RunSpec
 	var pspec port.ProxySpec
 	if !req.Grant.AllowSandbox {
@@ -372,6 +406,7 @@ func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
 	if err != nil {
 		return wrap(err)
 	}
+	s.traceEgress(ctx, egressPolicy)
 	if req.RequireAttestation && req.OwnBridge {
 		return wrap(port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
 	}
@@ -382,7 +417,7 @@ func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
 		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
 		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
-		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr,
+		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr, Preload: req.Preload,
 	}
 	for k, v := range req.Env {
 		spec.Env[k] = v
@@ -415,7 +450,9 @@ func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
 	if err := s.checkRepo(req); err != nil {
 		return wrap(err)
 	}
-	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
+	if err := s.traced(ctx, "sandbox.workspace.check", func(context.Context) error {
+		return s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User)
+	}); err != nil {
 		return wrap(err)
 	}
 	return spec, pspec, nil
@@ -425,7 +462,13 @@ func (s *Sandbox) prepare(req Request) (port.RunSpec, port.ProxySpec, error) {
 // the proxy, filling res (Run, Audit, Attestation, Egress). err is the proxy's
 // start failure (nothing ran); runErr the run's and the proxy stop's errors.
 func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec port.ProxySpec, res *Result, log *slog.Logger) (runErr, err error) {
-	proxy, err := s.llm.Proxy.Start(ctx, pspec)
+	var proxy port.Proxy
+	run := trace.SpanFromContext(ctx)
+	err = s.traced(ctx, "sandbox.proxy.start", func(pctx context.Context) (err error) {
+		// The proxy takes its calls' parent span from ctx: the run's, not this one.
+		proxy, err = s.llm.Proxy.Start(trace.ContextWithSpan(pctx, run), pspec)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +480,9 @@ func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec por
 		stopped = true
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		sctx, sspan := s.tel.Tracer.Start(sctx, "sandbox.proxy.stop")
 		audit, err := proxy.Stop(sctx)
+		telemetry.End(sspan, err)
 		res.Audit = audit
 		if a, ok := proxy.(port.Attester); ok {
 			res.Attestation = withRuntime(a.Attestation(), s.runner)
@@ -455,7 +500,7 @@ func (s *Sandbox) runWithProxy(ctx context.Context, spec port.RunSpec, pspec por
 	defer func() { _ = stop() }()
 	sock := proxy.Socket()
 	spec.LLM = &sock
-	res.Run, runErr = s.runner.RunOnce(ctx, spec)
+	res.Run, runErr = s.runOnce(ctx, spec)
 	if serr := stop(); serr != nil {
 		log.Warn("stopping proxy failed", logattr.Err, serr)
 		runErr = errors.Join(runErr, fmt.Errorf("stopping proxy: %w", serr))
@@ -495,7 +540,9 @@ func (s *Sandbox) finish(ctx context.Context, req Request, res *Result, runErr e
 		}
 	}
 	if res.Repo != nil {
-		errs = append(errs, s.finishRepo(ctx, req, res.Run, res.Repo))
+		errs = append(errs, s.traced(ctx, "sandbox.repo.export_push", func(ctx context.Context) error {
+			return s.finishRepo(ctx, req, res.Run, res.Repo)
+		}))
 	}
 	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
 	return errors.Join(errs...)
@@ -525,7 +572,30 @@ func (s *Sandbox) checkWorkspace(dir, user string) error {
 func (s *Sandbox) reconcile(ctx context.Context, req port.ReconcileRequest) (*port.Reconciliation, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.reconcileTimeout)
 	defer cancel()
-	return s.reconciler.Reconcile(rctx, req)
+	rctx, span := s.tel.Tracer.Start(rctx, "sandbox.reconcile", trace.WithAttributes(attribute.Int("sandbox.reconcile.audited", len(req.Calls))))
+	usage, err := s.reconciler.Reconcile(rctx, req)
+	if usage != nil {
+		found := usage.Total.Calls
+		span.SetAttributes(attribute.Int("sandbox.reconcile.found", found), attribute.Int("sandbox.reconcile.missing", len(usage.Missing)))
+		s.tel.Reconciled(rctx, found, len(usage.Missing))
+	}
+	telemetry.End(span, err)
+	return usage, err
+}
+
+// runOnce runs the sandbox in a span of its own; the runner adds its create, start
+// and wait (or pool claim) as children.
+func (s *Sandbox) runOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	ctx, span := s.tel.Tracer.Start(ctx, "sandbox.run_once", trace.WithAttributes(telemetry.Runtime.String(s.runtime)))
+	res, err := s.runnerFor(spec).RunOnce(ctx, spec)
+	if res != nil {
+		span.SetAttributes(attribute.Int("sandbox.exit_code", res.ExitCode))
+		if err == nil && res.ErrorCode != "" {
+			span.SetStatus(codes.Error, string(res.ErrorCode))
+		}
+	}
+	telemetry.End(span, err)
+	return res, err
 }
 
 func (s *Sandbox) reconcileAsync(ctx context.Context, req port.ReconcileRequest, log *slog.Logger) *Reconciling {

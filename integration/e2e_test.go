@@ -36,7 +36,7 @@ type imageFunc func(context.Context) (ref string, archive []byte, err error)
 // newStack is the facade as a host composes it: in-process per-run proxies in front of
 // the fake LiteLLM, and a reconciler reading its spend logs. Everything is released
 // when the test ends.
-func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server) (*sandbox.Sandbox, *litellm.Client) {
+func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server, opts ...sandbox.Option) (*sandbox.Sandbox, *litellm.Client) {
 	t.Helper()
 	base, err := os.MkdirTemp("", "e2e-proxy")
 	if err != nil {
@@ -56,7 +56,7 @@ func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := sandbox.New(runner, sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec))
+	sb, err := sandbox.New(runner, append([]sandbox.Option{sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: fake.URL, APIKey: fake.MasterKey()}), sandbox.WithReconciler(rec)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,3 +38,20 @@ type OpError = errdefs.OpError
 
 // Invalidf returns an error wrapping ErrInvalidSpec with a formatted reason.
 func Invalidf(format string, args ...any) error { return errdefs.Invalidf(format, args...) }
+
+// EntrypointError reports a run whose agent entrypoint does not exist in its
+// sandbox's pre-booted runtime (RunSpec.Preload): nothing of the run ran. It matches
+// ErrNotFound with errors.Is; the run's error also carries CodeContainerFailed.
+type EntrypointError struct {
+	// Entry is the entrypoint the run named, as the runtime resolved it.
+	Entry string
+	// Reason is the runtime's own words.
+	Reason string
+}
+
+func (e *EntrypointError) Error() string {
+	return "the pre-booted runtime has no entrypoint " + e.Entry + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *EntrypointError) Is(target error) bool { return target == ErrNotFound }

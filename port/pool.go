@@ -54,7 +54,10 @@ type PoolStats struct {
 	Warm     int64 // runs served from the pool
 	Cold     int64 // runs of the pool's shape that found it empty
 	Other    int64 // runs of another shape (always cold)
-	Failed   int64 // sandboxes whose creation failed
+	Failed   int64 // sandboxes whose creation failed, or that died before their claim
+	// PreloadFailed counts sandboxes discarded because their pre-booted runtime
+	// exited, hung or wrote to stdout before its claim (also in Failed).
+	PreloadFailed int64
 }
 
 // PoolTemplate is the shape of the runs a pool serves: what a sandbox fixes when it is
@@ -75,6 +78,9 @@ type PoolTemplate struct {
 	Mounts []PoolMount
 	// LLM says an LLM socket directory is mounted at LLMSocketDir.
 	LLM bool
+	// Preload, if set, pre-boots the agent's runtime in every sandbox of the pool
+	// (RunSpec.Preload): only runs asking for the same Preload are served by it.
+	Preload *Preload
 }
 
 // PoolMount is the shape of an extra mount.
@@ -88,7 +94,7 @@ type PoolMount struct {
 // TemplateOf returns the shape of spec (after WithDefaults).
 func TemplateOf(spec RunSpec) PoolTemplate {
 	spec = spec.WithDefaults()
-	t := PoolTemplate{Image: spec.Image, User: spec.User, Limits: spec.Limits, Workspace: spec.WorkspaceDir != "", LLM: spec.LLM != nil}
+	t := PoolTemplate{Image: spec.Image, User: spec.User, Limits: spec.Limits, Workspace: spec.WorkspaceDir != "", LLM: spec.LLM != nil, Preload: spec.Preload.clone()}
 	t.Limits.Timeout = 0
 	for _, m := range spec.Mounts {
 		t.Mounts = append(t.Mounts, PoolMount{Target: m.Target, Writable: m.Writable})
@@ -103,6 +109,12 @@ func (t PoolTemplate) Key() string {
 	fmt.Fprintf(&b, "%s\x00%s\x00%d/%d/%d/%d/%d\x00%v\x00%v", t.Image, t.User, t.Limits.MemoryBytes, t.Limits.PIDs, t.Limits.NanoCPUs, t.Limits.TmpfsBytes, t.Limits.OpenFiles, t.Workspace, t.LLM)
 	for _, m := range t.Mounts {
 		fmt.Fprintf(&b, "\x00%s:%v", m.Target, m.Writable)
+	}
+	if p := t.Preload; p != nil {
+		fmt.Fprintf(&b, "\x00preload\x00%q\x00%d", p.Argv, p.Timeout)
+		for _, m := range p.Mounts {
+			fmt.Fprintf(&b, "\x00%q:%q", m.Source, m.Target)
+		}
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:8])
@@ -121,10 +133,18 @@ func (t PoolTemplate) Spec(runID string) RunSpec {
 	if t.LLM {
 		s.LLM = &LLMSocket{HostDir: "/"}
 	}
+	s.Preload = t.Preload.clone()
 	return s.WithDefaults()
 }
 
 // Equal reports whether t and u are the same shape.
 func (t PoolTemplate) Equal(u PoolTemplate) bool {
-	return t.Image == u.Image && t.User == u.User && t.Limits == u.Limits && t.Workspace == u.Workspace && t.LLM == u.LLM && slices.Equal(t.Mounts, u.Mounts)
+	return t.Image == u.Image && t.User == u.User && t.Limits == u.Limits && t.Workspace == u.Workspace && t.LLM == u.LLM && slices.Equal(t.Mounts, u.Mounts) && t.Preload.equal(u.Preload)
+}
+
+func (p *Preload) equal(q *Preload) bool {
+	if p == nil || q == nil {
+		return p == q
+	}
+	return slices.Equal(p.Argv, q.Argv) && slices.Equal(p.Mounts, q.Mounts) && p.Timeout == q.Timeout
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,7 +176,84 @@ type RunSpec struct {
 	// a bridge, stderr can end with the bridge's one-line OOM notice, which RunResult
 	// leaves out.
 	Stdout, Stderr io.Writer
+	// Preload, if set, asks for a sandbox whose agent runtime was started before the
+	// run (a warm pool whose template has the same Preload; see Preload). Runners and
+	// pools without such a sandbox run Argv cold, with Preload's mounts mounted like
+	// Mounts (ColdSpec); RunResult.Start says which it was.
+	Preload *Preload
 }
+
+// Preload pre-boots an agent runtime in each sandbox of a warm pool, before any run
+// exists: the sandbox's bridge starts Argv under the full lockdown with nothing of a
+// run present, and hands it the run's argv, environment, directory and deadline at
+// claim (the preload protocol, api/bridgeapi; package preload has a Node.js one).
+type Preload struct {
+	// Argv is the preload command, started in the sandbox before the claim.
+	Argv []string
+	// Mounts are host directories mounted read-only from the sandbox's creation: the
+	// runtime's code (a package tree, say), never a run's data. Writable is refused.
+	Mounts []Mount
+	// Timeout bounds the runtime's boot, until it says it is ready (default 2 min).
+	Timeout time.Duration
+}
+
+// Validate checks p. Errors wrap ErrInvalidSpec.
+func (p *Preload) Validate() error {
+	if p == nil {
+		return nil
+	}
+	if len(p.Argv) == 0 || p.Argv[0] == "" {
+		return Invalidf("preload: no command")
+	}
+	for i, a := range p.Argv {
+		if strings.ContainsRune(a, 0) {
+			return Invalidf("preload: argv[%d] contains a NUL byte", i)
+		}
+	}
+	if p.Timeout < 0 {
+		return Invalidf("preload: negative timeout")
+	}
+	for i, m := range p.Mounts {
+		if m.Writable {
+			return Invalidf("preload mount %d: writable; a pre-booted runtime's mounts are read-only", i)
+		}
+	}
+	return nil
+}
+
+func (p *Preload) clone() *Preload {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.Argv = slices.Clone(p.Argv)
+	c.Mounts = slices.Clone(p.Mounts)
+	return &c
+}
+
+// ColdSpec is s as a runner without a pre-booted sandbox runs it: Preload's mounts
+// join Mounts (read-only), Preload is dropped, Argv runs as given.
+func (s RunSpec) ColdSpec() RunSpec {
+	if s.Preload == nil {
+		return s
+	}
+	s.Mounts = append(slices.Clone(s.Mounts), s.Preload.Mounts...)
+	s.Preload = nil
+	return s
+}
+
+// StartKind says how a run's sandbox was started.
+type StartKind string
+
+// Start kinds.
+const (
+	// StartCold: created for the run ("" means the same).
+	StartCold StartKind = "cold"
+	// StartWarm: a warm pool's pre-created sandbox.
+	StartWarm StartKind = "warm"
+	// StartPreloaded: a warm pool's sandbox whose agent runtime was pre-booted.
+	StartPreloaded StartKind = "preloaded"
+)
 
 // RunResult is the outcome of a run.
 type RunResult struct {
@@ -189,6 +267,13 @@ type RunResult struct {
 	ErrorCode ErrorCode
 	// Duration is the wall-clock time from create to exit.
 	Duration time.Duration
+	// Start says how the sandbox was started ("" from runners that do not say: cold).
+	Start StartKind
+	// StartNote says why a run that asked for a pre-booted or pooled sandbox ran cold.
+	StartNote string
+	// PreloadAttestation is the isolation the sandbox's bridge reported before the
+	// claim, once its pre-booted runtime was ready (StartPreloaded runs only).
+	PreloadAttestation *Attestation
 	// Memory is what the sandbox's memory cgroup said while it ran (see
 	// MemoryPressure); nil where the runner cannot read it.
 	Memory *MemoryPressure
@@ -301,7 +386,10 @@ func (s RunSpec) Validate() error {
 	if s.WorkspaceDir != "" && !path.IsAbs(s.WorkspaceDir) {
 		return Invalidf("workspace dir %q is not absolute", s.WorkspaceDir)
 	}
-	for i, m := range s.Mounts {
+	if err := s.Preload.Validate(); err != nil {
+		return err
+	}
+	for i, m := range s.ColdSpec().Mounts {
 		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
 			return Invalidf("mount %d: source and target must be absolute", i)
 		}
@@ -346,7 +434,7 @@ func (s RunSpec) CheckHostPaths() error {
 			return err
 		}
 	}
-	for i, m := range s.Mounts {
+	for i, m := range s.ColdSpec().Mounts {
 		if err := checkDir(fmt.Sprintf("mount %d source", i), m.Source); err != nil {
 			return err
 		}

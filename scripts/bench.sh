@@ -12,10 +12,14 @@ if [ -z "${OPENCLAW_BIN:-}" ]; then
   export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
 fi
 
+# Every benchmark line also goes to $out, from which internal/benchplot draws the SVG
+# pictures in docs/bench (latency side by side, pool vs cold, throughput by concurrency).
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 run() { # package, benchmark regexp, iterations
   if [[ "$2" =~ $filter ]]; then
     go test -run '^$' -bench "^Benchmark($2)\$" -benchtime "$3" -benchmem -timeout 60m "$1" 2>&1 |
-      grep -E '^(Benchmark|FAIL|panic|ok )|at once|largest' || true
+      grep -E '^(Benchmark|FAIL|panic|ok )|at once|largest' | tee -a "$out" || true
   fi
 }
 
@@ -38,3 +42,6 @@ run ./adapters/containerd Throughput 1x
 run ./adapters/docker Throughput 1x
 # Most of the machine for minutes, until something gives (SCALE_MAX caps it).
 run ./adapters/containerd LiveSandboxes 1x
+run ./adapters/inproc TracingOverhead 3000x
+
+go run ./internal/benchplot -out docs/bench <"$out"

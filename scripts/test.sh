@@ -46,6 +46,8 @@ at "Debian packages, daemons and runsc ready"
 eval "$(bash scripts/install-registry.sh)"
 export REGISTRY_BIN
 bash scripts/install-python.sh
+# A real Prometheus scrapes the shared daemon's metrics in its test.
+bash scripts/install-prometheus.sh >/dev/null
 if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 eval "$(bash scripts/install-openclaw.sh)"
@@ -98,6 +100,9 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
     sleep 1
   done
   left=$(crash_owned)
+  if ! kill -0 "$crash_pid" 2>/dev/null; then
+    echo "the run to kill ended by itself:"; tail -n 20 "$guard/crash.log"
+  fi
   if [ -n "$crash_cg" ]; then kill -9 $(cat "$crash_cg/cgroup.procs") 2>/dev/null; else kill -9 "$crash_pid"; fi
   wait "$crash_pid" 2>/dev/null || true
   echo "killed with $left of its sandboxes running"

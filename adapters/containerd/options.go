@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -31,6 +32,7 @@ const (
 type Option func(*config) error
 
 type config struct {
+	tel            *telemetry.T // WithMeterProvider; nil: the global provider
 	address        string
 	namespace      string
 	snapshotter    string

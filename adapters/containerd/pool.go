@@ -22,9 +22,11 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -74,9 +76,10 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the filler and the creations
 
-	creating                  atomic.Int32
-	warm, cold, other, failed atomic.Int64
-	closed                    atomic.Bool
+	creating                                 atomic.Int32
+	warm, cold, other, failed, preloadFailed atomic.Int64
+	closed                                   atomic.Bool
+	unobserve                                func() // ends the pool's sandbox.pool.ready gauge
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -94,6 +97,9 @@ type slot struct {
 	exited    atomic.Bool    // its exit was seen
 	stdout    *switchWriter
 	stderr    *switchWriter
+	// attestation is what the stub reported once its pre-booted runtime was ready
+	// (nil without Preload).
+	attestation *port.Attestation
 }
 
 // WarmPool implements port.Pooler: it starts keeping opts.Size sandboxes of tmpl's
@@ -145,6 +151,7 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	}
 	r.pools[p] = struct{}{}
 	r.poolsMu.Unlock()
+	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
 	p.wg.Add(1)
 	go p.fill()
 	return p, nil
@@ -160,6 +167,7 @@ func (p *Pool) Stats() port.PoolStats {
 	return port.PoolStats{
 		Ready: len(p.ready), Creating: int(p.creating.Load()),
 		Warm: p.warm.Load(), Cold: p.cold.Load(), Other: p.other.Load(), Failed: p.failed.Load(),
+		PreloadFailed: p.preloadFailed.Load(),
 	}
 }
 
@@ -181,6 +189,9 @@ func (p *Pool) fill() {
 				s, err := p.newSlot()
 				if err != nil {
 					p.failed.Add(1)
+					if errors.Is(err, errPreload) {
+						p.preloadFailed.Add(1)
+					}
 					p.r.cfg.logger.Warn("creating a pooled sandbox failed", "pool", p.key, "err", err)
 					// Back off so a broken template does not spin the machine.
 					select {
@@ -217,15 +228,15 @@ func (p *Pool) signal() {
 // newSlot creates one sandbox of the template, not started. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
-func (p *Pool) newSlot() (s *slot, err error) {
+func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
-	s = &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
+	s := &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
 	defer func() {
 		if err != nil {
-			p.destroy(s)
+			p.destroy(s) // the slot as far as it got (a named result would be nil here)
 		}
 	}()
 	img, err := r.imageInfo(ctx, p.tmpl.Image)
@@ -260,13 +271,28 @@ func (p *Pool) newSlot() (s *slot, err error) {
 		}
 	}
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
-	s.container, err = r.create(ctx, id, spec, img, lbls, withSlotMounts(s.dir), withStub())
+	stub := []string{bridgeTarget, "-claim"}
+	var status *bridge.StubStatus
+	boot := time.Duration(0)
+	if pre := p.tmpl.Preload; pre != nil {
+		boot = pre.Timeout
+		if boot <= 0 {
+			boot = bridge.DefaultPreloadTimeout
+		}
+		stub = bridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
+		status = bridge.NewStubStatus()
+	}
+	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
+	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub))
 	if err != nil {
 		return nil, err
 	}
 	in, claim := io.Pipe()
 	s.claim = claim
 	s.stdout, s.stderr = &switchWriter{}, &switchWriter{}
+	if status != nil {
+		s.stdout.set(status)
+	}
 	task, err := s.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(in, s.stdout, s.stderr)))
 	if err != nil {
 		_ = claim.Close()
@@ -276,14 +302,35 @@ func (p *Pool) newSlot() (s *slot, err error) {
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
 	}
-	if r.cfg.poolStarted {
+	// A pre-booted runtime boots before the claim: its stub always starts now.
+	if r.cfg.poolStarted || status != nil {
 		if err := task.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start: %w", classify(err))
 		}
 		s.started = true
 	}
+	if status != nil {
+		// Ready only once the runtime is: the stub's status line, or its end.
+		select {
+		case st := <-status.Done():
+			if st.Preload != bridgeapi.PreloadStatusReady {
+				return nil, fmt.Errorf("%w: %s", errPreload, st.Reason)
+			}
+			s.attestation = st.Attestation
+		case <-s.statusC:
+			s.exited.Store(true)
+			return nil, fmt.Errorf("%w: the stub exited before its runtime was ready", errPreload)
+		case <-time.After(boot + 30*time.Second):
+			return nil, fmt.Errorf("%w: no status from the stub after %v", errPreload, boot+30*time.Second)
+		case <-p.ctx.Done():
+			return nil, p.ctx.Err()
+		}
+	}
 	return s, nil
 }
+
+// errPreload marks a slot whose pre-booted runtime failed before any claim.
+var errPreload = errors.New("pre-booted runtime failed")
 
 // withSlotMounts makes the sandbox's mounts of the slot's directories rslave, so the
 // mounts attached to them at claim time propagate in.
@@ -298,10 +345,11 @@ func withSlotMounts(dir string) oci.SpecOpts {
 	}
 }
 
-// withStub makes the bridge, in claim mode, the sandbox's process: it waits for the run.
-func withStub() oci.SpecOpts {
+// withStub makes the bridge, in claim mode (args), the sandbox's process: it waits
+// for the run.
+func withStub(args []string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		s.Process.Args = []string{bridgeTarget, "-claim"}
+		s.Process.Args = args
 		return nil
 	}
 }
@@ -312,7 +360,7 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	spec = spec.WithDefaults()
 	if !port.TemplateOf(spec).Equal(p.tmpl) {
 		p.other.Add(1)
-		return p.r.RunOnce(ctx, spec)
+		return coldRun(ctx, p.r, spec, "no pool of the run's shape")
 	}
 	if err := p.r.check(spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
@@ -320,10 +368,37 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	s := p.take()
 	if s == nil {
 		p.cold.Add(1)
-		return p.r.RunOnce(ctx, spec)
+		telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", false)
+		return coldRun(ctx, p.r, spec, "the pool was empty")
 	}
 	p.warm.Add(1)
-	return p.run(ctx, spec, s)
+	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
+	res, err := p.run(ctx, spec, s)
+	if res != nil && res.gone != "" {
+		// The runtime died between its last check and the claim: nothing of the run
+		// ran in the slot. Run it cold, and say so.
+		p.preloadFailed.Add(1)
+		return coldRun(ctx, p.r, spec, "the pre-booted runtime was gone at the claim: "+res.gone)
+	}
+	if res == nil {
+		return nil, err
+	}
+	return res.RunResult, err
+}
+
+// coldRun runs spec on the runner, saying why in the result.
+func coldRun(ctx context.Context, r *Runner, spec port.RunSpec, why string) (*port.RunResult, error) {
+	res, err := r.RunOnce(ctx, spec)
+	if res != nil {
+		res.Start, res.StartNote = port.StartCold, why
+	}
+	return res, err
+}
+
+// slotResult is a pooled run's result, with what the pool needs to know of it.
+type slotResult struct {
+	*port.RunResult
+	gone string // the stub's PreloadGone reason
 }
 
 // take returns a ready slot, or nil when there is none. A started stub that ended
@@ -353,15 +428,20 @@ func (p *Pool) take() *slot {
 }
 
 // run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunResult, error) {
+func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult, error) {
 	r := p.r
 	ctx = r.ns(ctx)
 	start := time.Now()
-	res := &port.RunResult{ExitCode: -1}
-	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
+	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
+	if p.tmpl.Preload != nil {
+		res.Start, res.PreloadAttestation = port.StartPreloaded, s.attestation
+	}
+	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
+	defer ph.End()
+	fail := func(code port.ErrorCode, cause error) (*slotResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
-		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
+		return &slotResult{RunResult: res}, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
 	// The slot is single-use whatever happens from here; removed after the result.
 	var relabel sync.WaitGroup
@@ -410,12 +490,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
 	r.phase("claim")
+	ph.Next("sandbox.start")
 	if !s.started {
 		if err := s.task.Start(ctx); err != nil {
 			return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 		}
 	}
 	r.phase("start")
+	ph.Next("sandbox.wait")
 	collect := func(until time.Time) {
 		waitIO(s.task.IO(), until, log)
 		res.Stdout, res.StdoutTruncated = stdout.Result()
@@ -429,19 +511,19 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*port.RunRe
 		r.phase("output")
 		res.Duration = time.Since(start)
 		if code, cause := slotExitResult(ctx, s, st, res, stderr, spec, log); code != "" {
+			if entry, ok := bridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
+			}
 			return fail(code, cause)
 		}
-		return res, nil
-	case <-runCtx.Done():
-		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
-		until, ok := r.stopAfterDeadline(ctx, s.task, s.statusC, log)
-		if ok {
-			s.exited.Store(true)
-		} else {
-			cause = r.unconfirmed(cause)
+		if p.tmpl.Preload != nil && res.ExitCode == bridge.ExitBridgeFailed {
+			if reason, ok := bridge.PreloadGoneIn(stderr.Tail()); ok {
+				return &slotResult{RunResult: res, gone: reason}, nil
+			}
 		}
-		collect(until)
-		return fail(port.CodeTimeout, cause)
+		return &slotResult{RunResult: res}, nil
+	case <-runCtx.Done():
+		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, nil, 0, collect, log))
 	}
 }
 
@@ -550,32 +632,6 @@ func (p *Pool) destroy(s *slot) {
 	}
 }
 
-// removeSlotDir unmounts everything under a slot directory and removes it.
-func removeSlotDir(dir string) error {
-	if err := unmountUnder(dir); err != nil {
-		return err
-	}
-	// RemoveAll never follows a mount left by a failed unmount into a run's data:
-	// the mount points are empty directories once unmounted, and Remove refuses a
-	// busy one.
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
-	for _, e := range ents {
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	return nil
-}
-
 // Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
 // removals waited for (until ctx ends). Runs in progress finish.
 func (p *Pool) Close(ctx context.Context) error {
@@ -583,6 +639,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.cancel()
+	p.unobserve()
 	p.r.poolsMu.Lock()
 	delete(p.r.pools, p)
 	p.r.poolsMu.Unlock()

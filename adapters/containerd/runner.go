@@ -35,6 +35,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -166,7 +167,8 @@ func (r *Runner) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 
 // RunOnce implements port.SandboxRunner.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	if err := r.check(spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
@@ -176,6 +178,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	ctx = r.ns(ctx)
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1}
+	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("cold"))
+	defer ph.End()
 	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
 		res.ErrorCode = code
 		res.Duration = time.Since(start)
@@ -200,17 +204,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		defer r.watchOOM(id, oom.event)()
 	}
 
-	// The run's lease, held while this process runs it: another process's Sweep
-	// leaves the run alone while it is refreshed (released once the removal is done).
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
-	if err != nil {
-		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
-	}
 	r.phase("image")
-	container, err := r.create(ctx, id, spec, img, lbls)
+	lease, container, err := r.createHeld(ctx, id, spec, img, lbls)
 	if err != nil {
-		lease.Release()
-		if errors.Is(err, port.ErrUnavailable) {
+		var le *leaseError
+		if errors.Is(err, port.ErrUnavailable) || errors.As(err, &le) {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
 		return fail(port.CodeContainerFailed, err)
@@ -234,6 +232,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
 	}
 	r.phase("task")
+	ph.Next("sandbox.start")
 	collect := func(until time.Time) { collectOutput(task, until, res, stdout, stderr, log) }
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
@@ -245,6 +244,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	r.phase("start")
+	ph.Next("sandbox.wait")
 	log.Debug("task started")
 	// The task's memory cgroup, sampled while it runs (the shim keeps it until the
 	// task is deleted, so the exit is sampled too).
@@ -267,19 +267,49 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		}
 		return res, nil
 	case <-runCtx.Done():
-		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
-		mem.Sample()
-		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-		until, ok := r.stopAfterDeadline(ctx, task, statusC, log)
-		if ok {
-			exited.Store(true)
-		} else {
-			cause = r.unconfirmed(cause)
-		}
-		collect(until)
-		return fail(port.CodeTimeout, cause)
+		return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, mem, time.Since(start), collect, log))
 	}
 }
+
+// timedOut ends a run past its limit: the task is killed and its exit awaited within
+// the kill grace, and the output collected until then. It returns the run's cause,
+// with a memory-pressure hint when mem (may be nil) saw the sandbox stall.
+func (r *Runner) timedOut(ctx context.Context, spec port.RunSpec, task client.Task, statusC <-chan client.ExitStatus, exited *atomic.Bool, mem *cgroupmem.Sampler, ran time.Duration, collect func(time.Time), log *slog.Logger) error {
+	cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
+	if mem != nil {
+		mem.Sample()
+		cause = cgroupmem.Hint(cause, mem.Stop(), ran)
+	}
+	until, ok := r.stopAfterDeadline(ctx, task, statusC, log)
+	if ok {
+		exited.Store(true)
+	} else {
+		cause = r.unconfirmed(cause)
+	}
+	collect(until)
+	return cause
+}
+
+// createHeld takes the run's lease, held while this process runs it (another
+// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// removal is done), and creates its container. A lease it cannot take is ErrInternal.
+func (r *Runner) createHeld(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string) (*runlease.Lease, client.Container, error) {
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return nil, nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
+	}
+	container, err := r.create(ctx, id, spec, img, lbls)
+	if err != nil {
+		lease.Release()
+		return nil, nil, err
+	}
+	return lease, container, nil
+}
+
+// leaseError is a run's lease that could not be taken (nothing was created).
+type leaseError struct{ error }
+
+func (e *leaseError) Unwrap() error { return e.error }
 
 // removeLater removes the run's task (as *task holds it when called) and
 // container in the background.

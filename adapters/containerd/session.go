@@ -27,6 +27,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -225,7 +226,9 @@ type ctrSession struct {
 }
 
 func (r *Runner) newSession(m sessionkit.Meta, c client.Container) *ctrSession {
-	return &ctrSession{Handle: sessionkit.NewHandle(m), r: r, c: c, started: make(chan struct{})}
+	h := sessionkit.NewHandle(m)
+	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("containerd")
+	return &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
 }
 
 // watch waits for the task's exit and records it as RunOnce classifies it.

@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -23,6 +24,7 @@ type Option func(*config) error
 type SharedOption = func(*config) error
 
 type config struct {
+	tel            *telemetry.T // WithMeterProvider; nil: the global provider
 	host           string
 	api            apiClient
 	owner          string
@@ -37,6 +39,8 @@ type config struct {
 	runtime string
 	// sessionRoot holds the sessions' host directories (see WithSessionDir).
 	sessionRoot string
+	// poolDir holds the host directories of pooled sandboxes (see WithPoolDir).
+	poolDir string
 	// pullPolicy and registryCreds: see WithPullPolicy (pull.go).
 	pullPolicy    port.PullPolicy
 	registryCreds port.RegistryCredentials
@@ -49,6 +53,7 @@ func defaultConfig() config {
 		cleanupTimeout:     30 * time.Second,
 		killGrace:          10 * time.Second,
 		cleanupConcurrency: DefaultCleanupConcurrency,
+		poolDir:            DefaultPoolDir,
 		proxy: proxyConfig{
 			image:        DefaultProxyImage,
 			network:      DefaultProxyNetwork,
@@ -161,6 +166,21 @@ func WithRuntime(name string) Option {
 			return port.Invalidf("runtime %q is not a registered runtime name", name)
 		}
 		c.runtime = name
+		return nil
+	}
+}
+
+// WithPoolDir sets where warm pools keep their sandboxes' host directories (default
+// DefaultPoolDir), under <dir>/docker/<owner>/. Each holds the mount points a run's
+// workspace, mounts and LLM socket directory are attached to; Sweep removes those of
+// sandboxes that are gone. It must be on a local file system in the daemon's mount
+// namespace.
+func WithPoolDir(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return port.Invalidf("pool directory %q is not absolute", dir)
+		}
+		c.poolDir = filepath.Clean(dir)
 		return nil
 	}
 }

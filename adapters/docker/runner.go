@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -28,6 +30,10 @@ import (
 type Runner struct {
 	cfg     config
 	cleanup *bgclean.Queue // removals of finished runs, off the critical path
+
+	poolsMu sync.Mutex
+	pools   map[*Pool]struct{} // open warm pools, closed with the runner
+	closed  bool
 }
 
 var (
@@ -56,12 +62,25 @@ func (r *Runner) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close waits (up to the cleanup timeout) for the removals of finished runs still in
-// the background, then releases the SDK client (unless it was passed in with
-// WithClient). What a removal could not finish stays labelled for Sweep.
+// Close closes the runner's warm pools, waits (up to the cleanup timeout) for the
+// removals of finished runs still in the background, then releases the SDK client
+// (unless it was passed in with WithClient). What a removal could not finish stays
+// labelled for Sweep.
 func (r *Runner) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
 	defer cancel()
+	r.poolsMu.Lock()
+	r.closed = true
+	pools := make([]*Pool, 0, len(r.pools))
+	for p := range r.pools {
+		pools = append(pools, p)
+	}
+	r.poolsMu.Unlock()
+	for _, p := range pools {
+		if err := p.Close(ctx); err != nil {
+			r.cfg.logger.Warn("closing a warm pool did not finish; a Sweep will remove what is left", logattr.Err, err)
+		}
+	}
 	if err := r.cleanup.Close(ctx); err != nil {
 		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
 	}
@@ -85,7 +104,8 @@ func (r *Runner) Owner() string { return r.cfg.owner }
 
 // RunOnce implements port.SandboxRunner.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	if err := r.check(ctx, spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
@@ -99,6 +119,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		res.Duration = time.Since(start)
 		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
 	}
+	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("docker"), telemetry.PoolClaim.String("cold"))
+	defer ph.End()
 
 	entrypoint, err := r.entrypoint(ctx, spec)
 	if err != nil {
@@ -107,32 +129,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	// The run's lease, held while this process runs it: another process's Sweep
-	// leaves the run alone while it is refreshed (released once the removal is done).
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	id, lease, err := r.createHeld(ctx, spec, entrypoint, start)
 	if err != nil {
-		return nil, opErr("RunOnce", spec.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
-	}
-	created := false
-	defer func() {
-		if !created {
-			lease.Release()
-		}
-	}()
-	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
-	hc.Runtime = r.cfg.runtime
-	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
-	})
-	if err != nil {
-		err = classify(err)
-		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+		var le *leaseError
+		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
 		return fail(port.CodeContainerFailed, err)
 	}
-	id := made.ID
-	created = true
 	// Registered before anything else can fail, and run with a fresh context so a
 	// cancelled caller (or a panic unwinding through here) cannot leak the container;
 	// in the background after the result is in (bounded; the container stays labelled
@@ -158,11 +162,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	defer stopWait()
 	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
+	ph.Next("sandbox.start")
 	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		collect()
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
 	log.Debug("container started")
+	ph.Next("sandbox.wait")
 	// The sandbox's memory cgroup, sampled while it runs (it goes with the container).
 	mem := cgroupmem.Start(func() int { return r.pid(ctx, id) }, memSampleInterval)
 	defer func() { res.Memory = mem.Stop() }()
@@ -194,6 +200,32 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeTimeout, cause)
 	}
 }
+
+// createHeld takes the run's lease, held while this process runs it (another
+// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// removal is done), and creates the run's container. A lease it cannot take is a
+// *leaseError (nothing was created).
+func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint []string, start time.Time) (string, *runlease.Lease, error) {
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	if err != nil {
+		return "", nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
+	}
+	cfg, hc := sandboxConfig(spec, entrypoint, adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start), r.cfg.bridgePath)
+	hc.Runtime = r.cfg.runtime
+	made, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(spec.RunID), Config: cfg, HostConfig: hc,
+	})
+	if err != nil {
+		lease.Release()
+		return "", nil, classify(err)
+	}
+	return made.ID, lease, nil
+}
+
+// leaseError is a run's lease that could not be taken.
+type leaseError struct{ error }
+
+func (e *leaseError) Unwrap() error { return e.error }
 
 // captureOutput copies the attached streams into capped buffers; collect waits
 // (bounded) for them to end and puts what they captured into res.

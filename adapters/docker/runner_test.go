@@ -151,6 +151,9 @@ func TestOptionsValidate(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	sandboxtest.CrashChildMain(func(bridge string) (port.SandboxRunner, error) {
+		if os.Getenv(poolCrashEnv) != "" {
+			return crashPool(bridge)
+		}
 		opts := []Option{WithOwner(testenv.Owner("crash"))}
 		if bridge != "" {
 			opts = append(opts, WithBridge(bridge))

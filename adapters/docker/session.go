@@ -20,6 +20,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -182,7 +183,9 @@ type dockerSession struct {
 }
 
 func (r *Runner) newSession(m sessionkit.Meta) *dockerSession {
-	return &dockerSession{Handle: sessionkit.NewHandle(m), r: r}
+	h := sessionkit.NewHandle(m)
+	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("docker")
+	return &dockerSession{Handle: h, r: r}
 }
 
 // watch attaches to the output (into the rings) and waits for the exit, which it

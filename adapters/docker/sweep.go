@@ -19,8 +19,17 @@ import (
 // Sweep removes containers and volumes of this runner's owner that are older than
 // opts.OlderThan (by their created-at label), optionally only those of one run. Only
 // resources carrying the owner label are ever touched. Implements port.Sweeper.
+//
+// Pooled sandboxes are swept too, with their slot directories (unmounted first): a
+// claimed one is found by run ID through its name (Docker's labels are fixed at
+// creation), and without a run ID the slot directories whose sandbox is gone.
 func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
-	return sweep(ctx, r.cfg, opts)
+	rep, err := sweep(ctx, r.cfg, opts)
+	if err != nil {
+		return rep, err
+	}
+	r.sweepPool(ctx, opts, &rep)
+	return rep, nil
 }
 
 func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepReport, error) {
@@ -60,6 +69,7 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 			continue
 		}
 		sweepSessionDir(cfg, c.Labels, &rep)
+		sweepSlotDir(cfg, c.Labels, &rep)
 	}
 	vs, err := cfg.api.VolumeList(ctx, client.VolumeListOptions{Filters: f})
 	if err != nil {

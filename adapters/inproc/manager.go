@@ -18,10 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/proxyconf"
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -31,6 +34,7 @@ type Manager struct {
 	cfg       config
 	ownTransp *http.Transport // nil when WithTransport was given
 	conns     *llmproxy.ConnLimit
+	tel       *telemetry.T
 
 	mu     sync.Mutex
 	active map[string]*Proxy // by per-run directory name
@@ -60,7 +64,7 @@ func NewManager(opts ...Option) (*Manager, error) {
 		return nil, opErr("New", "", port.Invalidf("base dir %q with owner %q is too long for unix socket paths (%d > %d bytes)", cfg.baseDir, cfg.owner, n, maxSocketPath))
 	}
 	cfg.logger = cfg.logger.With(logattr.Component, "inproc")
-	m := &Manager{cfg: cfg, active: make(map[string]*Proxy), conns: llmproxy.NewConnLimit(cfg.connsTotal)}
+	m := &Manager{cfg: cfg, active: make(map[string]*Proxy), conns: llmproxy.NewConnLimit(cfg.connsTotal), tel: telemetry.New(cfg.tp, cfg.mp)}
 	if cfg.transport == nil {
 		m.ownTransp = llmproxy.NewTransport()
 		m.cfg.transport = m.ownTransp
@@ -154,7 +158,7 @@ func (m *Manager) start(ctx context.Context, spec port.ProxySpec) (*Proxy, error
 		cleanup()
 		return nil, opErr("Start", spec.RunID, internal("chmod socket: %w", err))
 	}
-	p := newProxy(m, spec, policy, upstream, name, dir, markerPath, created)
+	p := newProxy(m, spec, policy, upstream, name, dir, markerPath, created, trace.SpanContextFromContext(ctx))
 	if egressPolicy != nil {
 		if err := p.startEgress(egressPolicy); err != nil {
 			_ = ln.Close()

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
@@ -28,6 +31,8 @@ type config struct {
 	connsPerRun     int
 	connsTotal      int
 	egress          egressConfig
+	tp              trace.TracerProvider // nil: the global provider
+	mp              metric.MeterProvider // nil: the global provider
 }
 
 // DefaultMaxRequestBytes bounds a request body unless WithMaxRequestBytes says otherwise.
@@ -169,6 +174,33 @@ func WithConnLimits(perRun, total int) Option {
 			return port.Invalidf("connection limits %d per run, %d in total: want 0 < per run <= total", perRun, total)
 		}
 		c.connsPerRun, c.connsTotal = perRun, total
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the proxies' call spans go (default: the global
+// provider). A call's span is a client span following the GenAI semantic
+// conventions, child of the span in the context given to Start (the facade's run),
+// and its W3C traceparent is what the upstream receives.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return port.Invalidf("tracer provider is nil")
+		}
+		c.tp = tp
+		return nil
+	}
+}
+
+// WithMeterProvider sets where the proxies' call metrics go (default: the global
+// provider): gen_ai.client.operation.duration, gen_ai.client.token.usage,
+// sandbox.llm.calls by outcome and sandbox.llm.refusals by rule.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return port.Invalidf("meter provider is nil")
+		}
+		c.mp = mp
 		return nil
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
@@ -55,7 +57,7 @@ type Proxy struct {
 	stopped  chan struct{}
 }
 
-func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstream *url.URL, name, dir, markerPath string, created time.Time) *Proxy {
+func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstream *url.URL, name, dir, markerPath string, created time.Time, parent trace.SpanContext) *Proxy {
 	p := &Proxy{
 		m: m, spec: spec, policy: policy, upstream: upstream,
 		name: name, dir: dir, markerPath: markerPath, created: created,
@@ -64,11 +66,11 @@ func newProxy(m *Manager, spec port.ProxySpec, policy *proxyconf.Policy, upstrea
 		stopped: make(chan struct{}),
 	}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
-	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation, Logger: p.log})
+	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation, Logger: p.log, Trace: parent})
 	// The only errors are missing fields, which validate and New rule out.
 	p.engine, _ = llmproxy.NewEngine(llmproxy.Config{
 		Upstream: upstream, Transport: m.cfg.transport, MaxRequestBytes: m.cfg.maxRequestBytes,
-		Logger: p.log, TokenEstimate: m.cfg.tokenEstimate,
+		Logger: p.log, TokenEstimate: m.cfg.tokenEstimate, Telemetry: m.tel,
 	})
 	p.srv = &http.Server{
 		Handler:           p,

@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -40,7 +42,7 @@ func (m *Manager) Serve(ctx context.Context, spec port.ProxySpec, ln net.Listene
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "serve-" + spec.RunID + "-" + hex.EncodeToString(b[:])
-	p := newProxy(m, spec, policy, upstream, name, "", "", time.Now().UTC())
+	p := newProxy(m, spec, policy, upstream, name, "", "", time.Now().UTC(), trace.SpanContextFromContext(ctx))
 	m.mu.Lock()
 	m.active[name] = p
 	m.mu.Unlock()

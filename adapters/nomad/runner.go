@@ -91,7 +91,8 @@ func (r *Runner) Client() *api.Client { return r.api }
 // when WithHostPaths is off); a job the cluster cannot place (no eligible node with
 // the resources) gives a *port.RunError with port.CodeContainerFailed.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	spec = spec.WithDefaults()
+	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
+	spec = spec.WithDefaults().ColdSpec()
 	proxy, err := r.check(spec)
 	if err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
@@ -126,24 +127,18 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		}
 	}()
 
-	if proxy != nil {
-		if err := r.putProxyConfig(ctx, js.id, proxy); err != nil {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
+	evalID, err := r.register(ctx, js.id, job, proxy)
+	var refused *registerError
+	if errors.As(err, &refused) && !errors.Is(err, port.ErrUnavailable) && ctx.Err() == nil {
+		return fail(port.CodeContainerFailed, err)
+	} else if err != nil {
+		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	reg, _, err := r.api.Jobs().Register(job, (&api.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		err = classify(err)
-		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
-		return fail(port.CodeContainerFailed, fmt.Errorf("register job: %w", err))
-	}
-	log.Debug("job registered", "eval", reg.EvalID)
+	log.Debug("job registered", "eval", evalID)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
-	allocID, err := r.placed(runCtx, reg.EvalID)
+	allocID, err := r.placed(runCtx, evalID)
 	finishLive := once(r.startLive(ctx, allocID, spec))
 	defer finishLive(nil)
 	if err == nil && proxy != nil {
@@ -195,6 +190,27 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	}
 	return r.outcome(alloc, spec, res, fail)
 }
+
+// register stores the run's proxy config (its key, as a Nomad variable) when it has
+// a sidecar, then registers the job and returns its evaluation. A registration the
+// servers refused is a *registerError.
+func (r *Runner) register(ctx context.Context, jobID string, job *api.Job, proxy *Proxy) (string, error) {
+	if proxy != nil {
+		if err := r.putProxyConfig(ctx, jobID, proxy); err != nil {
+			return "", err
+		}
+	}
+	reg, _, err := r.api.Jobs().Register(job, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return "", &registerError{fmt.Errorf("register job: %w", classify(err))}
+	}
+	return reg.EvalID, nil
+}
+
+// registerError is a job registration the servers did not take.
+type registerError struct{ error }
+
+func (e *registerError) Unwrap() error { return e.error }
 
 // jobSpecOf is the job's identity for spec, with the packed workspace when it is
 // copied (WithWorkspaceCopy).

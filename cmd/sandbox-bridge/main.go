@@ -38,8 +38,12 @@ import (
 	"github.com/agentsandbox/sandbox/internal/bridge"
 )
 
-// stdin is the claim channel with -claim (a variable for tests).
-var stdin = os.Stdin
+// stdin is the claim channel with -claim, stdout where a -preload stub reports its
+// runtime's readiness before the claim (variables for tests).
+var (
+	stdin            = os.Stdin
+	stdout io.Writer = os.Stdout
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
@@ -59,6 +63,8 @@ func run(args []string, stderr io.Writer) int {
 	egressAddr := fs.String("egress", "", "also listen on this loopback `address` as the run's HTTP/HTTPS forward proxy, forwarding to -egress-socket")
 	egressSocket := fs.String("egress-socket", bridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
 	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
+	preload := fs.Bool("preload", false, "with -claim: start the command line as a preloaded runtime before the claim and hand it the run (api/bridgeapi's preload protocol)")
+	preloadTimeout := fs.Duration("preload-timeout", bridge.DefaultPreloadTimeout, "how long a preloaded runtime may take to be ready")
 	var expose exposeFlag
 	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
@@ -82,12 +88,29 @@ func run(args []string, stderr io.Writer) int {
 		Argv:      fs.Args(),
 	}
 	if *claim {
-		var err error
-		if cfg, err = readClaim(stdin); err != nil {
-			fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+		var (
+			err error
+			pre *bridge.Preloaded
+		)
+		if *preload {
+			if pre, err = startPreload(cfg.Argv, *preloadTimeout, stdout, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))); err != nil {
+				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+				return bridge.ExitBridgeFailed
+			}
+		}
+		if cfg, err = readClaimWhile(stdin, pre); err != nil {
+			if errors.Is(err, bridge.ErrPreloadFailed) {
+				fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
+			} else {
+				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+			}
 			return bridge.ExitBridgeFailed
 		}
+		cfg.Preloaded = pre
 		defer cfg.Stdin.Close()
+	} else if *preload {
+		fmt.Fprintln(stderr, "sandbox-bridge: -preload needs -claim")
+		return bridge.ExitBridgeFailed
 	}
 	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
 	if *egressAddr != "" {
@@ -101,6 +124,9 @@ func run(args []string, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, bridge.ErrDeadline):
 		fmt.Fprintf(stderr, "sandbox-bridge: %v; the command was stopped\n", err)
+	case errors.Is(err, bridge.ErrPreloadFailed):
+		// Nothing of the run ran: the host may run it cold elsewhere.
+		fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
 	case errors.Is(err, bridge.ErrCommandNotFound), errors.Is(err, bridge.ErrCannotExec):
 		fmt.Fprintf(stderr, "%s%v\n", bridge.ExecFailedPrefix, err)
 	case err != nil:
@@ -137,4 +163,49 @@ func readClaim(in *os.File) (bridge.Config, error) {
 	cfg := bridge.ClaimConfig(c)
 	cfg.Stdin = null
 	return cfg, nil
+}
+
+// startPreload starts the preloaded runtime and reports the outcome on out, one
+// bridgeapi.PreloadStatus line, with the sandbox's attestation once it is ready.
+func startPreload(argv []string, timeout time.Duration, out io.Writer, log *slog.Logger) (*bridge.Preloaded, error) {
+	t0 := time.Now()
+	p, err := bridge.StartPreload(context.Background(), argv, timeout, log)
+	if err != nil {
+		_ = bridgeapi.WriteLine(out, bridgeapi.PreloadStatus{Preload: bridgeapi.PreloadStatusFailed, Reason: err.Error()})
+		return nil, err
+	}
+	att := bridge.Attest()
+	st := bridgeapi.PreloadStatus{Preload: bridgeapi.PreloadStatusReady, Attestation: &att, BootMS: time.Since(t0).Milliseconds()}
+	if err := bridgeapi.WriteLine(out, st); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// readClaimWhile reads the claim, unless the preloaded runtime (if any) fails first:
+// then the stub exits and its pool drops it.
+func readClaimWhile(in *os.File, pre *bridge.Preloaded) (bridge.Config, error) {
+	if pre == nil {
+		return readClaim(in)
+	}
+	type result struct {
+		cfg bridge.Config
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		cfg, err := readClaim(in)
+		got <- result{cfg, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			pre.Kill()
+		}
+		return r.cfg, r.err
+	case <-pre.Failed():
+		pre.Kill()
+		return bridge.Config{}, fmt.Errorf("%w: %s", bridge.ErrPreloadFailed, pre.Reason())
+	}
 }

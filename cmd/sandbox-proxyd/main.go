@@ -13,6 +13,11 @@
 // deregistering runs: started again with the same directories and secret, it
 // serves the same runs at the same socket paths and their budgets continue.
 //
+// With -metrics-listen (a loopback host:port or unix:/path outside -socket-dir)
+// the daemon serves Prometheus metrics at /metrics: LLM calls by outcome,
+// refusals by rule, the GenAI client metrics (gen_ai_client_operation_duration_seconds,
+// gen_ai_client_token_usage), the registered runs and the Go runtime's.
+//
 // The secret file holds the token-signing secret as 64 hex digits; it is made
 // (mode 0600) if missing. To rotate, move it to -previous-secret-file and let a
 // new one be made: tokens of both are accepted.
@@ -35,12 +40,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/proxyd"
 	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
 
@@ -81,6 +90,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.Var(&unsafe, "egress-unsafe-allow", "address `prefix` exempt from the egress SSRF guard (tests only; repeatable)")
 	var admins uidList
 	fs.Var(&admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics at /metrics on `unix:/path` or a loopback host:port (off by default; never a run socket)")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -107,12 +117,37 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("sandbox-proxyd: egress", "err", err)
 		return 2
 	}
+	var (
+		tel      *telemetry.T
+		mln      net.Listener
+		mreg     *prometheus.Registry
+		srvReady atomic.Pointer[proxyd.Server]
+	)
+	if *metricsAddr != "" {
+		if mln, err = metricsListener(*metricsAddr, *socketDir); err != nil {
+			log.Error("sandbox-proxyd: metrics listener", "err", err)
+			return 2
+		}
+		defer mln.Close()
+		mp, reg, err := metricsProvider(func() int {
+			if s := srvReady.Load(); s != nil {
+				return s.Runs()
+			}
+			return 0
+		})
+		if err != nil {
+			log.Error("sandbox-proxyd: metrics", "err", err)
+			return 1
+		}
+		defer shutdownMetrics(mp)
+		tel, mreg = telemetry.New(nil, mp), reg
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	srv, err := proxyd.Open(ctx, proxyd.Config{
 		StateDir: *stateDir, SocketDir: *socketDir, Keys: keys, TokenTTL: *tokenTTL, TTL: *ttl, GCInterval: *gc,
 		Rate: api.RateLimit{RPS: *rps, Burst: *burst, Streams: *streams}, GlobalRPS: *grps, GlobalBurst: *gburst,
-		AdminUIDs: admins, Logger: log, Egress: eh,
+		AdminUIDs: admins, Logger: log, Egress: eh, Telemetry: tel,
 	})
 	if err != nil {
 		if errors.Is(err, registry.ErrCorrupt) {
@@ -130,8 +165,17 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log.Info("sandbox-proxyd: serving", "admin", *adminSock, "sockets", *socketDir, "runs", srv.Runs())
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.ServeAdmin(ln) }()
+	if mln != nil {
+		srvReady.Store(srv)
+		log.Info("sandbox-proxyd: serving metrics", "addr", mln.Addr().String())
+		go func() {
+			if err := serveMetrics(mln, mreg); err != nil {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
 	if *network != "" {
 		nl, err := net.Listen("tcp", *network)
 		if err != nil {

@@ -132,6 +132,10 @@ type Config struct {
 	Ready func(net.Addr)
 	// Logger receives diagnostics (failed socket dials, signals); default: discard.
 	Logger *slog.Logger
+	// Preloaded, if set, is a runtime started before the claim (StartPreload): Run
+	// hands it Argv, Env, Dir and the deadline instead of starting Argv itself, and
+	// forwards its output to Stdout and Stderr.
+	Preloaded *Preloaded
 }
 
 // Run listens on cfg.Listen, starts forwarding connections to cfg.Socket, then runs
@@ -155,15 +159,20 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	defer stopServices()
 
-	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if cmd.Err != nil {
-		return execFailure(cfg.Argv[0], cmd.Err)
+	var cmd *exec.Cmd
+	if cfg.Preloaded == nil {
+		cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+		if cmd.Err != nil {
+			return execFailure(cfg.Argv[0], cmd.Err)
+		}
+		cmd.Env = cfg.Env
+		cmd.Dir = cfg.Dir
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
 	}
-	cmd.Env = cfg.Env
-	cmd.Dir = cfg.Dir
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
 	var spools []*spool
-	if cfg.OutputCap > 0 {
+	if cfg.OutputCap > 0 && cmd != nil {
+		// A preloaded runtime's output is forwarded by the bridge itself
+		// (Preloaded.copy), uncapped here.
 		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap)
 		if err != nil {
 			return ExitBridgeFailed, err
@@ -212,23 +221,37 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	// The OOM-kill counter before the child exists: a rise by the time it has been
 	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
 	oomBefore, oomKnown := oomKills()
-	if err := cmd.Start(); err != nil {
-		flush()
-		return execFailure(cfg.Argv[0], err)
+	var proc *os.Process
+	if cfg.Preloaded != nil {
+		p, code, err := cfg.Preloaded.claim(cfg)
+		if err != nil {
+			cfg.Preloaded.Kill()
+			return code, err
+		}
+		proc = p
+	} else {
+		if err := cmd.Start(); err != nil {
+			flush()
+			return execFailure(cfg.Argv[0], err)
+		}
+		if len(spools) > 0 {
+			_ = cmd.Stdout.(*os.File).Close()
+			_ = cmd.Stderr.(*os.File).Close()
+		}
+		proc = cmd.Process
 	}
-	if len(spools) > 0 {
-		_ = cmd.Stdout.(*os.File).Close()
-		_ = cmd.Stderr.(*os.File).Close()
-	}
-	pid := cmd.Process.Pid
+	pid := proc.Pid
 	log.Debug("bridge: child started", slog.Int("pid", pid))
 
 	exited := make(chan int, 1)
-	if cfg.Reap {
+	switch {
+	case cfg.Reap:
 		// Reap everything; our child's status arrives through the same loop. cmd.Wait
 		// must not be used then: it would race the loop for the child's status.
 		go func() { exited <- reapUntil(pid, chld, log) }()
-	} else {
+	case cfg.Preloaded != nil:
+		go func() { exited <- cfg.Preloaded.wait() }()
+	default:
 		go func() {
 			err := cmd.Wait()
 			exited <- exitCode(cmd.ProcessState, err)
@@ -244,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		n, ok := oomKills()
 		return oomKnown && ok && n > oomBefore
 	}
-	return supervise(ctx, cfg, cmd, exited, sigs, oomKilled, flush)
+	return supervise(ctx, cfg, proc, exited, sigs, oomKilled, flush)
 }
 
 // startServices starts what the bridge serves beside the child, before it runs:
@@ -297,7 +320,7 @@ func startServices(cfg Config) (stop func(), err error) {
 // it; when ctx ends, the child gets SIGTERM and, after KillGrace, SIGKILL. At the
 // exit, flush passes on what the output spools hold; an exit by SIGKILL that
 // oomKilled confirms is reported on stderr (OOMNotice).
-func supervise(ctx context.Context, cfg Config, cmd *exec.Cmd, exited <-chan int, sigs <-chan os.Signal, oomKilled func() bool, flush func()) (int, error) {
+func supervise(ctx context.Context, cfg Config, proc *os.Process, exited <-chan int, sigs <-chan os.Signal, oomKilled func() bool, flush func()) (int, error) {
 	log := cfg.Logger
 	var (
 		ctxDone <-chan struct{} = ctx.Done()
@@ -307,6 +330,9 @@ func supervise(ctx context.Context, cfg Config, cmd *exec.Cmd, exited <-chan int
 		select {
 		case code := <-exited:
 			log.Debug("bridge: child exited", slog.Int("code", code))
+			if cfg.Preloaded != nil {
+				cfg.Preloaded.drain()
+			}
 			flush()
 			if code == 128+int(syscall.SIGKILL) && oomKilled() {
 				_, _ = io.WriteString(cfg.Stderr, OOMNotice)
@@ -317,16 +343,16 @@ func supervise(ctx context.Context, cfg Config, cmd *exec.Cmd, exited <-chan int
 			return code, nil
 		case s := <-sigs:
 			log.Debug("bridge: forwarding signal", slog.String("signal", s.String()))
-			_ = cmd.Process.Signal(s)
+			_ = proc.Signal(s)
 		case <-ctxDone:
 			ctxDone = nil
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = proc.Signal(syscall.SIGTERM)
 			t := time.NewTimer(cfg.KillGrace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			_ = cmd.Process.Kill()
+			_ = proc.Kill()
 		}
 	}
 }

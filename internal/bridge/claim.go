@@ -21,7 +21,8 @@ func NewClaim(argv, env []string, dir string, forward bool, timeout time.Duratio
 // ClaimConfig returns the bridge configuration that runs the claim, with the
 // child's stdin given by the caller (the claim channel is never the child's).
 func ClaimConfig(c bridgeapi.Claim) Config {
-	cfg := Config{Argv: c.Argv, Env: c.Env, Dir: c.Dir, NoForward: !c.Forward}
+	// A forwarding run reports its attestation, as a cold one does (Prefix).
+	cfg := Config{Argv: c.Argv, Env: c.Env, Dir: c.Dir, NoForward: !c.Forward, Attest: c.Forward}
 	if c.Env == nil {
 		cfg.Env = []string{}
 	}

@@ -208,6 +208,13 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		p.deny(w, rec, d)
 		return
 	}
+	p.relay(w, out, rec, t, cnt, red, limit)
+}
+
+// relay sends out upstream and writes its answer to w: headers passed through the
+// reflection guard (a secret in a header's name drops the header), a compressed body
+// decoded for it or refused, the body capped at limit; rec is recorded at the end.
+func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressRecord, t *target, cnt *countReader, red *Redactor, limit int64) {
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		p.upstreamFailed(w, rec, t, cnt, red, err)

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -37,6 +40,10 @@ type Config struct {
 	// Rewrite, if set, runs after the run's header policy was applied to the
 	// outgoing request, for headers only one front knows about.
 	Rewrite func(pr *httputil.ProxyRequest)
+
+	// Telemetry receives a span and the GenAI metrics of every call (default:
+	// the global OpenTelemetry providers).
+	Telemetry *telemetry.T
 }
 
 // DefaultTokenEstimate is Config.TokenEstimate's default.
@@ -53,6 +60,7 @@ const DefaultTokenEstimate = 4096
 type Engine struct {
 	cfg Config
 	rp  *httputil.ReverseProxy
+	tel *telemetry.T
 }
 
 // NewEngine returns an Engine. Errors wrap port.ErrInvalidSpec.
@@ -71,7 +79,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.TokenEstimate <= 0 {
 		cfg.TokenEstimate = DefaultTokenEstimate
 	}
-	e := &Engine{cfg: cfg}
+	e := &Engine{cfg: cfg, tel: telemetry.Or(cfg.Telemetry)}
 	e.rp = &httputil.ReverseProxy{
 		Rewrite:        e.rewrite,
 		Transport:      cfg.Transport,
@@ -124,6 +132,7 @@ type Call struct {
 	charged  int64 // usage charged (Meter.mu)
 	// releaseBody gives back the call's body slot (idempotent); nil without a body.
 	releaseBody func()
+	span        trace.Span // ended by observe
 }
 
 // sentBody is a request body that gives back its slot once read to the end or
@@ -163,6 +172,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
 		Method: Clip(r.Method, 16), Path: Clip(path, 256),
 	}}
+	ctx := e.startSpan(r, c) // the request's context with the call's span
 	if ref := m.attestationRefusal(); ref != nil {
 		e.refuse(w, c, ref)
 		return
@@ -257,7 +267,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 			panic(v) // http.ErrAbortHandler: the server drops the connection mid-response
 		}
 	}()
-	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
+	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, ctxKey{}, c)))
 }
 
 // rewrite is the ReverseProxy's Rewrite hook: the upstream URL and the header
@@ -272,6 +282,8 @@ func (e *Engine) rewrite(pr *httputil.ProxyRequest) {
 	// The header allowlist governs trailers too: none is allowed.
 	pr.Out.Trailer, pr.Out.TransferEncoding = nil, nil
 	StripTrailers(pr.Out.Header)
+	// Our trace context, never the agent's: LiteLLM's spans join the run's trace.
+	telemetry.InjectTraceContext(pr.In.Context(), pr.Out.Header)
 	if c.route.BodyKeys != nil {
 		pr.Out.Header.Set("Content-Type", "application/json")
 	}
@@ -315,10 +327,12 @@ func (e *Engine) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 // Forward, it needs the call counted with m.Enter and ends it.
 func (e *Engine) Refuse(w http.ResponseWriter, r *http.Request, m *Meter, path string, ref *Refusal) {
 	start := time.Now()
-	e.refuse(w, &Call{meter: m, start: start, rec: port.AuditRecord{
+	c := &Call{meter: m, start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
 		Method: Clip(r.Method, 16), Path: Clip(path, 256),
-	}}, ref)
+	}}
+	e.startSpan(r, c)
+	e.refuse(w, c, ref)
 }
 
 // refuse answers a call that is not forwarded and records it as blocked.
@@ -331,6 +345,7 @@ func (e *Engine) refuse(w http.ResponseWriter, c *Call, ref *Refusal) {
 		level = slog.LevelInfo
 	}
 	c.meter.log.Log(context.Background(), level, "llmproxy: call refused", "path", c.rec.Path, "status", ref.Status, "blocked", ref.Blocked)
+	e.observe(c, ref, GenAIUsage{})
 	c.meter.leave(c.rec, false, false)
 }
 
@@ -341,11 +356,14 @@ func (e *Engine) finish(c *Call, sw *StatusWriter, v any) {
 	rec.Status = sw.Status
 	rec.RespBytes = sw.N
 	o := Outcome{Upstream: c.upErr, ClientGone: c.clientGo, Write: sw.Err, Panicked: v != nil}
+	var usage GenAIUsage
 	if c.resp != nil {
 		c.resp.Finish(rec, c.start, &o)
+		usage = c.resp.GenAI()
 	}
 	rec.Error = o.Error()
 	c.meter.settle(c, rec.Status >= 200 && rec.Status < 300)
+	e.observe(c, nil, usage)
 	if rec.Error != "" {
 		c.meter.log.Warn("llmproxy: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}

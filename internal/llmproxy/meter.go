@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxyconf"
 )
@@ -59,6 +61,9 @@ type MeterConfig struct {
 	// OnAttest, if set, persists the run's attestation before it is recorded;
 	// an error records nothing (the bridge may send it again).
 	OnAttest func(a *port.Attestation) error
+	// Trace is the run's span, the parent of every call's span; an invalid one
+	// gives each call a trace of its own.
+	Trace trace.SpanContext
 }
 
 // Usage is what a run has taken from its budget.

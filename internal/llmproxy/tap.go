@@ -29,18 +29,48 @@ type ResponseTap struct {
 	haveUsage bool  // a plain body's usage was charged
 	input     int64 // input tokens an Anthropic stream reported in message_start
 	errEvent  string
+	genAI     GenAIUsage
 }
+
+// GenAIUsage is what a response said about the model and its token use, for
+// telemetry (the GenAI semantic conventions).
+type GenAIUsage struct {
+	Model         string
+	Input, Output int64
+}
+
+// note keeps the last reported input and output counts (an Anthropic stream
+// reports input at message_start and output in message_delta).
+func (g *GenAIUsage) note(u usage) {
+	if in := u.Prompt + u.Input; in > 0 {
+		g.Input = in
+	}
+	if out := u.Completion + u.Output; out > 0 {
+		g.Output = out
+	}
+}
+
+// noteModel keeps the first model a response named.
+func (g *GenAIUsage) noteModel(m string) {
+	if g.Model == "" && m != "" {
+		g.Model = Clip(m, 128)
+	}
+}
+
+// GenAI returns what the response said about its model and token use; call it
+// after Finish.
+func (t *ResponseTap) GenAI() GenAIUsage { return t.genAI }
 
 // NewResponseTap wraps body. addTokens (may be nil) is charged with the call's
 // token usage as soon as the bytes that report it pass, before they reach the
 // client: an agent that waits for one answer before its next call cannot slip a
 // call past a token budget.
 func NewResponseTap(body io.ReadCloser, streamed bool, addTokens func(int64)) *ResponseTap {
-	t := &ResponseTap{rc: body, addTokens: addTokens, sc: newJSONFields(scanLimit, "id", "usage", "error")}
+	t := &ResponseTap{rc: body, addTokens: addTokens, sc: newJSONFields(scanLimit, "id", "usage", "error", "model")}
 	if streamed {
 		// Anthropic's message_start and the Responses API's events nest the id and
 		// usage in "message" or "response" (kept when small enough).
-		t.sc = newJSONFields(scanLimit, "id", "usage", "error", "message", "response")
+		t.sc = newJSONFields(scanLimit, "id", "usage", "error", "message", "response", "model")
 		t.sse = newSSEFields(t.sc, t.onEvent)
 	}
 	return t
@@ -92,6 +122,7 @@ func (t *ResponseTap) onEvent(sc *jsonFields) {
 	for _, k := range []string{"message", "response"} {
 		var inner struct {
 			ID    string `json:"id"`
+			Model string `json:"model"`
 			Usage *usage `json:"usage"`
 		}
 		raw, ok := sc.got[k]
@@ -101,7 +132,9 @@ func (t *ResponseTap) onEvent(sc *jsonFields) {
 		if t.firstID == "" {
 			t.firstID = inner.ID
 		}
+		t.genAI.noteModel(inner.Model)
 		if u := inner.Usage; u != nil {
+			t.genAI.note(*u)
 			if k == "message" {
 				t.input = u.Input
 			}
@@ -111,9 +144,11 @@ func (t *ResponseTap) onEvent(sc *jsonFields) {
 	if t.firstID == "" {
 		t.firstID = sc.str("id")
 	}
+	t.genAI.noteModel(sc.str("model"))
 	if raw, ok := sc.got["usage"]; ok {
 		var u usage
 		if json.Unmarshal(raw, &u) == nil {
+			t.genAI.note(u)
 			n := u.total()
 			if u.Input == 0 && u.Prompt == 0 && u.Total == 0 {
 				n += t.input // Anthropic's message_delta counts output only
@@ -138,6 +173,11 @@ func (t *ResponseTap) Finish(rec *port.AuditRecord, start time.Time, o *Outcome)
 		t.sse.flush()
 	} else {
 		rec.RequestID = Clip(t.sc.str("id"), 256)
+		t.genAI.noteModel(t.sc.str("model"))
+		var u usage
+		if raw, ok := t.sc.got["usage"]; ok && json.Unmarshal(raw, &u) == nil {
+			t.genAI.note(u)
+		}
 	}
 	if rec.RequestID == "" {
 		rec.RequestID = Clip(t.firstID, 256)

@@ -28,6 +28,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	// policy (resolver, upstream roots, upstream proxy).
 	Egress egress.Host
 	Logger *slog.Logger
+	// Telemetry receives every call's span and metrics (default: the global
+	// OpenTelemetry providers); sandbox-proxyd exports its metrics to Prometheus.
+	Telemetry *telemetry.T
 }
 
 // Server is the daemon. Open it, serve the admin API with ServeAdmin, Close it.
@@ -292,7 +296,7 @@ func (s *Server) engine(u *url.URL) (*llmproxy.Engine, error) {
 	if e := s.engines[key]; e != nil {
 		return e, nil
 	}
-	e, err := llmproxy.NewEngine(llmproxy.Config{Upstream: u, Transport: s.cfg.Transport, MaxRequestBytes: s.cfg.MaxRequestBytes, Logger: s.log})
+	e, err := llmproxy.NewEngine(llmproxy.Config{Upstream: u, Transport: s.cfg.Transport, MaxRequestBytes: s.cfg.MaxRequestBytes, Logger: s.log, Telemetry: s.cfg.Telemetry})
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,9 @@ type Handle struct {
 	detached bool
 	stopBeat chan struct{}
 	beatOnce sync.Once
+	// OnFinish, if set (before the handle is shared), runs once when the session
+	// ends or the handle is detached: the adapters' live-sessions count.
+	OnFinish func()
 }
 
 // NewHandle returns a handle for m and starts its heartbeat loop.
@@ -65,6 +68,9 @@ func (h *Handle) Finish(res *port.RunResult, err error) {
 		h.mu.Unlock()
 		h.StopHeartbeat()
 		close(h.done)
+		if h.OnFinish != nil {
+			h.OnFinish()
+		}
 	})
 }
 

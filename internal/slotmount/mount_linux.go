@@ -1,4 +1,6 @@
-package containerd
+//go:build linux
+
+package slotmount
 
 import (
 	"bufio"
@@ -13,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// makeSharedDir makes dir a mount point of its own with shared propagation, so a
+// MakeShared makes dir a mount point of its own with shared propagation, so a
 // mount made on it later reaches the sandboxes that mounted it rslave.
-func makeSharedDir(dir string) error {
+func MakeShared(dir string) error {
 	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", dir, err)
 	}
@@ -26,28 +28,28 @@ func makeSharedDir(dir string) error {
 	return nil
 }
 
-// attach mounts src on target (a shared mount point), read-only unless writable,
+// Attach mounts src on target (a shared mount point), read-only unless writable,
 // always nosuid and nodev. The flags are set on a private staging mount first: a
 // remount does not propagate, but a new mount carries its flags to every copy.
 //
 // With the mount API of Linux 5.12 and later this takes three system calls and no
 // staging directory (attachDetached): the copy of src is made detached, its flags
 // set there, and it is moved onto target. It is a claim's critical path.
-func attach(src, target, stage string, writable bool) error {
-	if !noNewMountAPI.Load() {
+func Attach(src, target, stage string, writable bool) error {
+	if !NoNewMountAPI.Load() {
 		err := attachDetached(src, target, writable)
 		// ENOSYS: an older kernel; EPERM or EINVAL: a seccomp filter or a kernel that
 		// knows the calls but not every attribute. The staged way works there.
 		if err == nil || !(errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)) {
 			return err
 		}
-		noNewMountAPI.Store(true)
+		NoNewMountAPI.Store(true)
 	}
 	return attachStaged(src, target, stage, writable)
 }
 
-// noNewMountAPI is set once the kernel refused open_tree/mount_setattr/move_mount.
-var noNewMountAPI atomic.Bool
+// NoNewMountAPI is set once the kernel refused open_tree/mount_setattr/move_mount.
+var NoNewMountAPI atomic.Bool
 
 // attachDetached: open_tree clones src's tree detached, mount_setattr makes it private
 // with its flags, move_mount attaches it on target, from where it propagates with
@@ -97,8 +99,8 @@ func attachStaged(src, target, stage string, writable bool) error {
 	return nil
 }
 
-// unmountUnder detaches every mount at or under dir, deepest and latest first.
-func unmountUnder(dir string) error {
+// UnmountUnder detaches every mount at or under dir, deepest and latest first.
+func UnmountUnder(dir string) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return err
@@ -113,7 +115,7 @@ func unmountUnder(dir string) error {
 		if len(fields) < 5 {
 			continue
 		}
-		p := unescapeMountinfo(fields[4])
+		p := UnescapeMountinfo(fields[4])
 		if p == dir || strings.HasPrefix(p, dir+"/") {
 			points = append(points, p)
 		}
@@ -132,8 +134,8 @@ func unmountUnder(dir string) error {
 	return first
 }
 
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMountinfo(s string) string {
+// UnescapeMountinfo undoes mountinfo's octal escapes (\040 for a space, ...).
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -152,4 +154,31 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-const poolSupported = true
+// Supported says this system has the mount propagation pools need.
+const Supported = true
+
+// RemoveDir unmounts everything under a slot directory and removes it.
+func RemoveDir(dir string) error {
+	if err := UnmountUnder(dir); err != nil {
+		return err
+	}
+	// Never RemoveAll: a mount left by a failed unmount would lead it into a run's
+	// data. The mount points are empty directories once unmounted, and Remove refuses
+	// a busy one.
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

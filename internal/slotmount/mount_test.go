@@ -1,6 +1,6 @@
 //go:build linux
 
-package containerd
+package slotmount
 
 import (
 	"bufio"
@@ -34,10 +34,10 @@ func TestAttachPropagatesWithFlags(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(src, "f"), []byte("run data"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := makeSharedDir(point); err != nil {
+			if err := MakeShared(point); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = unmountUnder(dir) })
+			t.Cleanup(func() { _ = UnmountUnder(dir) })
 			// The sandbox's view: a slave copy made before the claim, as rslave does.
 			if err := unix.Mount(point, view, "", unix.MS_BIND, ""); err != nil {
 				t.Fatal(err)
@@ -65,7 +65,7 @@ func TestAttachPropagatesWithFlags(t *testing.T) {
 			}
 		}
 	}
-	if noNewMountAPI.Load() {
+	if NoNewMountAPI.Load() {
 		t.Error("this kernel refused the mount API of 5.12+; claims take the staged way")
 	}
 }
@@ -81,7 +81,7 @@ func mountOptions(t *testing.T, p string) string {
 	var opts string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) > 5 && unescapeMountinfo(fs[4]) == p {
+		if fs := strings.Fields(sc.Text()); len(fs) > 5 && UnescapeMountinfo(fs[4]) == p {
 			opts = fs[5]
 		}
 	}

@@ -1,0 +1,32 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/sandboxtest"
+)
+
+// TestPoolPreload runs the pre-booted slot suite (sandboxtest.TestPreloadPool) on
+// containerd's warm pools with the generic Node.js preloader. About 15 s.
+func TestPoolPreload(t *testing.T) {
+	node := os.Getenv("NODE24_BIN")
+	testenv.Need(t, "node", node != "", "NODE24_BIN is not set (scripts/install-openclaw.sh)")
+	r, _ := poolEnv(t, testenv.Owner("pool-preload"))
+	ctx := r.ns(context.Background())
+	ref, archive, err := testimages.NodeArchive(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.TestPreloadPool(t, sandboxtest.PreloadHarness{
+		Pooler: r, Image: ref, Node: testimages.NodeBinary,
+		Leftovers: func(t testing.TB) []string { return ownedLeftovers(t, r) },
+	})
+}

@@ -1,0 +1,31 @@
+package docker
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/sandboxtest"
+)
+
+// TestPoolPreload runs the pre-booted slot suite (sandboxtest.TestPreloadPool) on
+// Docker's warm pools with the generic Node.js preloader. About 20 s.
+func TestPoolPreload(t *testing.T) {
+	node := os.Getenv("NODE24_BIN")
+	testenv.Need(t, "node", node != "", "NODE24_BIN is not set (scripts/install-openclaw.sh)")
+	r, cli, _ := poolEnv(t, testenv.Owner("pool-preload"))
+	ctx := context.Background()
+	ref, archive, err := testimages.NodeArchive(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.TestPreloadPool(t, sandboxtest.PreloadHarness{
+		Pooler: r, Image: ref, Node: testimages.NodeBinary,
+		Leftovers: func(t testing.TB) []string { return ownedLeftovers(t, r, cli) },
+	})
+}

@@ -1,0 +1,69 @@
+package preload
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/agentsandbox/sandbox/internal/testenv"
+)
+
+// TestOpenClawSplitPointPinned fails loudly when the installed OpenClaw is not the
+// version the preloader was proven against, or when a function the preloader takes
+// from OpenClaw's content-hashed dist/ moved: the preloader's own table (SPLIT in
+// openclaw-preload.mjs) is read and checked against the package's files, so an
+// upgrade cannot make pre-booted runs silently slower or wrong.
+func TestOpenClawSplitPointPinned(t *testing.T) {
+	dir := os.Getenv("OPENCLAW_DIR")
+	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
+	pkg := filepath.Join(dir, "node_modules", "openclaw")
+	b, err := os.ReadFile(filepath.Join(pkg, "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct{ Version string }
+	if err := json.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.Version != OpenClawVersion {
+		t.Fatalf("OpenClaw %s is installed; the preloader is proven against %s: prove the split point again (docs/warm-pools-and-runtimes.md) and update both", meta.Version, OpenClawVersion)
+	}
+	src := string(OpenClaw)
+	if !strings.Contains(src, "const PINNED_VERSION = '"+OpenClawVersion+"'") {
+		t.Errorf("the preloader's PINNED_VERSION is not OpenClawVersion %s", OpenClawVersion)
+	}
+	dist := filepath.Join(pkg, "dist")
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(dist, f))
+		if err != nil {
+			t.Fatalf("the split point moved: %v", err)
+		}
+		return string(b)
+	}
+	if !regexp.MustCompile(`export \{[^}]*\brunMainOrRootHelp\b`).MatchString(read("entry.js")) {
+		t.Error("dist/entry.js no longer exports runMainOrRootHelp")
+	}
+	if !strings.Contains(read("entry.js"), "withCliProcessScope(() => runMainOrRootHelp(process.argv") {
+		t.Error("dist/entry.js no longer runs the CLI as withCliProcessScope(() => runMainOrRootHelp(argv)): the preloader's claim path no longer matches it")
+	}
+	read("cli/run-main.js")
+	row := regexp.MustCompile(`(\w+): \['([\w.-]+)', '(\w+)'\]`)
+	rows := row.FindAllStringSubmatch(src, -1)
+	if len(rows) != 4 {
+		t.Fatalf("the preloader's SPLIT table has %d rows, want 4", len(rows))
+	}
+	for _, r := range rows {
+		name, file, exp := r[1], r[2], r[3]
+		text := read(file)
+		want := name + " as " + exp
+		if name == exp {
+			want = name
+		}
+		if !regexp.MustCompile(`export \{[^}]*\b` + regexp.QuoteMeta(want) + `\b`).MatchString(text) {
+			t.Errorf("dist/%s does not export %s as %q any more: the split point moved", file, name, exp)
+		}
+	}
+}

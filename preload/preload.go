@@ -1,0 +1,42 @@
+// Package preload ships the preloaded side of the bridge's preload protocol (see
+// api/bridgeapi: PreloadReady, PreloadClaim, PreloadAnswer) for agent runtimes: a
+// warm pool's template names a preload command (port.PoolTemplate.Preload), the
+// slot's bridge starts it before any run exists, and at claim hands it the run's
+// argv, environment, working directory and deadline, so the runtime's start-up is
+// paid before the run instead of during it.
+//
+// Node is the generic Node.js preloader (any ESM or CommonJS entry): copy it into
+// the agent's image and name `node /path/preload.mjs [--import MODULE]...` as the
+// preload command; runs then give `node ENTRY ARGS...` as their argv.
+//
+// A runtime in another language implements the protocol itself: read the control
+// channel's descriptor from AGENTSANDBOX_PRELOAD_FD, load, write {"ready":true},
+// read one claim line, replace the environment, change directory, answer
+// {"started":true} (or {"error":{"code":"entry_not_found","entry":...}}), close
+// the channel and run. Nothing may be written to stdout before the claim.
+package preload
+
+import _ "embed"
+
+// Node is the generic Node.js preloader (preload.mjs).
+//
+//go:embed node/preload.mjs
+var Node []byte
+
+// NodeName is the file name Node is meant to be installed under.
+const NodeName = "preload.mjs"
+
+// OpenClaw is the OpenClaw preloader (openclaw-preload.mjs) for `openclaw agent
+// --local --json` one-shot runs: `node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR`
+// imports the CLI's entry and its helpers before the claim and runs the CLI
+// in-process at it (see the file's comment for what is, and is not yet, ahead).
+// It is pinned to OpenClawVersion and refuses to say ready for any other.
+//
+//go:embed openclaw/openclaw-preload.mjs
+var OpenClaw []byte
+
+// OpenClawName is the file name OpenClaw is meant to be installed under.
+const OpenClawName = "openclaw-preload.mjs"
+
+// OpenClawVersion is the OpenClaw release the OpenClaw preloader was proven against.
+const OpenClawVersion = "2026.9.6"
