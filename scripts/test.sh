@@ -95,9 +95,8 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   crash_pid=$!
   crash_cg=$(cat "$guard/crash/cgroup")
   # Its sandboxes: containers whose owner's tag names one of its processes.
-  crash_owned() {
-    local pids
-    pids=$(paste -sd'|' "$crash_cg/cgroup.procs" 2>/dev/null)
+  crash_owned() { # [pids]: of the run's processes (default: those alive now)
+    local pids=${1:-$(paste -sd'|' "$crash_cg/cgroup.procs" 2>/dev/null)}
     [ -n "$pids" ] || { echo 0; return; }
     for id in $(ctr -n agentsandbox-test containers ls -q 2>/dev/null); do
       ctr -n agentsandbox-test containers info "$id" 2>/dev/null | jq -r '.Labels["dev.agentsandbox.owner"] // empty'
@@ -108,13 +107,15 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
     kill -0 "$crash_pid" 2>/dev/null || break
     sleep 1
   done
-  left=$(crash_owned)
   if ! kill -0 "$crash_pid" 2>/dev/null; then
     echo "the run to kill ended by itself:"; tail -n 20 "$guard/crash.log"
   fi
+  crash_pids=$(paste -sd'|' "$crash_cg/cgroup.procs" 2>/dev/null || echo "$crash_pid")
   if [ -n "$crash_cg" ]; then kill -9 $(cat "$crash_cg/cgroup.procs") 2>/dev/null; else kill -9 "$crash_pid"; fi
   wait "$crash_pid" 2>/dev/null || true
-  echo "killed with $left of its sandboxes running"
+  # Its pool replaces each claimed sandbox, so the count moves while it runs: what
+  # counts is what the kill left.
+  echo "killed; it left $(crash_owned "$crash_pids") sandboxes behind"
   rmdir "$crash_cg" 2>/dev/null || true
   at "the killed run is over"
 fi
