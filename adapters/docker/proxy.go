@@ -37,6 +37,8 @@ const (
 	proxyConfFile = proxyConfDir + "/nginx.conf"
 	proxyAuditLog = proxyLogDir + "/audit.log"
 	proxyMetaFile = "owner.json"
+	// maxSocketPath is the longest socket path used (Linux allows 107 bytes).
+	maxSocketPath = 104
 )
 
 // ErrAuditTruncated reports a proxy whose audit held more forwarded calls than the
@@ -267,7 +269,18 @@ func (m *ProxyManager) makeDir(runID string, conf []byte, now time.Time) (dir st
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		return "", 0, 0, fmt.Errorf("proxy base dir: %w", err)
 	}
-	dir, err = os.MkdirTemp(base, runID+"-")
+	// The socket is <dir>/sock/llm.sock and unix socket paths are short (107 bytes):
+	// the run id in the directory's name is shortened to fit (the owner record names
+	// the run), and a base too long for any is refused.
+	room := maxSocketPath - (len(base) + len("/-") + 10 + len("/sock/") + len(port.LLMSocketName))
+	if room < 8 {
+		return "", 0, 0, port.Invalidf("proxy base dir %q with owner %q is too long for the run's unix socket path (at most %d bytes)", m.cfg.proxy.baseDir, m.cfg.owner, maxSocketPath)
+	}
+	name := runID
+	if len(name) > room {
+		name = name[:room]
+	}
+	dir, err = os.MkdirTemp(base, name+"-")
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("proxy run dir: %w", err)
 	}

@@ -84,7 +84,10 @@ func TestProxyManagerConformance(t *testing.T) {
 			out, err := labelled(ctx, runID)
 			entries, _ := os.ReadDir(filepath.Join(base, testenv.Owner("porttest")))
 			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), runID+"-") {
+				// The directory's name may carry a shortened run id (socket paths are
+				// short): its owner record names the run.
+				b, _ := os.ReadFile(filepath.Join(base, testenv.Owner("porttest"), e.Name(), proxyMetaFile))
+				if strings.HasPrefix(e.Name(), runID+"-") || strings.Contains(string(b), `"run_id":"`+runID+`"`) {
 					out = append(out, "dir:"+e.Name())
 				}
 			}
