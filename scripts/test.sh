@@ -23,6 +23,7 @@ fresh=
 if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
   # A short path: unix sockets live under TMPDIR and their paths are limited to 108 bytes.
   fresh=$(mktemp -d /tmp/asb.XXXXXX)
+  chmod 711 "$fresh" # the sandbox's uid traverses to sockets under TMPDIR (not list)
   mkdir -p "$fresh/cache" "$fresh/tmp" "$fresh/xdg"
   # Go's build and module caches stay; every other user cache (the bridge binaries that
   # bridge.Build keeps, for one) starts empty.

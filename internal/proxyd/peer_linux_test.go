@@ -65,6 +65,12 @@ func TestRunSocketLeastPrivilege(t *testing.T) {
 	if err := os.Chmod(dir, 0o711); err != nil { // other uids may traverse to the socket
 		t.Fatal(err)
 	}
+	// So must every directory above it, or no uid but root could be served at all.
+	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			t.Fatalf("%s is not traversable by other uids (%v): run the test under a TMPDIR they can reach", p, fi.Mode().Perm())
+		}
+	}
 	d := startDaemon(t, dir, nil)
 	uid := 1001
 	withUID := register(t, d, up, "run-uid", func(r *api.RegisterRequest) { r.SandboxUID = &uid })
