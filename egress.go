@@ -11,7 +11,7 @@ import (
 // the {{name}} placeholders the agent writes instead of credentials. onAudit, if not
 // nil, receives every egress record as it happens (a run's own EgressPolicy.OnAudit
 // wins). Runs need LLM access (WithLLM) with a proxy manager that serves egress
-// (adapters/inproc); others refuse such runs with port.ErrUnsupported.
+// (adapters/inprocproxy); others refuse such runs with port.ErrUnsupported.
 func WithEgress(creds port.CredentialSource, onAudit func(port.EgressRecord)) Option {
 	return func(s *Sandbox) error {
 		s.egress = &egressConfig{creds: creds, onAudit: onAudit}

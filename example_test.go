@@ -11,7 +11,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/gitcli"
 	"github.com/agentsandbox/sandbox/adapters/github"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/openclaw"
@@ -25,7 +25,7 @@ func ExampleSandbox_Run() {
 	if err != nil {
 		panic(err)
 	}
-	proxies, err := inproc.NewManager(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("my-service"), inprocproxy.WithSandboxUID(1001))
 	if err != nil {
 		panic(err)
 	}
@@ -80,7 +80,7 @@ func ExampleSandbox_Run_openClaw() {
 	if err != nil {
 		panic(err)
 	}
-	proxies, err := inproc.NewManager(inproc.WithOwner("my-service"), inproc.WithSandboxUID(1001))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("my-service"), inprocproxy.WithSandboxUID(1001))
 	if err != nil {
 		panic(err)
 	}

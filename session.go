@@ -205,7 +205,7 @@ func (ss *Session) Dial(ctx context.Context, p int) (net.Conn, error) { return s
 func (ss *Session) Logs() (stdout, stderr []byte) { return ss.sess.Logs() }
 
 // Audit returns the proxy's records of the session's calls so far, where the proxy
-// can tell before it stops (adapters/inproc's can); nil otherwise. Stop returns them
+// can tell before it stops (adapters/inprocproxy's can); nil otherwise. Stop returns them
 // all.
 func (ss *Session) Audit() []port.AuditRecord {
 	if la, ok := ss.proxy.(interface{ Audit() []port.AuditRecord }); ok {

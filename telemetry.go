@@ -21,7 +21,7 @@ import (
 // clone, the proxy's start and stop, the sandbox (the runner adds its create,
 // start and wait), each egress request, the reconciliation and the export and
 // push. The proxy adds a span per LLM call when it runs in this process and was
-// given the same provider (inproc.WithTracerProvider); it sends that span's W3C
+// given the same provider (inprocproxy.WithTracerProvider); it sends that span's W3C
 // traceparent upstream, so LiteLLM's spans join the run's trace.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *Sandbox) error {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/errdefs"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 const debianPython = "/usr/bin/python3"

@@ -15,7 +15,7 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/agentimage"
 	"github.com/agentsandbox/sandbox/bridge"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"

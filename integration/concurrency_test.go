@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -35,7 +35,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 			defer fake.Close()
 			base, _ := os.MkdirTemp("", "conc")
 			defer os.RemoveAll(base)
-			pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("conc")), inproc.WithSandboxUID(1001))
+			pm, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("conc")), inprocproxy.WithSandboxUID(1001))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -64,7 +64,7 @@ func BenchmarkConcurrentSandboxes(b *testing.B) {
 	}
 }
 
-func concurrentRuns(ctx context.Context, runner port.SandboxRunner, pm *inproc.Manager, image string, fake *litellmtest.Server, n int, barrierDir string) []error {
+func concurrentRuns(ctx context.Context, runner port.SandboxRunner, pm *inprocproxy.Manager, image string, fake *litellmtest.Server, n int, barrierDir string) []error {
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -103,7 +103,7 @@ func concurrentRuns(ctx context.Context, runner port.SandboxRunner, pm *inproc.M
 	return errs
 }
 
-func oneRun(ctx context.Context, runner port.SandboxRunner, pm *inproc.Manager, image string, fake *litellmtest.Server, i int, barrierDir, barrier string) error {
+func oneRun(ctx context.Context, runner port.SandboxRunner, pm *inprocproxy.Manager, image string, fake *litellmtest.Server, i int, barrierDir, barrier string) error {
 	runID := sandboxtest.RunID("conc")
 	p, err := pm.Start(ctx, port.ProxySpec{RunID: runID, Upstream: fake.URL, APIKey: fake.MasterKey(), Attribution: port.Attribution{BillingAccountID: "acct"}})
 	if err != nil {

@@ -5,7 +5,7 @@
 //     in-process proxy and the bridge, and the run's usage is reconciled against the
 //     fake's spend logs; the real OpenClaw one-shot included;
 //   - the in-process proxy manager under the proxy conformance suite, with real
-//     sandboxes on Docker and containerd (here, not in adapters/inproc, so the proxy's
+//     sandboxes on Docker and containerd (here, not in adapters/inprocproxy, so the proxy's
 //     unit tests never depend on a runtime adapter building);
 //   - this module used from another one: a throwaway module with a replace directive
 //     runs the conformance suite against the Docker runner, and the quickstart copied

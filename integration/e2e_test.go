@@ -12,10 +12,10 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -43,7 +43,7 @@ func newStack(t testing.TB, runner port.SandboxRunner, fake *litellmtest.Server,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("e2e")), inproc.WithSandboxUID(1001))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("e2e")), inprocproxy.WithSandboxUID(1001))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -61,9 +61,9 @@ func testEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (por
 	base, err := os.MkdirTemp("", "egress")
 	require.NoError(t, err)
 	defer os.RemoveAll(base)
-	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("egress-it")), inproc.WithSandboxUID(1001), inproc.WithLogger(logger),
-		inproc.WithEgressResolver(res), inproc.WithEgressUpstreamRoots(up.PEM),
-		inproc.WithEgressUnsafeAllow(netip.MustParsePrefix("127.0.0.1/32")))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("egress-it")), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger),
+		inprocproxy.WithEgressResolver(res), inprocproxy.WithEgressUpstreamRoots(up.PEM),
+		inprocproxy.WithEgressUnsafeAllow(netip.MustParsePrefix("127.0.0.1/32")))
 	require.NoError(t, err)
 	defer proxies.Shutdown(context.Background())
 

@@ -10,20 +10,20 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // inprocHarness is the in-process proxy manager with its leftover check and kill.
-func inprocHarness(t *testing.T) (*inproc.Manager, func(context.Context, string) ([]string, error), func(context.Context, port.Proxy) error) {
+func inprocHarness(t *testing.T) (*inprocproxy.Manager, func(context.Context, string) ([]string, error), func(context.Context, port.Proxy) error) {
 	base, err := os.MkdirTemp("", "porttest-inproc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("porttest")), inproc.WithSandboxUID(1001))
+	m, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("porttest")), inprocproxy.WithSandboxUID(1001))
 	if err != nil {
 		t.Fatal(err)
 	}

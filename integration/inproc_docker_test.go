@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
@@ -53,7 +53,7 @@ func TestDockerSandboxReachesProxy(t *testing.T) {
 	base, err := os.MkdirTemp("", "e2e")
 	require.NoError(t, err)
 	defer os.RemoveAll(base)
-	m, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithSandboxUID(1001))
+	m, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithSandboxUID(1001))
 	require.NoError(t, err)
 	defer m.Shutdown(context.Background())
 	p, err := m.StartProxy(ctx, port.ProxySpec{
@@ -84,13 +84,13 @@ func TestDockerSandboxReachesProxy(t *testing.T) {
 	require.Len(t, headers(), 1)
 	h := headers()[0]
 	assert.Equal(t, []string{"Bearer " + testKey}, h.Values("Authorization"))
-	assert.Equal(t, []string{"acct-42"}, h.Values(proxyconf.HeaderEndUserID))
-	var md proxyconf.SpendLogsMetadata
-	require.NoError(t, json.Unmarshal([]byte(h.Get(proxyconf.HeaderSpendLogsMetadata)), &md))
+	assert.Equal(t, []string{"acct-42"}, h.Values(proxypolicy.HeaderEndUserID))
+	var md proxypolicy.SpendLogsMetadata
+	require.NoError(t, json.Unmarshal([]byte(h.Get(proxypolicy.HeaderSpendLogsMetadata)), &md))
 	assert.Equal(t, p.RunID(), md.RunID)
 	for name := range h {
 		if strings.HasPrefix(name, "X-Litellm-") {
-			assert.Contains(t, []string{proxyconf.HeaderEndUserID, proxyconf.HeaderSpendLogsMetadata}, name)
+			assert.Contains(t, []string{proxypolicy.HeaderEndUserID, proxypolicy.HeaderSpendLogsMetadata}, name)
 		}
 	}
 	assert.Empty(t, h.Values("X-Api-Key"))

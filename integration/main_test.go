@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/testenv/testsweep"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv/testsweep"
 )
 
 // TestMain sweeps what a test process of this package that died mid-run left behind

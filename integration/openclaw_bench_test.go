@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"

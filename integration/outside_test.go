@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 // This module's import path, and the checkout the throwaway modules replace it with.
@@ -148,7 +148,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 // outside this repository would: only exported names can be used there.
 func TestConformanceFromAnotherModule(t *testing.T) {
 	needDocker(t)
-	// The outside module cannot import internal/testenv: its owner (with this
+	// The outside module cannot import internal/testsupport/testenv: its owner (with this
 	// process's tag) is written in.
 	src := outsideRunnerTest + "\nconst outsideOwner = " + strconv.Quote(testenv.Owner("outside")) + "\n"
 	dir := outsideModule(t, map[string]string{"runner_test.go": src})

@@ -5,7 +5,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 

@@ -21,9 +21,9 @@ import (
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
-	"github.com/agentsandbox/sandbox/internal/proxyd"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
@@ -62,12 +62,12 @@ func testProxydEgress(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	dir, err := os.MkdirTemp("", "pxe")
 	require.NoError(t, err)
 	defer os.RemoveAll(dir)
-	srv, err := proxyd.Open(ctx, proxyd.Config{StateDir: filepath.Join(dir, "state"), SocketDir: filepath.Join(dir, "runs"),
+	srv, err := proxydaemon.Open(ctx, proxydaemon.Config{StateDir: filepath.Join(dir, "state"), SocketDir: filepath.Join(dir, "runs"),
 		Keys: runtoken.Keys{Current: []byte("proxyd-egress-it-secret-0123456789abcdef")}, Logger: logger,
 		Egress: egress.Host{Resolver: res, Roots: up.Pool, RootsPEM: up.PEM, UnsafeAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}})
 	require.NoError(t, err)
 	defer srv.Close()
-	ln, err := proxyd.ListenAdmin(filepath.Join(dir, "admin.sock"))
+	ln, err := proxydaemon.ListenAdmin(filepath.Join(dir, "admin.sock"))
 	require.NoError(t, err)
 	defer ln.Close()
 	go srv.ServeAdmin(ln)

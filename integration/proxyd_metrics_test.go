@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"

@@ -18,9 +18,9 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"

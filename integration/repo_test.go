@@ -17,8 +17,8 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/github"
 	"github.com/agentsandbox/sandbox/adapters/github/githubtest"
 	"github.com/agentsandbox/sandbox/agentimage"
-	"github.com/agentsandbox/sandbox/internal/gittest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/gittest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -26,7 +26,7 @@ import (
 const repoToken = "ghp_facadeCanary0123456789abcdef"
 
 func gitAgentImage(ctx context.Context) (string, []byte, error) {
-	bin, err := agentimage.BuildGo(ctx, "github.com/agentsandbox/sandbox/internal/gittest/agent")
+	bin, err := agentimage.BuildGo(ctx, "github.com/agentsandbox/sandbox/internal/testsupport/gittest/agent")
 	if err != nil {
 		return "", nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"

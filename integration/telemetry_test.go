@@ -18,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/bridge"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -69,8 +69,8 @@ func testTelemetry(t *testing.T, newRunner runnerFunc, runtime string) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	proxies, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("e2e")), inproc.WithSandboxUID(1001),
-		inproc.WithTracerProvider(tp), inproc.WithMeterProvider(mp), inproc.WithLogger(logger))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("e2e")), inprocproxy.WithSandboxUID(1001),
+		inprocproxy.WithTracerProvider(tp), inprocproxy.WithMeterProvider(mp), inprocproxy.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ type KeyRequest struct {
 	// AllowedRoutes limits the routes the key may call: exact paths, paths ending
 	// in "*", or names of LiteLLM's route groups ("llm_api_routes", which includes
 	// LiteLLM's MCP and agent routes too). LiteLLM answers any other route with
-	// HTTP 403. proxyconf.KeyRoutes lists the routes the library's proxies forward.
+	// HTTP 403. proxypolicy.KeyRoutes lists the routes the library's proxies forward.
 	AllowedRoutes []string `json:"allowed_routes,omitempty"`
 	// Metadata is stored with the key.
 	Metadata map[string]any `json:"metadata,omitempty"`

@@ -12,7 +12,7 @@ import (
 	"github.com/agentsandbox/sandbox/errdefs"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 func call(t *testing.T, method, url, key, body string) (int, string) {
@@ -46,13 +46,13 @@ func TestVirtualKey(t *testing.T) {
 	budget := 1e-9 // the first call spends more
 	key, err := lc.GenerateKey(ctx, litellm.KeyRequest{
 		KeyAlias: "sandbox-proxy", Duration: "1h", Models: []string{"gpt-4o-mini"},
-		MaxBudget: &budget, AllowedRoutes: proxyconf.KeyRoutes(),
+		MaxBudget: &budget, AllowedRoutes: proxypolicy.KeyRoutes(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(key.Key, "sk-") || key.Token != litellmtest.HashKey(key.Key) || key.Expires.IsZero() ||
-		len(key.AllowedRoutes) != len(proxyconf.KeyRoutes()) || key.MaxBudget == nil || *key.MaxBudget != budget {
+		len(key.AllowedRoutes) != len(proxypolicy.KeyRoutes()) || key.MaxBudget == nil || *key.MaxBudget != budget {
 		t.Fatalf("key %+v", key)
 	}
 	if s := fmt.Sprintf("%v %+v %#v", key, key, key); strings.Contains(s, key.Key) {

@@ -27,7 +27,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
 )

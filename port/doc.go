@@ -2,7 +2,7 @@
 // and the types that cross them.
 //
 // Adapters live in sibling packages (adapters/docker, adapters/containerd,
-// adapters/inproc, litellm) and are checked against these interfaces at compile time
+// adapters/inprocproxy, litellm) and are checked against these interfaces at compile time
 // and, behaviourally, by the conformance suites in sandboxtest.
 //
 // Every error returned through a port can be classified with errors.Is against the

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -594,10 +594,10 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 	var nums []int
 	notice := -1
 	for _, l := range strings.Split(string(out), "\n") {
-		if i := strings.Index(l, bridge.DroppedNotice); i >= 0 {
+		if i := strings.Index(l, sandboxbridge.DroppedNotice); i >= 0 {
 			notice = len(nums)
 			var n int
-			if _, err := fmt.Sscanf(l[i+len(bridge.DroppedNotice):], "%d bytes", &n); err != nil || n <= 0 {
+			if _, err := fmt.Sscanf(l[i+len(sandboxbridge.DroppedNotice):], "%d bytes", &n); err != nil || n <= 0 {
 				t.Errorf("a dropped-output notice without a count: %q", l)
 			}
 			continue
@@ -625,7 +625,7 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 func dropNotices(out string) string {
 	var b strings.Builder
 	for _, l := range strings.SplitAfter(out, "\n") {
-		if !strings.Contains(l, bridge.DroppedNotice) {
+		if !strings.Contains(l, sandboxbridge.DroppedNotice) {
 			b.WriteString(strings.TrimSuffix(l, "\n"))
 		}
 	}

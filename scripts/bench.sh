@@ -29,8 +29,8 @@ run ./adapters/containerd CriticalPath 30x
 run ./adapters/docker CriticalPath 30x
 run ./adapters/docker 'ProxyLatency|ProxyTTFT' 2000x
 run ./adapters/docker ProxyStartup 30x
-run ./adapters/inproc 'AddedLatency|TimeToFirstToken|StartStop' 2000x
-run ./adapters/inproc ConcurrentRuns500 3x
+run ./adapters/inprocproxy 'AddedLatency|TimeToFirstToken|StartStop' 2000x
+run ./adapters/inprocproxy ConcurrentRuns500 3x
 run ./litellm Reconcile50of100k 20x
 run ./openclaw/gateway AgentStream 5x
 run ./openclaw/gateway RealGatewayAgent 20x
@@ -42,6 +42,6 @@ run ./adapters/containerd Throughput 1x
 run ./adapters/docker Throughput 1x
 # Most of the machine for minutes, until something gives (SCALE_MAX caps it).
 run ./adapters/containerd LiveSandboxes 1x
-run ./adapters/inproc TracingOverhead 3000x
+run ./adapters/inprocproxy TracingOverhead 3000x
 
 go run ./internal/benchplot -out docs/bench <"$out"

@@ -87,7 +87,7 @@ bash scripts/tripwire.sh record "$guard/tripwire"
 # A host that dies mid-run is what the library promises to survive, and so must its
 # tests: a go test of the pool and session tests is killed (SIGKILL, every process of
 # it) once its sandboxes exist, and the suite below must pass regardless. Each test
-# package sweeps the owners of dead test processes first (internal/testenv).
+# package sweeps the owners of dead test processes first (internal/testsupport/testenv).
 if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   echo "== a go test of the pool and session tests, killed mid-run"
   bash scripts/outlive.sh begin "$guard/crash" >/dev/null

@@ -12,11 +12,11 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/bridge"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -34,7 +34,7 @@ func BenchmarkRunOverheadWithProxy(b *testing.B) { benchRunOverhead(b, true) }
 func benchRunOverhead(b *testing.B, withProxy bool) {
 	var opts []Option
 	var dopts []docker.Option
-	var pm *inproc.Manager
+	var pm *inprocproxy.Manager
 	if withProxy {
 		bin, err := bridge.Build(context.Background(), filepath.Join(os.TempDir(), "agentsandbox-bridge-test"))
 		if err != nil {
@@ -46,7 +46,7 @@ func benchRunOverhead(b *testing.B, withProxy bool) {
 			b.Fatal(err)
 		}
 		defer os.RemoveAll(base)
-		if pm, err = inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench"))); err != nil {
+		if pm, err = inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("bench"))); err != nil {
 			b.Fatal(err)
 		}
 		defer pm.Shutdown(context.Background())

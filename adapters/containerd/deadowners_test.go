@@ -9,7 +9,7 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 )
 

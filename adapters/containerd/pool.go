@@ -24,8 +24,8 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -272,15 +272,15 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
 	stub := []string{bridgeTarget, "-claim"}
-	var status *bridge.StubStatus
+	var status *sandboxbridge.StubStatus
 	boot := time.Duration(0)
 	if pre := p.tmpl.Preload; pre != nil {
 		boot = pre.Timeout
 		if boot <= 0 {
-			boot = bridge.DefaultPreloadTimeout
+			boot = sandboxbridge.DefaultPreloadTimeout
 		}
-		stub = bridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
-		status = bridge.NewStubStatus()
+		stub = sandboxbridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
+		status = sandboxbridge.NewStubStatus()
 	}
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub))
@@ -511,13 +511,13 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 		r.phase("output")
 		res.Duration = time.Since(start)
 		if code, cause := slotExitResult(ctx, s, st, res, stderr, spec, log); code != "" {
-			if entry, ok := bridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+			if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 			}
 			return fail(code, cause)
 		}
-		if p.tmpl.Preload != nil && res.ExitCode == bridge.ExitBridgeFailed {
-			if reason, ok := bridge.PreloadGoneIn(stderr.Tail()); ok {
+		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
+			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
 				return &slotResult{RunResult: res, gone: reason}, nil
 			}
 		}
@@ -537,7 +537,7 @@ func slotExitResult(ctx context.Context, s *slot, st client.ExitStatus, res *por
 	}
 	res.ExitCode = int(code)
 	var noticed bool
-	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
 	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
@@ -592,7 +592,7 @@ func claimMessage(spec port.RunSpec, img *imageInfo) ([]byte, error) {
 	if spec.WorkspaceDir != "" {
 		dir = port.WorkspacePath
 	}
-	claim := bridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
+	claim := sandboxbridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
 	claim.Egress = adapterutil.EgressOn(spec)
 	return claim.Encode()
 }

@@ -6,8 +6,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 

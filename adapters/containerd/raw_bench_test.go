@@ -12,9 +12,9 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )

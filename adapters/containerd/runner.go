@@ -30,11 +30,11 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bgclean"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -368,7 +368,7 @@ func collectOutput(task client.Task, until time.Time, res *port.RunResult, stdou
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
 	// The task's cgroup counter below is the truth; the bridge's notice is removed.
-	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
 }
 
 // oomCounted says whether a task that exited 137 was OOM-killed. The /tasks/oom
@@ -743,12 +743,12 @@ func parseUser(u string) (uint32, uint32) {
 	return uint32(uid), uint32(gid)
 }
 
-// execFailed reports a command the bridge could not start (see bridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != bridge.ExitNotFound && exit != bridge.ExitCannotExec) {
+	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
 		return "", false
 	}
-	return bridge.ExecFailure(tail)
+	return sandboxbridge.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.

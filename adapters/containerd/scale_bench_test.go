@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -60,7 +60,7 @@ func liveSandboxes(b *testing.B, maxN, step int, minFree uint64, budget time.Dur
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench-scale")), inproc.WithSandboxUID(1001))
+	pm, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("bench-scale")), inprocproxy.WithSandboxUID(1001))
 	if err != nil {
 		b.Fatal(err)
 	}

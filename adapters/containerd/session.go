@@ -23,9 +23,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -315,7 +315,7 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		ctx, cancel := s.r.cleanupCtx(context.Background())
 		n, err := oomKills(ctx, task)
 		cancel()
-		_, notice := capture.TrimNotice(errOut, tail, bridge.OOMNotice)
+		_, notice := capture.TrimNotice(errOut, tail, sandboxbridge.OOMNotice)
 		if (err == nil && n > 0) || notice {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
@@ -448,7 +448,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	start := time.Now()
 	p := *spec.Process
 	p.Terminal = false
-	p.Args = append(bridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	p.Args = append(sandboxbridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
 	p.Env = mergeEnv(spec.Process.Env, es.Env)
 	if es.Dir != "" {
 		p.Cwd = es.Dir
@@ -537,7 +537,7 @@ func (s *ctrSession) stopExec(ctx context.Context, proc client.Process, statusC 
 	_ = proc.Kill(kctx, syscall.SIGTERM)
 	select {
 	case <-statusC:
-	case <-time.After(bridge.DeadlineGrace):
+	case <-time.After(sandboxbridge.DeadlineGrace):
 		_ = proc.Kill(kctx, syscall.SIGKILL)
 		select {
 		case <-statusC:

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )

@@ -11,7 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -87,7 +87,7 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
 	}
 	if bridgePath != "" {
-		opts = append(opts, wrapWithBridge(adapterutil.EgressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
+		opts = append(opts, wrapWithBridge(adapterutil.EgressPrefix(spec, sandboxbridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
 	}
 	return opts
 }

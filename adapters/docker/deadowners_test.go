@@ -8,7 +8,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 )
 

@@ -20,9 +20,9 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/slotmount"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -295,15 +295,15 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
 	stub := []string{bridgeTarget, "-claim"}
-	var status *bridge.StubStatus
+	var status *sandboxbridge.StubStatus
 	boot := time.Duration(0)
 	if pre := p.tmpl.Preload; pre != nil {
 		boot = pre.Timeout
 		if boot <= 0 {
-			boot = bridge.DefaultPreloadTimeout
+			boot = sandboxbridge.DefaultPreloadTimeout
 		}
-		stub = bridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
-		status = bridge.NewStubStatus()
+		stub = sandboxbridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
+		status = sandboxbridge.NewStubStatus()
 	}
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	cfg, hc := sandboxConfig(spec.ColdSpec(), stub, lbls, r.cfg.bridgePath)
@@ -501,7 +501,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	if spec.WorkspaceDir != "" {
 		dir = port.WorkspacePath
 	}
-	claim := bridge.NewClaim(argv, claimEnv(spec, s.img.env), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
+	claim := sandboxbridge.NewClaim(argv, claimEnv(spec, s.img.env), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
 	claim.Egress = adapterutil.EgressOn(spec)
 	msg, err := claim.Encode()
 	if err != nil {
@@ -542,13 +542,13 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		if w.Error != nil && w.Error.Message != "" {
 			return fail(port.CodeInternal, errors.New(w.Error.Message))
 		}
-		if p.tmpl.Preload != nil && res.ExitCode == bridge.ExitBridgeFailed {
-			if reason, ok := bridge.PreloadGoneIn(stderr.Tail()); ok {
+		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
+			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
 				return slotResult{RunResult: res, gone: reason}, nil
 			}
 		}
 		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
-			if entry, ok := bridge.MissingEntry(reason); ok && p.tmpl.Preload != nil {
+			if entry, ok := sandboxbridge.MissingEntry(reason); ok && p.tmpl.Preload != nil {
 				return fail(port.CodeContainerFailed, &port.EntrypointError{Entry: entry, Reason: reason})
 			}
 			return fail(port.CodeContainerFailed, errors.New(reason))
@@ -557,7 +557,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 			return slotResult{RunResult: res}, nil
 		}
 		var oom bool
-		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
 		if !oom && !r.bridgeSeesOOM() {
 			if oom, err = r.oomKilled(ctx, s.id); err != nil {
 				return fail(port.CodeInternal, err)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -27,7 +27,7 @@ func BenchmarkPooledRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	pm, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner("bench"))
+	pm, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/preload"
 	"github.com/agentsandbox/sandbox/sandboxtest"

@@ -27,7 +27,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Paths inside the proxy container.
@@ -64,7 +64,7 @@ var ErrAuditTruncated = errors.New("audit truncated")
 // ErrAuditTruncated.
 //
 // nginx cannot count calls, so a ProxySpec with a Budget is refused with
-// port.ErrUnsupported; use the in-process proxy (adapters/inproc) for budgets. It
+// port.ErrUnsupported; use the in-process proxy (adapters/inprocproxy) for budgets. It
 // cannot read bodies either: Start refuses unless the manager was made with
 // WithUnfilteredBodies.
 type ProxyManager struct {
@@ -126,7 +126,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot receive the sandbox's attestation; use the in-process proxy", port.ErrUnsupported))
 	}
 	if spec.Egress != nil {
-		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: the nginx proxy has no egress front (allowlist, placeholders, SSRF guard); use the in-process proxy (adapters/inproc)", port.ErrUnsupported))
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: the nginx proxy has no egress front (allowlist, placeholders, SSRF guard); use the in-process proxy (adapters/inprocproxy)", port.ErrUnsupported))
 	}
 	if !m.cfg.proxy.unfilteredBodies {
 		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: nginx cannot filter request bodies (fields such as user or metadata would reach LiteLLM as the agent wrote them); use the in-process proxy, or acknowledge with WithUnfilteredBodies", port.ErrUnsupported))
@@ -134,7 +134,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 	if err := port.ValidateLabels(spec.Labels); err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
 	}
-	pol, err := proxyconf.NewPolicy(spec)
+	pol, err := proxypolicy.NewPolicy(spec)
 	if err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
 	}

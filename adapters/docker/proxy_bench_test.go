@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/adapters/inproc"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -50,7 +50,7 @@ func setupProxies(b *testing.B) *proxyTargets {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(base) })
-	im, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench")))
+	im, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func BenchmarkProxyStartup(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	im, err := inproc.NewManager(inproc.WithBaseDir(base), inproc.WithOwner(testenv.Owner("bench")))
+	im, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}

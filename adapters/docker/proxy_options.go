@@ -112,7 +112,7 @@ func WithProxyBridge(path string) ProxyOption {
 // bodies. The in-process proxy keeps an allowlist of body keys per route and sets the
 // billing account as the body's user; nginx forwards the body as the agent wrote it,
 // so fields such as user, metadata, api_base or mock_response reach LiteLLM, and
-// depending on its version may move attribution or routing (see proxyconf.Routes).
+// depending on its version may move attribution or routing (see proxypolicy.Routes).
 // Headers, routes and the key are still ours. Without this option Start refuses with
 // port.ErrUnsupported; give it only where LiteLLM itself is trusted to ignore such
 // fields (a virtual key restricted to LLM routes, a version that reads the end-user

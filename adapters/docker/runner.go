@@ -17,11 +17,11 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bgclean"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -268,7 +268,7 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 	if r.cfg.bridgePath != "" {
 		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
 		// Docker's OOM event does.
-		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridge.OOMNotice)
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
 	}
 	if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
 		// Docker sets its flag from the runtime's OOM event, which can come after
@@ -338,7 +338,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(adapterutil.EgressPrefix(spec, bridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(adapterutil.EgressPrefix(spec, sandboxbridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }
@@ -437,12 +437,12 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// execFailed reports a command the bridge could not start (see bridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != bridge.ExitNotFound && exit != bridge.ExitCannotExec) {
+	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
 		return "", false
 	}
-	return bridge.ExecFailure(tail)
+	return sandboxbridge.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.

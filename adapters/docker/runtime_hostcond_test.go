@@ -13,7 +13,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/adapters/gitcli"
-	"github.com/agentsandbox/sandbox/internal/gittest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testenv/testsweep"
+	"github.com/agentsandbox/sandbox/internal/testsupport/gittest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv/testsweep"
 	"github.com/agentsandbox/sandbox/port"
 )
 

@@ -16,13 +16,13 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/gitcli"
 	"github.com/agentsandbox/sandbox/agentimage"
-	"github.com/agentsandbox/sandbox/internal/gittest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testimages"
+	"github.com/agentsandbox/sandbox/internal/testsupport/gittest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/port"
 )
 
-const agentPackage = "github.com/agentsandbox/sandbox/internal/gittest/agent"
+const agentPackage = "github.com/agentsandbox/sandbox/internal/testsupport/gittest/agent"
 
 // canaryToken is the remote's token: it must appear nowhere but in the host's git.
 const canaryToken = "ghp_CANARY7f3a9c2e1d5b8a4f6e0c9d2b7a1e3f5c"

@@ -17,7 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/agentsandbox/sandbox/adapters/gitcli"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 func linkCount(fi fs.FileInfo) uint64 {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 )
 

@@ -13,8 +13,8 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
-	"github.com/agentsandbox/sandbox/internal/kubetest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/kubetest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )

@@ -2,7 +2,7 @@
 // cluster, through k8s.io/client-go: a host application moves from one machine to a
 // cluster by choosing this runner, with the same lockdown and the same conformance
 // suites (sandboxtest). It is tested against Kubernetes 1.36 built from source
-// (scripts/install-kubernetes.sh, internal/kubetest) with client-go v0.37 (the version
+// (scripts/install-kubernetes.sh, internal/testsupport/kubetest) with client-go v0.37 (the version
 // the module's containerd client already requires; one minor version of skew is
 // within client-go's support).
 //

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -101,7 +101,7 @@ func (r *Runner) buildPod(spec port.RunSpec, ps podSpec) *corev1.Pod {
 	command := []string{initTarget, "run", "-keep", strings.Join(names, ","),
 		"-nofile", strconv.FormatInt(spec.Limits.OpenFiles, 10), "-max", strconv.Itoa(spec.OutputLimit), "--"}
 	if r.cfg.bridgePath != "" {
-		prefix := bridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, ps.created)
+		prefix := sandboxbridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, ps.created)
 		// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
 		prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
 		command = append(command, prefix...)
@@ -180,7 +180,7 @@ func (r *Runner) buildPod(spec port.RunSpec, ps podSpec) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			// The host's time limit ends the run; this only acts when the host is gone.
-			ActiveDeadlineSeconds:         ptr(int64((spec.Limits.Timeout + bridge.DeadlineSlack + bridge.DeadlineGrace + time.Second).Seconds() + 1)),
+			ActiveDeadlineSeconds:         ptr(int64((spec.Limits.Timeout + sandboxbridge.DeadlineSlack + sandboxbridge.DeadlineGrace + time.Second).Seconds() + 1)),
 			TerminationGracePeriodSeconds: ptr(int64(1)),
 			AutomountServiceAccountToken:  ptr(false),
 			EnableServiceLinks:            ptr(false),

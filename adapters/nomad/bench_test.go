@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )

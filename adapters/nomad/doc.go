@@ -74,7 +74,7 @@
 // # The LLM proxy: a sidecar beside the sandbox
 //
 // The Runner is also a port.ProxyManager. Start validates the proxy spec (as
-// adapters/inproc does) and returns a Proxy whose Socket is a token; a RunOnce whose
+// adapters/inprocproxy does) and returns a Proxy whose Socket is a token; a RunOnce whose
 // spec carries it adds a prestart sidecar task to the job: cmd/sandbox-llmproxy, the
 // same proxy engine as the in-process proxy, serving the run on a unix socket in the
 // allocation's shared directory, which the sandbox task mounts read-only at

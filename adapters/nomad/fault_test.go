@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/agentsandbox/sandbox/internal/nomadtest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/nomadtest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // sockPrefix starts the LLMSocket.Volume token of a sidecar proxy.
@@ -45,7 +45,7 @@ var (
 // does; errors wrap port.ErrInvalidSpec) and returns a proxy whose Socket a RunOnce of
 // this runner turns into a sidecar task. Nothing is created on the cluster until then.
 func (r *Runner) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, error) {
-	if _, _, err := proxyconf.ValidateSpec(spec); err != nil {
+	if _, _, err := proxypolicy.ValidateSpec(spec); err != nil {
 		return nil, opErr("Start", spec.RunID, err)
 	}
 	if err := r.ProxyCapabilities().Check(spec); err != nil {

@@ -13,9 +13,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/bridge"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -440,7 +440,7 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 	oom := term.Details["oom_killed"] == "true"
 	if r.cfg.bridgePath != "" && res.ExitCode == 137 {
 		var counted bool
-		res.Stderr, counted = capture.TrimNotice(res.Stderr, tailOf(res.Stderr), bridge.OOMNotice)
+		res.Stderr, counted = capture.TrimNotice(res.Stderr, tailOf(res.Stderr), sandboxbridge.OOMNotice)
 		oom = oom || counted
 	}
 	if oom {
@@ -465,12 +465,12 @@ func firstNonEmpty(ss ...string) string {
 	return ""
 }
 
-// execFailed reports a command the bridge could not start (see bridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != bridge.ExitNotFound && exit != bridge.ExitCannotExec) {
+	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
 		return "", false
 	}
-	return bridge.ExecFailure(tail)
+	return sandboxbridge.ExecFailure(tail)
 }
 
 // cleanup removes everything a run made: the job (purged), its allocations on their

@@ -17,9 +17,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/internal/nomadtest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
-	"github.com/agentsandbox/sandbox/internal/testenv/testsweep"
+	"github.com/agentsandbox/sandbox/internal/testsupport/nomadtest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv/testsweep"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )

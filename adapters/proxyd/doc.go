@@ -3,7 +3,7 @@
 // shared with the daemon, is api/proxydapi; its names are repeated here), and a
 // Manager implementing port.ProxyManager on it.
 //
-// Where the in-process proxy (adapters/inproc) runs one proxy per run inside the
+// Where the in-process proxy (adapters/inprocproxy) runs one proxy per run inside the
 // host process, the daemon is one long-lived process, possibly a container,
 // serving every run of many hosts: each registered run gets its own socket
 // directory (the runner mounts it as with any proxy), the socket names the run,

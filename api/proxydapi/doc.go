@@ -1,6 +1,6 @@
 // Package proxydapi is the wire contract of the shared LLM proxy daemon's admin
 // API (cmd/sandbox-proxyd): JSON over HTTP on the daemon's unix socket. The
-// daemon (internal/proxyd) serves it and the client (adapters/proxyd) calls it;
+// daemon (internal/proxydaemon) serves it and the client (adapters/proxyd) calls it;
 // both import this package, so paths, bodies and the error table have one
 // definition. ToAPIError and FromAPIError are the two directions of the one
 // error table.

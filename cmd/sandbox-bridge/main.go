@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 )
 
 // stdin is the claim channel with -claim, stdout where a -preload stub reports its
@@ -52,19 +52,19 @@ func main() {
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sandbox-bridge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", bridge.DefaultListen, "loopback `address` to listen on")
-	socket := fs.String("socket", bridge.DefaultSocket, "unix `socket` to forward connections to")
+	listen := fs.String("listen", sandboxbridge.DefaultListen, "loopback `address` to listen on")
+	socket := fs.String("socket", sandboxbridge.DefaultSocket, "unix `socket` to forward connections to")
 	attest := fs.Bool("attest", false, "report the sandbox's isolation to the proxy on -socket before starting the command")
 	noForward := fs.Bool("no-forward", false, "do not listen: run the command as its init only (no LLM socket)")
 	deadline := fs.Int64("deadline", 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
-	grace := fs.Duration("grace", bridge.DefaultKillGrace, "how long the command has between TERM and KILL")
+	grace := fs.Duration("grace", sandboxbridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
 	egressAddr := fs.String("egress", "", "also listen on this loopback `address` as the run's HTTP/HTTPS forward proxy, forwarding to -egress-socket")
-	egressSocket := fs.String("egress-socket", bridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
+	egressSocket := fs.String("egress-socket", sandboxbridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
 	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
 	preload := fs.Bool("preload", false, "with -claim: start the command line as a preloaded runtime before the claim and hand it the run (api/bridgeapi's preload protocol)")
-	preloadTimeout := fs.Duration("preload-timeout", bridge.DefaultPreloadTimeout, "how long a preloaded runtime may take to be ready")
+	preloadTimeout := fs.Duration("preload-timeout", sandboxbridge.DefaultPreloadTimeout, "how long a preloaded runtime may take to be ready")
 	var expose exposeFlag
 	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
@@ -74,13 +74,13 @@ func run(args []string, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return bridge.ExitBridgeFailed
+		return sandboxbridge.ExitBridgeFailed
 	}
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	cfg := bridge.Config{
+	cfg := sandboxbridge.Config{
 		NoForward: *noForward,
 		Attest:    *attest,
 		Deadline:  deadlineTime(*deadline),
@@ -90,27 +90,27 @@ func run(args []string, stderr io.Writer) int {
 	if *claim {
 		var (
 			err error
-			pre *bridge.Preloaded
+			pre *sandboxbridge.Preloaded
 		)
 		if *preload {
 			if pre, err = startPreload(cfg.Argv, *preloadTimeout, stdout, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))); err != nil {
 				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
-				return bridge.ExitBridgeFailed
+				return sandboxbridge.ExitBridgeFailed
 			}
 		}
 		if cfg, err = readClaimWhile(stdin, pre); err != nil {
-			if errors.Is(err, bridge.ErrPreloadFailed) {
+			if errors.Is(err, sandboxbridge.ErrPreloadFailed) {
 				fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
 			} else {
 				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 			}
-			return bridge.ExitBridgeFailed
+			return sandboxbridge.ExitBridgeFailed
 		}
 		cfg.Preloaded = pre
 		defer cfg.Stdin.Close()
 	} else if *preload {
 		fmt.Fprintln(stderr, "sandbox-bridge: -preload needs -claim")
-		return bridge.ExitBridgeFailed
+		return sandboxbridge.ExitBridgeFailed
 	}
 	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
 	if *egressAddr != "" {
@@ -120,15 +120,15 @@ func run(args []string, stderr io.Writer) int {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
 	cfg.OutputCap = *outputCap
-	code, err := bridge.Run(context.Background(), cfg)
+	code, err := sandboxbridge.Run(context.Background(), cfg)
 	switch {
-	case errors.Is(err, bridge.ErrDeadline):
+	case errors.Is(err, sandboxbridge.ErrDeadline):
 		fmt.Fprintf(stderr, "sandbox-bridge: %v; the command was stopped\n", err)
-	case errors.Is(err, bridge.ErrPreloadFailed):
+	case errors.Is(err, sandboxbridge.ErrPreloadFailed):
 		// Nothing of the run ran: the host may run it cold elsewhere.
 		fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
-	case errors.Is(err, bridge.ErrCommandNotFound), errors.Is(err, bridge.ErrCannotExec):
-		fmt.Fprintf(stderr, "%s%v\n", bridge.ExecFailedPrefix, err)
+	case errors.Is(err, sandboxbridge.ErrCommandNotFound), errors.Is(err, sandboxbridge.ErrCannotExec):
+		fmt.Fprintf(stderr, "%s%v\n", sandboxbridge.ExecFailedPrefix, err)
 	case err != nil:
 		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 	}
@@ -145,36 +145,36 @@ func deadlineTime(ms int64) time.Time {
 // readClaim reads the run from the claim channel (stdin), closes it, and
 // returns its configuration with /dev/null as the command's stdin. argv[0] is looked
 // up in the claim's PATH, as it would be in a sandbox started with its run.
-func readClaim(in *os.File) (bridge.Config, error) {
+func readClaim(in *os.File) (sandboxbridge.Config, error) {
 	c, err := bridgeapi.ReadClaim(in)
 	_ = in.Close()
 	if err != nil {
-		return bridge.Config{}, err
+		return sandboxbridge.Config{}, err
 	}
 	if p, ok := c.Path(); ok {
 		if err := os.Setenv("PATH", p); err != nil {
-			return bridge.Config{}, err
+			return sandboxbridge.Config{}, err
 		}
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return bridge.Config{}, err
+		return sandboxbridge.Config{}, err
 	}
-	cfg := bridge.ClaimConfig(c)
+	cfg := sandboxbridge.ClaimConfig(c)
 	cfg.Stdin = null
 	return cfg, nil
 }
 
 // startPreload starts the preloaded runtime and reports the outcome on out, one
 // bridgeapi.PreloadStatus line, with the sandbox's attestation once it is ready.
-func startPreload(argv []string, timeout time.Duration, out io.Writer, log *slog.Logger) (*bridge.Preloaded, error) {
+func startPreload(argv []string, timeout time.Duration, out io.Writer, log *slog.Logger) (*sandboxbridge.Preloaded, error) {
 	t0 := time.Now()
-	p, err := bridge.StartPreload(context.Background(), argv, timeout, log)
+	p, err := sandboxbridge.StartPreload(context.Background(), argv, timeout, log)
 	if err != nil {
 		_ = bridgeapi.WriteLine(out, bridgeapi.PreloadStatus{Preload: bridgeapi.PreloadStatusFailed, Reason: err.Error()})
 		return nil, err
 	}
-	att := bridge.Attest()
+	att := sandboxbridge.Attest()
 	st := bridgeapi.PreloadStatus{Preload: bridgeapi.PreloadStatusReady, Attestation: &att, BootMS: time.Since(t0).Milliseconds()}
 	if err := bridgeapi.WriteLine(out, st); err != nil {
 		p.Kill()
@@ -185,12 +185,12 @@ func startPreload(argv []string, timeout time.Duration, out io.Writer, log *slog
 
 // readClaimWhile reads the claim, unless the preloaded runtime (if any) fails first:
 // then the stub exits and its pool drops it.
-func readClaimWhile(in *os.File, pre *bridge.Preloaded) (bridge.Config, error) {
+func readClaimWhile(in *os.File, pre *sandboxbridge.Preloaded) (sandboxbridge.Config, error) {
 	if pre == nil {
 		return readClaim(in)
 	}
 	type result struct {
-		cfg bridge.Config
+		cfg sandboxbridge.Config
 		err error
 	}
 	got := make(chan result, 1)
@@ -206,6 +206,6 @@ func readClaimWhile(in *os.File, pre *bridge.Preloaded) (bridge.Config, error) {
 		return r.cfg, r.err
 	case <-pre.Failed():
 		pre.Kill()
-		return bridge.Config{}, fmt.Errorf("%w: %s", bridge.ErrPreloadFailed, pre.Reason())
+		return sandboxbridge.Config{}, fmt.Errorf("%w: %s", sandboxbridge.ErrPreloadFailed, pre.Reason())
 	}
 }

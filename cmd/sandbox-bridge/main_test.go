@@ -10,20 +10,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 )
 
 func TestRunFlags(t *testing.T) {
 	var stderr strings.Builder
-	assert.Equal(t, bridge.ExitBridgeFailed, run([]string{"-bogus"}, &stderr))
+	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-bogus"}, &stderr))
 	assert.Contains(t, stderr.String(), "usage: sandbox-bridge")
 
 	stderr.Reset()
-	assert.Equal(t, bridge.ExitBridgeFailed, run([]string{"-listen", "0.0.0.0:8080", "--", "true"}, &stderr))
+	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-listen", "0.0.0.0:8080", "--", "true"}, &stderr))
 	assert.Contains(t, stderr.String(), "not loopback")
 
 	stderr.Reset()
-	assert.Equal(t, bridge.ExitBridgeFailed, run([]string{"-listen", "127.0.0.1:0"}, &stderr))
+	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-listen", "127.0.0.1:0"}, &stderr))
 	assert.Contains(t, stderr.String(), "no command given")
 
 	stderr.Reset()
@@ -37,7 +37,7 @@ func TestRunFlags(t *testing.T) {
 func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	t.Setenv("PATH", os.Getenv("PATH"))
 	out := filepath.Join(t.TempDir(), "out")
-	c, err := bridge.NewClaim([]string{"sh", "-c", `cat > "$OUT"; echo "$X" >> "$OUT"; exit 3`}, []string{"PATH=" + os.Getenv("PATH"), "OUT=" + out, "X=from-claim"}, "", false, 0, time.Now()).Encode()
+	c, err := sandboxbridge.NewClaim([]string{"sh", "-c", `cat > "$OUT"; echo "$X" >> "$OUT"; exit 3`}, []string{"PATH=" + os.Getenv("PATH"), "OUT=" + out, "X=from-claim"}, "", false, 0, time.Now()).Encode()
 	require.NoError(t, err)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
@@ -59,6 +59,6 @@ func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	require.NoError(t, w.Close())
 	stdin = r
 	stderr.Reset()
-	assert.Equal(t, bridge.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
+	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
 	assert.Contains(t, stderr.String(), "bad claim")
 }

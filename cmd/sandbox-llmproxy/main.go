@@ -1,5 +1,5 @@
 // Command sandbox-llmproxy is one run's LLM proxy as a program of its own: the same
-// engine as the in-process proxy (adapters/inproc), serving a single run on a unix
+// engine as the in-process proxy (adapters/inprocproxy), serving a single run on a unix
 // socket, for a proxy that lives beside its sandbox rather than in the host process
 // (the Nomad runner's sidecar task).
 //
@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -65,16 +65,16 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("reading the config", "err", err)
 		return 1
 	}
-	opts := []inproc.Option{inproc.WithLogger(log)}
+	opts := []inprocproxy.Option{inprocproxy.WithLogger(log)}
 	if *uid >= 0 {
-		opts = append(opts, inproc.WithSandboxUID(*uid))
+		opts = append(opts, inprocproxy.WithSandboxUID(*uid))
 	}
-	m, err := inproc.NewManager(opts...)
+	m, err := inprocproxy.NewManager(opts...)
 	if err != nil {
 		log.Error("proxy", "err", err)
 		return 1
 	}
-	if err := inproc.ValidateSpec(spec); err != nil {
+	if err := inprocproxy.ValidateSpec(spec); err != nil {
 		log.Error("proxy spec", "err", err)
 		return 1
 	}

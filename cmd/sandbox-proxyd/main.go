@@ -47,8 +47,8 @@ import (
 
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
-	"github.com/agentsandbox/sandbox/internal/proxyd"
-	"github.com/agentsandbox/sandbox/internal/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
@@ -75,7 +75,7 @@ func run(args []string, stderr io.Writer) int {
 	adminSock := fs.String("admin-socket", "/run/agentsandbox-proxyd/admin.sock", "admin API unix `socket`")
 	secretFile := fs.String("secret-file", "", "token secret `file` (default <state-dir>/secret; made if missing)")
 	prevFile := fs.String("previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
-	tokenTTL := fs.Duration("token-ttl", proxyd.DefaultTokenTTL, "run token lifetime")
+	tokenTTL := fs.Duration("token-ttl", proxydaemon.DefaultTokenTTL, "run token lifetime")
 	ttl := fs.Duration("ttl", registry.DefaultTTL, "registration lifetime without a request")
 	gc := fs.Duration("gc-interval", registry.DefaultGCInterval, "how often expired registrations are removed")
 	rps := fs.Float64("rate-rps", 0, "per-run calls per second (0: no limit)")
@@ -121,7 +121,7 @@ func run(args []string, stderr io.Writer) int {
 		tel      *telemetry.T
 		mln      net.Listener
 		mreg     *prometheus.Registry
-		srvReady atomic.Pointer[proxyd.Server]
+		srvReady atomic.Pointer[proxydaemon.Server]
 	)
 	if *metricsAddr != "" {
 		if mln, err = metricsListener(*metricsAddr, *socketDir); err != nil {
@@ -144,7 +144,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	srv, err := proxyd.Open(ctx, proxyd.Config{
+	srv, err := proxydaemon.Open(ctx, proxydaemon.Config{
 		StateDir: *stateDir, SocketDir: *socketDir, Keys: keys, TokenTTL: *tokenTTL, TTL: *ttl, GCInterval: *gc,
 		Rate: api.RateLimit{RPS: *rps, Burst: *burst, Streams: *streams}, GlobalRPS: *grps, GlobalBurst: *gburst,
 		AdminUIDs: admins, Logger: log, Egress: eh, Telemetry: tel,
@@ -152,13 +152,13 @@ func run(args []string, stderr io.Writer) int {
 	if err != nil {
 		if errors.Is(err, registry.ErrCorrupt) {
 			log.Error("sandbox-proxyd: the registry database is corrupt; move it aside to start empty (its runs are lost)",
-				"path", filepath.Join(*stateDir, proxyd.DBName), "err", err)
+				"path", filepath.Join(*stateDir, proxydaemon.DBName), "err", err)
 			return 3
 		}
 		log.Error("sandbox-proxyd: start", "err", err)
 		return 1
 	}
-	ln, err := proxyd.ListenAdmin(*adminSock)
+	ln, err := proxydaemon.ListenAdmin(*adminSock)
 	if err != nil {
 		srv.Close()
 		log.Error("sandbox-proxyd: admin socket", "err", err)

@@ -5,7 +5,7 @@
 //	go run ./examples/kubernetes -local                  # a throwaway single-node cluster
 //	go run ./examples/kubernetes -kubeconfig ~/.kube/config -namespace sandboxes
 //
-// With -local it starts a single-node cluster on this machine (internal/kubetest: the
+// With -local it starts a single-node cluster on this machine (internal/testsupport/kubetest: the
 // binaries from $KUBE_BIN_DIR, which scripts/install-kubernetes.sh prints, and a
 // containerd of its own) and tears it down at the end. Against an existing cluster
 // the node must see this machine's paths (the workspace, the bridge, the init and the
@@ -33,12 +33,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/kubernetes"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/agentimage"
 	"github.com/agentsandbox/sandbox/bridge"
-	"github.com/agentsandbox/sandbox/internal/kubetest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/kubetest"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -125,7 +125,7 @@ func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string,
 	if err := runner.Ping(ctx); err != nil {
 		return err
 	}
-	proxies, err := inproc.NewManager(inproc.WithOwner("kubernetes-example"), inproc.WithSandboxUID(1001), inproc.WithLogger(logger))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("kubernetes-example"), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger))
 	if err != nil {
 		return err
 	}

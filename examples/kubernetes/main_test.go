@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/kubetest"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/kubetest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 // TestLocalCluster runs the example as `-local` does: a cluster of its own, the

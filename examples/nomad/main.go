@@ -43,7 +43,7 @@ import (
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // agentPackage is the quickstart's agent.
@@ -98,7 +98,7 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 	budget := 1.0
 	virtual, err := lc.GenerateKey(ctx, litellm.KeyRequest{
 		KeyAlias: "nomad-example-proxy", Duration: "1h", Models: []string{"gpt-4o-mini"},
-		MaxBudget: &budget, AllowedRoutes: proxyconf.KeyRoutes(),
+		MaxBudget: &budget, AllowedRoutes: proxypolicy.KeyRoutes(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the proxy's virtual key (LiteLLM's /key/generate needs its database): %w", err)

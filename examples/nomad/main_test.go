@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/adapters/nomad/nomadlocal"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 // TestLocalCluster runs the example as `-local` does: a cluster of its own, the

@@ -29,14 +29,14 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
-	"github.com/agentsandbox/sandbox/adapters/inproc"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/agentimage"
 	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // agentPackage is the agent next to this program (./agent) as an import path, so the
@@ -88,7 +88,7 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 	budget := 1.0
 	virtual, err := lc.GenerateKey(ctx, litellm.KeyRequest{
 		KeyAlias: "quickstart-proxy", Duration: "1h", Models: []string{"gpt-4o-mini"},
-		MaxBudget: &budget, AllowedRoutes: proxyconf.KeyRoutes(),
+		MaxBudget: &budget, AllowedRoutes: proxypolicy.KeyRoutes(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the proxy's virtual key (LiteLLM's /key/generate needs its database): %w", err)
@@ -145,7 +145,7 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		return fmt.Errorf("unknown runtime %q", runtime)
 	}
 
-	proxies, err := inproc.NewManager(inproc.WithOwner("quickstart"), inproc.WithSandboxUID(1001), inproc.WithLogger(logger))
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("quickstart"), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger))
 	if err != nil {
 		return err
 	}

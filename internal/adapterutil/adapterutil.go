@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/bridge"
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -79,5 +79,5 @@ func EgressPrefix(spec port.RunSpec, prefix []string) []string {
 	if !EgressOn(spec) {
 		return prefix
 	}
-	return bridge.WithEgress(prefix)
+	return sandboxbridge.WithEgress(prefix)
 }

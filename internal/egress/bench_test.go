@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 )
 
 // Benchmarks compare each way through the egress proxy with a direct call to the same

@@ -3,7 +3,7 @@
 // placeholders resolved on the host, TLS termination with a per-run CA for
 // allowlisted hosts, an SSRF guard on every dial, and an audit record per request.
 //
-// A Proxy serves one run; the front that owns the run's socket (adapters/inproc)
+// A Proxy serves one run; the front that owns the run's socket (adapters/inprocproxy)
 // hands it the connections that arrive there, so the socket is the run's identity.
 package egress
 

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
-// The body policy of the inference routes (proxyconf.Route.BodyKeys).
+// The body policy of the inference routes (proxypolicy.Route.BodyKeys).
 //
 // LiteLLM takes attribution, routing and logging from request bodies: "user",
 // "metadata" (user_id, tags, spend_logs_metadata, trace and session ids),
@@ -141,7 +141,7 @@ func intValue(raw json.RawMessage) (n int64, ok bool) {
 
 // measure fills p.need for a token budget: it refuses choices it cannot read
 // or over MaxChoices, and looks for inputs their bytes do not bound.
-func (p *parsedBody) measure(rt proxyconf.Route) *Refusal {
+func (p *parsedBody) measure(rt proxypolicy.Route) *Refusal {
 	// The body grows by the caps setCap writes (a key and up to 19 digits each).
 	p.need = tokenNeed{prompt: int64(len(p.body) + capBytes*len(rt.MaxOutputKeys)), choices: 1, output: len(rt.MaxOutputKeys) > 0}
 	if raw, ok := p.out["prediction"]; ok {
@@ -169,7 +169,7 @@ func (p *parsedBody) measure(rt proxyconf.Route) *Refusal {
 // setCap writes the output cap into every cap key of rt the body has, or into
 // the route's usual one when it has none, so that whichever the upstream reads
 // is the cap the budget reserved; and re-encodes the body.
-func (p *parsedBody) setCap(rt proxyconf.Route, limit int64) *Refusal {
+func (p *parsedBody) setCap(rt proxypolicy.Route, limit int64) *Refusal {
 	v, _ := json.Marshal(limit)
 	set := false
 	for _, k := range rt.MaxOutputKeys {
@@ -191,7 +191,7 @@ func (p *parsedBody) setCap(rt proxyconf.Route, limit int64) *Refusal {
 
 // applyBodyPolicy checks and rewrites a request body for rt. account is the
 // run's billing account.
-func applyBodyPolicy(rt proxyconf.Route, contentType string, body []byte, account string) (parsedBody, *Refusal) {
+func applyBodyPolicy(rt proxypolicy.Route, contentType string, body []byte, account string) (parsedBody, *Refusal) {
 	if ct := contentType; ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			return parsedBody{}, bodyRefusal("the request body must be JSON (Content-Type application/json)")

@@ -16,7 +16,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Config configures an Engine. Upstream and Transport are required; the hooks are
@@ -93,13 +93,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 
 // Route finds the inference route of a request path (a front's run selector
 // removed): only a canonical path (CleanPath, and no percent escapes in the
-// request line) on the allowlist proxyconf.Routes, with the route's method, is
+// request line) on the allowlist proxypolicy.Routes, with the route's method, is
 // forwarded. It returns the route and its upstream path, or the refusal.
-func Route(r *http.Request, p string) (proxyconf.Route, string, *Refusal) {
+func Route(r *http.Request, p string) (proxypolicy.Route, string, *Refusal) {
 	if r.URL.RawPath != "" || !CleanPath(p) {
-		return proxyconf.Route{}, "", &NotCanonical
+		return proxypolicy.Route{}, "", &NotCanonical
 	}
-	rt, up, ok, otherMethod := proxyconf.RouteFor(r.Method, p)
+	rt, up, ok, otherMethod := proxypolicy.RouteFor(r.Method, p)
 	switch {
 	case ok:
 		return rt, up, nil
@@ -116,14 +116,14 @@ var NotCanonical = Refusal{http.StatusBadRequest, "path_not_canonical", "invalid
 
 // RouteNotAllowed refuses a path that is not an inference route.
 var RouteNotAllowed = Refusal{http.StatusNotFound, "route_not_allowed", "not_found",
-	"route_allowlist: the LLM proxy forwards inference routes only: " + proxyconf.RouteList()}
+	"route_allowlist: the LLM proxy forwards inference routes only: " + proxypolicy.RouteList()}
 
 // Call is the state of one request of a run, from Forward to its record.
 type Call struct {
 	meter    *Meter
 	start    time.Time
 	rec      port.AuditRecord
-	route    proxyconf.Route
+	route    proxypolicy.Route
 	upPath   string
 	resp     *ResponseTap
 	upErr    error

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
-func chatRoute(t *testing.T) proxyconf.Route {
+func chatRoute(t *testing.T) proxypolicy.Route {
 	t.Helper()
-	rt, _, ok, _ := proxyconf.RouteFor("POST", "/v1/chat/completions")
+	rt, _, ok, _ := proxypolicy.RouteFor("POST", "/v1/chat/completions")
 	if !ok {
 		t.Fatal("no chat route")
 	}
@@ -147,7 +147,7 @@ func TestBodiesInFlightAreCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := proxyconf.NewPolicy(port.ProxySpec{RunID: "r", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
+	pol, err := proxypolicy.NewPolicy(port.ProxySpec{RunID: "r", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package llmproxy is the one LLM proxy engine of the project. An Engine checks,
 // routes, meters, forwards and audits calls; a Meter is one run's bookkeeping
 // (budget, audit records, calls in flight, stop). Fronts differ only in how a
-// request finds its run's Meter: a socket per run (adapters/inproc), a token in
+// request finds its run's Meter: a socket per run (adapters/inprocproxy), a token in
 // the path (openclaw/billing), and next a run token on a shared socket or an
 // egress request. Like httputil.ReverseProxy, which it wraps, the Engine is
 // customised through hooks (Config.Route, Config.Rewrite), so what is refused,
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Response headers LiteLLM sets that go into the audit record.
@@ -76,14 +76,14 @@ func TooLarge(maxBody int64) *Refusal {
 }
 
 // NoteResponse records LiteLLM's call id and response cost in rec, removes the
-// response headers the sandbox must not see (proxyconf.IsResponseHeaderHidden:
+// response headers the sandbox must not see (proxypolicy.IsResponseHeaderHidden:
 // the shared key's spend, the deployment behind it), and reports whether the body
 // is an event stream.
 func NoteResponse(resp *http.Response, rec *port.AuditRecord) (streamed bool) {
 	rec.CallID = Clip(resp.Header.Get(HeaderCallID), 256)
 	rec.ResponseCost = Clip(resp.Header.Get(HeaderResponseCost), 64)
 	for name := range resp.Header {
-		if proxyconf.IsResponseHeaderHidden(name) {
+		if proxypolicy.IsResponseHeaderHidden(name) {
 			delete(resp.Header, name)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Audit caps. A Meter keeps every record of a billable call (one forwarded on a
@@ -36,7 +36,7 @@ type MeterConfig struct {
 	RunID   string
 	Attempt int
 	// Policy is the run's validated header policy: the key and the attribution.
-	Policy *proxyconf.Policy
+	Policy *proxypolicy.Policy
 	// Budget caps the run's forwarded calls and tokens; zero fields mean unlimited.
 	Budget port.Budget
 	// RequireAttestation refuses every call until the run's bridge attested an
@@ -118,7 +118,7 @@ type Meter struct {
 }
 
 // NewMeter returns the meter of one run. It does not validate cfg: the fronts
-// validate their specs (proxyconf.NewPolicy) before making one.
+// validate their specs (proxypolicy.NewPolicy) before making one.
 func NewMeter(cfg MeterConfig) *Meter {
 	l := cfg.Logger
 	if l == nil {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // TestCallTelemetry: a forwarded call is a client span, child of the run's span,
@@ -59,7 +59,7 @@ func TestCallTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := proxyconf.NewPolicy(port.ProxySpec{RunID: "r1", APIKey: "sk-canary-otel", Attribution: port.Attribution{BillingAccountID: "a"}})
+	pol, err := proxypolicy.NewPolicy(port.ProxySpec{RunID: "r1", APIKey: "sk-canary-otel", Attribution: port.Attribution{BillingAccountID: "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}

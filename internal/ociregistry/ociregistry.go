@@ -29,7 +29,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 // Registry is a running registry.

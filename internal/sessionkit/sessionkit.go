@@ -45,7 +45,7 @@ const HeartbeatInterval = 15 * time.Second
 // SocketName is the file name of port's socket in the expose directory.
 func SocketName(p int) string { return strconv.Itoa(p) + ".sock" }
 
-// BridgeFlags are the bridge's flags that expose ports (see bridge.Config.Expose).
+// BridgeFlags are the bridge's flags that expose ports (see sandboxbridge.Config.Expose).
 func BridgeFlags(ports []int) []string {
 	if len(ports) == 0 {
 		return nil
@@ -60,7 +60,7 @@ func BridgeFlags(ports []int) []string {
 // OutputFlags are the bridge's flags that keep a session's agent from ever blocking on
 // output: while no host reads them, up to the log limit (less room for the notice that
 // counts what was dropped, so that a ring of the limit holds both) is kept per stream
-// (see bridge.Config.OutputCap).
+// (see sandboxbridge.Config.OutputCap).
 func OutputFlags(limit int) []string {
 	if limit <= 0 {
 		return nil

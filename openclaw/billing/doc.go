@@ -13,7 +13,7 @@
 //     socket) in front of LiteLLM. Router.Register gives a run a 256-bit random
 //     token; calls to /r/<token>/v1/... are the run's. Everything after that is
 //     the shared proxy engine's (internal/llmproxy), as for the per-run socket
-//     proxy: only the inference routes of proxyconf.Routes, only allowlisted
+//     proxy: only the inference routes of proxypolicy.Routes, only allowlisted
 //     client headers and body keys, the key, x-litellm-end-user-id and
 //     x-litellm-spend-logs-metadata injected, the run's budget, and a
 //     port.AuditRecord per call.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Registration is one run registered with a Router. Its token attributes calls to
@@ -15,7 +15,7 @@ import (
 type Registration struct {
 	r        *Router
 	run      Run
-	policy   *proxyconf.Policy
+	policy   *proxypolicy.Policy
 	token    string
 	fallback bool
 

@@ -17,7 +17,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // TokenHeader carries a run token for gateways that can send per-session headers
@@ -69,7 +69,7 @@ type Stats struct {
 // Router is a shared LLM proxy for an OpenClaw gateway that serves many runs. Each
 // registered run gets an unguessable token; a call is attributed to the run whose
 // token its path (/r/<token>/v1/...) or TokenHeader carries, gets that run's header
-// policy (proxyconf.Policy: client credentials and x-litellm-* stripped, the key and
+// policy (proxypolicy.Policy: client credentials and x-litellm-* stripped, the key and
 // the run's attribution injected) and is recorded in that run's audit. A call
 // without a live token is refused with HTTP 403 and recorded as unattributed, or,
 // with WithFallback, billed to an explicit fallback account and counted apart.
@@ -119,7 +119,7 @@ func NewRouter(upstream, apiKey string, opts ...Option) (*Router, error) {
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
 	// Validate the key once with the policy's own rules, so Register cannot fail on it later.
-	if _, err := proxyconf.NewPolicy(port.ProxySpec{RunID: "key-check", APIKey: apiKey, Attribution: port.Attribution{BillingAccountID: "key-check"}}); err != nil {
+	if _, err := proxypolicy.NewPolicy(port.ProxySpec{RunID: "key-check", APIKey: apiKey, Attribution: port.Attribution{BillingAccountID: "key-check"}}); err != nil {
 		return nil, err
 	}
 	r := &Router{
@@ -188,7 +188,7 @@ func (r *Router) newRegistration(run Run) (*Registration, error) {
 	if run.Budget.MaxCalls < 0 || run.Budget.MaxTokens < 0 {
 		return nil, opErr("Register", run.RunID, port.Invalidf("negative budget"))
 	}
-	policy, err := proxyconf.NewPolicy(port.ProxySpec{
+	policy, err := proxypolicy.NewPolicy(port.ProxySpec{
 		RunID: run.RunID, Attempt: run.Attempt, APIKey: r.apiKey, Attribution: run.Attribution, Budget: run.Budget,
 	})
 	if err != nil {

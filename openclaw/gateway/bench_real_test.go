@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/benchutil"
+	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
 )
 

@@ -1,6 +1,6 @@
 // Package runtokentest holds the run-token test table every verifier of the
 // project answers identically: the Go verifier (runtoken) and the shared nginx
-// proxy's script (proxyconf). A third implementation can be held to the same
+// proxy's script (proxypolicy). A third implementation can be held to the same
 // answers with it.
 package runtokentest
 

@@ -12,7 +12,7 @@ package nomadlocal
 import (
 	"context"
 
-	"github.com/agentsandbox/sandbox/internal/nomadtest"
+	"github.com/agentsandbox/sandbox/internal/testsupport/nomadtest"
 )
 
 // Version is the Nomad version the project pins and tests against.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Lines as nginx writes them with the llmproxy_audit format (escape=json: a variable
@@ -178,7 +178,7 @@ func ExampleReadAudit() {
 }
 
 func ExampleRenderNginx() {
-	policy, err := proxyconf.NewPolicy(port.ProxySpec{
+	policy, err := proxypolicy.NewPolicy(port.ProxySpec{
 		RunID: "run-1", Attempt: 0, APIKey: "sk-example",
 		Attribution: port.Attribution{BillingAccountID: "acct-$1", GraphID: "sandbox:agent"},
 	})

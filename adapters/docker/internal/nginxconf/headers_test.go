@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // The Go fronts and the nginx template forward the same client headers, and none
@@ -15,9 +15,9 @@ func TestAllowedRequestHeadersMatchNginx(t *testing.T) {
 	for _, n := range nginxconf.ForwardedRequestHeaders() {
 		nginx[http.CanonicalHeaderKey(n)] = true
 	}
-	for _, n := range proxyconf.AllowedRequestHeaders() {
-		if !nginx[n] || !proxyconf.IsAllowedRequestHeader(n) || proxyconf.IsStripped(n) {
-			t.Errorf("%s: nginx %v, allowed %v, stripped %v", n, nginx[n], proxyconf.IsAllowedRequestHeader(n), proxyconf.IsStripped(n))
+	for _, n := range proxypolicy.AllowedRequestHeaders() {
+		if !nginx[n] || !proxypolicy.IsAllowedRequestHeader(n) || proxypolicy.IsStripped(n) {
+			t.Errorf("%s: nginx %v, allowed %v, stripped %v", n, nginx[n], proxypolicy.IsAllowedRequestHeader(n), proxypolicy.IsStripped(n))
 		}
 		delete(nginx, n)
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Defaults of NginxConfig.
@@ -44,7 +44,7 @@ const (
 type NginxConfig struct {
 	// Policy is the validated header policy from NewPolicy: the run, the key and the
 	// attribution to inject.
-	Policy *proxyconf.Policy
+	Policy *proxypolicy.Policy
 	// Upstream is the LiteLLM base URL, scheme://host[:port] and nothing else: no user
 	// info, path, query or fragment. host is an IP address or a DNS name.
 	Upstream string
@@ -103,14 +103,14 @@ func init() {
 	// The allowlist and the strip list must never overlap; a change that breaks this
 	// must fail loudly at start-up rather than forward a credential.
 	for _, h := range forwarded {
-		if proxyconf.IsStripped(h.Name) || "http_"+strings.ReplaceAll(strings.ToLower(h.Name), "-", "_") != h.Var {
+		if proxypolicy.IsStripped(h.Name) || "http_"+strings.ReplaceAll(strings.ToLower(h.Name), "-", "_") != h.Var {
 			panic("nginxconf: bad forwarded header " + h.Name)
 		}
 	}
 }
 
 // ForwardedRequestHeaders lists the client request headers the nginx proxy forwards
-// upstream. Every other client header is dropped, and none of these is one proxyconf.IsStripped
+// upstream. Every other client header is dropped, and none of these is one proxypolicy.IsStripped
 // names.
 func ForwardedRequestHeaders() []string {
 	names := make([]string, len(forwarded))
@@ -155,14 +155,14 @@ type nginxData struct {
 	TLS            bool
 	CAFile         string
 	Forwarded      []forwardedHeader
-	Injected       []proxyconf.Header
+	Injected       []proxypolicy.Header
 	PassHeaders    []string
 	HiddenHeaders  []string
 	HealthBody     string
 	Routes         []nginxRoute
 }
 
-// nginxRoute is one entry of proxyconf.Routes as nginx locations: the /v1 path, the
+// nginxRoute is one entry of proxypolicy.Routes as nginx locations: the /v1 path, the
 // bare form OpenAI SDKs send without /v1, and the method pattern.
 type nginxRoute struct {
 	Path, Bare, Methods string
@@ -175,15 +175,15 @@ var routePathRe = regexp.MustCompile(`^/[a-z0-9_/]+$`)
 // nginxRoutes renders the route allowlist the Go fronts use.
 func nginxRoutes() ([]nginxRoute, error) {
 	var out []nginxRoute
-	for _, r := range proxyconf.Routes() {
-		if !routePathRe.MatchString(r.Path) || !strings.HasPrefix(r.Path, proxyconf.BareRoutePrefix+"/") {
+	for _, r := range proxypolicy.Routes() {
+		if !routePathRe.MatchString(r.Path) || !strings.HasPrefix(r.Path, proxypolicy.BareRoutePrefix+"/") {
 			return nil, port.Invalidf("nginx config: route path %q", r.Path)
 		}
 		m := r.Method
 		if m == http.MethodGet {
 			m = "GET|HEAD"
 		}
-		out = append(out, nginxRoute{Path: r.Path, Bare: strings.TrimPrefix(r.Path, proxyconf.BareRoutePrefix), Methods: m, Sub: r.SubPaths})
+		out = append(out, nginxRoute{Path: r.Path, Bare: strings.TrimPrefix(r.Path, proxypolicy.BareRoutePrefix), Methods: m, Sub: r.SubPaths})
 	}
 	return out, nil
 }
@@ -211,7 +211,7 @@ func nginxRoutes() ([]nginxRoute, error) {
 // # Header handling: an allowlist
 //
 // The proxy must strip every client Authorization and x-litellm-* header (see
-// proxyconf.IsStripped). Stock nginx cannot remove request headers by prefix (that needs Lua), and
+// proxypolicy.IsStripped). Stock nginx cannot remove request headers by prefix (that needs Lua), and
 // naming known x-litellm-* headers one by one would let the next header LiteLLM adds
 // through. So the configuration fails closed: proxy_pass_request_headers is off, the few
 // client headers ForwardedRequestHeaders lists are re-added by name, and the three
@@ -219,7 +219,7 @@ func nginxRoutes() ([]nginxRoute, error) {
 //
 // # Values
 //
-// Every substituted value is validated (by proxyconf.NewPolicy, and here for paths and the
+// Every substituted value is validated (by proxypolicy.NewPolicy, and here for paths and the
 // upstream) and written as an nginx double-quoted string with backslash and quote
 // escaped, so ';', '{', '}', '#' and whitespace stay inside one argument. nginx has no
 // escape for '$' in values that may hold variables, so a '$' in a header value is
@@ -250,7 +250,7 @@ func RenderNginx(cfg NginxConfig) ([]byte, error) {
 func (cfg NginxConfig) data() (*nginxData, error) {
 	p := cfg.Policy
 	if p == nil || p.RunID() == "" || len(p.Injected()) == 0 {
-		return nil, port.Invalidf("nginx config: a policy from proxyconf.NewPolicy is required")
+		return nil, port.Invalidf("nginx config: a policy from proxypolicy.NewPolicy is required")
 	}
 	if err := port.ValidateRunID(p.RunID()); err != nil {
 		return nil, err
@@ -260,14 +260,14 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 		Forwarded:     forwarded,
 		Injected:      p.Injected(),
 		PassHeaders:   passedResponseHeaders,
-		HiddenHeaders: proxyconf.HiddenResponseHeaders(),
+		HiddenHeaders: proxypolicy.HiddenResponseHeaders(),
 	}
 	for _, h := range d.Injected {
 		if !headerNameRe.MatchString(h.Name) {
 			return nil, port.Invalidf("nginx config: header name %q", h.Name)
 		}
-		if h.Name == proxyconf.HeaderSpendLogsMetadata {
-			var md proxyconf.SpendLogsMetadata
+		if h.Name == proxypolicy.HeaderSpendLogsMetadata {
+			var md proxypolicy.SpendLogsMetadata
 			if err := json.Unmarshal([]byte(h.Value), &md); err != nil {
 				return nil, port.Invalidf("nginx config: spend logs metadata: %v", err)
 			}

@@ -26,9 +26,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // fakeUpstream plays LiteLLM: it records every request it gets and answers with
@@ -346,9 +346,9 @@ func TestNginxEndToEnd(t *testing.T) {
 	assert.Equal(t, []string{"Bearer sk-e2e-master"}, got.Header.Values("Authorization"))
 	assert.Equal(t, []string{"acct-$host"}, got.Header.Values("X-Litellm-End-User-Id"))
 	require.Len(t, got.Header.Values("X-Litellm-Spend-Logs-Metadata"), 1)
-	var md proxyconf.SpendLogsMetadata
+	var md proxypolicy.SpendLogsMetadata
 	require.NoError(t, json.Unmarshal([]byte(got.Header.Get("X-Litellm-Spend-Logs-Metadata")), &md))
-	assert.Equal(t, proxyconf.SpendLogsMetadata{
+	assert.Equal(t, proxypolicy.SpendLogsMetadata{
 		RunID: "run-e2e", Attempt: 3, UserID: `u"$remote_addr\n`, GraphID: "sandbox:agent", SessionID: "s;{}#${x}",
 	}, md)
 	assert.Equal(t, "application/json", got.Header.Get("Content-Type"))

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // directive is one parsed nginx directive; Block is non-nil for "name args { ... }".
@@ -274,7 +274,7 @@ var fuzzSeeds = []fuzzInput{
 func checkRender(t *testing.T, in fuzzInput, ref string) []byte {
 	t.Helper()
 	spec := in.spec()
-	pol, err := proxyconf.NewPolicy(spec)
+	pol, err := proxypolicy.NewPolicy(spec)
 	if err != nil {
 		require.ErrorIs(t, err, port.ErrInvalidSpec)
 		return nil
@@ -301,7 +301,7 @@ func checkRender(t *testing.T, in fuzzInput, ref string) []byte {
 	}
 	want := []string{"Host", "Connection"}
 	want = append(want, ForwardedRequestHeaders()...)
-	want = append(want, proxyconf.HeaderAuthorization, proxyconf.HeaderEndUserID, proxyconf.HeaderSpendLogsMetadata)
+	want = append(want, proxypolicy.HeaderAuthorization, proxypolicy.HeaderEndUserID, proxypolicy.HeaderSpendLogsMetadata)
 	assert.Equal(t, want, names)
 	health := find(ds, "return", "200")
 	require.Len(t, health, 1)
@@ -311,7 +311,7 @@ func checkRender(t *testing.T, in fuzzInput, ref string) []byte {
 
 func referenceShape(t testing.TB) string {
 	t.Helper()
-	pol, err := proxyconf.NewPolicy(fuzzSeeds[0].spec())
+	pol, err := proxypolicy.NewPolicy(fuzzSeeds[0].spec())
 	require.NoError(t, err)
 	conf, err := RenderNginx(NginxConfig{Policy: pol, Upstream: "http://127.0.0.1:4000"})
 	require.NoError(t, err)
@@ -352,7 +352,7 @@ func TestFuzzSeedsPassNginxT(t *testing.T) {
 // nginxTest renders spec with every path in a temporary directory and runs nginx -t.
 func nginxTest(t *testing.T, nginx string, spec port.ProxySpec) {
 	t.Helper()
-	pol, err := proxyconf.NewPolicy(spec)
+	pol, err := proxypolicy.NewPolicy(spec)
 	require.NoError(t, err)
 	dir := t.TempDir()
 	conf, err := RenderNginx(NginxConfig{

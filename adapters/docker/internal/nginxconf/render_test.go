@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/proxyconf"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -35,9 +35,9 @@ func typicalSpec() port.ProxySpec {
 	}
 }
 
-func mustPolicy(t testing.TB, spec port.ProxySpec) *proxyconf.Policy {
+func mustPolicy(t testing.TB, spec port.ProxySpec) *proxypolicy.Policy {
 	t.Helper()
-	p, err := proxyconf.NewPolicy(spec)
+	p, err := proxypolicy.NewPolicy(spec)
 	require.NoError(t, err)
 	return p
 }
@@ -141,7 +141,7 @@ func TestRenderNginxContent(t *testing.T) {
 			proxied = append(proxied, strings.Join(loc.Args, " "))
 		}
 	}
-	for _, r := range proxyconf.Routes() {
+	for _, r := range proxypolicy.Routes() {
 		wantProxied = append(wantProxied, "= "+r.Path, "= "+strings.TrimPrefix(r.Path, "/v1"))
 		if r.SubPaths {
 			wantProxied = append(wantProxied, "^~ "+r.Path+"/")
@@ -211,7 +211,7 @@ func TestRenderNginxRejects(t *testing.T) {
 	ok := func() NginxConfig { return NginxConfig{Policy: pol, Upstream: "http://127.0.0.1:4000"} }
 	cases := map[string]func(*NginxConfig){
 		"no policy":              func(c *NginxConfig) { c.Policy = nil },
-		"zero policy":            func(c *NginxConfig) { c.Policy = &proxyconf.Policy{} },
+		"zero policy":            func(c *NginxConfig) { c.Policy = &proxypolicy.Policy{} },
 		"no upstream":            func(c *NginxConfig) { c.Upstream = "" },
 		"upstream path":          func(c *NginxConfig) { c.Upstream = "http://127.0.0.1:4000/v1" },
 		"upstream query":         func(c *NginxConfig) { c.Upstream = "http://127.0.0.1:4000?x=1" },
@@ -281,7 +281,7 @@ func TestForwardedRequestHeaders(t *testing.T) {
 	names := ForwardedRequestHeaders()
 	assert.Equal(t, []string{"Content-Type", "Accept", "User-Agent", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta"}, names)
 	for _, n := range names {
-		assert.False(t, proxyconf.IsStripped(n), n)
+		assert.False(t, proxypolicy.IsStripped(n), n)
 	}
 	names[0] = "Authorization"
 	assert.Equal(t, "Content-Type", ForwardedRequestHeaders()[0], "callers get a copy")

@@ -1,8 +1,0 @@
-package inproc
-
-import "github.com/agentsandbox/sandbox/internal/peercred"
-
-const peerCredSupported = peercred.Supported
-
-// peerUID is the uid the kernel recorded for the peer (see internal/peercred).
-var peerUID = peercred.UID

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package sandboxbridge
+
+import "errors"
+
+func setSubreaper() error {
+	return errors.New("child subreapers need Linux")
+}
