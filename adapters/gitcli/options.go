@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -64,13 +65,7 @@ func WithGit(path string) Option {
 // WithCacheDir sets the host directory for mirrors, artefacts and scratch
 // repositories (default $TMPDIR/agentsandbox-git). It must not be visible to sandboxes.
 func WithCacheDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("cache dir %q is not absolute", dir)
-		}
-		c.cacheDir = filepath.Clean(dir)
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetAbsDir(&c.cacheDir, dir, "cache dir") }
 }
 
 // WithExporter sets the static exporter binary (cmd/sandbox-git-export, see
@@ -100,13 +95,7 @@ func WithCredentials(f CredentialFunc) Option {
 
 // WithLogger sets the logger (default: discard). Nothing logged carries a credential.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetLogger(&c.logger, l) }
 }
 
 var userRe = regexp.MustCompile(`^([0-9]{1,10}):([0-9]{1,10})$`)

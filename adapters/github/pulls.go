@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -56,13 +57,7 @@ func WithBaseURL(u string) Option {
 // WithHTTPClient sets the HTTP client (default: 30 s timeout, no redirects followed,
 // so the Authorization header never goes to another host).
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *config) error {
-		if hc == nil {
-			return port.Invalidf("http client is nil")
-		}
-		c.client = hc
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetNotNil(&c.client, hc, "http client is nil") }
 }
 
 // WithToken sets the token source. Required.
@@ -78,13 +73,7 @@ func WithToken(f TokenFunc) Option {
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetLogger(&c.logger, l) }
 }
 
 // PullRequester opens pull requests on GitHub.
