@@ -118,14 +118,10 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 		New: p.newSlot, Destroy: p.destroy, Discard: p.discard, Logger: r.cfg.logger,
 	})
 	p.ready = p.k.Ready
-	r.poolsMu.Lock()
-	if r.closed {
-		r.poolsMu.Unlock()
+	if !r.pools.Add(p) {
 		p.k.Stop()
 		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
 	}
-	r.pools[p] = struct{}{}
-	r.poolsMu.Unlock()
 	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
 	p.k.Start()
 	return p, nil
@@ -451,9 +447,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.unobserve()
-	p.r.poolsMu.Lock()
-	delete(p.r.pools, p)
-	p.r.poolsMu.Unlock()
+	p.r.pools.Remove(p)
 	if err := p.k.Drain(ctx); err != nil {
 		return opErr("Pool.Close", "", err)
 	}

@@ -139,17 +139,10 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 		New: p.newSlot, Destroy: p.destroy, Discard: p.discard, Logger: r.cfg.logger,
 	})
 	p.ready = p.k.Ready
-	r.poolsMu.Lock()
-	if r.closed {
-		r.poolsMu.Unlock()
+	if !r.pools.Add(p) {
 		p.k.Stop()
 		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
 	}
-	if r.pools == nil {
-		r.pools = map[*Pool]struct{}{}
-	}
-	r.pools[p] = struct{}{}
-	r.poolsMu.Unlock()
 	p.k.Start()
 	return p, nil
 }
@@ -463,9 +456,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	if !p.k.Stop() {
 		return nil
 	}
-	p.r.poolsMu.Lock()
-	delete(p.r.pools, p)
-	p.r.poolsMu.Unlock()
+	p.r.pools.Remove(p)
 	if err := p.k.Drain(ctx); err != nil {
 		return opErr("Pool.Close", "", err)
 	}

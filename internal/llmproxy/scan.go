@@ -68,17 +68,26 @@ func (s *jsonFields) writeByte(c byte) {
 	}
 }
 
+// strByte follows c inside a string: an escape, or the closing quote (it reports
+// that the string ended).
+func (s *jsonFields) strByte(c byte) (closed bool) {
+	switch {
+	case s.esc:
+		s.esc = false
+	case c == '\\':
+		s.esc = true
+	case c == '"':
+		s.inStr = false
+		return true
+	}
+	return false
+}
+
 func (s *jsonFields) step(c byte) {
 	if s.inStr {
 		if s.depth == 1 && s.state == stKey {
 			// Reading a key: keep its raw bytes, without the closing quote.
-			switch {
-			case s.esc:
-				s.esc = false
-			case c == '\\':
-				s.esc = true
-			case c == '"':
-				s.inStr = false
+			if s.strByte(c) {
 				s.state = stColon
 				return
 			}
@@ -90,14 +99,7 @@ func (s *jsonFields) step(c byte) {
 			return
 		}
 		s.appendVal(c)
-		switch {
-		case s.esc:
-			s.esc = false
-		case c == '\\':
-			s.esc = true
-		case c == '"':
-			s.inStr = false
-		}
+		s.strByte(c)
 		return
 	}
 	if c == ' ' || c == '\t' || c == '\n' || c == '\r' {

@@ -371,3 +371,43 @@ func CheckOptions(opts port.PoolOptions, def int) (port.PoolOptions, error) {
 	}
 	return opts, nil
 }
+
+// Open is a runner's open pools, closed with the runner. The zero value is ready.
+type Open[P comparable] struct {
+	mu     sync.Mutex
+	pools  map[P]struct{}
+	closed bool
+}
+
+// Add records p; it reports false once the runner is closed.
+func (o *Open[P]) Add(p P) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	if o.pools == nil {
+		o.pools = map[P]struct{}{}
+	}
+	o.pools[p] = struct{}{}
+	return true
+}
+
+// Remove forgets p (closed).
+func (o *Open[P]) Remove(p P) {
+	o.mu.Lock()
+	delete(o.pools, p)
+	o.mu.Unlock()
+}
+
+// Close marks the runner closed and returns the pools still open, for it to close.
+func (o *Open[P]) Close() []P {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	pools := make([]P, 0, len(o.pools))
+	for p := range o.pools {
+		pools = append(pools, p)
+	}
+	return pools
+}

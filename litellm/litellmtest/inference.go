@@ -59,16 +59,7 @@ func (s *Server) inference(w http.ResponseWriter, r *http.Request, callType, idP
 		return b, m, row, false
 	}
 	endUser := endUserOf(r.Header, &chatBody{User: b.User, Metadata: b.Metadata, LitellmMetadata: b.LitellmMetadata})
-	var slm any
-	if md, ok := b.Metadata["spend_logs_metadata"]; ok {
-		slm = md
-	}
-	if h := r.Header.Get("x-litellm-spend-logs-metadata"); h != "" {
-		var v any
-		if json.Unmarshal([]byte(h), &v) == nil {
-			slm = v
-		}
-	}
+	slm := spendLogsMetadata(r, b.Metadata)
 	keyHash := HashKey(presentedKey(r))
 	row = SpendRow{
 		RequestID: idPrefix + newUUID(), LitellmCallID: newUUID(), CallType: callType, APIKey: keyHash,
