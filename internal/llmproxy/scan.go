@@ -136,13 +136,7 @@ func (s *jsonFields) step(c byte) {
 			s.keep = !s.keyOver && s.wanted(s.key)
 			s.val, s.valOver = s.val[:0], false
 			s.state = stInValue
-			s.appendVal(c)
-			switch c {
-			case '"':
-				s.inStr = true
-			case '{', '[':
-				s.depth++
-			}
+			s.valueByte(c)
 		case stInValue:
 			switch c {
 			case ',':
@@ -156,15 +150,21 @@ func (s *jsonFields) step(c byte) {
 			}
 		}
 	default:
-		s.appendVal(c)
-		switch c {
-		case '"':
-			s.inStr = true
-		case '{', '[':
-			s.depth++
-		case '}', ']':
+		s.valueByte(c)
+		if c == '}' || c == ']' {
 			s.depth--
 		}
+	}
+}
+
+// valueByte keeps c of a value and follows a string or a nesting it opens.
+func (s *jsonFields) valueByte(c byte) {
+	s.appendVal(c)
+	switch c {
+	case '"':
+		s.inStr = true
+	case '{', '[':
+		s.depth++
 	}
 }
 
