@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -74,7 +73,13 @@ func WithStopGrace(d time.Duration) Option {
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error { return adapterutil.SetNotNil(&c.logger, l, "proxyd: logger is nil") }
+	return func(c *config) error {
+		if l == nil {
+			return port.Invalidf("proxyd: logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
 }
 
 // NewManager returns a Manager using c. It does no I/O.
