@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -87,11 +88,7 @@ var nsRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]{0,75}[A-Za-z0-9])?$`)
 // DefaultAddress).
 func WithAddress(addr string) Option {
 	return func(c *config) error {
-		if !filepath.IsAbs(addr) {
-			return port.Invalidf("containerd address %q is not an absolute socket path", addr)
-		}
-		c.address = addr
-		return nil
+		return optcheck.Set(&c.address, addr, filepath.IsAbs(addr), "containerd address %q is not an absolute socket path", addr)
 	}
 }
 
@@ -99,23 +96,13 @@ func WithAddress(addr string) Option {
 // DefaultNamespace). Images must be in it.
 func WithNamespace(ns string) Option {
 	return func(c *config) error {
-		if !nsRe.MatchString(ns) {
-			return port.Invalidf("namespace %q is not a valid containerd namespace", ns)
-		}
-		c.namespace = ns
-		return nil
+		return optcheck.Set(&c.namespace, ns, nsRe.MatchString(ns), "namespace %q is not a valid containerd namespace", ns)
 	}
 }
 
 // WithSnapshotter sets the snapshotter (default DefaultSnapshotter).
 func WithSnapshotter(name string) Option {
-	return func(c *config) error {
-		if name == "" {
-			return port.Invalidf("snapshotter is empty")
-		}
-		c.snapshotter = name
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.snapshotter, name, name != "", "snapshotter is empty") }
 }
 
 // WithOwner sets the owner label value; sweeps only touch their owner's resources.
@@ -125,7 +112,7 @@ func WithOwner(owner string) Option {
 
 // WithLogger sets the logger; by default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error { return adapterutil.SetLogger(&c.logger, l) }
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 // WithBridge sets the host path of a static sandbox-bridge binary, mounted read-only
@@ -137,7 +124,7 @@ func WithBridge(path string) Option {
 // WithCleanupTimeout bounds the removal of a run's task, container and snapshot, which
 // ignores the caller's cancellation so a cancelled caller cannot leak them. Default 30s.
 func WithCleanupTimeout(d time.Duration) Option {
-	return func(c *config) error { return adapterutil.SetPositive(&c.cleanupTimeout, d, "cleanup timeout") }
+	return func(c *config) error { return optcheck.Positive(&c.cleanupTimeout, d, "cleanup timeout") }
 }
 
 // WithKillGrace bounds what a run that ran out of time (its limit, or the caller's
@@ -146,7 +133,7 @@ func WithCleanupTimeout(d time.Duration) Option {
 // does (a stopped or wedged shim cannot answer); the removal of what is left goes on
 // in the background and stays labelled for Sweep. Default DefaultKillGrace.
 func WithKillGrace(d time.Duration) Option {
-	return func(c *config) error { return adapterutil.SetPositive(&c.killGrace, d, "kill grace") }
+	return func(c *config) error { return optcheck.Positive(&c.killGrace, d, "kill grace") }
 }
 
 // WithCleanupConcurrency sets how many finished runs may be being removed in the
@@ -157,7 +144,7 @@ func WithKillGrace(d time.Duration) Option {
 // RunOnce returns. Close waits for pending removals; Sweep finds what a dead host
 // left pending.
 func WithCleanupConcurrency(n int) Option {
-	return func(c *config) error { return adapterutil.SetCount(&c.cleanupConcurrency, n, "cleanup concurrency") }
+	return func(c *config) error { return optcheck.Count(&c.cleanupConcurrency, n, "cleanup concurrency") }
 }
 
 // WithPoolDir sets where warm pools keep their sandboxes' host directories (default
@@ -165,7 +152,7 @@ func WithCleanupConcurrency(n int) Option {
 // workspace, mounts and LLM socket directory are attached to; Sweep removes those of
 // sandboxes that are gone. It must be on a local file system the daemon sees.
 func WithPoolDir(dir string) Option {
-	return func(c *config) error { return adapterutil.SetAbsDir(&c.poolDir, dir, "pool directory") }
+	return func(c *config) error { return optcheck.AbsDir(&c.poolDir, dir, "pool directory") }
 }
 
 // WithPoolStarted says whether warm pools start each sandbox's stub when the sandbox

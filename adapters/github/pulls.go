@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -57,23 +57,17 @@ func WithBaseURL(u string) Option {
 // WithHTTPClient sets the HTTP client (default: 30 s timeout, no redirects followed,
 // so the Authorization header never goes to another host).
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *config) error { return adapterutil.SetNotNil(&c.client, hc, "http client is nil") }
+	return func(c *config) error { return optcheck.NotNil(&c.client, hc, "http client is nil") }
 }
 
 // WithToken sets the token source. Required.
 func WithToken(f TokenFunc) Option {
-	return func(c *config) error {
-		if f == nil {
-			return port.Invalidf("token func is nil")
-		}
-		c.token = f
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.token, f, f != nil, "token func is nil") }
 }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error { return adapterutil.SetLogger(&c.logger, l) }
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 // PullRequester opens pull requests on GitHub.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -76,11 +77,7 @@ const DefaultMaxRequests = 2000
 // (litellm.ErrWalkLimit) instead of running until the deadline.
 func WithMaxRequests(n int) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return port.Invalidf("max requests %d is not positive", n)
-		}
-		c.maxRequests = n
-		return nil
+		return optcheck.Set(&c.maxRequests, n, n >= 1, "max requests %d is not positive", n)
 	}
 }
 
