@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/port"
@@ -252,7 +253,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 			break
 		}
 		log.Debug("litellmspend: calls still missing", "round", round, "found", st.found, "billable", len(st.calls))
-		if !sleep(ctx, wait) {
+		if !ctxsleep.Sleep(ctx, wait) {
 			break
 		}
 		wait = min(wait*2, r.cfg.maxPoll)
@@ -582,15 +583,4 @@ func permanent(err error) bool {
 	var apiErr *litellm.APIError
 	return errors.As(err, &apiErr) && apiErr.StatusCode >= 400 && apiErr.StatusCode < 500 &&
 		!slices.Contains([]int{http.StatusTooManyRequests, http.StatusNotFound}, apiErr.StatusCode)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

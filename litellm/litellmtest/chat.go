@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 )
 
 type chatBody struct {
@@ -183,7 +185,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			s.streamError(send, row)
 			return
 		}
-		if !sleepCtx(r.Context(), s.cfg.chunkDelay) {
+		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
 			return
 		}
 		delta := map[string]any{"content": c}
