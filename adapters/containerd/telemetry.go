@@ -13,10 +13,7 @@ import (
 // start and wait) are children of the span in RunOnce's context, made by that
 // span's provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) (err error) {
-		c.tel, err = telemetry.ForMeter(mp)
-		return err
-	}
+	return func(c *config) error { return telemetry.SetMeter(&c.tel, mp) }
 }
 
 // Owner returns the owner label value of the resources this runner creates.
