@@ -64,12 +64,14 @@ func rawPod(ctx context.Context, tb testing.TB, cli k8s.Interface, image string,
 }
 
 // BenchmarkRunOverheadVsRawPod alternates a trivial run through RunOnce (the locked
-// down Pod with its network init, log follow, delete and wait until gone) with a plain
-// Pod through client-go, so both see the same machine noise, and reports medians and
-// the ratios against the raw Pod's create→completed and its create→completed→log→gone.
+// down Pod, its network removed by the node's runtime wrapper, log follow, delete and
+// wait until gone), the same with the network init container instead ("runonce-init")
+// and a plain Pod through client-go, so all see the same machine noise, and reports
+// medians and the ratios against the raw Pod's create→completed and its
+// create→completed→log→gone.
 func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 	e := setup(b)
-	r := e.runner(b)
+	r, ri := e.runner(b), e.initRunner(b)
 	ctx := context.Background()
 	// The Docker runner side by side (same image, same lockdown, same bridge) when a
 	// Docker engine is reachable.
@@ -83,7 +85,7 @@ func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 			dr.Close()
 		}
 	}
-	var runs, rawDone, rawGone, dock []time.Duration
+	var runs, initRuns, rawDone, rawGone, dock []time.Duration
 	for b.Loop() {
 		if d != nil {
 			t0 := time.Now()
@@ -99,6 +101,12 @@ func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 			b.Fatalf("RunOnce: %v %+v", err, res)
 		}
 		runs = append(runs, time.Since(t0))
+		t0 = time.Now()
+		res, err = ri.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("bench"), Image: e.image, Argv: []string{"/agent", "echo", "out", "err"}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
+			b.Fatalf("RunOnce with the init container: %v %+v", err, res)
+		}
+		initRuns = append(initRuns, time.Since(t0))
 		done, gone := rawPod(ctx, b, e.cluster.Client, e.image, true)
 		rawDone = append(rawDone, done)
 		rawGone = append(rawGone, gone)
@@ -109,6 +117,7 @@ func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 	g50 := benchutil.Report(b, "raw-gone", rawGone)
 	benchutil.Ratio(b, "runonce/raw-completed-p50-ratio", k50, d50)
 	benchutil.Ratio(b, "runonce/raw-gone-p50-ratio", k50, g50)
+	benchutil.Ratio(b, "runonce-init/raw-completed-p50-ratio", benchutil.Report(b, "runonce-init", initRuns), d50)
 	if d != nil {
 		benchutil.Ratio(b, "runonce/docker-p50-ratio", k50, benchutil.Report(b, "docker", dock))
 	}

@@ -363,13 +363,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // runs the real runtime.
 const runtimeConfig = `      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s]
         runtime_type = "io.containerd.runc.v2"
-        pod_annotations = [%[3]q]
+        pod_annotations = [%[3]q, %[4]q]
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
           BinaryName = %[2]q
 `
 
 // PIDsAnnotation is the Pod annotation the runtime wrapper reads.
 const PIDsAnnotation = "dev.agentsandbox.pids-limit"
+
+// NetdownAnnotation is the Pod annotation asking the runtime wrapper to empty the
+// Pod's network namespace.
+const NetdownAnnotation = "dev.agentsandbox.netdown"
 
 // RuntimePackage is the runtime wrapper's package.
 const RuntimePackage = "github.com/agentsandbox/sandbox/cmd/sandbox-kube-runtime"
@@ -437,7 +441,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		if err := os.WriteFile(bin+".target", []byte(target), 0o644); err != nil {
 			return err
 		}
-		extra += fmt.Sprintf(runtimeConfig, name, bin, PIDsAnnotation)
+		extra += fmt.Sprintf(runtimeConfig, name, bin, PIDsAnnotation, NetdownAnnotation)
 	}
 	cfg := fmt.Sprintf(containerdConfig, c.path("containerd/root"), c.path("containerd/state"), c.ContainerdSocket,
 		c.path("containerd/opt"), c.opts.PauseImage, extra, c.path("cni/net.d"))
