@@ -71,6 +71,13 @@
 // bridge plugin does not). With gVisor (RuntimeClass runsc with --network=none) the
 // sandbox never sees the Pod's interface; WithoutNetworkInit drops the init there.
 //
+// On nodes whose RuntimeClass runs cmd/sandbox-kube-runtime (as WithRuntimePIDsLimit
+// needs), WithRuntimeNetworkRemoval moves that step into the wrapper: as it creates
+// the agent's container it empties the Pod's network namespace the same way and
+// refuses to create the container otherwise. No container of the Pod then has a
+// capability, and a run is faster by the init container's start and the kubelet's
+// noticing its end (its relist, once a second).
+//
 // # LLM access: a node-local proxy daemon
 //
 // The LLM proxy is the shared proxy daemon (cmd/sandbox-proxyd, adapters/proxyd)
