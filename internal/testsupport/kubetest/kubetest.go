@@ -409,9 +409,10 @@ const cniConfig = `{
 // under containerd's CRI. Not working yet on this machine kind: with that shim
 // (go install gvisor.dev/gvisor/shim at the runsc version, renamed), every Pod
 // sandbox fails at once with "failed to set OOM Score on shim: write
-// /proc/PID/oom_score_adj: permission denied" (the shim sets its child's score to
-// 1000 and, unlike containerd's runc shim, does not ignore a refusal), so it stays
-// opt-in.
+// /proc/PID/oom_score_adj: permission denied": the shim lowers its child's score to
+// -999, which needs CAP_SYS_RESOURCE, which root lacks here (the reason containerd
+// needs restrict_oom_score_adj too), and it has no option to skip that. It stays
+// opt-in for machines with that capability.
 func (c *Cluster) runsc() (bin, shim string, ok bool) {
 	if os.Getenv("SANDBOX_KUBE_RUNSC") != "1" {
 		return "", "", false
