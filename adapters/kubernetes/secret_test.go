@@ -14,6 +14,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
@@ -31,7 +32,8 @@ const systemNamespace = "agentsandbox-system"
 // Secret; a scan inside the running agent (env, every file, /proc/*/environ, cmdline
 // and mountinfo) finds nothing, while the same scan finds a planted copy; and no
 // identity the agent could act as (its namespace's service account, anonymous) nor
-// the runner can read the Secret. About 15 s on a quiet 2-core machine (the daemon's
+// the runner can read the Secret; a run through the facade with LLM.KeyInProxy (the
+// host without the key) works. About 15 s on a quiet 2-core machine (the daemon's
 // image build is cached after the first run).
 func TestLiteLLMKeyOnlyInTheDaemon(t *testing.T) {
 	e := setup(t)
@@ -162,6 +164,27 @@ func TestLiteLLMKeyOnlyInTheDaemon(t *testing.T) {
 	}
 	if len(fake.Requests()) == 0 {
 		t.Error("the fake LiteLLM saw no call")
+	}
+
+	// The same through the facade, as a host application writes it: it never has the
+	// key (KeyInProxy), the daemon injects it.
+	sb, err := sandbox.New(r, sandbox.WithLLM(sandbox.LLM{Proxy: m, Upstream: fake.URL, KeyInProxy: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := sandbox.NewWorkspace("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Remove()
+	out, err := sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("facade"), Image: e.image,
+		Argv: []string{"/agent", "chat", "gpt-4o-mini", "MARKER:facade"}, WorkspaceDir: ws.Dir(),
+		Messages: []sandbox.Message{{Role: "user", Content: "hi"}}, Model: "gpt-4o-mini",
+		Attribution: port.Attribution{BillingAccountID: "acct-facade"}, Limits: port.Limits{Timeout: time.Minute},
+	})
+	if err != nil || out.Run.ExitCode != 0 || !strings.Contains(out.Text, "ECHO:facade") || len(out.Audit) != 1 || out.Audit[0].Status != 200 {
+		t.Errorf("a facade run with the daemon's key: %v %+v", err, out)
 	}
 }
 
