@@ -337,15 +337,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
-	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	s.stdout.Set(stdout)
-	s.stderr.Set(stderr)
-	go func() {
-		// A pipe write returns once the shim's FIFO has it; the stub reads it at start.
-		_, werr := s.claim.Write(msg)
-		_ = s.claim.CloseWithError(werr)
-	}()
+	stdout, stderr := s.sendClaim(spec, msg)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
@@ -389,6 +381,22 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	case <-runCtx.Done():
 		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, nil, 0, collect, log))
 	}
+}
+
+// sendClaim points the slot's output at fresh buffers for spec's run and hands the
+// stub its claim message, closing the claim channel after it. The write runs on
+// its own goroutine: a pipe write returns only once the shim's FIFO has it, and the
+// stub reads it only after its task starts.
+func (s *slot) sendClaim(spec port.RunSpec, msg []byte) (stdout, stderr *capture.Buffer) {
+	stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
+	s.stdout.Set(stdout)
+	s.stderr.Set(stderr)
+	go func() {
+		_, werr := s.claim.Write(msg)
+		_ = s.claim.CloseWithError(werr)
+	}()
+	return stdout, stderr
 }
 
 // slotExitResult classifies the exit of a pooled run: its exit code into res, and

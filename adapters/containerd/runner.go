@@ -216,12 +216,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
 	log.Debug("container created")
 
-	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	task, err = container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
+	task, stdout, stderr, err := newTask(ctx, container, spec)
 	if err != nil {
-		task = nil
-		return fail(port.CodeContainerFailed, fmt.Errorf("create task: %w", classify(err)))
+		return fail(port.CodeContainerFailed, err)
 	}
 	r.phase("task")
 	ph.Next("sandbox.start")
@@ -251,11 +248,8 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		collect(time.Now().Add(ioGrace))
 		r.phase("output")
 		res.Duration = time.Since(start)
-		if code, cause := r.exitResult(ctx, task, st, res, stderr, oom, spec, log); code != "" {
+		if code, cause := r.exitResult(ctx, container, task, st, res, stderr, oom, spec, log); code != "" {
 			return fail(code, cause)
-		}
-		if res.ExitCode == 137 && r.removedUnderUs(ctx, container) {
-			return fail(port.CodeInternal, fmt.Errorf("%w: the task was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
 		}
 		return res, nil
 	case <-runCtx.Done():
@@ -332,10 +326,23 @@ func (o *oomWitness) event() {
 	}
 }
 
+// newTask creates container's task with its output captured into fresh buffers
+// bounded by spec's output limit.
+func newTask(ctx context.Context, container client.Container, spec port.RunSpec) (client.Task, *capture.Buffer, *capture.Buffer, error) {
+	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
+	task, err := container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("create task: %w", classify(err))
+	}
+	return task, stdout, stderr, nil
+}
+
 // exitResult classifies an exited task: its exit code into res, and the failure
-// code and cause ("" when the run completed): the exec failed, or it was
-// OOM-killed.
-func (r *Runner) exitResult(ctx context.Context, task client.Task, st client.ExitStatus, res *port.RunResult, stderr *capture.Buffer, oom *oomWitness, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
+// code and cause ("" when the run completed): the exec failed, it was
+// OOM-killed, or the task was deleted under the run (a 137 that is the removal's
+// kill, not the agent's).
+func (r *Runner) exitResult(ctx context.Context, container client.Container, task client.Task, st client.ExitStatus, res *port.RunResult, stderr *capture.Buffer, oom *oomWitness, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
 	code, _, err := st.Result()
 	if err != nil {
 		return port.CodeInternal, fmt.Errorf("exit status: %w", err)
@@ -349,6 +356,9 @@ func (r *Runner) exitResult(ctx context.Context, task client.Task, st client.Exi
 	}
 	if oom.killed.Load() {
 		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
+	}
+	if code == 137 && r.removedUnderUs(ctx, container) {
+		return port.CodeInternal, fmt.Errorf("%w: the task was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode)
 	}
 	return "", nil
 }

@@ -322,11 +322,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	rename.Add(1)
 	go func() {
 		defer rename.Done()
-		rctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
-		defer cancel()
-		if _, err := r.cfg.api.ContainerRename(rctx, s.id, client.ContainerRenameOptions{NewName: containerName(spec.RunID)}); err != nil {
-			log.Warn("naming the claimed sandbox after its run failed", logattr.Err, err)
-		}
+		r.nameAfterRun(s.id, spec.RunID, log)
 	}()
 
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
@@ -340,10 +336,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	s.stdout.Set(stdout)
 	s.stderr.Set(stderr)
-	if _, err := s.att.Conn.Write(msg); err != nil {
-		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
-	}
-	if err := s.att.CloseWrite(); err != nil {
+	if err := s.writeClaim(msg); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
 	}
 
@@ -363,10 +356,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		s.exited.Store(true)
 		collect()
 		if st.err != nil {
-			if r.removedUnderUs(ctx, s.id) {
-				return fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was removed while the run went on: %w", port.ErrRemoved, classify(st.err)))
-			}
-			return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(st.err)))
+			return fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
 		}
 		w := st.res
 		res.Duration = time.Since(start)
@@ -380,27 +370,12 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 				return slotResult{RunResult: res, gone: reason}, nil
 			}
 		}
-		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
-			if entry, ok := sandboxbridge.MissingEntry(reason); ok && p.tmpl.Preload != nil {
-				return fail(port.CodeContainerFailed, &port.EntrypointError{Entry: entry, Reason: reason})
+		// A pool always has the bridge: the runner's classification is the pool's.
+		if code, cause := r.exitResult(ctx, s.id, w.StatusCode, res, stderr, spec, "pooled sandbox"); code != "" {
+			if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 			}
-			return fail(port.CodeContainerFailed, errors.New(reason))
-		}
-		if w.StatusCode != 137 {
-			return slotResult{RunResult: res}, nil
-		}
-		if r.removedUnderUs(ctx, s.id) {
-			return fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, w.StatusCode))
-		}
-		var oom bool
-		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
-		if !oom && !r.bridgeSeesOOM() {
-			if oom, err = r.oomKilled(ctx, s.id); err != nil {
-				return fail(port.CodeInternal, err)
-			}
-		}
-		if oom {
-			return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+			return fail(code, cause)
 		}
 		return slotResult{RunResult: res}, nil
 	case <-runCtx.Done():
@@ -414,6 +389,26 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		collect()
 		return fail(port.CodeTimeout, cause)
 	}
+}
+
+// nameAfterRun renames a claimed slot's container after its run, so Sweep by run
+// ID finds it. It runs beside the run, with its own bounded context: a failure
+// only leaves the pool's name on it.
+func (r *Runner) nameAfterRun(id, runID string, log interface{ Warn(string, ...any) }) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
+	defer cancel()
+	if _, err := r.cfg.api.ContainerRename(ctx, id, client.ContainerRenameOptions{NewName: containerName(runID)}); err != nil {
+		log.Warn("naming the claimed sandbox after its run failed", logattr.Err, err)
+	}
+}
+
+// writeClaim hands the stub its claim message on the attached stdin, then closes
+// the write side so the stub sees the end of it.
+func (s *slot) writeClaim(msg []byte) error {
+	if _, err := s.att.Conn.Write(msg); err != nil {
+		return err
+	}
+	return s.att.CloseWrite()
 }
 
 // killSlot stops a claimed sandbox that outlived its run and waits (bounded) for it

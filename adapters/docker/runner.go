@@ -172,16 +172,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		if w.Error != nil && w.Error.Message != "" {
 			return fail(port.CodeInternal, errors.New(w.Error.Message))
 		}
-		if code, cause := r.exitResult(ctx, id, w.StatusCode, res, stderr, spec); code != "" {
+		if code, cause := r.exitResult(ctx, id, w.StatusCode, res, stderr, spec, "container"); code != "" {
 			return fail(code, cause)
 		}
 		return res, nil
 	case err := <-wait.Error:
 		collect()
-		if r.removedUnderUs(ctx, id) {
-			return fail(port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on: %w", port.ErrRemoved, classify(err)))
-		}
-		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
+		return fail(port.CodeInternal, r.waitFailed(ctx, id, err, "container"))
 	case <-runCtx.Done():
 		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
 		mem.Sample()
@@ -243,8 +240,9 @@ func captureOutput(att client.ContainerAttachResult, spec port.RunSpec, res *por
 }
 
 // exitResult classifies a container that exited with status: the failure code and
-// cause ("" when the run completed): the exec failed, or it was OOM-killed.
-func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec) (port.ErrorCode, error) {
+// cause ("" when the run completed): the exec failed, it was removed under the run
+// (what names it in that message), or it was OOM-killed.
+func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec, what string) (port.ErrorCode, error) {
 	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
@@ -253,7 +251,7 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 		return "", nil
 	}
 	if r.removedUnderUs(ctx, id) {
-		return port.CodeInternal, fmt.Errorf("%w: the container was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, status)
+		return port.CodeInternal, fmt.Errorf("%w: the %s was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, what, status)
 	}
 	var oom bool
 	if r.cfg.bridgePath != "" {
@@ -274,6 +272,16 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
 	}
 	return "", nil
+}
+
+// waitFailed is the cause of a failed wait on container id: its removal by someone
+// else when that is what happened (what names it in the message), else the wait's
+// own error.
+func (r *Runner) waitFailed(ctx context.Context, id string, err error, what string) error {
+	if r.removedUnderUs(ctx, id) {
+		return fmt.Errorf("%w: the %s was removed while the run went on: %w", port.ErrRemoved, what, classify(err))
+	}
+	return fmt.Errorf("wait: %w", classify(err))
 }
 
 // removedUnderUs reports whether someone else removed (or is removing) the run's
