@@ -163,6 +163,31 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
 	}
 
+	id, err := m.createContainer(ctx, spec, dir, uid, gid, now)
+	if err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("create proxy container: %w", err))
+	}
+	p.id = id
+	if _, err := m.cfg.api.ContainerStart(ctx, p.id, client.ContainerStartOptions{}); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: start proxy container: %w", port.ErrUnavailable, err))
+	}
+	if err := p.waitReady(ctx); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, err)
+	}
+	// nginx has read its configuration (it answered /health) and never reads it
+	// again (the manager never reloads it): the key leaves the disk now, so a host
+	// killed from here on leaves it nowhere but in the proxy's memory.
+	if err := shred(filepath.Join(dir, "conf", "nginx.conf")); err != nil {
+		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: removing the configuration with the key: %w", port.ErrInternal, err))
+	}
+	m.cfg.logger.Debug("proxy ready", logattr.RunID, spec.RunID, logattr.Container, short(p.id))
+	return p, nil
+}
+
+// createContainer creates the proxy's locked-down nginx container (not started) on
+// the run directory dir, running as uid:gid. With a deadline and the bridge, the
+// bridge is its init and ends nginx at the deadline.
+func (m *ProxyManager) createContainer(ctx context.Context, spec port.ProxySpec, dir string, uid, gid int, now time.Time) (string, error) {
 	// Docker gives a tmpfs the mode of the image's directory under it (nginx images
 	// have a 1777 /tmp), whatever mode= says.
 	tmpfs := "rw,noexec,nosuid,nodev,size=67108864"
@@ -208,23 +233,9 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 		if errors.Is(err, port.ErrNotFound) {
 			err = fmt.Errorf("%w: the nginx image %q is not in Docker: pull it (docker pull %s), or build one from the host's nginx with no registry (agentimage.Nginx, then Runner.LoadImage) and pass it with WithProxyImage", err, m.cfg.proxy.image, m.cfg.proxy.image)
 		}
-		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("create proxy container: %w", err))
+		return "", err
 	}
-	p.id = created.ID
-	if _, err := m.cfg.api.ContainerStart(ctx, p.id, client.ContainerStartOptions{}); err != nil {
-		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: start proxy container: %w", port.ErrUnavailable, err))
-	}
-	if err := p.waitReady(ctx); err != nil {
-		return nil, opErr("ProxyManager.Start", spec.RunID, err)
-	}
-	// nginx has read its configuration (it answered /health) and never reads it
-	// again (the manager never reloads it): the key leaves the disk now, so a host
-	// killed from here on leaves it nowhere but in the proxy's memory.
-	if err := shred(filepath.Join(dir, "conf", "nginx.conf")); err != nil {
-		return nil, opErr("ProxyManager.Start", spec.RunID, fmt.Errorf("%w: removing the configuration with the key: %w", port.ErrInternal, err))
-	}
-	m.cfg.logger.Debug("proxy ready", logattr.RunID, spec.RunID, logattr.Container, short(p.id))
-	return p, nil
+	return created.ID, nil
 }
 
 // shred overwrites a file with zeros, then removes it. NotFound is success.
