@@ -387,6 +387,19 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	return res, nil
 }
 
+// agentEnv is the environment req asks for the agent: a copy of req.Env, with the
+// model under the sandbox's model variable when req names one.
+func (s *Sandbox) agentEnv(req Request) map[string]string {
+	env := map[string]string{}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	if req.Model != "" {
+		env[s.modelEnv] = req.Model
+	}
+	return env
+}
+
 // prepare checks req and turns it into the runner's and the proxy's specs; it has
 // no side effects, so whatever it refuses leaves nothing behind. Its errors are
 // Run's, already wrapped.
@@ -414,16 +427,10 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		return wrap(port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
 	}
 	spec = port.RunSpec{
-		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
+		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: s.agentEnv(req),
 		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
 		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
 		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr, Preload: req.Preload,
-	}
-	for k, v := range req.Env {
-		spec.Env[k] = v
-	}
-	if req.Model != "" {
-		spec.Env[s.modelEnv] = req.Model
 	}
 	if err := spec.WithDefaults().Validate(); err != nil {
 		return wrap(err)

@@ -89,17 +89,11 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	}
 	spec := port.SessionSpec{
 		RunSpec: port.RunSpec{
-			RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: map[string]string{},
+			RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: s.agentEnv(req.Request),
 			WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
 			User: req.User, Network: req.Network, Labels: req.Labels, OwnBridge: req.OwnBridge,
 		},
 		Expose: req.Expose, LogLimit: req.LogLimit,
-	}
-	for k, v := range req.Env {
-		spec.Env[k] = v
-	}
-	if req.Model != "" {
-		spec.Env[s.modelEnv] = req.Model
 	}
 	if err := spec.WithDefaults().Validate(); err != nil {
 		return fail(err)
