@@ -225,28 +225,52 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	// The OOM-kill counter before the child exists: a rise by the time it has been
 	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
 	oomBefore, oomKnown := oomKills()
-	var proc *os.Process
+	proc, code, err := startChild(cfg, cmd, len(spools) > 0, flush)
+	if err != nil {
+		return code, err
+	}
+	log.Debug("bridge: child started", slog.Int("pid", proc.Pid))
+	exited := awaitChild(cfg, cmd, proc.Pid, chld, log)
+
+	if !cfg.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, ErrDeadline)
+		defer cancel()
+	}
+	oomKilled := func() bool {
+		n, ok := oomKills()
+		return oomKnown && ok && n > oomBefore
+	}
+	return supervise(ctx, cfg, proc, exited, sigs, oomKilled, flush)
+}
+
+// startChild starts the child: it claims cfg's preloaded runtime (killed when the
+// claim fails), or starts cmd. With spooled output the bridge's copies of the
+// spools' write ends close once the child has its own. Errors come with the exit
+// code Run returns for them.
+func startChild(cfg Config, cmd *exec.Cmd, spooled bool, flush func()) (*os.Process, int, error) {
 	if cfg.Preloaded != nil {
 		p, code, err := cfg.Preloaded.claim(cfg)
 		if err != nil {
 			cfg.Preloaded.Kill()
-			return code, err
+			return nil, code, err
 		}
-		proc = p
-	} else {
-		if err := cmd.Start(); err != nil {
-			flush()
-			return execFailure(cfg.Argv[0], err)
-		}
-		if len(spools) > 0 {
-			_ = cmd.Stdout.(*os.File).Close()
-			_ = cmd.Stderr.(*os.File).Close()
-		}
-		proc = cmd.Process
+		return p, 0, nil
 	}
-	pid := proc.Pid
-	log.Debug("bridge: child started", slog.Int("pid", pid))
+	if err := cmd.Start(); err != nil {
+		flush()
+		code, err := execFailure(cfg.Argv[0], err)
+		return nil, code, err
+	}
+	if spooled {
+		_ = cmd.Stdout.(*os.File).Close()
+		_ = cmd.Stderr.(*os.File).Close()
+	}
+	return cmd.Process, 0, nil
+}
 
+// awaitChild delivers the exit code of the child pid on the returned channel, once.
+func awaitChild(cfg Config, cmd *exec.Cmd, pid int, chld <-chan os.Signal, log *slog.Logger) <-chan int {
 	exited := make(chan int, 1)
 	switch {
 	case cfg.Reap:
@@ -261,17 +285,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			exited <- exitCode(cmd.ProcessState, err)
 		}()
 	}
-
-	if !cfg.Deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, ErrDeadline)
-		defer cancel()
-	}
-	oomKilled := func() bool {
-		n, ok := oomKills()
-		return oomKnown && ok && n > oomBefore
-	}
-	return supervise(ctx, cfg, proc, exited, sigs, oomKilled, flush)
+	return exited
 }
 
 // startServices starts what the bridge serves beside the child, before it runs:

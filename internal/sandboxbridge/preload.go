@@ -120,19 +120,7 @@ func StartPreload(ctx context.Context, argv []string, timeout time.Duration, log
 	go p.copy(errR, false)
 
 	ready := make(chan error, 1)
-	go func() {
-		var r bridgeapi.PreloadReady
-		err := bridgeapi.ReadLine(p.rd, &r)
-		switch {
-		case errors.Is(err, io.EOF):
-			err = errors.New("the runtime exited (or closed its control channel) before it was ready")
-		case err == nil && !r.Ready:
-			err = errors.New(`the runtime's first line was not {"ready":true}`)
-		case err == nil && r.Protocol > bridgeapi.PreloadProtocol:
-			err = fmt.Errorf("the runtime speaks protocol %d, the bridge %d", r.Protocol, bridgeapi.PreloadProtocol)
-		}
-		ready <- err
-	}()
+	go func() { ready <- p.readReady() }()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -152,24 +140,43 @@ func StartPreload(ctx context.Context, argv []string, timeout time.Duration, log
 		return nil, fmt.Errorf("%w: %s", ErrPreloadFailed, p.reason)
 	default:
 	}
-	// After ready, one reader: a line or EOF before the claim means the runtime broke
-	// the protocol or is gone; after it, the line is the claim's answer.
-	go func() {
-		var a bridgeapi.PreloadAnswer
-		err := bridgeapi.ReadLine(p.rd, &a)
-		p.mu.Lock()
-		claimed := p.claimed
-		p.mu.Unlock()
-		if !claimed {
-			if err != nil {
-				p.fail("the runtime exited (or closed its control channel) while waiting for the claim")
-			} else {
-				p.fail("the runtime wrote on its control channel before the claim")
-			}
-		}
-		p.answer <- answer{a, err}
-	}()
+	go p.readAnswer()
 	return p, nil
+}
+
+// readReady reads the runtime's first control line: nil when it says it is ready
+// and speaks a protocol the bridge knows, else why not.
+func (p *Preloaded) readReady() error {
+	var r bridgeapi.PreloadReady
+	err := bridgeapi.ReadLine(p.rd, &r)
+	switch {
+	case errors.Is(err, io.EOF):
+		err = errors.New("the runtime exited (or closed its control channel) before it was ready")
+	case err == nil && !r.Ready:
+		err = errors.New(`the runtime's first line was not {"ready":true}`)
+	case err == nil && r.Protocol > bridgeapi.PreloadProtocol:
+		err = fmt.Errorf("the runtime speaks protocol %d, the bridge %d", r.Protocol, bridgeapi.PreloadProtocol)
+	}
+	return err
+}
+
+// readAnswer is the one reader of the control channel after ready: a line or EOF
+// before the claim means the runtime broke the protocol or is gone; after it, the
+// line is the claim's answer.
+func (p *Preloaded) readAnswer() {
+	var a bridgeapi.PreloadAnswer
+	err := bridgeapi.ReadLine(p.rd, &a)
+	p.mu.Lock()
+	claimed := p.claimed
+	p.mu.Unlock()
+	if !claimed {
+		if err != nil {
+			p.fail("the runtime exited (or closed its control channel) while waiting for the claim")
+		} else {
+			p.fail("the runtime wrote on its control channel before the claim")
+		}
+	}
+	p.answer <- answer{a, err}
 }
 
 // copy forwards one of the runtime's output pipes: before the claim stdout must stay
