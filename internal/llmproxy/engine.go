@@ -188,31 +188,13 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		e.refuse(w, c, ref)
 		return
 	}
-	// The body is read whole (it is bounded): the body policy parses it. It holds
-	// one of the run's body slots until the transport has sent it.
-	var body []byte
-	if r.Body != nil && r.Body != http.NoBody {
-		select {
-		case m.bodies <- struct{}{}:
-		case <-r.Context().Done():
-			e.refuse(w, c, &Refusal{Status: http.StatusServiceUnavailable, Blocked: "client_gone", Type: "invalid_request_error", Message: "body_policy: the client left while waiting for a body slot"})
-			return
-		}
-		var once sync.Once
-		c.releaseBody = func() { once.Do(func() { <-m.bodies }) }
+	body, ref := e.readBody(w, r, m, c)
+	if c.releaseBody != nil {
 		defer c.releaseBody()
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxRequestBytes))
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				e.refuse(w, c, TooLarge(e.cfg.MaxRequestBytes))
-			} else {
-				e.refuse(w, c, &Refusal{Status: http.StatusBadRequest, Blocked: "request_unreadable", Type: "invalid_request_error", Message: "body_policy: request body could not be read"})
-			}
-			return
-		}
-		c.rec.ReqBytes = int64(len(body))
+	}
+	if ref != nil {
+		e.refuse(w, c, ref)
+		return
 	}
 	var pb parsedBody
 	budgeted := m.cfg.Budget.MaxTokens > 0 && rt.BodyKeys != nil
@@ -268,6 +250,32 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		}
 	}()
 	e.rp.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, ctxKey{}, c)))
+}
+
+// readBody reads r's body whole (it is bounded): the body policy parses it. It holds
+// one of the run's body slots until the transport has sent it: c.releaseBody, set
+// once a slot is taken, gives it back (the caller defers it too). No body is nil.
+func (e *Engine) readBody(w http.ResponseWriter, r *http.Request, m *Meter, c *Call) ([]byte, *Refusal) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	select {
+	case m.bodies <- struct{}{}:
+	case <-r.Context().Done():
+		return nil, &Refusal{Status: http.StatusServiceUnavailable, Blocked: "client_gone", Type: "invalid_request_error", Message: "body_policy: the client left while waiting for a body slot"}
+	}
+	var once sync.Once
+	c.releaseBody = func() { once.Do(func() { <-m.bodies }) }
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, TooLarge(e.cfg.MaxRequestBytes)
+		}
+		return nil, &Refusal{Status: http.StatusBadRequest, Blocked: "request_unreadable", Type: "invalid_request_error", Message: "body_policy: request body could not be read"}
+	}
+	c.rec.ReqBytes = int64(len(body))
+	return body, nil
 }
 
 // rewrite is the ReverseProxy's Rewrite hook: the upstream URL and the header
