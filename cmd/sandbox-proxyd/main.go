@@ -46,6 +46,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,53 +72,73 @@ func (u *uidList) Set(v string) error {
 	return nil
 }
 
-func run(args []string, stderr io.Writer) int {
+// options are the daemon's flags.
+type options struct {
+	stateDir, socketDir, adminSock, secretFile, prevFile, keyFile string
+	tokenTTL, ttl, gc                                             time.Duration
+	rps, grps                                                     float64
+	burst, streams, gburst                                        int
+	network, rootsFile, upProxy, metricsAddr                      string
+	unsafe                                                        prefixList
+	admins                                                        uidList
+	verbose                                                       bool
+}
+
+// parseFlags parses args; on a usage error it returns nil and the exit code.
+func parseFlags(args []string, stderr io.Writer) (*options, int) {
+	o := &options{}
 	fs := flag.NewFlagSet("sandbox-proxyd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	stateDir := fs.String("state-dir", "/var/lib/agentsandbox-proxyd", "`directory` of the registry database")
-	socketDir := fs.String("socket-dir", "/run/agentsandbox-proxyd/runs", "`directory` of the per-run socket directories")
-	adminSock := fs.String("admin-socket", "/run/agentsandbox-proxyd/admin.sock", "admin API unix `socket`")
-	secretFile := fs.String("secret-file", "", "token secret `file` (default <state-dir>/secret; made if missing)")
-	prevFile := fs.String("previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
-	keyFile := fs.String("upstream-key-file", "", "`file` holding the upstream (LiteLLM) key the daemon injects into every run; registrations then carry none (re-read at each registration)")
-	tokenTTL := fs.Duration("token-ttl", proxydaemon.DefaultTokenTTL, "run token lifetime")
-	ttl := fs.Duration("ttl", registry.DefaultTTL, "registration lifetime without a request")
-	gc := fs.Duration("gc-interval", registry.DefaultGCInterval, "how often expired registrations are removed")
-	rps := fs.Float64("rate-rps", 0, "per-run calls per second (0: no limit)")
-	burst := fs.Int("rate-burst", 0, "per-run burst of calls")
-	streams := fs.Int("rate-streams", 0, "per-run calls in flight (0: no cap)")
-	grps := fs.Float64("global-rps", 0, "calls per second of all runs together (0: no limit)")
-	gburst := fs.Int("global-burst", 0, "burst of all runs together")
-	network := fs.String("listen-network", "", "TCP `address` on the sandboxes' internal network for runs registered by source IP (off by default)")
-	rootsFile := fs.String("egress-upstream-roots", "", "PEM `file` of CAs that egress upstreams are verified against instead of the system roots")
-	upProxy := fs.String("egress-upstream-proxy", "", "http:// `proxy` egress traffic goes through by default (a run's policy beats it)")
-	var unsafe prefixList
-	fs.Var(&unsafe, "egress-unsafe-allow", "address `prefix` exempt from the egress SSRF guard (tests only; repeatable)")
-	var admins uidList
-	fs.Var(&admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
-	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics at /metrics on `unix:/path` or a loopback host:port (off by default; never a run socket)")
-	verbose := fs.Bool("v", false, "log debug messages")
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/agentsandbox-proxyd", "`directory` of the registry database")
+	fs.StringVar(&o.socketDir, "socket-dir", "/run/agentsandbox-proxyd/runs", "`directory` of the per-run socket directories")
+	fs.StringVar(&o.adminSock, "admin-socket", "/run/agentsandbox-proxyd/admin.sock", "admin API unix `socket`")
+	fs.StringVar(&o.secretFile, "secret-file", "", "token secret `file` (default <state-dir>/secret; made if missing)")
+	fs.StringVar(&o.prevFile, "previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
+	fs.StringVar(&o.keyFile, "upstream-key-file", "", "`file` holding the upstream (LiteLLM) key the daemon injects into every run; registrations then carry none (re-read at each registration)")
+	fs.DurationVar(&o.tokenTTL, "token-ttl", proxydaemon.DefaultTokenTTL, "run token lifetime")
+	fs.DurationVar(&o.ttl, "ttl", registry.DefaultTTL, "registration lifetime without a request")
+	fs.DurationVar(&o.gc, "gc-interval", registry.DefaultGCInterval, "how often expired registrations are removed")
+	fs.Float64Var(&o.rps, "rate-rps", 0, "per-run calls per second (0: no limit)")
+	fs.IntVar(&o.burst, "rate-burst", 0, "per-run burst of calls")
+	fs.IntVar(&o.streams, "rate-streams", 0, "per-run calls in flight (0: no cap)")
+	fs.Float64Var(&o.grps, "global-rps", 0, "calls per second of all runs together (0: no limit)")
+	fs.IntVar(&o.gburst, "global-burst", 0, "burst of all runs together")
+	fs.StringVar(&o.network, "listen-network", "", "TCP `address` on the sandboxes' internal network for runs registered by source IP (off by default)")
+	fs.StringVar(&o.rootsFile, "egress-upstream-roots", "", "PEM `file` of CAs that egress upstreams are verified against instead of the system roots")
+	fs.StringVar(&o.upProxy, "egress-upstream-proxy", "", "http:// `proxy` egress traffic goes through by default (a run's policy beats it)")
+	fs.Var(&o.unsafe, "egress-unsafe-allow", "address `prefix` exempt from the egress SSRF guard (tests only; repeatable)")
+	fs.Var(&o.admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
+	fs.StringVar(&o.metricsAddr, "metrics-listen", "", "serve Prometheus metrics at /metrics on `unix:/path` or a loopback host:port (off by default; never a run socket)")
+	fs.BoolVar(&o.verbose, "v", false, "log debug messages")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return nil, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "sandbox-proxyd: unexpected arguments")
-		return 2
+		return nil, 2
+	}
+	if o.secretFile == "" {
+		o.secretFile = filepath.Join(o.stateDir, "secret")
+	}
+	return o, 0
+}
+
+func run(args []string, stderr io.Writer) int {
+	o, code := parseFlags(args, stderr)
+	if o == nil {
+		return code
 	}
 	level := slog.LevelInfo
-	if *verbose {
+	if o.verbose {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if *secretFile == "" {
-		*secretFile = filepath.Join(*stateDir, "secret")
-	}
-	keys, err := loadKeys(*stateDir, *secretFile, *prevFile)
+	keys, err := loadKeys(o.stateDir, o.secretFile, o.prevFile)
 	if err != nil {
 		log.Error("sandbox-proxyd: secret", "err", err)
 		return 1
 	}
-	eh, err := egressHost(*rootsFile, *upProxy, unsafe)
+	eh, err := egressHost(o.rootsFile, o.upProxy, o.unsafe)
 	if err != nil {
 		log.Error("sandbox-proxyd: egress", "err", err)
 		return 2
@@ -128,8 +149,8 @@ func run(args []string, stderr io.Writer) int {
 		mreg     *prometheus.Registry
 		srvReady atomic.Pointer[proxydaemon.Server]
 	)
-	if *metricsAddr != "" {
-		if mln, err = metricsListener(*metricsAddr, *socketDir); err != nil {
+	if o.metricsAddr != "" {
+		if mln, err = metricsListener(o.metricsAddr, o.socketDir); err != nil {
 			log.Error("sandbox-proxyd: metrics listener", "err", err)
 			return 2
 		}
@@ -149,27 +170,17 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	srv, err := proxydaemon.Open(ctx, proxydaemon.Config{
-		StateDir: *stateDir, SocketDir: *socketDir, Keys: keys, TokenTTL: *tokenTTL, TTL: *ttl, GCInterval: *gc,
-		Rate: api.RateLimit{RPS: *rps, Burst: *burst, Streams: *streams}, GlobalRPS: *grps, GlobalBurst: *gburst,
-		AdminUIDs: admins, Logger: log, Egress: eh, Telemetry: tel, UpstreamKey: upstreamKey(*keyFile),
-	})
-	if err != nil {
-		if errors.Is(err, registry.ErrCorrupt) {
-			log.Error("sandbox-proxyd: the registry database is corrupt; move it aside to start empty (its runs are lost)",
-				"path", filepath.Join(*stateDir, proxydaemon.DBName), "err", err)
-			return 3
-		}
-		log.Error("sandbox-proxyd: start", "err", err)
-		return 1
+	srv, code := openServer(ctx, o, proxydaemon.Config{Keys: keys, Logger: log, Egress: eh, Telemetry: tel})
+	if srv == nil {
+		return code
 	}
-	ln, err := proxydaemon.ListenAdmin(*adminSock)
+	ln, err := proxydaemon.ListenAdmin(o.adminSock)
 	if err != nil {
 		srv.Close()
 		log.Error("sandbox-proxyd: admin socket", "err", err)
 		return 1
 	}
-	log.Info("sandbox-proxyd: serving", "admin", *adminSock, "sockets", *socketDir, "runs", srv.Runs())
+	log.Info("sandbox-proxyd: serving", "admin", o.adminSock, "sockets", o.socketDir, "runs", srv.Runs())
 	errc := make(chan error, 3)
 	go func() { errc <- srv.ServeAdmin(ln) }()
 	if mln != nil {
@@ -181,8 +192,8 @@ func run(args []string, stderr io.Writer) int {
 			}
 		}()
 	}
-	if *network != "" {
-		nl, err := net.Listen("tcp", *network)
+	if o.network != "" {
+		nl, err := net.Listen("tcp", o.network)
 		if err != nil {
 			ln.Close()
 			srv.Close()
@@ -205,6 +216,25 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log.Info("sandbox-proxyd: stopped; registered runs come back with the next start")
 	return 0
+}
+
+// openServer opens the daemon's server on cfg completed from o; on failure it
+// logs why and returns nil and the exit code (3: the registry database is corrupt).
+func openServer(ctx context.Context, o *options, cfg proxydaemon.Config) (*proxydaemon.Server, int) {
+	cfg.StateDir, cfg.SocketDir, cfg.TokenTTL, cfg.TTL, cfg.GCInterval = o.stateDir, o.socketDir, o.tokenTTL, o.ttl, o.gc
+	cfg.Rate = api.RateLimit{RPS: o.rps, Burst: o.burst, Streams: o.streams}
+	cfg.GlobalRPS, cfg.GlobalBurst, cfg.AdminUIDs, cfg.UpstreamKey = o.grps, o.gburst, o.admins, upstreamKey(o.keyFile)
+	srv, err := proxydaemon.Open(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, registry.ErrCorrupt) {
+			cfg.Logger.Error("sandbox-proxyd: the registry database is corrupt; move it aside to start empty (its runs are lost)",
+				"path", filepath.Join(o.stateDir, proxydaemon.DBName), "err", err)
+			return nil, 3
+		}
+		cfg.Logger.Error("sandbox-proxyd: start", "err", err)
+		return nil, 1
+	}
+	return srv, 0
 }
 
 // upstreamKey reads the daemon's upstream key from file at each call (nil without a
