@@ -101,28 +101,8 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	have := map[string]bool{}
-	for _, f := range files {
-		have[f.Path] = true
-	}
-	add := func(fs []File) {
-		for _, f := range fs {
-			if !have[f.Path] {
-				have[f.Path] = true
-				files = append(files, f)
-			}
-		}
-	}
-	addTree := func(src, dst string, skip func(rel string) bool) error {
-		fs, err := dirFiltered(src, dst, skip)
-		if err != nil {
-			return err
-		}
-		files = WithDirs(files, path.Dir(dst))
-		add(fs)
-		return nil
-	}
-	noCache := func(rel string) bool { return path.Base(rel) == "__pycache__" }
+	set := newFileSet(files)
+	add, addTree := set.add, set.addTree
 	// The standard library, lib-dynload included, without what no agent imports.
 	stdlibSkip := map[string]bool{"test": true, "idlelib": true, "tkinter": true, "turtledemo": true, "ensurepip": true,
 		"site-packages": true, "dist-packages": true, "config-" + info.version() + "-x86_64-linux-gnu": true}
@@ -144,7 +124,7 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	files = WithDirs(files, AppPath)
+	set.files = WithDirs(set.files, AppPath)
 	add(appFiles[1:])
 	env := []string{"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
 	if venvSite != "" {
@@ -153,8 +133,65 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 		}
 		env = append(env, "PYTHONPATH="+VenvSitePackages)
 	}
-	// Third-party modules from the system's site directories: their top-level
-	// package, and the Debian packages that own them.
+	if err := set.addSiteModules(ctx, app, info); err != nil {
+		return Image{}, err
+	}
+	if err := set.addSharedLibs(ctx, app.Dir, venvSite); err != nil {
+		return Image{}, err
+	}
+	files = withSandboxBase(dedupe(set.files))
+	return Image{
+		Name:       app.Name,
+		Entrypoint: []string{"/usr/bin/python3", AppPath + "/" + filepath.ToSlash(app.Entry)},
+		Env:        append(env, app.Env...),
+		User:       port.DefaultUser,
+		Files:      files,
+	}, nil
+}
+
+// fileSet gathers an image's files, each path once (the first one added wins).
+type fileSet struct {
+	files []File
+	have  map[string]bool
+}
+
+func newFileSet(files []File) *fileSet {
+	s := &fileSet{files: files, have: map[string]bool{}}
+	for _, f := range files {
+		s.have[f.Path] = true
+	}
+	return s
+}
+
+// add adds the files of fs whose paths are not in the set yet.
+func (s *fileSet) add(fs []File) {
+	for _, f := range fs {
+		if !s.have[f.Path] {
+			s.have[f.Path] = true
+			s.files = append(s.files, f)
+		}
+	}
+}
+
+// addTree adds the tree at src as dst (with dst's parent directories), less what
+// skip names.
+func (s *fileSet) addTree(src, dst string, skip func(rel string) bool) error {
+	fs, err := dirFiltered(src, dst, skip)
+	if err != nil {
+		return err
+	}
+	s.files = WithDirs(s.files, path.Dir(dst))
+	s.add(fs)
+	return nil
+}
+
+// noCache skips a tree's __pycache__ directories.
+func noCache(rel string) bool { return path.Base(rel) == "__pycache__" }
+
+// addSiteModules adds the third-party modules found in the system's site
+// directories: each one's top-level package, and the Debian packages that own them
+// (with app.Packages) and their python3-* dependencies.
+func (s *fileSet) addSiteModules(ctx context.Context, app PythonApp, info pythonInfo) error {
 	debs := map[string][]string{}
 	for _, p := range app.Packages {
 		debs[p] = []string{"(Packages)"}
@@ -175,8 +212,8 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 		if !nested {
 			src = file
 		}
-		if err := addTree(src, src, noCache); err != nil {
-			return Image{}, err
+		if err := s.addTree(src, src, noCache); err != nil {
+			return err
 		}
 		if pkg := debianOwner(ctx, file); pkg != "" {
 			if _, ok := debs[pkg]; !ok {
@@ -186,7 +223,7 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 	}
 	debFiles, err := debianClosure(ctx, debs)
 	if err != nil {
-		return Image{}, err
+		return err
 	}
 	for _, p := range debFiles {
 		fi, err := os.Lstat(p)
@@ -195,34 +232,32 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 		}
 		f, err := Dir(p, p)
 		if err != nil {
-			return Image{}, err
+			return err
 		}
-		files = WithDirs(files, path.Dir(p))
-		add(f)
+		s.files = WithDirs(s.files, path.Dir(p))
+		s.add(f)
 	}
-	// Every extension module's shared libraries.
+	return nil
+}
+
+// addSharedLibs adds the host's shared libraries that the set's extension modules
+// (its .so files outside the system library directories) link.
+func (s *fileSet) addSharedLibs(ctx context.Context, appDir, venvSite string) error {
 	var sos []string
-	for _, f := range files {
+	for _, f := range s.files {
 		if f.Link == "" && !f.Dir && strings.HasSuffix(f.Path, ".so") && !strings.HasPrefix(f.Path, "/lib") && !strings.HasPrefix(f.Path, "/usr/lib/x86_64-linux-gnu") {
-			sos = append(sos, hostPathOf(f.Path, app.Dir, venvSite))
+			sos = append(sos, hostPathOf(f.Path, appDir, venvSite))
 		}
 	}
 	libs, err := sharedLibs(ctx, sos)
 	if err != nil {
-		return Image{}, err
+		return err
 	}
 	for _, l := range libs {
-		files = WithDirs(files, path.Dir(l.Path))
-		add([]File{l})
+		s.files = WithDirs(s.files, path.Dir(l.Path))
+		s.add([]File{l})
 	}
-	files = withSandboxBase(dedupe(files))
-	return Image{
-		Name:       app.Name,
-		Entrypoint: []string{"/usr/bin/python3", AppPath + "/" + filepath.ToSlash(app.Entry)},
-		Env:        append(env, app.Env...),
-		User:       port.DefaultUser,
-		Files:      files,
-	}, nil
+	return nil
 }
 
 func (p pythonInfo) version() string {
