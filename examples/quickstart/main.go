@@ -96,54 +96,16 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 	defer lc.DeleteKeys(context.WithoutCancel(ctx), virtual.Key)
 	fmt.Printf("proxy key: %s (virtual, routes %v)\n", virtual.KeyName, virtual.AllowedRoutes)
 
-	// The bridge is the sandbox's entrypoint, forwarding 127.0.0.1:8080 to the run's
-	// proxy; it is built once with the local Go toolchain and cached.
-	bridgeBin, err := bridge.Build(ctx, "")
-	if err != nil {
-		return fmt.Errorf("building the bridge: %w", err)
-	}
-	// The agent: a static binary in a FROM scratch image, loaded with no registry.
-	agentBin, err := agentimage.BuildGo(ctx, agentPkg)
-	if err != nil {
-		return fmt.Errorf("building the agent: %w", err)
-	}
-	image, archive, err := agentimage.Static("agentsandbox/quickstart-agent", agentBin).Archive()
+	bridgeBin, image, archive, err := build(ctx, agentPkg)
 	if err != nil {
 		return err
 	}
 
-	var runner port.SandboxRunner
-	switch runtime {
-	case "docker":
-		r, err := docker.NewRunner(docker.WithBridge(bridgeBin), docker.WithOwner("quickstart"), docker.WithLogger(logger))
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		// The constructor does no I/O: Ping says now whether the daemon answers.
-		if err := r.Ping(ctx); err != nil {
-			return fmt.Errorf("docker (set DOCKER_HOST, or start it with `make demo`): %w", err)
-		}
-		if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
-			return err
-		}
-		runner = r
-	case "containerd":
-		r, err := containerd.NewRunner(containerd.WithBridge(bridgeBin), containerd.WithOwner("quickstart"), containerd.WithLogger(logger))
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		if err := r.Ping(ctx); err != nil {
-			return fmt.Errorf("containerd (set CONTAINERD_ADDRESS, or start it with `make demo`): %w", err)
-		}
-		if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
-			return err
-		}
-		runner = r
-	default:
-		return fmt.Errorf("unknown runtime %q", runtime)
+	runner, closeRunner, err := newRunner(ctx, runtime, bridgeBin, archive, logger)
+	if err != nil {
+		return err
 	}
+	defer closeRunner()
 
 	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("quickstart"), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger))
 	if err != nil {
@@ -186,6 +148,13 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		// The agent's stderr as it is written (its progress), capped like the result's.
 		Stderr: prefixed("agent> "),
 	})
+	printResult(res)
+	return err
+}
+
+// printResult prints what a run left: the agent's exit and answer, the proxy's
+// audit, and the usage reconciled from LiteLLM. res may be nil.
+func printResult(res *sandbox.Result) {
 	if res != nil && res.Run != nil {
 		fmt.Printf("\nagent exit code %d in %v\nanswer: %s\n", res.Run.ExitCode, res.Run.Duration.Round(time.Millisecond), res.Text)
 		fmt.Printf("\naudit (%d LLM calls, written by the proxy; %d refused):\n", len(res.Audit), len(res.Policy.Blocked))
@@ -201,7 +170,62 @@ func run(runtime, agentPkg, prompt string, verbose bool) error {
 		t := res.Usage.Total
 		fmt.Printf("  total: %d calls, %d tokens, $%.6f; missing: %v\n", t.Calls, t.TotalTokens, t.Spend, res.Usage.Missing)
 	}
-	return err
+}
+
+// build builds the bridge and the agent's image (its name and archive).
+func build(ctx context.Context, agentPkg string) (bridgeBin, image string, archive []byte, err error) {
+	// The bridge is the sandbox's entrypoint, forwarding 127.0.0.1:8080 to the run's
+	// proxy; it is built once with the local Go toolchain and cached.
+	bridgeBin, err = bridge.Build(ctx, "")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("building the bridge: %w", err)
+	}
+	// The agent: a static binary in a FROM scratch image, loaded with no registry.
+	agentBin, err := agentimage.BuildGo(ctx, agentPkg)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("building the agent: %w", err)
+	}
+	image, archive, err = agentimage.Static("agentsandbox/quickstart-agent", agentBin).Archive()
+	return bridgeBin, image, archive, err
+}
+
+// newRunner connects to the container runtime, checks that it answers, and loads
+// the agent's image archive into it with no registry. The caller closes the runner
+// with the returned func.
+func newRunner(ctx context.Context, runtime, bridgeBin string, archive []byte, logger *slog.Logger) (port.SandboxRunner, func(), error) {
+	switch runtime {
+	case "docker":
+		r, err := docker.NewRunner(docker.WithBridge(bridgeBin), docker.WithOwner("quickstart"), docker.WithLogger(logger))
+		if err != nil {
+			return nil, nil, err
+		}
+		// The constructor does no I/O: Ping says now whether the daemon answers.
+		if err := r.Ping(ctx); err != nil {
+			r.Close()
+			return nil, nil, fmt.Errorf("docker (set DOCKER_HOST, or start it with `make demo`): %w", err)
+		}
+		if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+			r.Close()
+			return nil, nil, err
+		}
+		return r, func() { r.Close() }, nil
+	case "containerd":
+		r, err := containerd.NewRunner(containerd.WithBridge(bridgeBin), containerd.WithOwner("quickstart"), containerd.WithLogger(logger))
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := r.Ping(ctx); err != nil {
+			r.Close()
+			return nil, nil, fmt.Errorf("containerd (set CONTAINERD_ADDRESS, or start it with `make demo`): %w", err)
+		}
+		if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+			r.Close()
+			return nil, nil, err
+		}
+		return r, func() { r.Close() }, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown runtime %q", runtime)
+	}
 }
 
 // prefixed writes each chunk it gets to stdout behind prefix: the live output.
