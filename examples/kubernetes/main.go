@@ -109,20 +109,8 @@ func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string,
 		fmt.Fprintf(out, "LiteLLM: the embedded fake at %s\n", upstream)
 	}
 
-	// What the node needs on its file system: the bridge and the init.
-	bridgeBin, err := bridge.Build(ctx, "")
+	runner, err := newRunner(ctx, append(opts, kubernetes.WithConfig(cfg)))
 	if err != nil {
-		return fmt.Errorf("building the bridge: %w", err)
-	}
-	initBin, err := kubernetes.BuildInit(ctx, filepath.Dir(bridgeBin))
-	if err != nil {
-		return err
-	}
-	runner, err := kubernetes.NewRunner(append(opts, kubernetes.WithConfig(cfg), kubernetes.WithBridge(bridgeBin), kubernetes.WithInit(initBin))...)
-	if err != nil {
-		return err
-	}
-	if err := runner.Ping(ctx); err != nil {
 		return err
 	}
 	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("kubernetes-example"), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger))
@@ -166,6 +154,34 @@ func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string,
 		Limits:       port.Limits{Timeout: 2 * time.Minute, MemoryBytes: 128 << 20},
 		Reconcile:    true,
 	})
+	printResult(out, res)
+	return err
+}
+
+// newRunner builds what the node needs on its file system (the bridge and the
+// init) and a runner with them and opts, and checks that the cluster answers.
+func newRunner(ctx context.Context, opts []kubernetes.Option) (*kubernetes.Runner, error) {
+	bridgeBin, err := bridge.Build(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("building the bridge: %w", err)
+	}
+	initBin, err := kubernetes.BuildInit(ctx, filepath.Dir(bridgeBin))
+	if err != nil {
+		return nil, err
+	}
+	runner, err := kubernetes.NewRunner(append(opts, kubernetes.WithBridge(bridgeBin), kubernetes.WithInit(initBin))...)
+	if err != nil {
+		return nil, err
+	}
+	if err := runner.Ping(ctx); err != nil {
+		return nil, err
+	}
+	return runner, nil
+}
+
+// printResult prints what a run left: the agent's exit, answer and stderr, the
+// proxy's audit, and the reconciled usage. res may be nil.
+func printResult(out io.Writer, res *sandbox.Result) {
 	if res != nil && res.Run != nil {
 		fmt.Fprintf(out, "\nagent exit code %d in %v\nanswer: %s\n", res.Run.ExitCode, res.Run.Duration.Round(time.Millisecond), res.Text)
 		if len(res.Run.Stderr) > 0 {
@@ -180,5 +196,4 @@ func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string,
 		t := res.Usage.Total
 		fmt.Fprintf(out, "\nreconciled usage: %d calls, %d tokens, $%.6f; missing: %v\n", t.Calls, t.TotalTokens, t.Spend, res.Usage.Missing)
 	}
-	return err
 }

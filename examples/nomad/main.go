@@ -105,43 +105,15 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 	}
 	defer lc.DeleteKeys(context.WithoutCancel(ctx), virtual.Key)
 
-	// What the client nodes need: the bridge and the init on their file system, the
-	// agent's and the proxy's images in their Docker engine.
-	bridgeBin, err := bridge.Build(ctx, "")
-	if err != nil {
-		return fmt.Errorf("building the bridge: %w", err)
-	}
-	initBin, err := nomad.BuildInit(ctx, filepath.Dir(bridgeBin))
+	n, err := prepareNodes(ctx)
 	if err != nil {
 		return err
-	}
-	agentBin, err := agentimage.BuildGo(ctx, agentPackage)
-	if err != nil {
-		return fmt.Errorf("building the agent: %w", err)
-	}
-	image, agentArchive, err := agentimage.Static("agentsandbox/quickstart-agent", agentBin).Archive()
-	if err != nil {
-		return err
-	}
-	proxyImage, proxyArchive, err := nomad.ProxyImage(ctx)
-	if err != nil {
-		return err
-	}
-	d, err := docker.NewRunner()
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	for _, a := range [][]byte{agentArchive, proxyArchive} {
-		if err := d.LoadImage(ctx, bytes.NewReader(a)); err != nil {
-			return fmt.Errorf("loading an image into Docker: %w", err)
-		}
 	}
 
 	// The Nomad runner is both the sandbox runner and the proxy manager: the proxy
 	// runs as a sidecar task in each run's job.
 	runner, err := nomad.NewRunner(nomad.WithAddress(addr), nomad.WithOwner("nomad-example"),
-		nomad.WithBridge(bridgeBin), nomad.WithInit(initBin), nomad.WithProxyImage(proxyImage), nomad.WithLogger(logger))
+		nomad.WithBridge(n.bridge), nomad.WithInit(n.init), nomad.WithProxyImage(n.proxyImage), nomad.WithLogger(logger))
 	if err != nil {
 		return err
 	}
@@ -173,7 +145,7 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 	res, err := sb.Run(ctx, sandbox.Request{
 		Grant:        sandbox.Grant{AllowSandbox: true},
 		RunID:        runID,
-		Image:        image,
+		Image:        n.image,
 		Argv:         []string{agentimage.Entrypoint},
 		WorkspaceDir: workspace,
 		Messages:     []sandbox.Message{{Role: "user", Content: prompt}},
@@ -183,6 +155,54 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 		Limits:       port.Limits{Timeout: 2 * time.Minute, MemoryBytes: 128 << 20},
 		Reconcile:    true,
 	})
+	printResult(out, res)
+	return err
+}
+
+// nodeParts are what the client nodes run: the bridge and the init on their file
+// system, the agent's and the proxy's images in their Docker engine.
+type nodeParts struct{ bridge, init, image, proxyImage string }
+
+// prepareNodes builds the bridge, the init and the agent's and proxy's images, and
+// loads the images into Docker (the nodes' engine).
+func prepareNodes(ctx context.Context) (nodeParts, error) {
+	var n nodeParts
+	var err error
+	if n.bridge, err = bridge.Build(ctx, ""); err != nil {
+		return n, fmt.Errorf("building the bridge: %w", err)
+	}
+	if n.init, err = nomad.BuildInit(ctx, filepath.Dir(n.bridge)); err != nil {
+		return n, err
+	}
+	agentBin, err := agentimage.BuildGo(ctx, agentPackage)
+	if err != nil {
+		return n, fmt.Errorf("building the agent: %w", err)
+	}
+	image, agentArchive, err := agentimage.Static("agentsandbox/quickstart-agent", agentBin).Archive()
+	if err != nil {
+		return n, err
+	}
+	proxyImage, proxyArchive, err := nomad.ProxyImage(ctx)
+	if err != nil {
+		return n, err
+	}
+	n.image, n.proxyImage = image, proxyImage
+	d, err := docker.NewRunner()
+	if err != nil {
+		return n, err
+	}
+	defer d.Close()
+	for _, a := range [][]byte{agentArchive, proxyArchive} {
+		if err := d.LoadImage(ctx, bytes.NewReader(a)); err != nil {
+			return n, fmt.Errorf("loading an image into Docker: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// printResult prints what a run left: the agent's exit, answer and stderr, the
+// proxy's audit, and the reconciled usage. res may be nil.
+func printResult(out io.Writer, res *sandbox.Result) {
 	if res != nil && res.Run != nil {
 		fmt.Fprintf(out, "\nagent exit code %d in %v\nanswer: %s\n", res.Run.ExitCode, res.Run.Duration.Round(time.Millisecond), res.Text)
 		if len(res.Run.Stderr) > 0 {
@@ -197,5 +217,4 @@ func run(out io.Writer, addr string, local bool, prompt string, verbose bool) er
 		t := res.Usage.Total
 		fmt.Fprintf(out, "\nreconciled usage: %d calls, %d tokens, $%.6f; missing: %v\n", t.Calls, t.TotalTokens, t.Spend, res.Usage.Missing)
 	}
-	return err
 }
