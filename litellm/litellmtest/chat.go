@@ -144,6 +144,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	s.stream(w, r, body, reply, chatReply{id: id, created: created, model: respModel, usage: usage, row: row})
+}
+
+// chatReply is what a chat completion answers with, besides its content: the
+// response's identity and usage, and the spend row written once it is sent.
+type chatReply struct {
+	id, model string
+	created   int64
+	usage     map[string]any
+	row       SpendRow
+}
+
+// stream sends reply as server-sent events, as LiteLLM streams a completion: the
+// content in chunks, a stop chunk, the usage when asked for, then [DONE]. A drop or
+// an error set for the next stream (DropStreamAfter, ErrorStreamAfter) happens at its
+// chunk.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, body chatBody, reply Reply, c chatReply) {
+	hdr := w.Header()
 	chunks := reply.Chunks
 	if chunks == nil {
 		chunks = splitChunks(reply.Content)
@@ -173,22 +191,22 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return true
 	}
 	chunk := func(delta map[string]any, finish any) map[string]any {
-		return map[string]any{"id": id, "created": created, "model": respModel, "object": "chat.completion.chunk", "system_fingerprint": nil,
+		return map[string]any{"id": c.id, "created": c.created, "model": c.model, "object": "chat.completion.chunk", "system_fingerprint": nil,
 			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
 	}
-	for i, c := range chunks {
+	for i, text := range chunks {
 		if i == dropAt {
 			// Abort the response: the client sees the connection cut mid-stream.
 			panic(http.ErrAbortHandler)
 		}
 		if i == errAt {
-			s.streamError(send, row)
+			s.streamError(send, c.row)
 			return
 		}
 		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
 			return
 		}
-		delta := map[string]any{"content": c}
+		delta := map[string]any{"content": text}
 		if i == 0 {
 			delta["role"] = "assistant"
 		}
@@ -200,20 +218,20 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	if errAt >= len(chunks) {
-		s.streamError(send, row)
+		s.streamError(send, c.row)
 		return
 	}
 	send(chunk(map[string]any{}, "stop"))
 	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
-		send(map[string]any{"id": id, "created": created, "model": respModel, "object": "chat.completion.chunk",
-			"system_fingerprint": nil, "choices": []any{}, "usage": usage})
+		send(map[string]any{"id": c.id, "created": c.created, "model": c.model, "object": "chat.completion.chunk",
+			"system_fingerprint": nil, "choices": []any{}, "usage": c.usage})
 	}
 	_, _ = w.Write([]byte("data: [DONE]\n\n"))
 	if fl != nil {
 		fl.Flush()
 	}
-	row.EndTime = s.now()
-	s.writeSpend(row)
+	c.row.EndTime = s.now()
+	s.writeSpend(c.row)
 }
 
 // streamError ends a stream the way LiteLLM does when the provider fails mid-stream:
