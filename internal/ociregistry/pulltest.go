@@ -26,6 +26,44 @@ type PullHarness struct {
 	Remove func(ctx context.Context, ref string) error
 }
 
+// pushFixtures pushes the probe image as team/agent:v1 and other content as
+// team/agent:v2 (for the digest mismatch), and returns their digests.
+func pushFixtures(ctx context.Context, t *testing.T, reg *Registry) (d1, d2 string) {
+	t.Helper()
+	_, archive, err := sandboxtest.ProbeImage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1, err = reg.Push(ctx, "team/agent", "v1", archive); err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := agentimage.Image{Name: "team/other", Files: []agentimage.File{{Path: "/hello", Mode: 0o644, Data: []byte("other")}}}.Archive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2, err = reg.Push(ctx, "team/agent", "v2", other); err != nil {
+		t.Fatal(err)
+	}
+	if d1 == d2 {
+		t.Fatal("the two images have the same digest")
+	}
+	return d1, d2
+}
+
+// wantPullError fails t unless err is a *port.PullError from reg wrapping sentinel,
+// with no password in its text.
+func wantPullError(t *testing.T, reg *Registry, err, sentinel error) {
+	t.Helper()
+	var pe *port.PullError
+	if !errors.Is(err, sentinel) || !errors.As(err, &pe) || pe.Registry != reg.Addr {
+		t.Fatalf("got %v, want a *port.PullError from %s wrapping %v", err, reg.Addr, sentinel)
+	}
+	t.Logf("%v", err)
+	if strings.Contains(err.Error(), reg.Password) {
+		t.Fatalf("the error carries the password: %v", err)
+	}
+}
+
 // TestPuller runs an adapter's pulls against a real registry with authentication:
 // the pull policies, digest pinning, and a wrong password, a missing tag and a digest
 // mismatch, each a typed error. It takes a few seconds.
@@ -34,26 +72,7 @@ func TestPuller(t *testing.T, h PullHarness) {
 	reg := Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, archive, err := sandboxtest.ProbeImage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d1, err := reg.Push(ctx, "team/agent", "v1", archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Other content under another tag, for the mismatch.
-	_, other, err := agentimage.Image{Name: "team/other", Files: []agentimage.File{{Path: "/hello", Mode: 0o644, Data: []byte("other")}}}.Archive()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d2, err := reg.Push(ctx, "team/agent", "v2", other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d1 == d2 {
-		t.Fatal("the two images have the same digest")
-	}
+	d1, d2 := pushFixtures(ctx, t, reg)
 	good := port.StaticRegistryCredentials{reg.Addr: {Username: reg.User, Password: reg.Password}}
 	bad := port.StaticRegistryCredentials{reg.Addr: {Username: reg.User, Password: "wrong-" + reg.Password}}
 	tagged, pinned := reg.Ref("team/agent", "v1"), reg.Addr+"/team/agent@"+d1
@@ -65,14 +84,7 @@ func TestPuller(t *testing.T, h PullHarness) {
 
 	wantPullErr := func(t *testing.T, err, sentinel error) {
 		t.Helper()
-		var pe *port.PullError
-		if !errors.Is(err, sentinel) || !errors.As(err, &pe) || pe.Registry != reg.Addr {
-			t.Fatalf("got %v, want a *port.PullError from %s wrapping %v", err, reg.Addr, sentinel)
-		}
-		t.Logf("%v", err)
-		if strings.Contains(err.Error(), reg.Password) {
-			t.Fatalf("the error carries the password: %v", err)
-		}
+		wantPullError(t, reg, err, sentinel)
 	}
 
 	t.Run("NeverRefusesAbsent", func(t *testing.T) {
