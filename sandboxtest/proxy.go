@@ -744,51 +744,8 @@ func testRedTeam(t *testing.T, h ProxyHarness) {
 	u := newUpstream(t)
 	spec := proxySpec(RunID("redteam"), u)
 	p, stop := started(t, h, spec)
-	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
-	attackBody := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"user":"victim",` +
-		`"metadata":{"user_id":"victim","spend_logs_metadata":{"run_id":"other"}},"litellm_metadata":{"user":"victim"},` +
-		`"spend_logs_metadata":{"run_id":"other"},"api_base":"http://attacker.example","base_url":"http://attacker.example",` +
-		`"api_key":"sk-attacker","mock_response":"free","safety_identifier":"victim","tags":["other"]}`
-	ctype := [2]string{"Content-Type", "application/json"}
-	var reqs []redTeamRequest
-	// 1. Admin and shared-resource routes LiteLLM serves under /v1 with our key.
-	admin := []string{"/v1/mcp/server", "/v1/agents", "/v1/model/info", "/v1/files", "/v1/batches",
-		"/v1/fine_tuning/jobs", "/v1/vector_stores", "/v1/key/generate", "/v1/spend/logs", "/key/list"}
-	for _, a := range admin {
-		reqs = append(reqs, redTeamRequest{Method: "GET", Path: a}, redTeamRequest{Method: "POST", Path: a, Headers: [][2]string{ctype}, Body: "{}"})
-	}
-	// 2. Raw paths that normalise into another route.
-	raw := []string{"/v1%2Fkey/list", "/v1/chat/completions/../../key/generate", "/v1/./key/list", "/v1//key/list",
-		"/v1/chat//completions", "/v1/chat/%63ompletions"}
-	for _, r := range raw {
-		reqs = append(reqs, redTeamRequest{Method: "POST", Path: r, Headers: [][2]string{ctype}, Body: chat})
-	}
-	firstHeaderAttack := len(reqs)
-	// 3. One allowed call carrying every attribution and credential header spelling.
-	reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Body: chat, Headers: [][2]string{ctype,
-		{"Authorization", "Bearer sk-attacker"}, {"X-Api-Key", "sk-attacker"}, {"Api-Key", "sk-attacker"},
-		{"X-Litellm-End-User-Id", "victim"}, {"X_litellm_end_user_id", "victim"}, {"X-Litellm-Customer-Id", "victim"},
-		{"X-Litellm-Spend-Logs-Metadata", `{"run_id":"other"}`}, {"Openai-Organization", "org-victim"},
-		{"Openai-Project", "proj-victim"}, {"Anthropic-Api-Key", "sk-attacker"}, {"X-Pass-Authorization", "sk-attacker"},
-		{"X-Langfuse-Session-Id", "victim"}, {"X-Trace-Session-Id", "victim"}, {"Cookie", "session=victim"}}})
-	// 4. One allowed call whose body tries to move billing or routing.
-	reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Headers: [][2]string{ctype}, Body: attackBody})
-
-	ws := t.TempDir()
-	if err := os.Chmod(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for _, r := range reqs {
-		b, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, string(b))
-	}
-	if err := os.WriteFile(filepath.Join(ws, "reqs.jsonl"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	reqs, firstHeaderAttack := redTeamRequests()
+	ws := requestsWorkspace(t, reqs)
 	res := h.sandbox(t, p, spec.RunID, ws, "reqs", port.WorkspacePath+"/reqs.jsonl")
 	statuses := map[int]string{}
 	for _, l := range lines0(res.Stdout) {
@@ -849,6 +806,64 @@ func testRedTeam(t *testing.T, h ProxyHarness) {
 		}
 	}
 	stop()
+}
+
+// redTeamRequests are the attacks testRedTeam sends; those from firstHeaderAttack
+// on are allowed calls carrying forbidden headers or body fields (the ones before
+// must be refused).
+func redTeamRequests() (reqs []redTeamRequest, firstHeaderAttack int) {
+	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	attackBody := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"user":"victim",` +
+		`"metadata":{"user_id":"victim","spend_logs_metadata":{"run_id":"other"}},"litellm_metadata":{"user":"victim"},` +
+		`"spend_logs_metadata":{"run_id":"other"},"api_base":"http://attacker.example","base_url":"http://attacker.example",` +
+		`"api_key":"sk-attacker","mock_response":"free","safety_identifier":"victim","tags":["other"]}`
+	ctype := [2]string{"Content-Type", "application/json"}
+	// 1. Admin and shared-resource routes LiteLLM serves under /v1 with our key.
+	admin := []string{"/v1/mcp/server", "/v1/agents", "/v1/model/info", "/v1/files", "/v1/batches",
+		"/v1/fine_tuning/jobs", "/v1/vector_stores", "/v1/key/generate", "/v1/spend/logs", "/key/list"}
+	for _, a := range admin {
+		reqs = append(reqs, redTeamRequest{Method: "GET", Path: a}, redTeamRequest{Method: "POST", Path: a, Headers: [][2]string{ctype}, Body: "{}"})
+	}
+	// 2. Raw paths that normalise into another route.
+	raw := []string{"/v1%2Fkey/list", "/v1/chat/completions/../../key/generate", "/v1/./key/list", "/v1//key/list",
+		"/v1/chat//completions", "/v1/chat/%63ompletions"}
+	for _, r := range raw {
+		reqs = append(reqs, redTeamRequest{Method: "POST", Path: r, Headers: [][2]string{ctype}, Body: chat})
+	}
+	firstHeaderAttack = len(reqs)
+	// 3. One allowed call carrying every attribution and credential header spelling.
+	reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Body: chat, Headers: [][2]string{ctype,
+		{"Authorization", "Bearer sk-attacker"}, {"X-Api-Key", "sk-attacker"}, {"Api-Key", "sk-attacker"},
+		{"X-Litellm-End-User-Id", "victim"}, {"X_litellm_end_user_id", "victim"}, {"X-Litellm-Customer-Id", "victim"},
+		{"X-Litellm-Spend-Logs-Metadata", `{"run_id":"other"}`}, {"Openai-Organization", "org-victim"},
+		{"Openai-Project", "proj-victim"}, {"Anthropic-Api-Key", "sk-attacker"}, {"X-Pass-Authorization", "sk-attacker"},
+		{"X-Langfuse-Session-Id", "victim"}, {"X-Trace-Session-Id", "victim"}, {"Cookie", "session=victim"}}})
+	// 4. One allowed call whose body tries to move billing or routing.
+	reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Headers: [][2]string{ctype}, Body: attackBody})
+
+	return reqs, firstHeaderAttack
+}
+
+// requestsWorkspace is a workspace the sandbox user can read holding reqs as
+// reqs.jsonl, one JSON request a line, for the probe's "reqs" command.
+func requestsWorkspace(t *testing.T, reqs []redTeamRequest) string {
+	t.Helper()
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, r := range reqs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, string(b))
+	}
+	if err := os.WriteFile(filepath.Join(ws, "reqs.jsonl"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ws
 }
 
 // testTrailers: the header allowlist governs trailers as it governs headers. A
