@@ -21,6 +21,7 @@ import (
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/slotmount"
@@ -107,6 +108,7 @@ type slot struct {
 	// (nil without Preload).
 	attestation *port.Attestation
 	exited      atomic.Bool
+	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
 }
 
 // exitStatus is a wait's outcome: the exit, or the wait's error.
@@ -350,6 +352,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if _, err := r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start: %w", classify(err))
 	}
+	s.mem, _ = cgroupmem.ForPID(r.pid(ctx, s.id))
 	if status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
 		select {
@@ -511,6 +514,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	s.stdout.set(stdout)
 	s.stderr.set(stderr)
+	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
+	defer func() { res.Memory = cgroupmem.Ended(mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if _, err := s.att.Conn.Write(msg); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
 	}
@@ -574,6 +579,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
+		mem.Sample()
+		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
 		r.killSlot(ctx, s, log)
 		collect()
 		return fail(port.CodeTimeout, cause)
