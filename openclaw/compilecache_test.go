@@ -103,3 +103,27 @@ func TestNewCompileCacheInvalid(t *testing.T) {
 		}
 	}
 }
+
+// OneShot.Apply mounts a built cache read-only, once; an unbuilt one adds nothing.
+func TestOneShotApplyCompileCache(t *testing.T) {
+	c, _ := NewCompileCache(t.TempDir(), "2026.9.6")
+	o := OneShot{SessionID: "r1", CompileCache: c}
+	spec := port.RunSpec{RunID: "r1", Image: "agent"}
+	if err := o.Apply(&spec); err != nil || len(spec.Mounts) != 0 {
+		t.Fatalf("unbuilt: %v %+v", err, spec.Mounts)
+	}
+	if err := os.MkdirAll(c.Dir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := o.Apply(&spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(spec.Mounts) != 1 || spec.Mounts[0] != (port.Mount{Source: c.Dir(), Target: CompileCacheTarget}) {
+		t.Fatalf("mounts %+v", spec.Mounts)
+	}
+	if err := spec.WithDefaults().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
