@@ -67,7 +67,9 @@ func TestCompileCacheBadBuilds(t *testing.T) {
 			_ = os.WriteFile(filepath.Join(m.Source, "half"), []byte("x"), 0o644)
 			return boom
 		},
-		"empty": func(_ context.Context, m port.Mount) error { return os.MkdirAll(filepath.Join(m.Source, "openclaw"), 0o755) },
+		"empty": func(_ context.Context, m port.Mount) error {
+			return os.MkdirAll(filepath.Join(m.Source, "openclaw"), 0o755)
+		},
 		"symlink": func(_ context.Context, m port.Mount) error {
 			_ = os.WriteFile(filepath.Join(m.Source, "ok"), []byte("x"), 0o644)
 			return os.Symlink(canary, filepath.Join(m.Source, "link"))
