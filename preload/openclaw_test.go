@@ -50,6 +50,23 @@ func TestOpenClawSplitPointPinned(t *testing.T) {
 		t.Error("dist/entry.js no longer runs the CLI as withCliProcessScope(() => runMainOrRootHelp(argv)): the preloader's claim path no longer matches it")
 	}
 	read("cli/run-main.js")
+	// The preloader uses the launcher's compile cache directory (a warm
+	// openclaw.CompileCache is mounted at its base): the launcher must still derive it
+	// the same way, or pre-booted runs would silently miss the cache.
+	launcher, err := os.ReadFile(filepath.Join(pkg, "openclaw.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`path\.join\(os\.tmpdir\(\), "node-compile-cache"\)`,
+		`installMarker = ` + "`" + `\$\{Math\.trunc\(stat\.mtimeMs\)\}-\$\{stat\.size\}` + "`",
+		`path\.join\(\s*baseDirectory,\s*"openclaw",\s*version,\s*sanitizeCompileCachePathSegment\(installMarker\),?\s*\)`,
+		`value\.replace\(/\[\^A-Za-z0-9\._-\]\+/g, "_"\)\.replace\(/\^_\+\|_\+\$/g, ""\)`,
+	} {
+		if !regexp.MustCompile(re).Match(launcher) {
+			t.Errorf("openclaw.mjs no longer derives its compile cache directory as the preloader does (%s)", re)
+		}
+	}
 	row := regexp.MustCompile(`(\w+): \['([\w.-]+)', '(\w+)'\]`)
 	rows := row.FindAllStringSubmatch(src, -1)
 	if len(rows) != 4 {

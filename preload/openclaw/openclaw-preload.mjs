@@ -19,14 +19,20 @@
 // paths captured at import (pinRuntimePaths, pinConfigDir, as OpenClaw's gateway does
 // when it re-boots), and run runMainOrRootHelp(argv) inside withCliProcessScope. The
 // process ends as the CLI ends it (defaultRuntime.exit). What it skips: the launcher's
-// runtime checks and self re-launch (OPENCLAW_NO_RESPAWN), the compile cache (the
-// imports happened before the claim), --profile/--container argv (refused).
+// runtime checks and self re-launch (OPENCLAW_NO_RESPAWN), --profile/--container argv
+// (refused). The launcher's compile cache is used only when one was mounted (a warm,
+// read-only openclaw.CompileCache at os.tmpdir()/node-compile-cache), in the
+// directory the launcher would use: then the imports before and after the claim read
+// it; without one the preloader writes none (a fresh /tmp's cache would only cost
+// the writing at the run's exit).
 //
 // Any mismatch with the pinned version (package version, a moved export) fails the
 // preload before it says ready: the pool discards the slot and runs go cold, loudly
 // counted, never silently slower.
 import fs from 'node:fs';
+import module from 'node:module';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -50,6 +56,15 @@ const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'u
 if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PINNED_VERSION}: the split point must be proven again`);
 const dist = path.join(pkgDir, 'dist');
 const load = (f) => import(pathToFileURL(path.join(dist, f)).href);
+
+// The launcher's compile cache directory: <tmp>/node-compile-cache/openclaw/<version>/
+// <package.json mtime-size>, each segment reduced to [A-Za-z0-9._-].
+const cacheBase = path.join(os.tmpdir(), 'node-compile-cache');
+if (fs.existsSync(cacheBase) && module.enableCompileCache) {
+  const seg = (v) => v.replace(/[^A-Za-z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'unknown';
+  const st = fs.statSync(path.join(pkgDir, 'package.json'));
+  module.enableCompileCache(path.join(cacheBase, 'openclaw', seg(version), seg(`${Math.trunc(st.mtimeMs)}-${st.size}`)));
+}
 
 // No network, config or state before the claim; and none of the CLI's own start-up.
 process.env.OPENCLAW_NO_RESPAWN = '1';
