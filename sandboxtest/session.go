@@ -33,8 +33,8 @@ type SessionHarness struct {
 	// it keeps it), simulating a host that stopped caring d ago.
 	AgeHeartbeat func(s port.Session, d time.Duration) error
 	// DetachedLossUncounted declares that output dropped while no host was attached
-	// (beyond the log limit) is dropped without a count (Docker: the daemon's log
-	// rotation drops it); the rest of the detached-output case still holds.
+	// (beyond the log limit) is dropped without a count in the session's result
+	// (RunResult.StdoutDropped); the rest of the detached-output case still holds.
 	DetachedLossUncounted bool
 }
 
@@ -578,7 +578,12 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
-	defer again.Stop(context.Background(), time.Second)
+	stopped := false
+	defer func() {
+		if !stopped {
+			again.Stop(context.Background(), time.Second)
+		}
+	}()
 	var out []byte
 	for end := time.Now().Add(30 * time.Second); ; {
 		out, _ = again.Logs()
@@ -616,8 +621,35 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 			break
 		}
 	}
-	if nums[0] != 0 && notice < 0 && !s.h.DetachedLossUncounted {
-		t.Errorf("output was dropped (the first line kept is %d) and no notice counts it", nums[0])
+	// The count, in the result: at least what the runtime cannot have kept (four log
+	// limits: the daemon's two files or the bridge's spool and the FIFOs, generously),
+	// at most what the result lacks of the agent's output.
+	stopped = true
+	res, err := again.Stop(context.Background(), time.Second)
+	if err != nil || res == nil {
+		t.Fatalf("Stop: %+v, %v", res, err)
+	}
+	const lineBytes = 4096 // the probe's chatter lines
+	written := int64(lines*lineBytes + len("chatter done\n"))
+	var kept int64 // the agent's bytes in the result: a notice and the newline before it are not
+	for _, l := range strings.SplitAfter(string(res.Stdout), "\n") {
+		if strings.Contains(l, sandboxbridge.DroppedNotice) {
+			kept--
+			continue
+		}
+		kept += int64(len(l))
+	}
+	missing := written - kept
+	low := written - 4*int64(spec.LogLimit)
+	t.Logf("%d bytes written while detached, %d in the result, %d counted as dropped (bounds [%d, %d])", written, written-missing, res.StdoutDropped, low, missing)
+	if s.h.DetachedLossUncounted {
+		return
+	}
+	if res.StdoutDropped < low || res.StdoutDropped > missing {
+		t.Errorf("the result counts %d bytes of stdout dropped; want between %d (what the runtime cannot keep) and %d (what the result lacks)", res.StdoutDropped, low, missing)
+	}
+	if nums[0] != 0 && res.StdoutDropped == 0 {
+		t.Errorf("output was dropped (the first line kept is %d) and the result does not count it", nums[0])
 	}
 }
 

@@ -29,6 +29,11 @@ run_dir=${SANDBOX_RUN_DIR:-/var/run}
 log_dir=${SANDBOX_LOG_DIR:-/var/log/agentsandbox}
 mkdir -p "$log_dir"
 
+# The daemons outlive this script and whoever ran it: they start with a clean environment,
+# never the caller's TMPDIR or caches (the test script's are removed after its run, and a
+# runtime whose TMPDIR is gone can no longer exec into a container).
+daemon_env=(env -i PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8)
+
 wait_for() { # socket, what, seconds
   local i
   for ((i = 0; i < $3 * 10; i++)); do
@@ -39,10 +44,22 @@ wait_for() { # socket, what, seconds
   return 1
 }
 
+# A daemon an earlier version of this script started inherited its caller's TMPDIR, which is
+# gone now: give it back an empty one, or every exec into a container fails.
+for d in containerd dockerd; do
+  for pid in $(pidof "$d" 2>/dev/null); do
+    t=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^TMPDIR=//p')
+    if [ -n "$t" ] && [ ! -d "$t" ]; then
+      log "$d (pid $pid) has lost its TMPDIR; making it again"
+      mkdir -p "$t" && chmod 1777 "$t"
+    fi
+  done
+done
+
 # containerd: dockerd uses it, and the containerd adapter talks to it directly.
 if ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
   log "starting containerd"
-  nohup containerd >"$log_dir/containerd.log" 2>&1 &
+  "${daemon_env[@]}" nohup containerd >"$log_dir/containerd.log" 2>&1 &
   wait_for /run/containerd/containerd.sock containerd 30
 fi
 
@@ -50,7 +67,7 @@ fi
 # machine even by mistake. Sandboxes use network=none regardless.
 if ! docker version >/dev/null 2>&1; then
   log "starting dockerd"
-  nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-masq=false \
+  "${daemon_env[@]}" nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-masq=false \
     >"$log_dir/dockerd.log" 2>&1 &
   wait_for "$run_dir/docker.sock" dockerd 60
   for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; sleep 0.2; done

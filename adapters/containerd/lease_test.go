@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -29,4 +30,61 @@ func TestRunLease(t *testing.T) {
 			return nil
 		},
 	})
+}
+
+// TestPoolRunLease is TestRunLease on pooled runs: a claimed sandbox holds the run's
+// lease (and a ready one its slot's), so another process's Sweep with the same owner
+// leaves it alone, and a pooled run whose sandbox someone removed ends with
+// port.ErrRemoved. Every run must be served warm. About 10 s.
+func TestPoolRunLease(t *testing.T) {
+	r, image := poolEnv(t, "pool-lease")
+	other, _ := runnerEnv(t, WithOwner(r.cfg.owner), WithPoolDir(r.cfg.poolDir))
+	p, err := r.NewPool(context.Background(), port.TemplateOf(port.RunSpec{Image: image}), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p)
+	// A ready sandbox is live too: a sweep of the whole owner leaves it.
+	if rep, err := other.Sweep(context.Background(), port.SweepOptions{}); err != nil || len(rep.Removed) > 0 {
+		t.Errorf("another process's Sweep of the owner with a ready pool = %v, %v; want nothing removed", rep.Removed, err)
+	}
+	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
+		Runner: warmOnly{p}, Other: other, Image: image, Leftovers: leftovers(r),
+		Remove: func(ctx context.Context, runID string) error {
+			ctx = r.ns(ctx)
+			cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
+			if err != nil {
+				return err
+			}
+			for _, c := range cs {
+				if err := deleteContainer(ctx, c, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left := ownedLeftovers(t, r); len(left) > 0 {
+		t.Errorf("after the pool closed: %v", left)
+	}
+}
+
+// warmOnly runs on p once it has a ready sandbox, and fails a run it did not serve
+// warm (the lease under test is the pooled one).
+type warmOnly struct{ p *Pool }
+
+func (w warmOnly) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	for end := time.Now().Add(time.Minute); w.p.Stats().Ready == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			return nil, fmt.Errorf("the pool never had a ready sandbox: %+v", w.p.Stats())
+		}
+	}
+	res, err := w.p.RunOnce(ctx, spec)
+	if res != nil && res.Start != port.StartWarm {
+		return res, fmt.Errorf("run %s was served %q (%s), not warm", spec.RunID, res.Start, res.StartNote)
+	}
+	return res, err
 }

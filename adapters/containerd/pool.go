@@ -26,6 +26,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -102,6 +103,10 @@ type slot struct {
 	// (nil without Preload).
 	attestation *port.Attestation
 	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
+	// lease is the slot's own run lease (its pool label's run ID) from creation,
+	// runLease the claiming run's from the claim, both held until the slot is removed,
+	// so another process's Sweep of the owner leaves a live pool's sandboxes alone.
+	lease, runLease *runlease.Lease
 }
 
 // WarmPool implements port.Pooler: it starts keeping opts.Size sandboxes of tmpl's
@@ -247,6 +252,9 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	s.img = img
 	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
+	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("slot directory: %w", err)
 	}
@@ -455,6 +463,10 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 		})
 	}()
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
+	var err error
+	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+		return fail(port.CodeInternal, err)
+	}
 
 	// The run's identity: its labels (so Sweep by run ID finds the sandbox), set while
 	// the run goes on.
@@ -521,8 +533,12 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 			}
 			return fail(code, cause)
 		}
+		if res.ExitCode == 137 && r.removedUnderUs(ctx, s.container) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
+		}
 		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
 			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
+				s.runLease.Release() // the cold run that follows holds the run's lease
 				return &slotResult{RunResult: res, gone: reason}, nil
 			}
 		}
@@ -629,12 +645,30 @@ func (p *Pool) destroy(s *slot) {
 	if s.container != nil {
 		if err := deleteContainer(ctx, s.container, gone); err != nil {
 			r.cfg.logger.Error("removing a pooled sandbox failed; a Sweep will retry", "container", s.id, "err", err)
+			s.release()
 			return
 		}
 	}
 	if err := removeSlotDir(s.dir); err != nil {
 		r.cfg.logger.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.dir, "err", err)
 	}
+	s.release()
+}
+
+// holdLease takes runID's run lease (see slot.lease); one it cannot take is
+// ErrInternal.
+func holdLease(owner, runID string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
+	}
+	return l, nil
+}
+
+// release gives up the slot's leases: it is gone, or a Sweep may have what is left.
+func (s *slot) release() {
+	s.lease.Release()
+	s.runLease.Release()
 }
 
 // Close implements port.Pool: no more refills, ready sandboxes removed, used ones'

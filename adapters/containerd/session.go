@@ -127,10 +127,11 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	s := r.newSession(sessionkit.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
 	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
+		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
 		return sessionIO(cio.Config{
 			Stdout: filepath.Join(dir, fifoDir, "stdout"),
 			Stderr: filepath.Join(dir, fifoDir, "stderr"),
-		}, s.Stdout, s.Stderr)
+		}, stdout, stderr)
 	})
 	if err != nil {
 		s.halt()
@@ -195,7 +196,8 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		if f == nil {
 			return nil, errors.New("the task has no stdio")
 		}
-		return sessionIO(f.Config, s.Stdout, s.Stderr)
+		stdout, stderr := s.Writers()
+		return sessionIO(f.Config, stdout, stderr)
 	})
 	if err != nil {
 		s.halt()

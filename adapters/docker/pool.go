@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/slotmount"
 	"github.com/agentsandbox/sandbox/port"
@@ -109,6 +110,10 @@ type slot struct {
 	attestation *port.Attestation
 	exited      atomic.Bool
 	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
+	// lease is the slot's own run lease (its label's run ID) from creation, runLease
+	// the claiming run's from the claim, both held until the slot is removed, so
+	// another process's Sweep of the owner leaves a live pool's sandboxes alone.
+	lease, runLease *runlease.Lease
 }
 
 // exitStatus is a wait's outcome: the exit, or the wait's error.
@@ -270,6 +275,9 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		s.img = imageConfig{argv: append(append([]string(nil), c.Entrypoint...), c.Cmd...), env: c.Env, dir: c.WorkingDir}
 	}
 	spec := p.tmpl.Spec("pool-" + name[len(poolNamePrefix):])
+	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("slot directory: %w", err)
 	}
@@ -463,6 +471,10 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		})
 	}()
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
+	var err error
+	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+		return fail(port.CodeInternal, err)
+	}
 
 	// The run's identity: the container's name (so Sweep by run ID finds it), set
 	// while the run goes on.
@@ -539,6 +551,9 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		s.exited.Store(true)
 		collect()
 		if st.err != nil {
+			if r.removedUnderUs(ctx, s.id) {
+				return fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was removed while the run went on: %w", port.ErrRemoved, classify(st.err)))
+			}
 			return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(st.err)))
 		}
 		w := st.res
@@ -549,6 +564,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		}
 		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
 			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
+				s.runLease.Release() // the cold run that follows holds the run's lease
 				return slotResult{RunResult: res, gone: reason}, nil
 			}
 		}
@@ -560,6 +576,9 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		}
 		if w.StatusCode != 137 {
 			return slotResult{RunResult: res}, nil
+		}
+		if r.removedUnderUs(ctx, s.id) {
+			return fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was removed while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, w.StatusCode))
 		}
 		var oom bool
 		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
@@ -618,9 +637,11 @@ func (p *Pool) destroy(s *slot) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
 	defer cancel()
 	if s.id != "" {
-		if _, err := r.cfg.api.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+		if _, err := r.cfg.api.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) && !r.goneAfterRemoval(ctx, s.id) {
 			r.cfg.logger.Error("removing a pooled sandbox failed; a Sweep will retry", logattr.Container, short(s.id), logattr.Err, err)
 			p.release(s)
+			s.lease.Release()
+			s.runLease.Release()
 			return
 		}
 	}
@@ -628,6 +649,34 @@ func (p *Pool) destroy(s *slot) {
 	if err := slotmount.RemoveDir(s.dir); err != nil {
 		r.cfg.logger.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.dir, logattr.Err, err)
 	}
+	s.lease.Release() // gone, or a Sweep may have what is left
+	s.runLease.Release()
+}
+
+// goneAfterRemoval waits (until ctx ends) for a container that someone else is
+// removing to be gone, and says whether it is: then its slot directory can go too.
+func (r *Runner) goneAfterRemoval(ctx context.Context, id string) bool {
+	for r.removedUnderUs(ctx, id) {
+		if _, err := r.cfg.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); errors.Is(classify(err), port.ErrNotFound) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// holdLease takes runID's run lease (see slot.lease); one it cannot take is
+// ErrInternal.
+func holdLease(owner, runID string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
+	}
+	return l, nil
 }
 
 // release ends the slot's connections to the daemon.

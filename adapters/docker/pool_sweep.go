@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/slotmount"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -77,6 +78,9 @@ func (r *Runner) sweepPool(ctx context.Context, opts port.SweepOptions, rep *por
 		if err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("pooled sandboxes: %w", err))
 			return
+		}
+		if runlease.Held(runlease.DefaultRoot(), r.cfg.owner, opts.RunID) {
+			return // the run's host is alive: its pooled sandbox is live
 		}
 		for _, c := range cs {
 			rep.Removed = append(rep.Removed, "container:"+c.ID)

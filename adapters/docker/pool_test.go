@@ -14,6 +14,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -212,7 +213,17 @@ func TestPoolLLMSocketAttachedAtClaim(t *testing.T) {
 		res, err := p.RunOnce(context.Background(), spec)
 		done <- outcome{res, err}
 	}()
-	// While it runs, Sweep by run ID sees it (dry run) through its name.
+	// While it runs, with its lease gone (as if its host had died: a live host's lease
+	// keeps Sweep away, see TestPoolRunLease), Sweep by run ID sees it (dry run)
+	// through its name.
+	lease := filepath.Join(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if err := os.Remove(lease); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the claimed run never held its lease: %v", err)
+		}
+	}
 	var found []string
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(found) == 0; time.Sleep(50 * time.Millisecond) {
 		rep, err := r.Sweep(context.Background(), port.SweepOptions{RunID: spec.RunID, DryRun: true})
@@ -228,10 +239,10 @@ func TestPoolLLMSocketAttachedAtClaim(t *testing.T) {
 	if err != nil || len(rep.Errors) > 0 {
 		t.Fatalf("sweep: %v %v", err, rep.Errors)
 	}
-	// Removed under it, the run ends as a killed one (as a cold run would), long
-	// before its 30 s sleep.
-	if o := <-done; o.err == nil && (o.res == nil || o.res.ExitCode != 137) {
-		t.Errorf("the swept run: %v %+v", o.err, o.res)
+	// Removed under it, the run ends as removed (as a cold run would), long before
+	// its 30 s sleep.
+	if o := <-done; !errors.Is(o.err, port.ErrRemoved) {
+		t.Errorf("the swept run: %v %+v; want port.ErrRemoved", o.err, o.res)
 	}
 	if left, err := poolLeftovers(r, cli)(context.Background(), spec.RunID); err != nil || len(left) > 0 {
 		t.Errorf("after the sweep: %v %v", left, err)

@@ -90,7 +90,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	entrypoint = sessionkit.InsertFlags(entrypoint, append(sessionkit.BridgeFlags(ss.Expose), sessionkit.OutputFlags(ss.LogLimit)...))
+	// The bridge marks the streams with their offsets: the daemon's log rotation
+	// drops output without a count, and the marks give it to the next Attach.
+	entrypoint = sessionkit.InsertFlags(entrypoint, append(append(sessionkit.BridgeFlags(ss.Expose), sessionkit.OutputFlags(ss.LogLimit)...), sessionkit.MarkFlags(ss.LogLimit)...))
 	name := containerName(ss.RunID)
 	root := r.sessionRoot()
 	dir, err := sessionkit.CreateDir(root, name, ss.User)
@@ -200,7 +202,8 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		_, _ = stdcopy.StdCopy(s.Stdout, s.Stderr, att.Reader)
+		stdout, stderr := s.Writers()
+		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
 	}()
 	wait := s.r.cfg.api.ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: cond})
 	s.watching.Add(1)

@@ -28,8 +28,6 @@ func TestSessionConformance(t *testing.T) {
 		Reopen:    func(t *testing.T) port.SessionRunner { return open(t) },
 		Image:     image,
 		Leftovers: drained(r, leftovers(cli)),
-		// The daemon's log rotation drops output beyond the limit without a count.
-		DetachedLossUncounted: true,
 		AgeHeartbeat: func(s port.Session, d time.Duration) error {
 			p, err := s.Expose(7000)
 			if err != nil {

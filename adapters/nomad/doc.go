@@ -30,13 +30,13 @@
 // port.ErrUnsupported for an internal network and for CPU limits that are not whole
 // cores (reserved as Nomad cores). Known differences from the Docker runner:
 //
-//   - Nomad's docker driver always mounts the allocation's shared directory at /alloc
-//     and the task's own local/ and secrets/ directories, read-write. The sandbox sees
-//     its own run's /alloc (its logs and its socket's directory, which belongs to the
-//     proxy's user and which it cannot write to) and nothing of other runs. The key,
-//     the proxy's configuration and its audit live in the sidecar's own task
-//     directories, which the sandbox cannot see. These directories are on the node's
-//     disk and Nomad does not bound their size for docker tasks.
+//   - Nomad's docker driver always mounts the allocation's shared directory and the
+//     task's own local/ and secrets/ directories, read-write. The runner binds the
+//     allocation's at a path Docker masks (NOMAD_ALLOC_DIR=/sys/firmware), so the
+//     sandbox has no /alloc; its socket directory and a copied workspace reach it
+//     through binds of their own. The key, the proxy's configuration and its audit
+//     live in the sidecar's own task directories, which the sandbox cannot see.
+//     /local is on the node's disk and Nomad does not bound its size for docker tasks.
 //   - tmpfs sizes are honoured; the noexec,nosuid,nodev options are Docker's defaults
 //     for tmpfs mounts.
 //

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/testsupport/nomadtest"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
@@ -87,8 +88,8 @@ func (l *lockedBuffer) String() string {
 // cluster of its own: RunOnce must return ErrNodeLost (an ErrUnavailable) soon after
 // the servers mark the node down, with the output live writers had; the job is kept
 // (stopped), and Sweep reports it instead of purging it out of sight while the
-// container still runs. The test then removes the orphan container, which it
-// created. About 25 s.
+// container still runs; SweepNode against the lost node's Docker then removes that
+// orphan, leaving nothing of the owner. About 25 s.
 func TestNodeLost(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -179,22 +180,44 @@ func TestNodeLost(t *testing.T) {
 			t.Errorf("the lost run's job was purged while its sandbox still runs (%v)", err)
 		}
 	}
+	// The node-local sweep, against the lost node's Docker (the cluster's clients
+	// share this machine's), removes the orphan: Nomad no longer runs its allocation.
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	nrep, err := r.SweepNode(ctx, cli, port.SweepOptions{RunID: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SweepNode: removed %v, errors %v", nrep.Removed, nrep.Errors)
+	left, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+port.LabelOwner+"="+owner).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(strings.Fields(string(running))) == 0 || len(strings.Fields(string(left))) > 0 || len(nrep.Removed) == 0 {
+		t.Errorf("after SweepNode, containers of the owner %q (running after the loss: %q); report %+v", left, running, nrep)
+	}
 }
 
 // TestWritablePathsCapped: the paths a Nomad sandbox can write are capped at the
 // run's tmpfs size or not writable at all: a sandbox writing 16 MiB into each stops
-// at the 8 MiB cap. The root of /alloc and /local are Nomad's own binds, which no
-// mount can cover (Docker refuses a second mount at the same point): a declared gap,
-// listed and checked to still be writable so that the day it closes this test says
-// so. About 8 s.
+// at the 8 MiB cap. The allocation directory (all of /alloc, before: 16 MiB into its
+// root) is bound where the runtime masks it, so nothing of it is writable. /local is
+// Nomad's own bind of the task directory, which no mount can cover and which holds the
+// init's output files: a declared gap, listed and checked to still be writable so
+// that the day it closes this test says so. About 8 s.
 func TestWritablePathsCapped(t *testing.T) {
 	e := setup(t)
 	r := e.runner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const capMiB = 8
-	uncapped := map[string]bool{"/alloc": true, "/local": true} // see docs/nomad.md
-	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", "/local", "/secrets", "/tmp"}
+	uncapped := map[string]bool{"/local": true} // see docs/nomad.md
+	// /alloc is not there (the allocation directory is bound where the runtime masks
+	// it, hiddenAllocDir, which must not be writable either).
+	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", hiddenAllocDir, "/local", "/secrets", "/tmp"}
 	spec := port.RunSpec{RunID: sandboxtest.RunID("fill"), Image: e.image, Argv: append([]string{"/agent", "fill", "16"}, dirs...),
 		Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
 	res, err := r.RunOnce(ctx, spec)
@@ -220,5 +243,49 @@ func TestWritablePathsCapped(t *testing.T) {
 		if n > capMiB {
 			t.Errorf("%s took %d MiB, beyond the run's %d MiB cap", dir, n, capMiB)
 		}
+	}
+}
+
+// TestSweepNodeSparesLiveRun: SweepNode with no grace, during a run, removes nothing
+// (Nomad still runs the allocation), and the run ends normally. About 6 s.
+func TestSweepNodeSparesLiveRun(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	runID := sandboxtest.RunID("nodelive")
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		res, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: e.image, Argv: []string{"/agent", "sleep", "4"}, Stdout: out, Limits: port.Limits{Timeout: time.Minute}})
+		if err == nil && strings.TrimSpace(string(res.Stdout)) != "slept" {
+			err = fmt.Errorf("result %+v", res)
+		}
+		done <- err
+	}()
+	for {
+		ids, err := exec.Command("docker", "ps", "-q", "--filter", "label="+port.LabelRunID+"="+runID).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.Fields(string(ids))) > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the run never got a container")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rep, err := r.SweepNode(ctx, cli, port.SweepOptions{RunID: runID})
+	if err != nil || len(rep.Removed) > 0 || len(rep.Errors) > 0 {
+		t.Errorf("SweepNode during a live run = %+v, %v; want nothing removed", rep, err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the live run: %v", err)
 	}
 }

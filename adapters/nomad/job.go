@@ -177,6 +177,11 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	} else {
 		res.CPU = ptr(r.cfg.cpuMHz)
 	}
+	// Nomad binds the allocation's shared directory (on the node's disk, 0777, no
+	// bound) wherever NOMAD_ALLOC_DIR says, and no mount can cover it: at a path the
+	// runtime masks, it is hidden from the sandbox (see hiddenAllocDir).
+	env = maps.Clone(env)
+	env["NOMAD_ALLOC_DIR"] = hiddenAllocDir
 	return &api.Task{
 		Name:   agentTask,
 		Driver: "docker",
@@ -195,6 +200,14 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 
 // agentEntrypoint is the agent task's command: the init (keeping env's names,
 // capturing the output), the bridge's prefix, then the run's argv.
+// hiddenAllocDir is where the agent task's allocation directory is bound: a path
+// Docker's default profile masks (runc mounts a read-only, empty tmpfs over it after
+// every other mount), so the sandbox neither sees nor writes the directory. The
+// sandbox needs nothing of it: the socket directory and a copied workspace reach it
+// through binds of their own. The init refuses to start the run if the path is
+// writable (a runtime that does not mask it).
+const hiddenAllocDir = "/sys/firmware"
+
 func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) ([]string, map[string]string) {
 	llm := spec.LLM != nil
 	var entrypoint []string
@@ -219,7 +232,7 @@ func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]s
 			}
 			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
 		}
-		entrypoint = append(entrypoint, "-keep", strings.Join(names, ","),
+		entrypoint = append(entrypoint, "-unwritable", hiddenAllocDir, "-keep", strings.Join(names, ","),
 			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
 		if llm {
 			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
@@ -254,18 +267,7 @@ func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
 	// Docker gives even a container without a network the host's resolv.conf; an
 	// empty file replaces it (a template would slow every start down).
 	mounts := []map[string]any{tmpfs("/tmp"), tmpfs("/run"), bind(os.DevNull, "/etc/resolv.conf", true)}
-	// Nomad mounts the allocation's shared directory at /alloc, writable and on the
-	// node's disk with no bound: its subdirectories the sandbox has no business with
-	// on the node are covered by capped tmpfs. With a sidecar, /alloc/tmp is the
-	// proxy's socket directory, which the sandbox cannot write (and sees as Nomad
-	// mounts it); the copied workspace lives in /alloc/data.
-	mounts = append(mounts, tmpfs("/alloc/logs"))
-	if !js.proxy {
-		mounts = append(mounts, tmpfs("/alloc/tmp"))
-	}
-	if !js.copyWorkspace {
-		mounts = append(mounts, tmpfs("/alloc/data"))
-	}
+	// The allocation's shared directory is hidden (see hiddenAllocDir): no /alloc.
 	switch {
 	case js.copyWorkspace:
 		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))

@@ -53,7 +53,10 @@ func TestJobLockdown(t *testing.T) {
 		t.Errorf("user %s memory %d", agent.User, *agent.Resources.MemoryMB)
 	}
 	ep := strings.Join(c["entrypoint"].([]string), " ")
-	for _, w := range []string{initTarget + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL ", "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
+	if agent.Env["NOMAD_ALLOC_DIR"] != hiddenAllocDir {
+		t.Errorf("the allocation directory is bound at %q, not hidden at %s", agent.Env["NOMAD_ALLOC_DIR"], hiddenAllocDir)
+	}
+	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL ", "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
 		if !strings.Contains(ep, w) {
 			t.Errorf("entrypoint %q lacks %q", ep, w)
 		}

@@ -68,6 +68,7 @@ func run(args []string, stderr io.Writer) int {
 	var expose exposeFlag
 	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
+	outputMarks := fs.Int("output-marks", 0, "with -output-cap: mark each stream every this many `bytes` of the command's output with its offset (a host reading a rotated log counts what it lost)")
 	outputCap := fs.Int("output-cap", 0, "pass the command's output through the bridge, keeping up to this many `bytes` per stream that no one reads yet (the command never blocks on output)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
@@ -119,7 +120,7 @@ func run(args []string, stderr io.Writer) int {
 	cfg.EgressSocket = *egressSocket
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
-	cfg.OutputCap = *outputCap
+	cfg.OutputCap, cfg.OutputMarks = *outputCap, *outputMarks
 	code, err := sandboxbridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, sandboxbridge.ErrDeadline):

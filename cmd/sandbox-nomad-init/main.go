@@ -3,7 +3,7 @@
 // its argv (normally the sandbox bridge) with stdout and stderr captured into capped
 // files that the host reads through Nomad's file system API.
 //
-//	sandbox-nomad-init [-keep NAME,...] [-b64 NAME,...] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...
+//	sandbox-nomad-init [-unwritable DIR] [-keep NAME,...] [-b64 NAME,...] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...
 //	sandbox-nomad-init -unpack TAR -into DIR
 //
 // With -unpack it only unpacks a workspace (regular files and directories; nothing
@@ -15,6 +15,9 @@
 //   - Nomad adds its own variables (NOMAD_ALLOC_ID, NOMAD_TASK_DIR, ...) to every
 //     task's environment and has no setting to leave them out; the command's
 //     environment is made of the names in -keep plus PATH, HOME and HOSTNAME only.
+//   - Nomad binds the allocation's shared directory (the node's disk, no bound) into
+//     every task; the runner binds it where the runtime masks it (NOMAD_ALLOC_DIR),
+//     and -unwritable refuses to start argv if it is writable there all the same.
 //   - Nomad starts the sandbox task once the proxy's sidecar task runs, not once it
 //     listens; -wait dials the unix socket until it accepts a connection (or
 //     -wait-timeout passes).
@@ -59,6 +62,7 @@ func main() {
 	stdout := fs.String("stdout", "", "`file` the command's stdout goes to")
 	stderr := fs.String("stderr", "", "`file` the command's stderr goes to")
 	maxBytes := fs.Int64("max", 2<<20, "bytes kept of each stream (one more is written to flag truncation)")
+	unwritable := fs.String("unwritable", "", "`directory` that must not be writable (the allocation directory the runtime should hide): refuse to start argv if it is")
 	unpackFrom := fs.String("unpack", "", "tar `file` to unpack into -into, then exit")
 	into := fs.String("into", "", "`directory` to unpack into")
 	if err := fs.Parse(os.Args[1:]); err == nil && *unpackFrom != "" && *into != "" {
@@ -69,13 +73,19 @@ func main() {
 		os.Exit(0)
 	}
 	if fs.NArg() == 0 || (*stdout == "") != (*stderr == "") {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-nomad-init [-keep NAMES] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...")
+		fmt.Fprintln(os.Stderr, "usage: sandbox-nomad-init [-unwritable DIR] [-keep NAMES] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...")
 		os.Exit(exitFailed)
 	}
 	env, err := decode(environment(*keep), *b64)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
 		os.Exit(exitFailed)
+	}
+	if *unwritable != "" {
+		if err := checkUnwritable(*unwritable); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
+			os.Exit(exitFailed)
+		}
 	}
 	if *wait != "" {
 		waitFor(*wait, *waitTimeout)
@@ -87,6 +97,21 @@ func main() {
 		os.Exit(exitFailed)
 	}
 	os.Exit(supervise(argv, env, *stdout, *stderr, *maxBytes))
+}
+
+// checkUnwritable fails when a file can be created in dir: the allocation directory
+// bound there was meant to be hidden by the runtime's masked paths, and a runtime
+// that does not mask it would leave the sandbox a writable directory on the node's
+// disk with no bound.
+func checkUnwritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".sandbox-probe-")
+	if err != nil {
+		return nil
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	return fmt.Errorf("%s is writable: this runtime does not hide the allocation directory bound there; refusing to run", dir)
 }
 
 func environment(keep string) []string {

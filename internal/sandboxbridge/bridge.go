@@ -108,6 +108,10 @@ type Config struct {
 	// is kept up to OutputCap bytes per stream, the oldest dropped beyond and counted
 	// in a DroppedNotice line on that stream.
 	OutputCap int
+	// OutputMarks, when positive (with OutputCap), marks each stream every that many
+	// bytes of the child's output (see OutputMark), so a host reading it from a log
+	// the runtime rotates can count what it never received.
+	OutputMarks int
 	// Reap makes the bridge reap every child process that ends, not only its own:
 	// orphans are re-parented to PID 1 (or to a subreaper) and would stay zombies. It
 	// is turned on automatically when the bridge is PID 1.
@@ -173,11 +177,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if cfg.OutputCap > 0 && cmd != nil {
 		// A preloaded runtime's output is forwarded by the bridge itself
 		// (Preloaded.copy), uncapped here.
-		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap)
+		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap, int64(cfg.OutputMarks))
 		if err != nil {
 			return ExitBridgeFailed, err
 		}
-		se, we, err := newSpool("stderr", cfg.Stderr, cfg.OutputCap)
+		se, we, err := newSpool("stderr", cfg.Stderr, cfg.OutputCap, int64(cfg.OutputMarks))
 		if err != nil {
 			_ = wo.Close()
 			return ExitBridgeFailed, err

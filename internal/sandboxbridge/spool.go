@@ -19,6 +19,13 @@ const SpoolFlushGrace = 2 * time.Second
 // after it dropped output: the line goes on with the count, the stream's name and why.
 const DroppedNotice = "[sandbox-bridge] dropped "
 
+// OutputMark starts the mark a spool with marks (Config.OutputMarks) writes in its
+// stream every so many bytes of the child's output: OutputMark, the number of bytes
+// the child wrote on that stream before the mark (in decimal), then a NUL. A host
+// that reads the stream from a log the runtime rotates (Docker's json-file) learns
+// from the next mark how many bytes it never received, and takes the marks out.
+const OutputMark = "\x00[sandbox-bridge] offset "
+
 // spool relays one output stream of the child to the bridge's own without ever
 // blocking the child: a reader drains the child's pipe into a buffer of at most max
 // bytes while a writer hands the buffer to out. When out does not take it (no host is
@@ -36,15 +43,24 @@ type spool struct {
 	dropped int64
 	eof     bool // the child's pipe ended
 	done    chan struct{}
+
+	// every is the distance between marks (0: none); offset counts the child's bytes
+	// handed out or dropped so far, next is where the next mark goes.
+	every, offset, next int64
 }
 
 // newSpool returns the write end to give the child and starts relaying.
-func newSpool(name string, out io.Writer, max int) (*spool, *os.File, error) {
+// With every positive, it marks the stream every that many bytes (see OutputMark);
+// zero or less: no marks.
+func newSpool(name string, out io.Writer, max int, every int64) (*spool, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("bridge: spool pipe: %w", err)
 	}
 	s := &spool{name: name, out: out, max: max, done: make(chan struct{})}
+	if every > 0 {
+		s.every, s.next = every, every
+	}
 	s.wake = sync.NewCond(&s.mu)
 	go s.read(r)
 	go s.write()
@@ -90,11 +106,26 @@ func (s *spool) write() {
 		dropped := s.dropped
 		s.dropped = 0
 		n := min(len(s.buf), spoolChunk)
+		var mark bool
+		if s.every > 0 {
+			s.offset += dropped
+			if s.offset >= s.next {
+				mark, s.next = true, (s.offset/s.every+1)*s.every
+			}
+			n = min(n, int(s.next-s.offset)) // marks fall on multiples of every
+		}
+		at := s.offset
+		s.offset += int64(n)
 		chunk := append([]byte(nil), s.buf[:n]...)
 		s.buf = append(s.buf[:0], s.buf[n:]...)
 		s.mu.Unlock()
 		if dropped > 0 {
 			if _, err := fmt.Fprintf(s.out, "\n%s%d bytes of %s: no host was reading\n", DroppedNotice, dropped, s.name); err != nil {
+				return
+			}
+		}
+		if mark {
+			if _, err := fmt.Fprintf(s.out, "%s%d\x00", OutputMark, at); err != nil {
 				return
 			}
 		}

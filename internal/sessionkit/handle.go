@@ -3,6 +3,7 @@ package sessionkit
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"slices"
@@ -18,6 +19,8 @@ import (
 type Handle struct {
 	Meta
 	Stdout, Stderr *Ring
+	// outC and errC feed the rings (see Writers).
+	outC, errC *counter
 
 	done     chan struct{}
 	once     sync.Once
@@ -35,6 +38,7 @@ type Handle struct {
 // NewHandle returns a handle for m and starts its heartbeat loop.
 func NewHandle(m Meta) *Handle {
 	h := &Handle{Meta: m, Stdout: NewRing(m.LogLimit), Stderr: NewRing(m.LogLimit), done: make(chan struct{}), stopBeat: make(chan struct{})}
+	h.outC, h.errC = &counter{ring: h.Stdout, name: "stdout"}, &counter{ring: h.Stderr, name: "stderr"}
 	go h.beat()
 	return h
 }
@@ -59,9 +63,12 @@ func (h *Handle) StopHeartbeat() { h.beatOnce.Do(func() { close(h.stopBeat) }) }
 // res gets the rings' contents.
 func (h *Handle) Finish(res *port.RunResult, err error) {
 	h.once.Do(func() {
+		h.outC.flush()
+		h.errC.flush()
 		if res != nil {
 			res.Stdout, res.StdoutTruncated = h.Stdout.Bytes()
 			res.Stderr, res.StderrTruncated = h.Stderr.Bytes()
+			res.StdoutDropped, res.StderrDropped = h.Dropped()
 		}
 		h.mu.Lock()
 		h.res, h.err = res, err
@@ -73,6 +80,16 @@ func (h *Handle) Finish(res *port.RunResult, err error) {
 		}
 	})
 }
+
+// Writers are where an adapter writes the session's stdout and stderr: into the
+// rings, with the bridge's offset marks taken out and the output this handle never
+// received counted (see Dropped).
+func (h *Handle) Writers() (stdout, stderr io.Writer) { return h.outC, h.errC }
+
+// Dropped returns how many bytes of each stream this handle never received: what the
+// bridge dropped while no host read (its notices) and what the runtime's log had
+// rotated out before this handle attached (the bridge's marks show it).
+func (h *Handle) Dropped() (stdout, stderr int64) { return h.outC.counts(), h.errC.counts() }
 
 // MarkDetached makes Wait return port.ErrClosed and closes Done.
 func (h *Handle) MarkDetached() {

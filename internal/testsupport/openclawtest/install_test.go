@@ -71,7 +71,7 @@ echo "lifecycle completed" >"$(dirname "$1")/completed-by-node"
 	write(filepath.Join(dir, "bin", "openclaw"), "#!/bin/sh\n", 0o755)
 	write(filepath.Join(dir, ".installed"), "openclaw="+ocv+" node="+nodev+"\n", 0o644)
 
-	cmd := exec.Command("bash", "../../scripts/install-openclaw.sh")
+	cmd := exec.Command("bash", "../../../scripts/install-openclaw.sh")
 	cmd.Env = append(os.Environ(), "SANDBOX_CACHE="+cache, "OPENCLAW_VERSION="+ocv, "NODE24_VERSION="+nodev,
 		"PATH=/usr/bin:/bin") // no npm needed: a repair must not reinstall
 	out, err := cmd.Output()

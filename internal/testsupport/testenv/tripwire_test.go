@@ -12,7 +12,7 @@ import (
 // files: a change is proved on canaries this test made).
 func tripwire(t *testing.T, files []string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command("bash", append([]string{"../../scripts/tripwire.sh"}, args...)...)
+	cmd := exec.Command("bash", append([]string{"../../../scripts/tripwire.sh"}, args...)...)
 	cmd.Env = append(os.Environ(), "SANDBOX_TRIPWIRE_FILES="+strings.Join(files, ":"), "SANDBOX_TRIPWIRE_EXTRA=")
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -87,7 +87,7 @@ func TestTripwire(t *testing.T) {
 		})
 	}
 	// With no override, the list watches the system's sensitive files.
-	cmd := exec.Command("bash", "../../scripts/tripwire.sh", "list")
+	cmd := exec.Command("bash", "../../../scripts/tripwire.sh", "list")
 	cmd.Env = append(os.Environ(), "SANDBOX_TRIPWIRE_FILES=", "SANDBOX_TRIPWIRE_EXTRA=")
 	def, err := cmd.Output()
 	if err != nil {
@@ -111,7 +111,7 @@ func TestRepairShadow(t *testing.T) {
 	const good = "root:*:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
 	const hostile = "[core]\n\tfsmonitor = touch /tmp/marker\n[include]\n\tpath = x\n"
 	run := func(etc string) (string, int) {
-		cmd := exec.Command("bash", "../../scripts/repair-shadow.sh")
+		cmd := exec.Command("bash", "../../../scripts/repair-shadow.sh")
 		cmd.Env = append(os.Environ(), "SANDBOX_REPAIR_ETC="+etc)
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok {
