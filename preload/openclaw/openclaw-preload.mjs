@@ -6,12 +6,14 @@
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
-// process's main module) and the helpers the entry's main block uses. It does not
-// import dist/cli/run-main.js (the CLI's main import) ahead: with it imported before
-// the run's environment existed, a sandboxed one-shot failed with ENOENT on the
-// agent's state database (a path or cache captured at import; not yet found). It
-// runs no turn: a warm-up would need a config, and OpenClaw caches the first config
-// it loads for the process's life (config-guard).
+// process's main module), the CLI's main module graph dist/cli/run-main.js (what the
+// entry imports first at a run; importing it runs nothing either), and the helpers the
+// entry's main block uses. (An earlier attempt to import run-main ahead saw one
+// sandboxed one-shot fail with ENOENT on the agent's state database; with the re-pins
+// below and the run's own environment it passes, in the sandbox and on the host: the
+// pinned-version test and TestOpenClawOneShotPreloadedDocker guard it.) It runs no
+// turn: a warm-up would need a config, and OpenClaw caches the first config it loads
+// for the process's life (config-guard).
 //
 // At the claim (argv `openclaw ARGS` or `node .../openclaw.mjs ARGS`) it does what the
 // entry's main block does for a one-shot, against the run's environment: replace
@@ -70,6 +72,8 @@ if (fs.existsSync(cacheBase) && module.enableCompileCache) {
 process.env.OPENCLAW_NO_RESPAWN = '1';
 const entry = await load('entry.js');
 if (typeof entry.runMainOrRootHelp !== 'function') fail('dist/entry.js no longer exports runMainOrRootHelp');
+// The CLI's main graph: the entry's run imports this same module instance at claim.
+await load('cli/run-main.js');
 const fns = {};
 for (const [name, [file, exp]] of Object.entries(SPLIT)) {
   const mod = await load(file);
