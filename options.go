@@ -23,6 +23,10 @@ type LLM struct {
 	Upstream string
 	// APIKey is the LiteLLM key the proxies inject. It never enters a sandbox.
 	APIKey string
+	// KeyInProxy says the proxies hold the key themselves (sandbox-proxyd
+	// -upstream-key-file, e.g. a Kubernetes Secret mounted into the daemon alone):
+	// APIKey must then be empty, and the host never has the key.
+	KeyInProxy bool
 }
 
 // WithLLM gives runs LLM access through per-run proxies.
@@ -36,7 +40,11 @@ func WithLLM(l LLM) Option {
 			return port.Invalidf("llm: upstream %q is not an http(s) URL without credentials", l.Upstream)
 		}
 		// The proxy manager validates the key fully; refuse here what no proxy accepts.
-		if l.APIKey == "" || strings.ContainsFunc(l.APIKey, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		switch {
+		case l.KeyInProxy && l.APIKey != "":
+			return port.Invalidf("llm: an api key with KeyInProxy (the proxies hold the key)")
+		case l.KeyInProxy:
+		case l.APIKey == "" || strings.ContainsFunc(l.APIKey, func(r rune) bool { return r <= ' ' || r > '~' }):
 			return port.Invalidf("llm: api key is empty or not printable ASCII")
 		}
 		s.llm = &l

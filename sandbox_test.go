@@ -250,6 +250,25 @@ func TestWithLLMRejectsBadKey(t *testing.T) {
 	}
 }
 
+// TestKeyInProxy: with KeyInProxy the facade holds no key and registers runs without
+// one (the proxy daemon injects its own); a key given as well is refused.
+func TestKeyInProxy(t *testing.T) {
+	if _, err := New(&fakeRunner{}, WithLLM(LLM{Proxy: &fakeProxy{}, Upstream: "http://127.0.0.1:4000", APIKey: "sk-1", KeyInProxy: true})); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Errorf("a key with KeyInProxy: err = %v", err)
+	}
+	p := &fakeProxy{}
+	s, err := New(&fakeRunner{res: &port.RunResult{}}, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", KeyInProxy: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), request(t)); err != nil {
+		t.Fatal(err)
+	}
+	if p.started != 1 || p.spec.APIKey != "" {
+		t.Errorf("proxy started %d times with key %q, want once without", p.started, p.spec.APIKey)
+	}
+}
+
 func TestLogsCarryComponentAndRun(t *testing.T) {
 	var buf bytes.Buffer
 	s, err := New(&fakeRunner{res: &port.RunResult{}}, WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))

@@ -221,3 +221,26 @@ func TestNomadExampleFromAnotherModule(t *testing.T) {
 		t.Fatalf("the copied Nomad example does not build: %v", err)
 	}
 }
+
+// TestKubernetesExampleFromAnotherModule copies examples/kubernetes verbatim into a
+// module of its own and builds and vets it there: it uses only the library's public
+// API, its -local cluster included (adapters/kubernetes/kubelocal). (Its run on a
+// local cluster is examples/kubernetes's own test.)
+func TestKubernetesExampleFromAnotherModule(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "examples", "kubernetes", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte(modulePath+"/internal/")) {
+		t.Fatal("examples/kubernetes imports an internal package")
+	}
+	dir := outsideModule(t, map[string]string{"kubeexample/main.go": string(b)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := goIn(ctx, t, dir, "vet", "./kubeexample"); err != nil {
+		t.Fatalf("the copied Kubernetes example does not vet: %v", err)
+	}
+	if _, err := goIn(ctx, t, dir, "build", "-o", filepath.Join(t.TempDir(), "kubeexample"), "./kubeexample"); err != nil {
+		t.Fatalf("the copied Kubernetes example does not build: %v", err)
+	}
+}

@@ -71,13 +71,25 @@
 // bridge plugin does not). With gVisor (RuntimeClass runsc with --network=none) the
 // sandbox never sees the Pod's interface; WithoutNetworkInit drops the init there.
 //
+// On nodes whose RuntimeClass runs cmd/sandbox-kube-runtime (as WithRuntimePIDsLimit
+// needs), WithRuntimeNetworkRemoval moves that step into the wrapper: as it creates
+// the agent's container it empties the Pod's network namespace the same way and
+// refuses to create the container otherwise. No container of the Pod then has a
+// capability, and a run is faster by the init container's start and the kubelet's
+// noticing its end (its relist, once a second).
+//
 // # LLM access: a node-local proxy daemon
 //
 // The LLM proxy is the shared proxy daemon (cmd/sandbox-proxyd, adapters/proxyd)
 // running on each node (a DaemonSet, or a host process): its per-run socket directory
 // (port.LLMSocket.HostDir, with the run token) is mounted read-only at /llm-sock as a
 // hostPath, and the bridge forwards 127.0.0.1:8080 to it. The key never enters the
-// Pod or its spec: the daemon holds it.
+// Pod or its spec: the daemon holds it. ProxyDaemon describes that daemon as a
+// DaemonSet whose LiteLLM key is a Secret (KeySecret) in the daemon's own namespace,
+// mounted into the daemon's container alone and read by the daemon
+// (-upstream-key-file): registrations then carry no key, so the host application
+// never has it either, and the agent's Pod (no token, another namespace, no Secret
+// volume) has no way to it; a canary test scans a running agent for it.
 //
 // # Nodes
 //

@@ -30,7 +30,10 @@ type config struct {
 	nodePIDs     int64
 	runtimePIDs  bool
 	netdown      bool
-	hostPaths    bool
+	// runtimeNetdown: the node's runtime wrapper empties the Pod's network namespace
+	// (NetdownAnnotation) instead of the init container.
+	runtimeNetdown bool
+	hostPaths      bool
 
 	pollInterval   time.Duration
 	cleanupTimeout time.Duration
@@ -212,6 +215,24 @@ func WithRuntimePIDsLimit() Option {
 // with --network=none): the attestation still proves what the agent sees.
 func WithoutNetworkInit() Option {
 	return func(c *config) error {
+		c.netdown = false
+		return nil
+	}
+}
+
+// WithRuntimeNetworkRemoval declares that the Pods' RuntimeClass runs
+// cmd/sandbox-kube-runtime, and has it remove the Pod's network instead of the init
+// container: the runner sets NetdownAnnotation and the wrapper, as it creates the
+// agent's container, enters the Pod's network namespace, deletes every interface but
+// lo and refuses to create the container if anything is left. The Pod then has no
+// init container and no container with a capability (the namespace needs no
+// NET_ADMIN), and a run is faster by the init container's start and the kubelet's
+// noticing its end (up to a second). The node's containerd must pass the annotation
+// (pod_annotations); the bridge's attestation still proves, per run, what the agent
+// sees.
+func WithRuntimeNetworkRemoval() Option {
+	return func(c *config) error {
+		c.runtimeNetdown = true
 		c.netdown = false
 		return nil
 	}

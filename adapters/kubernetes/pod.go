@@ -35,6 +35,11 @@ const (
 // node (see WithRuntimePIDsLimit).
 const PIDsAnnotation = port.LabelPrefix + "pids-limit"
 
+// NetdownAnnotation ("true") asks cmd/sandbox-kube-runtime on the node to empty the
+// Pod's network namespace before the agent's container exists (see
+// WithRuntimeNetworkRemoval).
+const NetdownAnnotation = port.LabelPrefix + "netdown"
+
 // runLabel is the run's value for the port.LabelRunID label: the run ID itself when it
 // is a valid label value, else a digest of it (run IDs may be 64 characters and end in
 // '.' or '-'; label values may not). The exact ID is in an annotation.
@@ -85,6 +90,9 @@ func (r *Runner) buildPod(spec port.RunSpec, ps podSpec) *corev1.Pod {
 		annotationRun:     spec.RunID,
 		annotationCreated: ps.created.UTC().Format(time.RFC3339Nano),
 		PIDsAnnotation:    strconv.FormatInt(spec.Limits.PIDs, 10),
+	}
+	if r.cfg.runtimeNetdown {
+		annotations[NetdownAnnotation] = "true"
 	}
 
 	env := spec.SandboxEnv()

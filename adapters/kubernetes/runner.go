@@ -159,7 +159,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	tEnded := time.Now()
 	defer func() {
 		log.Debug("run phases", "create", tCreated.Sub(start), "init-done", since(tInit, tCreated), "running", since(tRunning, tCreated),
-			"ended", tEnded.Sub(tCreated), "collected-and-removed", time.Since(tEnded))
+			"ended", tEnded.Sub(tCreated), "collected", time.Since(tEnded))
 	}()
 	if waitErr != nil && runCtx.Err() != nil {
 		// The time limit or the caller ended the run: stop it where it is, keeping

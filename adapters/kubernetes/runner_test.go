@@ -127,7 +127,16 @@ func grantRunner(ctx context.Context, cli k8s.Interface) error {
 	}
 }
 
+// runner is the runner the tests share: the node's runtime wrapper applies the
+// process limit and removes the Pod's network (no init container).
 func (e env) runner(t testing.TB, opts ...Option) *Runner {
+	t.Helper()
+	return e.initRunner(t, append([]Option{WithRuntimeNetworkRemoval()}, opts...)...)
+}
+
+// initRunner removes the Pod's network with the init container instead (the way that
+// needs nothing on the node).
+func (e env) initRunner(t testing.TB, opts ...Option) *Runner {
 	t.Helper()
 	base := []Option{WithConfig(e.restricted), WithNamespace(testNamespace), WithOwner(e.owner), WithBridge(e.bridge), WithInit(e.init),
 		WithImagePullPolicy(corev1.PullNever), WithRuntimePIDsLimit(), WithRuntimeClass(kubetest.RuntimeClassRunc)}
@@ -157,8 +166,32 @@ func TestRunnerConformance(t *testing.T) {
 	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: e.runner(t), Image: e.image, Leftovers: e.leftovers})
 }
 
-// TestAttestationNoNetwork: the init container removed the Pod's CNI interface, so the
-// bridge inside attests loopback only and no route (checked again by the probe).
+// TestNetworkRemovalBothWays: whether the init container or the node's runtime
+// wrapper removes the Pod's CNI interface, the agent sees loopback only and no route,
+// and only the init container way has a container with a capability.
+func TestNetworkRemovalBothWays(t *testing.T) {
+	e := setup(t)
+	for name, r := range map[string]*Runner{"init container": e.initRunner(t), "runtime wrapper": e.runner(t)} {
+		t.Run(name, func(t *testing.T) {
+			spec := port.RunSpec{RunID: sandboxtest.RunID("net"), Image: e.image, Argv: []string{"/agent", "net"}}.WithDefaults()
+			pod := r.buildPod(spec, podSpec{name: podName(spec.RunID), created: time.Now()})
+			if _, ok := pod.Annotations[NetdownAnnotation]; ok == (name == "init container") || (len(pod.Spec.InitContainers) == 1) != (name == "init container") {
+				t.Errorf("pod: annotations %v, %d init containers", pod.Annotations, len(pod.Spec.InitContainers))
+			}
+			res, err := r.RunOnce(context.Background(), spec)
+			if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "iface lo\nroutes 0" {
+				t.Errorf("network view: %v %q %q", err, res.Stdout, res.Stderr)
+			}
+		})
+	}
+	// A CNI interface is there to remove: a Pod without either way has one.
+	r := e.initRunner(t, WithoutNetworkInit())
+	res, err := r.RunOnce(context.Background(), port.RunSpec{RunID: sandboxtest.RunID("net"), Image: e.image, Argv: []string{"/agent", "net"}})
+	if err != nil || !strings.Contains(string(res.Stdout), "iface eth0") {
+		t.Errorf("control without removal: %v %q", err, res.Stdout)
+	}
+}
+
 func TestRunnerRBACIsLeastPrivilege(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -210,7 +243,7 @@ func TestRunnerRBACIsLeastPrivilege(t *testing.T) {
 // server stored it.
 func TestPodSpecLockdown(t *testing.T) {
 	e := setup(t)
-	r := e.runner(t)
+	r := e.initRunner(t)
 	spec := port.RunSpec{RunID: sandboxtest.RunID("spec"), Image: e.image, Argv: []string{"/agent", "id"}}.WithDefaults()
 	pod := r.buildPod(spec, podSpec{name: podName(spec.RunID), created: time.Now()})
 	ps := pod.Spec

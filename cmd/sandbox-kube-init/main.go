@@ -28,12 +28,10 @@ package main
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,6 +40,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentsandbox/sandbox/internal/netdown"
 )
 
 func main() {
@@ -50,7 +50,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "netdown":
-		if err := netdown(); err != nil {
+		if err := netdown.Here("/proc/net"); err != nil {
 			fmt.Fprintln(os.Stderr, "sandbox-kube-init netdown:", err)
 			os.Exit(1)
 		}
@@ -64,90 +64,6 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: sandbox-kube-init netdown | run [-keep NAMES] [-nofile N] [-max N] -- argv...")
 	os.Exit(2)
-}
-
-// netdown deletes every interface but lo and checks the result.
-func netdown() error {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return err
-	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		if err := delLink(ifc.Index); err != nil {
-			return fmt.Errorf("deleting %s: %w", ifc.Name, err)
-		}
-	}
-	ifs, err = net.Interfaces()
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, ifc := range ifs {
-		names = append(names, ifc.Name)
-	}
-	if len(names) != 1 || names[0] != "lo" {
-		return fmt.Errorf("interfaces left: %v", names)
-	}
-	for _, f := range []string{"/proc/net/route", "/proc/net/ipv6_route"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for i, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			fields := strings.Fields(l)
-			if len(fields) == 0 || (f == "/proc/net/route" && i == 0) {
-				continue
-			}
-			if dev := fields[len(fields)-1]; f == "/proc/net/route" && fields[0] != "lo" || f != "/proc/net/route" && dev != "lo" {
-				return fmt.Errorf("a route is left in %s: %q", f, l)
-			}
-		}
-	}
-	return nil
-}
-
-// delLink sends RTM_DELLINK for the interface index over rtnetlink and waits for the ack.
-func delLink(index int) error {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
-	}
-	// struct nlmsghdr, then struct ifinfomsg (family AF_UNSPEC, the index).
-	ne := binary.NativeEndian
-	msg := make([]byte, 32)
-	ne.PutUint32(msg[0:], uint32(len(msg)))
-	ne.PutUint16(msg[4:], unix.RTM_DELLINK)
-	ne.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	ne.PutUint32(msg[8:], 1)
-	ne.PutUint32(msg[20:], uint32(int32(index)))
-	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
-	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(fd, buf, 0)
-	if err != nil {
-		return err
-	}
-	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		if m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4 {
-			if code := int32(ne.Uint32(m.Data[:4])); code != 0 {
-				return syscall.Errno(-code)
-			}
-			return nil
-		}
-	}
-	return errors.New("no netlink acknowledgement")
 }
 
 func run(args []string) int {

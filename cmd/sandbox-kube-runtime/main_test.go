@@ -48,3 +48,25 @@ func TestCreateBundle(t *testing.T) {
 		t.Error("start taken for create")
 	}
 }
+
+func TestNetnsToEmpty(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	for in, want := range map[string]string{
+		`{"annotations":{}}`: "",
+		`{"annotations":{"dev.agentsandbox.netdown":"true"},"linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/cni-1"}]}}`: "/run/netns/cni-1",
+		`{"annotations":{"dev.agentsandbox.netdown":"true"},"linux":{"namespaces":[{"type":"network"}]}}`:                                          "",
+		`{"annotations":{"dev.agentsandbox.netdown":"yes"},"linux":{"namespaces":[{"type":"network"}]}}`:                                           "error",
+		`{"annotations":{"dev.agentsandbox.netdown":"true"},"linux":{"namespaces":[{"type":"pid"}]}}`:                                              "error",
+	} {
+		if err := os.WriteFile(p, []byte(in), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := netnsToEmpty(p)
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("%s: %q (%v), want %q", in, got, err, want)
+		}
+	}
+}

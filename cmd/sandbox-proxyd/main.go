@@ -18,6 +18,10 @@
 // refusals by rule, the GenAI client metrics (gen_ai_client_operation_duration_seconds,
 // gen_ai_client_token_usage), the registered runs and the Go runtime's.
 //
+// With -upstream-key-file the daemon holds the upstream key itself (on Kubernetes a
+// Secret mounted into the daemon's Pod alone): every run gets it and registrations
+// must carry none, so the host application never has it.
+//
 // The secret file holds the token-signing secret as 64 hex digits; it is made
 // (mode 0600) if missing. To rotate, move it to -previous-secret-file and let a
 // new one be made: tokens of both are accepted.
@@ -75,6 +79,7 @@ func run(args []string, stderr io.Writer) int {
 	adminSock := fs.String("admin-socket", "/run/agentsandbox-proxyd/admin.sock", "admin API unix `socket`")
 	secretFile := fs.String("secret-file", "", "token secret `file` (default <state-dir>/secret; made if missing)")
 	prevFile := fs.String("previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
+	keyFile := fs.String("upstream-key-file", "", "`file` holding the upstream (LiteLLM) key the daemon injects into every run; registrations then carry none (re-read at each registration)")
 	tokenTTL := fs.Duration("token-ttl", proxydaemon.DefaultTokenTTL, "run token lifetime")
 	ttl := fs.Duration("ttl", registry.DefaultTTL, "registration lifetime without a request")
 	gc := fs.Duration("gc-interval", registry.DefaultGCInterval, "how often expired registrations are removed")
@@ -147,7 +152,7 @@ func run(args []string, stderr io.Writer) int {
 	srv, err := proxydaemon.Open(ctx, proxydaemon.Config{
 		StateDir: *stateDir, SocketDir: *socketDir, Keys: keys, TokenTTL: *tokenTTL, TTL: *ttl, GCInterval: *gc,
 		Rate: api.RateLimit{RPS: *rps, Burst: *burst, Streams: *streams}, GlobalRPS: *grps, GlobalBurst: *gburst,
-		AdminUIDs: admins, Logger: log, Egress: eh, Telemetry: tel,
+		AdminUIDs: admins, Logger: log, Egress: eh, Telemetry: tel, UpstreamKey: upstreamKey(*keyFile),
 	})
 	if err != nil {
 		if errors.Is(err, registry.ErrCorrupt) {
@@ -200,6 +205,32 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log.Info("sandbox-proxyd: stopped; registered runs come back with the next start")
 	return 0
+}
+
+// upstreamKey reads the daemon's upstream key from file at each call (nil without a
+// file). Errors name the file, never its content.
+func upstreamKey(file string) func() (string, error) {
+	if file == "" {
+		return nil
+	}
+	return func() (string, error) {
+		fi, err := os.Stat(file)
+		if err != nil {
+			return "", err
+		}
+		if !fi.Mode().IsRegular() || fi.Size() > 4096 {
+			return "", fmt.Errorf("%s is not a regular file of at most 4096 bytes", file)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		k := strings.TrimSpace(string(b))
+		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return "", fmt.Errorf("%s holds no key (empty, or not printable ASCII without spaces)", file)
+		}
+		return k, nil
+	}
 }
 
 type prefixList []netip.Prefix

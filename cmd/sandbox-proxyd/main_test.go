@@ -33,3 +33,33 @@ func TestEgressFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamKeyFile: the key file is read at each call (a rotated Secret takes
+// effect), trimmed, and refused when empty, binary or missing, without its content
+// in the error.
+func TestUpstreamKeyFile(t *testing.T) {
+	if upstreamKey("") != nil {
+		t.Fatal("no file should mean no daemon-held key")
+	}
+	f := filepath.Join(t.TempDir(), "key")
+	read := upstreamKey(f)
+	if _, err := read(); err == nil {
+		t.Error("a missing file gave a key")
+	}
+	for content, want := range map[string]string{"sk-one\n": "sk-one", "sk-two": "sk-two"} {
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := read(); err != nil || k != want {
+			t.Errorf("%q: %q %v", content, k, err)
+		}
+	}
+	for _, bad := range []string{"\n", "sk-with space-secret", "sk-\x00secret"} {
+		if err := os.WriteFile(f, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := read(); err == nil || strings.Contains(err.Error(), "secret") && !strings.Contains(f, "secret") {
+			t.Errorf("%q: %q %v", bad, k, err)
+		}
+	}
+}

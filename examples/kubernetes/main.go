@@ -5,7 +5,7 @@
 //	go run ./examples/kubernetes -local                  # a throwaway single-node cluster
 //	go run ./examples/kubernetes -kubeconfig ~/.kube/config -namespace sandboxes
 //
-// With -local it starts a single-node cluster on this machine (internal/testsupport/kubetest: the
+// With -local it starts a single-node cluster on this machine (adapters/kubernetes/kubelocal: the
 // binaries from $KUBE_BIN_DIR, which scripts/install-kubernetes.sh prints, and a
 // containerd of its own) and tears it down at the end. Against an existing cluster
 // the node must see this machine's paths (the workspace, the bridge, the init and the
@@ -35,10 +35,10 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/kubernetes"
+	"github.com/agentsandbox/sandbox/adapters/kubernetes/kubelocal"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/agentimage"
 	"github.com/agentsandbox/sandbox/bridge"
-	"github.com/agentsandbox/sandbox/internal/testsupport/kubetest"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -78,7 +78,7 @@ func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string,
 	var cfg *rest.Config
 	opts := []kubernetes.Option{kubernetes.WithNamespace(namespace), kubernetes.WithOwner("kubernetes-example"), kubernetes.WithLogger(logger)}
 	if local {
-		c, err := kubetest.Start(ctx, kubetest.Options{})
+		c, err := kubelocal.Start(ctx, kubelocal.Options{})
 		if err != nil {
 			return fmt.Errorf("starting a local cluster: %w", err)
 		}
@@ -89,7 +89,7 @@ func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string,
 		}
 		cfg = c.Config
 		// The local node runs the process-limit runtime wrapper; the image is loaded.
-		opts = append(opts, kubernetes.WithRuntimeClass(kubetest.RuntimeClassRunc), kubernetes.WithRuntimePIDsLimit(),
+		opts = append(opts, kubernetes.WithRuntimeClass(kubelocal.RuntimeClassRunc), kubernetes.WithRuntimePIDsLimit(),
 			kubernetes.WithImagePullPolicy(corev1.PullNever))
 	} else {
 		if kubeconfig == "" {

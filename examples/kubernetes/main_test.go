@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/testsupport/kubetest"
+	"github.com/agentsandbox/sandbox/adapters/kubernetes/kubelocal"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
@@ -14,7 +14,7 @@ import (
 // reconciled. About 40 s on a quiet 2-core machine (most of it the cluster's start and
 // teardown).
 func TestLocalCluster(t *testing.T) {
-	_, err := kubetest.BinDir()
+	_, err := kubelocal.BinDir()
 	testenv.Need(t, "kubernetes", err == nil, "no Kubernetes binaries")
 	var out bytes.Buffer
 	if err := run(&out, "", "default", true, "MARKER:from-the-test hi", false); err != nil {

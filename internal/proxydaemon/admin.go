@@ -129,6 +129,17 @@ func (s *Server) register(w http.ResponseWriter, req *http.Request) {
 // Register registers a run and starts serving its socket (or, for a network
 // sandbox, starts answering its source IP on the network listener).
 func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Registered, error) {
+	if s.cfg.UpstreamKey != nil {
+		if rr.APIKey != "" {
+			return api.Registered{}, port.Invalidf("the daemon holds the upstream key: a registration must not carry one")
+		}
+		k, err := s.cfg.UpstreamKey()
+		if err != nil {
+			// The error names the file, never its content.
+			return api.Registered{}, fmt.Errorf("%w: proxyd: the daemon's upstream key: %v", port.ErrUnavailable, err)
+		}
+		rr.APIKey = k
+	}
 	if _, err := validate(rr); err != nil {
 		return api.Registered{}, err
 	}

@@ -72,6 +72,12 @@ type Config struct {
 	ConnsPerRun, ConnsTotal int
 	// AdminUIDs may use the admin socket besides the daemon's own uid.
 	AdminUIDs []int
+	// UpstreamKey, if set, is the upstream key the daemon itself holds (read from a
+	// file, such as a Kubernetes Secret mounted into the daemon alone): every
+	// registration gets it, and one that carries a key of its own is refused, so the
+	// key never travels through the admin API or the host application. It is called
+	// at each registration, so a rotated file takes effect for the next run.
+	UpstreamKey func() (string, error)
 	// Transport reaches upstreams (default llmproxy.NewTransport).
 	Transport http.RoundTripper
 	// Egress configures the egress fronts of runs registered with an egress

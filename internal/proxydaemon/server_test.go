@@ -515,3 +515,35 @@ func TestRunTokenBoundToRegistration(t *testing.T) {
 		t.Errorf("the registration's own token: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestDaemonHeldUpstreamKey: with UpstreamKey the daemon injects its own key (a
+// rotated one from the next registration on), refuses registrations that carry a
+// key, and says so without the key in the error when it cannot read it.
+func TestDaemonHeldUpstreamKey(t *testing.T) {
+	up := litellmtest.NewServer()
+	defer up.Close()
+	key := up.MasterKey()
+	var readErr error
+	d := startDaemon(t, shortDir(t), func(c *proxydaemon.Config) {
+		c.UpstreamKey = func() (string, error) { return key, readErr }
+	})
+	if _, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "carries", Attempt: 1, Upstream: up.URL, APIKey: "sk-from-the-host",
+		Attribution: port.Attribution{BillingAccountID: "acct"}}); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Fatalf("a registration carrying a key: %v, want ErrInvalidSpec", err)
+	}
+	a := register(t, d, up, "held", func(r *api.RegisterRequest) { r.APIKey = "" })
+	if resp, body := post(t, runClient(a.SocketPath, a.Token), chat); resp.StatusCode != 200 || !strings.Contains(body, "ECHO:x") {
+		t.Fatalf("a call with the daemon's key: %d %s", resp.StatusCode, body)
+	}
+	key = "sk-rotated-not-the-master"
+	b := register(t, d, up, "rotated", func(r *api.RegisterRequest) { r.APIKey = "" })
+	if resp, _ := post(t, runClient(b.SocketPath, b.Token), chat); resp.StatusCode == 200 {
+		t.Error("the rotated (wrong) key was not used for the next registration")
+	}
+	readErr = errors.New("/keys/litellm: permission denied")
+	_, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "unreadable", Attempt: 1, Upstream: up.URL,
+		Attribution: port.Attribution{BillingAccountID: "acct"}})
+	if !errors.Is(err, port.ErrUnavailable) || strings.Contains(err.Error(), key) {
+		t.Errorf("an unreadable key: %v, want ErrUnavailable without the key", err)
+	}
+}

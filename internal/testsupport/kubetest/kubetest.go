@@ -3,8 +3,8 @@
 // 127.0.0.1, with the cluster's own CRI-enabled containerd (its own socket, root and
 // state; never the system's), a bridge CNI network without a gateway (pods get an
 // interface but no route anywhere), locally built pause and test images, and a
-// RuntimeClass per OCI runtime (runc always, runsc when the machine has
-// /usr/local/bin/runsc-sandbox).
+// RuntimeClass per OCI runtime (runc always; runsc, through gVisor's own containerd
+// shim, with SANDBOX_KUBE_RUNSC=1 and SANDBOX_KUBE_RUNSC_BIN set).
 //
 // The binaries come from KUBE_BIN_DIR (scripts/install-kubernetes.sh builds them);
 // containerd, its runc shim and the CNI plugins from Debian (containerd,
@@ -84,9 +84,6 @@ const (
 	RuntimeClassRunsc = "runsc"
 )
 
-// RunscWrapper is the machine's gVisor wrapper (scripts/setup.sh installs it).
-const RunscWrapper = "/usr/local/bin/runsc-sandbox"
-
 // Options configure Start.
 type Options struct {
 	// BinDir holds the Kubernetes binaries (default $KUBE_BIN_DIR).
@@ -125,6 +122,8 @@ type Cluster struct {
 	// add any; Close removes any KUBE-* chain that appeared).
 	chains map[string]bool
 	logf   func(string, ...any)
+	// containerdPath is containerd's PATH when it needs a shim of the cluster's own.
+	containerdPath string
 }
 
 type ports struct{ etcdClient, etcdPeer, apiserver, kubelet int }
@@ -296,6 +295,9 @@ func (c *Cluster) start(name, bin string, args ...string) (*proc, error) {
 	}
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
+	if name == "containerd" && c.containerdPath != "" {
+		cmd.Env = append(os.Environ(), "PATH="+c.containerdPath)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -363,13 +365,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // runs the real runtime.
 const runtimeConfig = `      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s]
         runtime_type = "io.containerd.runc.v2"
-        pod_annotations = [%[3]q]
+        pod_annotations = [%[3]q, %[4]q]
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
           BinaryName = %[2]q
 `
 
 // PIDsAnnotation is the Pod annotation the runtime wrapper reads.
 const PIDsAnnotation = "dev.agentsandbox.pids-limit"
+
+// NetdownAnnotation is the Pod annotation asking the runtime wrapper to empty the
+// Pod's network namespace.
+const NetdownAnnotation = "dev.agentsandbox.netdown"
 
 // RuntimePackage is the runtime wrapper's package.
 const RuntimePackage = "github.com/agentsandbox/sandbox/cmd/sandbox-kube-runtime"
@@ -396,15 +402,60 @@ const cniConfig = `{
 }
 `
 
-// runsc says whether to register gVisor: only when asked (SANDBOX_KUBE_RUNSC=1), as
-// a Pod on runsc through the runc shim did not start here (not investigated yet).
-func (c *Cluster) runsc() bool {
+// runsc says whether to register gVisor: only when asked (SANDBOX_KUBE_RUNSC=1) and
+// both gVisor's runsc (RunscBinEnv) and its containerd shim (RunscShimEnv, or
+// containerd-shim-runsc-v1 on PATH) are there. A Pod on runsc through the runc shim
+// (runsc as the runc shim's BinaryName) hung; gVisor's own shim is what drives runsc
+// under containerd's CRI. Not working yet on this machine kind: with that shim
+// (go install gvisor.dev/gvisor/shim at the runsc version, renamed), every Pod
+// sandbox fails at once with "failed to set OOM Score on shim: write
+// /proc/PID/oom_score_adj: permission denied": the shim lowers its child's score to
+// -999, which needs CAP_SYS_RESOURCE, which root lacks here (the reason containerd
+// needs restrict_oom_score_adj too), and it has no option to skip that. It stays
+// opt-in for machines with that capability.
+func (c *Cluster) runsc() (bin, shim string, ok bool) {
 	if os.Getenv("SANDBOX_KUBE_RUNSC") != "1" {
-		return false
+		return "", "", false
 	}
-	fi, err := os.Stat(RunscWrapper)
-	return err == nil && fi.Mode()&0o111 != 0
+	bin = os.Getenv(RunscBinEnv)
+	if fi, err := os.Stat(bin); bin == "" || err != nil || fi.Mode()&0o111 == 0 {
+		return "", "", false
+	}
+	shim = os.Getenv(RunscShimEnv)
+	if shim == "" {
+		shim, _ = exec.LookPath("containerd-shim-runsc-v1")
+	}
+	if fi, err := os.Stat(shim); shim == "" || err != nil || fi.Mode()&0o111 == 0 {
+		return "", "", false
+	}
+	return bin, shim, true
 }
+
+// RunscBinEnv names the runsc binary (scripts/install-runsc.sh prints it) and
+// RunscShimEnv gVisor's containerd shim (containerd-shim-runsc-v1).
+const (
+	RunscBinEnv  = "SANDBOX_KUBE_RUNSC_BIN"
+	RunscShimEnv = "SANDBOX_KUBE_RUNSC_SHIM"
+)
+
+// runscRuntimeConfig is gVisor's runtime handler: its own shim, configured by a TOML
+// file (runscShimConfig) naming runsc and its flags.
+const runscRuntimeConfig = `      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s]
+        runtime_type = "io.containerd.runsc.v1"
+        pod_annotations = [%[3]q]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
+          TypeUrl = "io.containerd.runsc.v1.options"
+          ConfigPath = %[2]q
+`
+
+// runscShimConfig: the sandbox has no network of its own (--network=none), so the
+// Pod's interface is never seen inside and no network removal is needed.
+const runscShimConfig = `binary_name = %q
+root_path = %q
+[runsc_config]
+  network = "none"
+  host-uds = "open"
+`
 
 func (c *Cluster) startContainerd(ctx context.Context) error {
 	c.ContainerdSocket = c.path("containerd", "containerd.sock")
@@ -421,11 +472,26 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if p, err := exec.LookPath("runc"); err == nil {
 		targets[RuntimeClassRunc] = p
 	}
-	if c.runsc() {
-		targets[RuntimeClassRunsc] = RunscWrapper
-	}
 	extra := ""
-	for _, name := range []string{RuntimeClassRunc, RuntimeClassRunsc} {
+	if bin, shim, ok := c.runsc(); ok {
+		// containerd finds a shim by its name on its PATH.
+		if err := os.MkdirAll(c.path("bin"), 0o700); err != nil {
+			return err
+		}
+		if err := copyFile(shim, c.path("bin", "containerd-shim-runsc-v1")); err != nil {
+			return err
+		}
+		if err := os.Chmod(c.path("bin", "containerd-shim-runsc-v1"), 0o755); err != nil {
+			return err
+		}
+		conf := c.path("runtimes", "runsc.toml")
+		if err := os.WriteFile(conf, []byte(fmt.Sprintf(runscShimConfig, bin, c.path("containerd", "state", "runsc"))), 0o644); err != nil {
+			return err
+		}
+		extra += fmt.Sprintf(runscRuntimeConfig, RuntimeClassRunsc, conf, PIDsAnnotation)
+		c.containerdPath = c.path("bin") + string(os.PathListSeparator) + os.Getenv("PATH")
+	}
+	for _, name := range []string{RuntimeClassRunc} {
 		target, ok := targets[name]
 		if !ok {
 			continue
@@ -437,7 +503,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		if err := os.WriteFile(bin+".target", []byte(target), 0o644); err != nil {
 			return err
 		}
-		extra += fmt.Sprintf(runtimeConfig, name, bin, PIDsAnnotation)
+		extra += fmt.Sprintf(runtimeConfig, name, bin, PIDsAnnotation, NetdownAnnotation)
 	}
 	cfg := fmt.Sprintf(containerdConfig, c.path("containerd/root"), c.path("containerd/state"), c.ContainerdSocket,
 		c.path("containerd/opt"), c.opts.PauseImage, extra, c.path("cni/net.d"))
@@ -667,7 +733,7 @@ func (c *Cluster) notReady(ctx context.Context) string {
 
 func (c *Cluster) createRuntimeClasses(ctx context.Context) error {
 	names := []string{RuntimeClassRunc}
-	if c.runsc() {
+	if _, _, ok := c.runsc(); ok {
 		names = append(names, RuntimeClassRunsc)
 	}
 	for _, n := range names {
