@@ -73,7 +73,8 @@ process.env.OPENCLAW_NO_RESPAWN = '1';
 const entry = await load('entry.js');
 if (typeof entry.runMainOrRootHelp !== 'function') fail('dist/entry.js no longer exports runMainOrRootHelp');
 // The CLI's main graph: the entry's run imports this same module instance at claim.
-await load('cli/run-main.js');
+const runMain = await load('cli/run-main.js');
+if (typeof runMain.runCli !== 'function') fail('dist/cli/run-main.js no longer exports runCli');
 const fns = {};
 for (const [name, [file, exp]] of Object.entries(SPLIT)) {
   const mod = await load(file);
@@ -120,6 +121,10 @@ for (const kv of Array.isArray(claim.env) ? claim.env : []) {
   if (i > 0) process.env[kv.slice(0, i)] = kv.slice(i + 1);
 }
 process.env.OPENCLAW_NO_RESPAWN = '1';
+// The entry captured process.env at its import as the CLI's runtime-recovery
+// environment (inheritedRuntimeEnv): here that was the pre-boot's. The run's, as a cold
+// start would capture it, goes to runCli instead (the entry's loadRunCli seam).
+const runEnv = { ...process.env };
 process.chdir(claim.dir || '/');
 process.argv = [process.execPath, path.join(dist, 'entry.js'), ...rest];
 process.title = 'openclaw';
@@ -128,4 +133,6 @@ fns.pinRuntimePaths(process.env);
 fns.pinConfigDir(process.env);
 await send({ started: true });
 ctl.destroy();
-await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv));
+await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {
+  loadRunCli: async () => ({ runCli: (argv, opts) => runMain.runCli(argv, { ...opts, runtimeRecoveryEnv: runEnv }) }),
+}));
