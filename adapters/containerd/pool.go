@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -81,6 +82,7 @@ type slot struct {
 	// attestation is what the stub reported once its pre-booted runtime was ready
 	// (nil without Preload).
 	attestation *port.Attestation
+	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
 	// lease is the slot's own run lease (its pool label's run ID) from creation,
 	// runLease the claiming run's from the claim, both held until the slot is removed,
 	// so another process's Sweep of the owner leaves a live pool's sandboxes alone.
@@ -188,6 +190,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("create task: %w", classify(err))
 	}
 	s.task = task
+	s.mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
 	}
@@ -318,12 +321,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	relabel.Add(1)
 	go func() {
 		defer relabel.Done()
-		lctx, cancel := r.cleanupCtx(context.Background())
-		defer cancel()
-		lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, time.Now())
-		if _, err := s.container.SetLabels(lctx, lbls); err != nil {
-			log.Warn("labelling the claimed sandbox failed", "err", err)
-		}
+		r.labelForRun(s, spec, log)
 	}()
 
 	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
@@ -337,6 +335,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
+	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
+	defer func() { res.Memory = mem.Stop() }()
 	stdout, stderr := s.sendClaim(spec, msg)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
@@ -379,7 +379,19 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 		}
 		return &slotResult{RunResult: res}, nil
 	case <-runCtx.Done():
-		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, nil, 0, collect, log))
+		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, mem, time.Since(start), collect, log))
+	}
+}
+
+// labelForRun gives a claimed slot's container the run's labels, so Sweep by run ID
+// finds it. It runs beside the run, with its own bounded context: a failure only
+// leaves the pool's labels on it.
+func (r *Runner) labelForRun(s *slot, spec port.RunSpec, log *slog.Logger) {
+	ctx, cancel := r.cleanupCtx(context.Background())
+	defer cancel()
+	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, time.Now())
+	if _, err := s.container.SetLabels(ctx, lbls); err != nil {
+		log.Warn("labelling the claimed sandbox failed", "err", err)
 	}
 }
 
