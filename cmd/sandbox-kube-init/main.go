@@ -2,7 +2,7 @@
 // (adapters/kubernetes mounts it read-only from the node). It has two modes:
 //
 //	sandbox-kube-init netdown
-//	sandbox-kube-init run [-keep NAME,...] [-nofile N] [-max N] -- argv...
+//	sandbox-kube-init run [-keep NAME,...] [-nofile N] [-max N] [-env K=V]... [-dir D] -- argv...
 //
 // netdown runs as the Pod's init container, the only step holding CAP_NET_ADMIN: it
 // deletes every network interface of the Pod's network namespace but lo (a veth's peer
@@ -13,6 +13,8 @@
 // run is the agent container's first process. It
 //   - keeps only the variables named in -keep plus PATH, HOME and HOSTNAME (the
 //     kubelet adds KUBERNETES_SERVICE_* and friends to every container);
+//   - sets the -env variables (a session's exec: the exec subresource has no
+//     environment of its own) and runs argv in -dir when given;
 //   - lowers RLIMIT_NOFILE to -nofile, soft and hard (the Pod spec has no field for it);
 //   - marks itself non-dumpable, so the agent (the same uid) cannot open its
 //     descriptors through /proc and write to the container's own stdout;
@@ -71,6 +73,15 @@ func run(args []string) int {
 	keep := fs.String("keep", "", "comma-separated `names` of the variables to keep (besides PATH, HOME, HOSTNAME)")
 	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE, soft and hard (0 leaves it)")
 	maxOut := fs.Int("max", 2<<20, "bytes of each stream to forward")
+	var extra []string
+	fs.Func("env", "`K=V` to set for argv (repeatable)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("-env %q is not K=V", v)
+		}
+		extra = append(extra, v)
+		return nil
+	})
+	dir := fs.String("dir", "", "working `directory` of argv")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "sandbox-kube-init run: an argv is needed after --")
 		return 2
@@ -85,7 +96,8 @@ func run(args []string) int {
 	}
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = environment(*keep)
+	cmd.Env = append(environment(*keep), extra...)
+	cmd.Dir = *dir
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return 126

@@ -1,0 +1,63 @@
+package kubernetes
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/sandboxtest"
+)
+
+// TestSessionConformance runs the session suite on the test cluster, through the
+// runner's least-privilege identity. About a minute.
+func TestSessionConformance(t *testing.T) {
+	e := setup(t)
+	// A short root: the exposed sockets' paths must stay under 108 bytes.
+	root, err := os.MkdirTemp("", "ks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	owner := testenv.Owner(sandboxtest.RunID("kubesess"))
+	r := e.runner(t, WithOwner(owner), WithSessionDir(root))
+	if !r.RunnerCapabilities().Sessions {
+		t.Fatal("the runner does not declare sessions")
+	}
+	sandboxtest.TestSessions(t, sandboxtest.SessionHarness{
+		Runner: r,
+		Reopen: func(t *testing.T) port.SessionRunner { return e.runner(t, WithOwner(owner), WithSessionDir(root)) },
+		Image:  e.image,
+		Leftovers: func(ctx context.Context, runID string) ([]string, error) {
+			sel := labels.Set{port.LabelOwner: owner, port.LabelRunID: runLabel(runID)}
+			pods, err := e.cluster.Client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+			if err != nil {
+				return nil, err
+			}
+			var left []string
+			for _, p := range pods.Items {
+				left = append(left, "pod:"+p.Name+"("+string(p.Status.Phase)+")")
+			}
+			return left, nil
+		},
+		AgeHeartbeat: func(s port.Session, d time.Duration) error {
+			p, err := s.Expose(7000)
+			if err != nil {
+				return err
+			}
+			return sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
+		},
+		// The node's log file keeps what the agent wrote while no host was attached
+		// (up to the kubelet's rotation size), and a re-attached handle replays it
+		// from the start: nothing is dropped before the ring, so nothing is counted;
+		// what the kubelet's rotation drops is not counted either.
+		DetachedLossUncounted: true,
+	})
+}
