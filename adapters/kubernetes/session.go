@@ -576,7 +576,9 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 		_, _ = io.Copy(io.Discard, pr)
 	}()
 	var initErr limitedBuffer
-	sctx, cancel := context.WithTimeout(ctx, timeout+sandboxbridge.DeadlineSlack)
+	// The host's limit ends the stream; the exec's bridge ends the process inside by
+	// its own deadline a moment later (the exec subresource cannot signal it).
+	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	streamErr := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: pw, Stderr: &initErr})
 	pw.Close()

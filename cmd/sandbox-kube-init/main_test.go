@@ -77,3 +77,26 @@ func TestRunReportsACommandThatCannotStart(t *testing.T) {
 		t.Errorf("stderr %q", errs)
 	}
 }
+
+// TestRunSetsEnvAndDir: a session's exec adds its variables (replacing a kept one of
+// the same name) and runs in its directory; a malformed -env is refused.
+func TestRunSetsEnvAndDir(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "run", "-keep", "KEEP_ME", "-env", "EXTRA=a b", "-env", "KEEP_ME=replaced", "-dir", dir, "--",
+		"/bin/sh", "-c", `echo "extra=$EXTRA keep=$KEEP_ME pwd=$(pwd)"`)
+	cmd.Env = append(os.Environ(), "SANDBOX_KUBE_INIT_TEST_MAIN=1", "KEEP_ME=yes")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if out, _, _ := decode(t, stdout.Bytes()); out != "extra=a b keep=replaced pwd="+dir+"\n" {
+		t.Errorf("out=%q", out)
+	}
+	bad := exec.Command(os.Args[0], "run", "-env", "NOVALUE", "--", "/bin/true")
+	bad.Env = append(os.Environ(), "SANDBOX_KUBE_INIT_TEST_MAIN=1")
+	var ee *exec.ExitError
+	if err := bad.Run(); !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("a malformed -env: %v, want exit 2", err)
+	}
+}
