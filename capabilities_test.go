@@ -38,7 +38,7 @@ func (d *declaredRunner) RunnerCapabilities() port.RunnerCapabilities { return d
 // the proxy is started or the runner is called.
 func TestUnsupportedRefusedBeforeAnySideEffect(t *testing.T) {
 	creds := port.CredentialFunc(func(context.Context, string, string, string) (string, error) { return "v", nil })
-	nginx := port.ProxyCapabilities{} // what the Docker nginx manager declares
+	nginx := port.ProxyCapabilities{} // what the Docker nginx manager declares (with WithUnfilteredBodies)
 	full := port.ProxyCapabilities{Budget: true, Attestation: true, Egress: true, BodyPolicy: true}
 	noNet := port.RunnerCapabilities{HostPaths: true, FractionalCPU: true}
 	for name, tc := range map[string]struct {
@@ -51,8 +51,10 @@ func TestUnsupportedRefusedBeforeAnySideEffect(t *testing.T) {
 		"egress on nginx": {nginx, noNet, func(r *Request) {
 			r.Egress = &port.EgressPolicy{Providers: []port.EgressProvider{{ID: "gh", URIs: []string{"https://api.github.com/"}}}}
 		}},
-		"network on a runner without": {full, noNet, func(r *Request) { r.Network = port.NetworkMode{Internal: "agents"} }},
-		"fractional cpu":              {full, port.RunnerCapabilities{HostPaths: true}, func(r *Request) { r.Limits.NanoCPUs = 1.5e9 }},
+		// nginx made without WithUnfilteredBodies refuses every spec.
+		"bodies on nginx unacknowledged": {port.ProxyCapabilities{BodiesRefused: true}, noNet, func(*Request) {}},
+		"network on a runner without":    {full, noNet, func(r *Request) { r.Network = port.NetworkMode{Internal: "agents"} }},
+		"fractional cpu":                 {full, port.RunnerCapabilities{HostPaths: true}, func(r *Request) { r.Limits.NanoCPUs = 1.5e9 }},
 		"mounts without host paths": {full, port.RunnerCapabilities{WorkspaceCopy: true}, func(r *Request) {
 			r.Mounts = []port.Mount{{Source: t.TempDir(), Target: "/data"}}
 		}},

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 )
 
 // Client talks to a LiteLLM proxy's management API with its master key. It is safe
@@ -71,13 +72,7 @@ func WithMasterKey(key string) Option {
 // WithHTTPClient sets the underlying HTTP client (default: a pooled transport with a
 // 60 s per-attempt timeout).
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *config) error {
-		if hc == nil {
-			return errdefs.Invalidf("nil http client")
-		}
-		c.hc = hc
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.hc, hc, hc != nil, "nil http client") }
 }
 
 // WithLogger sets the logger for requests and retries (default: discard). A nil

@@ -19,6 +19,10 @@ type ProxyCapabilities struct {
 	// billing account as the body's user (the nginx proxy forwards bodies as
 	// written, and only when its caller acknowledged that).
 	BodyPolicy bool
+	// BodiesRefused: the proxies cannot apply the body policy and, as the manager is
+	// configured, refuse to forward bodies as written, so every spec is refused (the
+	// Docker nginx manager made without WithUnfilteredBodies).
+	BodiesRefused bool
 }
 
 // ProxyCapable is an optional capability of a ProxyManager (found by type
@@ -38,6 +42,8 @@ func (c ProxyCapabilities) Check(spec ProxySpec) error {
 		return fmt.Errorf("%w: the proxy manager cannot receive the sandbox's attestation (RequireAttestation)", ErrUnsupported)
 	case spec.Egress != nil && !c.Egress:
 		return fmt.Errorf("%w: the proxy manager has no egress front", ErrUnsupported)
+	case c.BodiesRefused:
+		return fmt.Errorf("%w: the proxy manager cannot filter request bodies and was not allowed to forward them as written", ErrUnsupported)
 	}
 	return nil
 }

@@ -225,7 +225,7 @@ func (p *EgressPolicy) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, pr := range p.Providers {
-		if !validEgressID(pr.ID) {
+		if !ValidEgressName(pr.ID) {
 			return Invalidf("egress: provider %d: id %q is not 1-64 of [A-Za-z0-9_.-]", i, pr.ID)
 		}
 		if seen[pr.ID] {
@@ -239,7 +239,7 @@ func (p *EgressPolicy) Validate() error {
 			return Invalidf("egress: provider %q: too many credentials", pr.ID)
 		}
 		for _, c := range pr.Credentials {
-			if !validEgressID(c) {
+			if !ValidEgressName(c) {
 				return Invalidf("egress: provider %q: credential name %q is not 1-64 of [A-Za-z0-9_.-]", pr.ID, c)
 			}
 		}
@@ -277,7 +277,9 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-func validEgressID(s string) bool {
+// ValidEgressName reports whether s can name an egress provider or credential, and
+// so a {{name}} placeholder: 1 to 64 of [A-Za-z0-9_.-].
+func ValidEgressName(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false
 	}

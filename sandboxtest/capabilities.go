@@ -79,6 +79,9 @@ func testProxyDeclaredRefusals(t *testing.T, h ProxyHarness) {
 			sp.Egress = &port.EgressPolicy{Providers: []port.EgressProvider{{ID: "gh", URIs: []string{"https://api.github.com/"}}}}
 		}})
 	}
+	if c.BodiesRefused {
+		refusals = append(refusals, refusal{"unfiltered bodies", func(*port.ProxySpec) {}})
+	}
 	for _, r := range refusals {
 		spec := proxySpec(RunID("declared"), u)
 		r.mut(&spec)

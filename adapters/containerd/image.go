@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 
+	"github.com/agentsandbox/sandbox/internal/pullutil"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
@@ -41,7 +42,8 @@ var defaultUnixEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/us
 // imageInfo finds ref in the namespace, as given or as normalised
 // (docker.io/library/...), and returns its cached info, unpacking it first if needed.
 func (r *Runner) imageInfo(ctx context.Context, ref string) (*imageInfo, error) {
-	ref, err := r.ensureImage(ctx, ref)
+	// The runner's pull policy; a pinned reference is looked up by name@digest.
+	ref, err := pullutil.Ensure(ctx, ref, r.cfg.pullPolicy, r.pull)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -87,11 +88,7 @@ var nsRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]{0,75}[A-Za-z0-9])?$`)
 // DefaultAddress).
 func WithAddress(addr string) Option {
 	return func(c *config) error {
-		if !filepath.IsAbs(addr) {
-			return port.Invalidf("containerd address %q is not an absolute socket path", addr)
-		}
-		c.address = addr
-		return nil
+		return optcheck.Set(&c.address, addr, filepath.IsAbs(addr), "containerd address %q is not an absolute socket path", addr)
 	}
 }
 
@@ -99,69 +96,35 @@ func WithAddress(addr string) Option {
 // DefaultNamespace). Images must be in it.
 func WithNamespace(ns string) Option {
 	return func(c *config) error {
-		if !nsRe.MatchString(ns) {
-			return port.Invalidf("namespace %q is not a valid containerd namespace", ns)
-		}
-		c.namespace = ns
-		return nil
+		return optcheck.Set(&c.namespace, ns, nsRe.MatchString(ns), "namespace %q is not a valid containerd namespace", ns)
 	}
 }
 
 // WithSnapshotter sets the snapshotter (default DefaultSnapshotter).
 func WithSnapshotter(name string) Option {
-	return func(c *config) error {
-		if name == "" {
-			return port.Invalidf("snapshotter is empty")
-		}
-		c.snapshotter = name
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.snapshotter, name, name != "", "snapshotter is empty") }
 }
 
 // WithOwner sets the owner label value; sweeps only touch their owner's resources.
 func WithOwner(owner string) Option {
-	return func(c *config) error {
-		if err := adapterutil.ValidateOwner(owner); err != nil {
-			return err
-		}
-		c.owner = owner
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 // WithBridge sets the host path of a static sandbox-bridge binary, mounted read-only
 // and made the entrypoint of runs with an LLM socket (see the docker adapter's WithBridge).
 func WithBridge(path string) Option {
-	return func(c *config) error {
-		if err := adapterutil.ValidateBridge(path); err != nil {
-			return err
-		}
-		c.bridgePath = path
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetBridge(&c.bridgePath, path) }
 }
 
 // WithCleanupTimeout bounds the removal of a run's task, container and snapshot, which
 // ignores the caller's cancellation so a cancelled caller cannot leak them. Default 30s.
 func WithCleanupTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return port.Invalidf("cleanup timeout %v is not positive", d)
-		}
-		c.cleanupTimeout = d
-		return nil
-	}
+	return func(c *config) error { return optcheck.Positive(&c.cleanupTimeout, d, "cleanup timeout") }
 }
 
 // WithKillGrace bounds what a run that ran out of time (its limit, or the caller's
@@ -170,13 +133,7 @@ func WithCleanupTimeout(d time.Duration) Option {
 // does (a stopped or wedged shim cannot answer); the removal of what is left goes on
 // in the background and stays labelled for Sweep. Default DefaultKillGrace.
 func WithKillGrace(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return port.Invalidf("kill grace %v is not positive", d)
-		}
-		c.killGrace = d
-		return nil
-	}
+	return func(c *config) error { return optcheck.Positive(&c.killGrace, d, "kill grace") }
 }
 
 // WithCleanupConcurrency sets how many finished runs may be being removed in the
@@ -187,13 +144,7 @@ func WithKillGrace(d time.Duration) Option {
 // RunOnce returns. Close waits for pending removals; Sweep finds what a dead host
 // left pending.
 func WithCleanupConcurrency(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return port.Invalidf("cleanup concurrency %d is negative", n)
-		}
-		c.cleanupConcurrency = n
-		return nil
-	}
+	return func(c *config) error { return optcheck.Count(&c.cleanupConcurrency, n, "cleanup concurrency") }
 }
 
 // WithPoolDir sets where warm pools keep their sandboxes' host directories (default
@@ -201,13 +152,7 @@ func WithCleanupConcurrency(n int) Option {
 // workspace, mounts and LLM socket directory are attached to; Sweep removes those of
 // sandboxes that are gone. It must be on a local file system the daemon sees.
 func WithPoolDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("pool directory %q is not absolute", dir)
-		}
-		c.poolDir = filepath.Clean(dir)
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.poolDir, dir, "pool directory") }
 }
 
 // WithPoolStarted says whether warm pools start each sandbox's stub when the sandbox

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,12 +20,12 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
+	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -42,15 +40,6 @@ const (
 
 // DefaultPoolRefillConcurrency is PoolOptions.RefillConcurrency's default.
 const DefaultPoolRefillConcurrency = 2
-
-// Slot directories, inside a slot's host directory. Each is a shared mount point the
-// sandbox mounts rslave, so what a run attaches there at claim time appears inside.
-const (
-	slotWorkspace = "ws"
-	slotSocket    = "sock"
-	slotMount     = "m" // + index
-	slotStage     = "stage"
-)
 
 var _ port.Pooler = (*Runner)(nil)
 
@@ -68,19 +57,10 @@ type Pool struct {
 	tmpl port.PoolTemplate
 	key  string
 	size int
-
-	ready chan *slot
-	sem   chan struct{} // creations in flight
-	wake  chan struct{}
-
-	ctx    context.Context // the pool's life: cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the filler and the creations
-
-	creating                                 atomic.Int32
-	warm, cold, other, failed, preloadFailed atomic.Int64
-	closed                                   atomic.Bool
-	unobserve                                func() // ends the pool's sandbox.pool.ready gauge
+	k    *warmpool.Keeper[*slot]
+	// ready is k.Ready: the sandboxes ready for a claim.
+	ready     chan *slot
+	unobserve func() // ends the pool's sandbox.pool.ready gauge
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -96,8 +76,8 @@ type slot struct {
 	claim     *io.PipeWriter // the stub's stdin
 	started   bool           // the stub already runs, waiting on its stdin
 	exited    atomic.Bool    // its exit was seen
-	stdout    *switchWriter
-	stderr    *switchWriter
+	stdout    *warmpool.SwitchWriter
+	stderr    *warmpool.SwitchWriter
 	// attestation is what the stub reported once its pre-booted runtime was ready
 	// (nil without Preload).
 	attestation *port.Attestation
@@ -133,32 +113,22 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	if err := r.check(tmpl.Spec("pool-template")); err != nil {
 		return nil, opErr("WarmPool", "", err)
 	}
-	if opts.Size < 1 {
-		return nil, opErr("WarmPool", "", port.Invalidf("pool size %d is less than 1", opts.Size))
+	opts, err := warmpool.CheckOptions(opts, DefaultPoolRefillConcurrency)
+	if err != nil {
+		return nil, opErr("WarmPool", "", err)
 	}
-	if opts.RefillConcurrency < 0 {
-		return nil, opErr("WarmPool", "", port.Invalidf("refill concurrency %d is negative", opts.RefillConcurrency))
-	}
-	if opts.RefillConcurrency == 0 {
-		opts.RefillConcurrency = DefaultPoolRefillConcurrency
-	}
-	ctx, cancel := context.WithCancel(r.ns(context.Background()))
-	p := &Pool{
-		r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size,
-		ready: make(chan *slot, opts.Size), sem: make(chan struct{}, opts.RefillConcurrency), wake: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel,
-	}
-	r.poolsMu.Lock()
-	if r.closed {
-		r.poolsMu.Unlock()
-		cancel()
+	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
+	p.k = warmpool.New(r.ns(context.Background()), warmpool.Config[*slot]{
+		Key: p.key, Size: opts.Size, Concurrency: opts.RefillConcurrency,
+		New: p.newSlot, Destroy: p.destroy, Discard: p.discard, Logger: r.cfg.logger,
+	})
+	p.ready = p.k.Ready
+	if !r.pools.Add(p) {
+		p.k.Stop()
 		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
 	}
-	r.pools[p] = struct{}{}
-	r.poolsMu.Unlock()
 	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
-	p.wg.Add(1)
-	go p.fill()
+	p.k.Start()
 	return p, nil
 }
 
@@ -168,74 +138,17 @@ var errNoPoolHere = errors.New("warm pools need Linux mount propagation")
 func (p *Pool) Template() port.PoolTemplate { return p.tmpl }
 
 // Stats implements port.Pool.
-func (p *Pool) Stats() port.PoolStats {
-	return port.PoolStats{
-		Ready: len(p.ready), Creating: int(p.creating.Load()),
-		Warm: p.warm.Load(), Cold: p.cold.Load(), Other: p.other.Load(), Failed: p.failed.Load(),
-		PreloadFailed: p.preloadFailed.Load(),
-	}
-}
+func (p *Pool) Stats() port.PoolStats { return p.k.Stats() }
 
-// fill keeps the pool at its size, creating at most RefillConcurrency sandboxes at
-// once, until Close.
-func (p *Pool) fill() {
-	defer p.wg.Done()
-	for {
-		for len(p.ready)+int(p.creating.Load()) < p.size {
-			select {
-			case p.sem <- struct{}{}:
-			case <-p.ctx.Done():
-				return
-			}
-			p.creating.Add(1)
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				s, err := p.newSlot()
-				if err != nil {
-					p.failed.Add(1)
-					if errors.Is(err, errPreload) {
-						p.preloadFailed.Add(1)
-					}
-					p.r.cfg.logger.Warn("creating a pooled sandbox failed", "pool", p.key, "err", err)
-					// Back off so a broken template does not spin the machine.
-					select {
-					case <-time.After(time.Second):
-					case <-p.ctx.Done():
-					}
-				} else {
-					select {
-					case p.ready <- s:
-					default: // cannot happen while the counts hold; never leak it
-						p.r.cleanup.Go(func() { p.destroy(s) })
-					}
-				}
-				p.creating.Add(-1)
-				<-p.sem
-				p.signal()
-			}()
-		}
-		select {
-		case <-p.wake:
-		case <-p.ctx.Done():
-			return
-		}
-	}
-}
-
-func (p *Pool) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
+// discard removes s in the background.
+func (p *Pool) discard(s *slot) { p.r.cleanup.Go(func() { p.destroy(s) }) }
 
 // newSlot creates one sandbox of the template, not started. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
 func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), r.cfg.cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.k.Ctx()), r.cfg.cleanupTimeout)
 	defer cancel()
 	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
 	s := &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
@@ -253,53 +166,21 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("slot directory: %w", err)
-	}
-	shared := func(name string) (string, error) {
-		d := filepath.Join(s.dir, name)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", err
-		}
-		return d, makeSharedDir(d)
-	}
-	if spec.WorkspaceDir != "" {
-		if spec.WorkspaceDir, err = shared(slotWorkspace); err != nil {
-			return nil, err
-		}
-	}
-	for i := range spec.Mounts {
-		if spec.Mounts[i].Source, err = shared(slotMount + strconv.Itoa(i)); err != nil {
-			return nil, err
-		}
-	}
-	if spec.LLM != nil {
-		if spec.LLM.HostDir, err = shared(slotSocket); err != nil {
-			return nil, err
-		}
+	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
+		return nil, err
 	}
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
-	stub := []string{bridgeTarget, "-claim"}
-	var status *sandboxbridge.StubStatus
-	boot := time.Duration(0)
-	if pre := p.tmpl.Preload; pre != nil {
-		boot = pre.Timeout
-		if boot <= 0 {
-			boot = sandboxbridge.DefaultPreloadTimeout
-		}
-		stub = sandboxbridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
-		status = sandboxbridge.NewStubStatus()
-	}
+	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
-	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub))
+	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub.Argv))
 	if err != nil {
 		return nil, err
 	}
 	in, claim := io.Pipe()
 	s.claim = claim
-	s.stdout, s.stderr = &switchWriter{}, &switchWriter{}
-	if status != nil {
-		s.stdout.set(status)
+	s.stdout, s.stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
+	if stub.Status != nil {
+		s.stdout.Set(stub.Status)
 	}
 	task, err := s.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(in, s.stdout, s.stderr)))
 	if err != nil {
@@ -311,34 +192,23 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("wait: %w", classify(err))
 	}
 	// A pre-booted runtime boots before the claim: its stub always starts now.
-	if r.cfg.poolStarted || status != nil {
+	if r.cfg.poolStarted || stub.Status != nil {
 		if err := task.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start: %w", classify(err))
 		}
 		s.started = true
 	}
-	if status != nil {
+	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
-		select {
-		case st := <-status.Done():
-			if st.Preload != bridgeapi.PreloadStatusReady {
-				return nil, fmt.Errorf("%w: %s", errPreload, st.Reason)
-			}
-			s.attestation = st.Attestation
-		case <-s.statusC:
-			s.exited.Store(true)
-			return nil, fmt.Errorf("%w: the stub exited before its runtime was ready", errPreload)
-		case <-time.After(boot + 30*time.Second):
-			return nil, fmt.Errorf("%w: no status from the stub after %v", errPreload, boot+30*time.Second)
-		case <-p.ctx.Done():
-			return nil, p.ctx.Err()
+		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.statusC)
+		if err != nil {
+			s.exited.Store(exited)
+			return nil, err
 		}
+		s.attestation = att
 	}
 	return s, nil
 }
-
-// errPreload marks a slot whose pre-booted runtime failed before any claim.
-var errPreload = errors.New("pre-booted runtime failed")
 
 // withSlotMounts makes the sandbox's mounts of the slot's directories rslave, so the
 // mounts attached to them at claim time propagate in.
@@ -367,26 +237,39 @@ func withStub(args []string) oci.SpecOpts {
 func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
 	spec = spec.WithDefaults()
 	if !port.TemplateOf(spec).Equal(p.tmpl) {
-		p.other.Add(1)
-		return coldRun(ctx, p.r, spec, "no pool of the run's shape")
+		p.k.Other.Add(1)
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "no pool of the run's shape")
 	}
 	if err := p.r.check(spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	s := p.take()
-	if s == nil {
-		p.cold.Add(1)
+	// A started stub that ended before its claim (killed from outside, say) is no
+	// sandbox to run in; one not started yet is.
+	s, ok := p.k.Take(func(s *slot) bool {
+		if !s.started {
+			return false
+		}
+		select {
+		case <-s.statusC:
+			s.exited.Store(true)
+			return true
+		default:
+			return false
+		}
+	})
+	if !ok {
+		p.k.Cold.Add(1)
 		telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", false)
-		return coldRun(ctx, p.r, spec, "the pool was empty")
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
 	}
-	p.warm.Add(1)
+	p.k.Warm.Add(1)
 	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
 	res, err := p.run(ctx, spec, s)
 	if res != nil && res.gone != "" {
 		// The runtime died between its last check and the claim: nothing of the run
 		// ran in the slot. Run it cold, and say so.
-		p.preloadFailed.Add(1)
-		return coldRun(ctx, p.r, spec, "the pre-booted runtime was gone at the claim: "+res.gone)
+		p.k.PreloadFailed.Add(1)
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pre-booted runtime was gone at the claim: "+res.gone)
 	}
 	if res == nil {
 		return nil, err
@@ -394,45 +277,10 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	return res.RunResult, err
 }
 
-// coldRun runs spec on the runner, saying why in the result.
-func coldRun(ctx context.Context, r *Runner, spec port.RunSpec, why string) (*port.RunResult, error) {
-	res, err := r.RunOnce(ctx, spec)
-	if res != nil {
-		res.Start, res.StartNote = port.StartCold, why
-	}
-	return res, err
-}
-
 // slotResult is a pooled run's result, with what the pool needs to know of it.
 type slotResult struct {
 	*port.RunResult
 	gone string // the stub's PreloadGone reason
-}
-
-// take returns a ready slot, or nil when there is none. A started stub that ended
-// before its claim (killed from outside, say) is no sandbox to run in: it is dropped
-// and the next one taken.
-func (p *Pool) take() *slot {
-	for {
-		var s *slot
-		select {
-		case s = <-p.ready:
-			p.signal()
-		default:
-			return nil
-		}
-		if !s.started {
-			return s
-		}
-		select {
-		case <-s.statusC:
-			s.exited.Store(true)
-			p.failed.Add(1)
-			p.r.cleanup.Go(func() { p.destroy(s) })
-		default:
-			return s
-		}
-	}
 }
 
 // run runs spec in the claimed slot s.
@@ -479,20 +327,20 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}()
 
 	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
-	if err := s.attachRun(spec); err != nil {
+	if err := warmpool.AttachRun(s.dir, spec); err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
 
 	r.phase("attach")
 	// Its command, through the claim channel, closed after it.
-	msg, err := claimMessage(spec, s.img)
+	msg, err := warmpool.ClaimMessage(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
 	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	s.stdout.set(stdout)
-	s.stderr.set(stderr)
+	s.stdout.Set(stdout)
+	s.stderr.Set(stderr)
 	go func() {
 		// A pipe write returns once the shim's FIFO has it; the stub reads it at start.
 		_, werr := s.claim.Write(msg)
@@ -573,46 +421,6 @@ func slotExitResult(ctx context.Context, s *slot, st client.ExitStatus, res *por
 	return "", nil
 }
 
-// attachRun puts the run's workspace, mounts and LLM socket directory on the slot's
-// mount points.
-func (s *slot) attachRun(spec port.RunSpec) error {
-	stage := filepath.Join(s.dir, slotStage)
-	if spec.WorkspaceDir != "" {
-		if err := attach(spec.WorkspaceDir, filepath.Join(s.dir, slotWorkspace), stage, true); err != nil {
-			return err
-		}
-	}
-	for i, m := range spec.Mounts {
-		if err := attach(m.Source, filepath.Join(s.dir, slotMount+strconv.Itoa(i)), stage, m.Writable); err != nil {
-			return err
-		}
-	}
-	if spec.LLM != nil {
-		if err := attach(spec.LLM.HostDir, filepath.Join(s.dir, slotSocket), stage, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// claimMessage is the claim line that starts spec's command in a slot of img.
-func claimMessage(spec port.RunSpec, img *imageInfo) ([]byte, error) {
-	argv := spec.Argv
-	if len(argv) == 0 {
-		argv = append(append([]string(nil), img.config.Entrypoint...), img.config.Cmd...)
-	}
-	if len(argv) == 0 {
-		return nil, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image)
-	}
-	dir := img.config.WorkingDir
-	if spec.WorkspaceDir != "" {
-		dir = port.WorkspacePath
-	}
-	claim := sandboxbridge.NewClaim(argv, runEnv(spec, img), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
-	claim.Egress = adapterutil.EgressOn(spec)
-	return claim.Encode()
-}
-
 // runEnv is the environment a cold run of spec gets: the image's, with each variable
 // of port.RunSpec.SandboxEnv replacing one of the same name.
 func runEnv(spec port.RunSpec, img *imageInfo) []string {
@@ -669,33 +477,14 @@ func (s *slot) release() {
 // Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
 // removals waited for (until ctx ends). Runs in progress finish.
 func (p *Pool) Close(ctx context.Context) error {
-	if !p.closed.CompareAndSwap(false, true) {
+	if !p.k.Stop() {
 		return nil
 	}
-	p.cancel()
 	p.unobserve()
-	p.r.poolsMu.Lock()
-	delete(p.r.pools, p)
-	p.r.poolsMu.Unlock()
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return opErr("Pool.Close", "", ctx.Err())
+	p.r.pools.Remove(p)
+	if err := p.k.Drain(ctx); err != nil {
+		return opErr("Pool.Close", "", err)
 	}
-	var wg sync.WaitGroup
-	for {
-		select {
-		case s := <-p.ready:
-			wg.Add(1)
-			go func() { defer wg.Done(); p.destroy(s) }()
-			continue
-		default:
-		}
-		break
-	}
-	wg.Wait()
 	if err := p.r.cleanup.Wait(ctx); err != nil {
 		return opErr("Pool.Close", "", err)
 	}
@@ -713,30 +502,6 @@ func poolIDPrefix(namespace, owner string) string {
 
 func (r *Runner) poolDir() string {
 	return filepath.Join(r.cfg.poolDir, r.cfg.namespace, r.cfg.owner)
-}
-
-// switchWriter is a pooled sandbox's stdout or stderr: nothing of the run exists when
-// the task is created, so output goes to the run's buffer once claimed (the stub says
-// nothing before unless it fails, and that is dropped with the slot).
-type switchWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *switchWriter) set(w io.Writer) {
-	s.mu.Lock()
-	s.w = w
-	s.mu.Unlock()
-}
-
-// Write implements io.Writer.
-func (s *switchWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.w == nil {
-		return len(b), nil
-	}
-	return s.w.Write(b)
 }
 
 func randHex(n int) string {

@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/containerd/containerd/v2/client"
@@ -10,7 +9,6 @@ import (
 	clog "github.com/containerd/log"
 	"github.com/sirupsen/logrus"
 
-	"github.com/agentsandbox/sandbox/internal/imageref"
 	"github.com/agentsandbox/sandbox/internal/pullutil"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -36,41 +34,20 @@ func (r *Runner) PullImage(ctx context.Context, ref string, policy port.PullPoli
 	return p, nil
 }
 
-// ensureImage applies the runner's pull policy to a run's image and returns the name
-// to look it up by (name@digest for a pinned reference).
-func (r *Runner) ensureImage(ctx context.Context, ref string) (string, error) {
-	if r.cfg.pullPolicy == "" || r.cfg.pullPolicy == port.PullNever {
-		return ref, nil
-	}
-	p, err := r.pull(ctx, ref, r.cfg.pullPolicy)
-	if err != nil {
-		return "", err
-	}
-	return p.Ref, nil
-}
-
 func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (port.PulledImage, error) {
-	if err := policy.Validate(); err != nil {
-		return port.PulledImage{}, err
-	}
-	ir, err := imageref.Parse(ref)
+	q, err := pullutil.NewRequest(ref, policy)
 	if err != nil {
 		return port.PulledImage{}, err
-	}
-	pe := func(err error) error { return &port.PullError{Ref: ref, Registry: ir.Domain, Err: err} }
-	local := ir.Tagged()
-	if ir.Digest != "" {
-		local = ir.Pinned()
 	}
 	if policy != port.PullAlways {
-		if i, err := r.cli.ImageService().Get(ctx, local); err == nil {
+		if i, err := r.cli.ImageService().Get(ctx, q.Local); err == nil {
 			ok, uerr := client.NewImage(r.cli, i).IsUnpacked(ctx, r.cfg.snapshotter)
-			if uerr == nil && ok && (ir.Digest == "" || i.Target.Digest == ir.Digest) {
-				return port.PulledImage{Ref: local, Digest: i.Target.Digest.String()}, nil
+			if uerr == nil && ok && (q.Image.Digest == "" || i.Target.Digest == q.Image.Digest) {
+				return port.PulledImage{Ref: q.Local, Digest: i.Target.Digest.String()}, nil
 			}
 		}
 		if policy == port.PullNever || policy == "" {
-			return port.PulledImage{}, pe(fmt.Errorf("%w: image %s is not in namespace %s and the pull policy is %s", port.ErrNotFound, local, r.cfg.namespace, port.PullNever))
+			return port.PulledImage{}, q.NotHeld("namespace " + r.cfg.namespace)
 		}
 	}
 	// The resolver logs every refused request to logrus's standard logger (stderr);
@@ -92,24 +69,24 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 		// Loopback registries speak plain HTTP, as Docker allows for 127.0.0.0/8.
 		Hosts: docker.ConfigureDefaultRegistries(docker.WithAuthorizer(auth), docker.WithPlainHTTP(docker.MatchLocalhost)),
 	})
-	if ir.Digest != "" && ir.Tag != "" {
-		_, desc, err := resolver.Resolve(ctx, ir.Tagged())
+	if q.Image.Digest != "" && q.Image.Tag != "" {
+		_, desc, err := resolver.Resolve(ctx, q.Image.Tagged())
 		if err != nil {
-			return port.PulledImage{}, pe(pullErr(err, credErr))
+			return port.PulledImage{}, q.Err(pullErr(err, credErr))
 		}
-		if desc.Digest != ir.Digest {
-			return port.PulledImage{}, pe(pullutil.Mismatch(ir.Tagged(), ir.Digest.String(), desc.Digest.String()))
+		if err := q.CheckTag(desc.Digest.String()); err != nil {
+			return port.PulledImage{}, err
 		}
 	}
-	img, err := r.cli.Pull(ctx, local, client.WithResolver(resolver), client.WithPullUnpack, client.WithPullSnapshotter(r.cfg.snapshotter))
+	img, err := r.cli.Pull(ctx, q.Local, client.WithResolver(resolver), client.WithPullUnpack, client.WithPullSnapshotter(r.cfg.snapshotter))
 	if err != nil {
-		return port.PulledImage{}, pe(pullErr(err, credErr))
+		return port.PulledImage{}, q.Err(pullErr(err, credErr))
 	}
 	got := img.Target().Digest
-	if ir.Digest != "" && got != ir.Digest {
-		return port.PulledImage{}, pe(pullutil.Mismatch(local, ir.Digest.String(), got.String()))
+	if err := q.CheckPulled(got.String()); err != nil {
+		return port.PulledImage{}, err
 	}
-	r.cfg.logger.Debug("image pulled", "ref", local, "digest", got.String())
+	r.cfg.logger.Debug("image pulled", "ref", q.Local, "digest", got.String())
 	return port.PulledImage{Ref: img.Name(), Digest: got.String(), Pulled: true}, nil
 }
 
@@ -130,23 +107,11 @@ func pullErr(err, credErr error) error {
 // registry by policy before using it (default port.PullNever: only images already
 // imported into the namespace). See PullImage.
 func WithPullPolicy(p port.PullPolicy) Option {
-	return func(c *config) error {
-		if err := p.Validate(); err != nil {
-			return err
-		}
-		c.pullPolicy = p
-		return nil
-	}
+	return func(c *config) error { return pullutil.SetPolicy(&c.pullPolicy, p) }
 }
 
 // WithRegistryCredentials gives the runner's pulls their registries' credentials,
 // asked at each pull and held by this process only; no sandbox sees them.
 func WithRegistryCredentials(creds port.RegistryCredentials) Option {
-	return func(c *config) error {
-		if creds == nil {
-			return port.Invalidf("registry credentials are nil")
-		}
-		c.registryCreds = creds
-		return nil
-	}
+	return func(c *config) error { return pullutil.SetCredentials(&c.registryCreds, creds) }
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
+	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -53,9 +54,7 @@ type Runner struct {
 		stop context.CancelFunc
 	}
 
-	poolsMu sync.Mutex
-	pools   map[*Pool]struct{} // open pools, closed with the runner
-	closed  bool
+	pools warmpool.Open[*Pool] // open pools, closed with the runner
 }
 
 var (
@@ -80,7 +79,7 @@ func NewRunner(opts ...Option) (*Runner, error) {
 		return nil, opErr("NewRunner", "", fmt.Errorf("%w: %v", port.ErrInvalidSpec, err))
 	}
 	cfg.logger = cfg.logger.With(logattr.Component, "containerd.runner")
-	return &Runner{cfg: cfg, cli: cli, cleanup: bgclean.New(cfg.cleanupConcurrency), pools: map[*Pool]struct{}{}}, nil
+	return &Runner{cfg: cfg, cli: cli, cleanup: bgclean.New(cfg.cleanupConcurrency)}, nil
 }
 
 // Ping checks that the daemon answers. Errors wrap port.ErrUnavailable.
@@ -100,14 +99,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 func (r *Runner) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
 	defer cancel()
-	r.poolsMu.Lock()
-	r.closed = true
-	pools := make([]*Pool, 0, len(r.pools))
-	for p := range r.pools {
-		pools = append(pools, p)
-	}
-	r.poolsMu.Unlock()
-	for _, p := range pools {
+	for _, p := range r.pools.Close() {
 		if err := p.Close(ctx); err != nil {
 			r.cfg.logger.Warn("closing a warm pool failed; a Sweep will finish it", "err", err)
 		}

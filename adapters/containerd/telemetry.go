@@ -4,7 +4,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentsandbox/sandbox/internal/telemetry"
-	"github.com/agentsandbox/sandbox/port"
 )
 
 // WithMeterProvider sets where the runner's metrics go (default: the global
@@ -14,13 +13,7 @@ import (
 // start and wait) are children of the span in RunOnce's context, made by that
 // span's provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return port.Invalidf("meter provider is nil")
-		}
-		c.tel = telemetry.New(nil, mp)
-		return nil
-	}
+	return func(c *config) error { return telemetry.SetMeter(&c.tel, mp) }
 }
 
 // Owner returns the owner label value of the resources this runner creates.

@@ -14,8 +14,8 @@ func (r *Runner) RunnerCapabilities() port.RunnerCapabilities {
 }
 
 // ProxyCapabilities implements port.ProxyCapable: the nginx proxy enforces no
-// budget, receives no attestation, has no egress front and cannot filter bodies
-// (Start refuses such specs; see Start).
+// budget, receives no attestation, has no egress front and cannot filter bodies,
+// so without WithUnfilteredBodies it refuses every spec (as Start does; see Start).
 func (m *ProxyManager) ProxyCapabilities() port.ProxyCapabilities {
-	return port.ProxyCapabilities{}
+	return port.ProxyCapabilities{BodiesRefused: !m.cfg.proxy.unfilteredBodies}
 }

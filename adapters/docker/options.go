@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -66,13 +67,7 @@ func defaultConfig() config {
 // WithHost sets the daemon address (e.g. "unix:///var/run/docker.sock"). The default is
 // taken from the environment (DOCKER_HOST and friends), as the docker CLI does.
 func WithHost(host string) SharedOption {
-	return func(c *config) error {
-		if host == "" {
-			return port.Invalidf("docker host is empty")
-		}
-		c.host = host
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.host, host, host != "", "docker host is empty") }
 }
 
 // WithClient uses an existing SDK client instead of making one. The caller keeps
@@ -90,24 +85,12 @@ func WithClient(cli *client.Client) SharedOption {
 // WithOwner sets the owner label value. Sweeps only ever touch resources of their owner,
 // so hosts sharing a daemon must use distinct owners.
 func WithOwner(owner string) SharedOption {
-	return func(c *config) error {
-		if err := adapterutil.ValidateOwner(owner); err != nil {
-			return err
-		}
-		c.owner = owner
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged.
 func WithLogger(l *slog.Logger) SharedOption {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 // WithBridge sets the host path of a static sandbox-bridge binary (cmd/sandbox-bridge).
@@ -115,25 +98,13 @@ func WithLogger(l *slog.Logger) SharedOption {
 // so the agent reaches the proxy at http://127.0.0.1:8080 with no socat in its image.
 // Without it, the image must bring its own bridge.
 func WithBridge(path string) Option {
-	return func(c *config) error {
-		if err := adapterutil.ValidateBridge(path); err != nil {
-			return err
-		}
-		c.bridgePath = path
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetBridge(&c.bridgePath, path) }
 }
 
 // WithCleanupTimeout bounds the removal of a run's container (and a proxy's), which
 // ignores the caller's cancellation so that a cancelled caller cannot leak it. Default 30s.
 func WithCleanupTimeout(d time.Duration) SharedOption {
-	return func(c *config) error {
-		if d <= 0 {
-			return port.Invalidf("cleanup timeout %v is not positive", d)
-		}
-		c.cleanupTimeout = d
-		return nil
-	}
+	return func(c *config) error { return optcheck.Positive(&c.cleanupTimeout, d, "cleanup timeout") }
 }
 
 // DefaultCleanupConcurrency is how many finished runs may be being removed in the
@@ -147,13 +118,7 @@ const DefaultCleanupConcurrency = 16
 // pile up containers. Zero removes inline, before RunOnce returns. Close waits for
 // pending removals; Sweep finds what a dead host left pending.
 func WithCleanupConcurrency(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return port.Invalidf("cleanup concurrency %d is negative", n)
-		}
-		c.cleanupConcurrency = n
-		return nil
-	}
+	return func(c *config) error { return optcheck.Count(&c.cleanupConcurrency, n, "cleanup concurrency") }
 }
 
 // WithRuntime selects the OCI runtime the daemon runs sandboxes with, by the name it
@@ -176,13 +141,7 @@ func WithRuntime(name string) Option {
 // sandboxes that are gone. It must be on a local file system in the daemon's mount
 // namespace.
 func WithPoolDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("pool directory %q is not absolute", dir)
-		}
-		c.poolDir = filepath.Clean(dir)
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.poolDir, dir, "pool directory") }
 }
 
 func (c *config) apply(opts []Option) error {

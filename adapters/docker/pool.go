@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,13 +15,13 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/slotmount"
+	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -43,15 +40,6 @@ const DefaultPoolDir = "/run/agentsandbox/pool"
 
 // DefaultPoolRefillConcurrency is PoolOptions.RefillConcurrency's default.
 const DefaultPoolRefillConcurrency = 2
-
-// Slot directories, inside a slot's host directory: shared mount points the sandbox
-// mounts rslave, so what a run attaches there at claim time appears inside.
-const (
-	slotWorkspace = "ws"
-	slotSocket    = "sock"
-	slotMount     = "m" // + index
-	slotStage     = "stage"
-)
 
 // poolNamePrefix names a ready sandbox; a claimed one is renamed after its run.
 const poolNamePrefix = "agentsandbox-pool-"
@@ -76,18 +64,9 @@ type Pool struct {
 	tmpl port.PoolTemplate
 	key  string
 	size int
-
+	k    *warmpool.Keeper[*slot]
+	// ready is k.Ready: the sandboxes ready for a claim.
 	ready chan *slot
-	sem   chan struct{}
-	wake  chan struct{}
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	creating                                 atomic.Int32
-	warm, cold, other, failed, preloadFailed atomic.Int64
-	closed                                   atomic.Bool
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -99,8 +78,8 @@ type slot struct {
 	img    imageConfig
 	att    *client.HijackedResponse // stdin (the claim channel), stdout and stderr
 	copied chan error               // the output copy ended
-	stdout *switchWriter
-	stderr *switchWriter
+	stdout *warmpool.SwitchWriter
+	stderr *warmpool.SwitchWriter
 	wait   client.ContainerWaitResult
 	exit   chan exitStatus    // the wait's outcome, once (buffered)
 	stop   context.CancelFunc // ends the wait
@@ -155,34 +134,21 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	if err := tmpl.Spec("pool-template").Validate(); err != nil {
 		return nil, opErr("WarmPool", "", err)
 	}
-	if opts.Size < 1 {
-		return nil, opErr("WarmPool", "", port.Invalidf("pool size %d is less than 1", opts.Size))
+	opts, err := warmpool.CheckOptions(opts, DefaultPoolRefillConcurrency)
+	if err != nil {
+		return nil, opErr("WarmPool", "", err)
 	}
-	if opts.RefillConcurrency < 0 {
-		return nil, opErr("WarmPool", "", port.Invalidf("refill concurrency %d is negative", opts.RefillConcurrency))
-	}
-	if opts.RefillConcurrency == 0 {
-		opts.RefillConcurrency = DefaultPoolRefillConcurrency
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{
-		r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size,
-		ready: make(chan *slot, opts.Size), sem: make(chan struct{}, opts.RefillConcurrency), wake: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel,
-	}
-	r.poolsMu.Lock()
-	if r.closed {
-		r.poolsMu.Unlock()
-		cancel()
+	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
+	p.k = warmpool.New(context.Background(), warmpool.Config[*slot]{
+		Key: p.key, Size: opts.Size, Concurrency: opts.RefillConcurrency,
+		New: p.newSlot, Destroy: p.destroy, Discard: p.discard, Logger: r.cfg.logger,
+	})
+	p.ready = p.k.Ready
+	if !r.pools.Add(p) {
+		p.k.Stop()
 		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
 	}
-	if r.pools == nil {
-		r.pools = map[*Pool]struct{}{}
-	}
-	r.pools[p] = struct{}{}
-	r.poolsMu.Unlock()
-	p.wg.Add(1)
-	go p.fill()
+	p.k.Start()
 	return p, nil
 }
 
@@ -190,73 +156,17 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 func (p *Pool) Template() port.PoolTemplate { return p.tmpl }
 
 // Stats implements port.Pool.
-func (p *Pool) Stats() port.PoolStats {
-	return port.PoolStats{
-		Ready: len(p.ready), Creating: int(p.creating.Load()),
-		Warm: p.warm.Load(), Cold: p.cold.Load(), Other: p.other.Load(), Failed: p.failed.Load(),
-		PreloadFailed: p.preloadFailed.Load(),
-	}
-}
+func (p *Pool) Stats() port.PoolStats { return p.k.Stats() }
 
-// fill keeps the pool at its size, creating at most RefillConcurrency sandboxes at
-// once, until Close.
-func (p *Pool) fill() {
-	defer p.wg.Done()
-	for {
-		for len(p.ready)+int(p.creating.Load()) < p.size {
-			select {
-			case p.sem <- struct{}{}:
-			case <-p.ctx.Done():
-				return
-			}
-			p.creating.Add(1)
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				s, err := p.newSlot()
-				if err != nil {
-					p.failed.Add(1)
-					if errors.Is(err, errPreload) {
-						p.preloadFailed.Add(1)
-					}
-					p.r.cfg.logger.Warn("creating a pooled sandbox failed", "pool", p.key, logattr.Err, err)
-					select { // a broken template must not spin the machine
-					case <-time.After(time.Second):
-					case <-p.ctx.Done():
-					}
-				} else {
-					select {
-					case p.ready <- s:
-					default: // cannot happen while the counts hold; never leak it
-						p.r.cleanup.Go(func() { p.destroy(s) })
-					}
-				}
-				p.creating.Add(-1)
-				<-p.sem
-				p.signal()
-			}()
-		}
-		select {
-		case <-p.wake:
-		case <-p.ctx.Done():
-			return
-		}
-	}
-}
-
-func (p *Pool) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
+// discard removes s in the background.
+func (p *Pool) discard(s *slot) { p.r.cleanup.Go(func() { p.destroy(s) }) }
 
 // newSlot creates and starts one sandbox of the template. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
 func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), r.cfg.cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.k.Ctx()), r.cfg.cleanupTimeout)
 	defer cancel()
 	name := poolNamePrefix + randHex(6)
 	s := &slot{dir: filepath.Join(r.poolDir(), name)}
@@ -276,45 +186,13 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("slot directory: %w", err)
-	}
-	shared := func(sub string) (string, error) {
-		d := filepath.Join(s.dir, sub)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", err
-		}
-		return d, slotmount.MakeShared(d)
-	}
-	if spec.WorkspaceDir != "" {
-		if spec.WorkspaceDir, err = shared(slotWorkspace); err != nil {
-			return nil, err
-		}
-	}
-	for i := range spec.Mounts {
-		if spec.Mounts[i].Source, err = shared(slotMount + strconv.Itoa(i)); err != nil {
-			return nil, err
-		}
-	}
-	if spec.LLM != nil {
-		if spec.LLM.HostDir, err = shared(slotSocket); err != nil {
-			return nil, err
-		}
+	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
+		return nil, err
 	}
 	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
-	stub := []string{bridgeTarget, "-claim"}
-	var status *sandboxbridge.StubStatus
-	boot := time.Duration(0)
-	if pre := p.tmpl.Preload; pre != nil {
-		boot = pre.Timeout
-		if boot <= 0 {
-			boot = sandboxbridge.DefaultPreloadTimeout
-		}
-		stub = sandboxbridge.PreloadArgs(bridgeTarget, pre.Argv, boot.String())
-		status = sandboxbridge.NewStubStatus()
-	}
+	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
-	cfg, hc := sandboxConfig(spec.ColdSpec(), stub, lbls, r.cfg.bridgePath)
+	cfg, hc := sandboxConfig(spec.ColdSpec(), stub.Argv, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	for i, m := range hc.Mounts {
 		if m.Type == mount.TypeBind && strings.HasPrefix(m.Source, s.dir+"/") {
@@ -334,16 +212,16 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("attach: %w", classify(err))
 	}
 	s.att = &att.HijackedResponse
-	s.stdout, s.stderr = &switchWriter{}, &switchWriter{}
-	if status != nil {
-		s.stdout.set(status)
+	s.stdout, s.stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
+	if stub.Status != nil {
+		s.stdout.Set(stub.Status)
 	}
 	s.copied = make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(s.stdout, s.stderr, s.att.Reader)
 		s.copied <- err
 	}()
-	wctx, stop := context.WithCancel(context.WithoutCancel(p.ctx))
+	wctx, stop := context.WithCancel(context.WithoutCancel(p.k.Ctx()))
 	s.stop = stop
 	s.wait = r.cfg.api.ContainerWait(wctx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	s.exit = make(chan exitStatus, 1)
@@ -358,63 +236,51 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if _, err := r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start: %w", classify(err))
 	}
-	if status != nil {
+	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
-		select {
-		case st := <-status.Done():
-			if st.Preload != bridgeapi.PreloadStatusReady {
-				return nil, fmt.Errorf("%w: %s", errPreload, st.Reason)
-			}
-			s.attestation = st.Attestation
-		case <-s.exit:
-			s.exited.Store(true)
-			return nil, fmt.Errorf("%w: the stub exited before its runtime was ready", errPreload)
-		case <-time.After(boot + 30*time.Second):
-			return nil, fmt.Errorf("%w: no status from the stub after %v", errPreload, boot+30*time.Second)
-		case <-p.ctx.Done():
-			return nil, p.ctx.Err()
+		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.exit)
+		if err != nil {
+			s.exited.Store(exited)
+			return nil, err
 		}
+		s.attestation = att
 	}
 	return s, nil
 }
-
-// errPreload marks a slot whose pre-booted runtime failed before any claim.
-var errPreload = errors.New("pre-booted runtime failed")
 
 // RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
 // sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
 func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
 	spec = spec.WithDefaults()
 	if !port.TemplateOf(spec).Equal(p.tmpl) || len(spec.Labels) > 0 || spec.Network.Internal != "" {
-		p.other.Add(1)
-		return coldRun(ctx, p.r, spec, "no pool of the run's shape")
+		p.k.Other.Add(1)
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "no pool of the run's shape")
 	}
 	if err := p.r.check(ctx, spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	s := p.take()
-	if s == nil {
-		p.cold.Add(1)
-		return coldRun(ctx, p.r, spec, "the pool was empty")
+	s, ok := p.k.Take(func(s *slot) bool {
+		select {
+		case <-s.exit:
+			s.exited.Store(true)
+			return true
+		default:
+			return false
+		}
+	})
+	if !ok {
+		p.k.Cold.Add(1)
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
 	}
-	p.warm.Add(1)
+	p.k.Warm.Add(1)
 	res, err := p.run(ctx, spec, s)
 	if reason, gone := res.preloadGone(); gone {
 		// The runtime died between its last check and the claim: nothing of the run
 		// ran in the slot. Run it cold, and say so.
-		p.preloadFailed.Add(1)
-		return coldRun(ctx, p.r, spec, "the pre-booted runtime was gone at the claim: "+reason)
+		p.k.PreloadFailed.Add(1)
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pre-booted runtime was gone at the claim: "+reason)
 	}
 	return res.RunResult, err
-}
-
-// coldRun runs spec on the runner, saying why in the result.
-func coldRun(ctx context.Context, r *Runner, spec port.RunSpec, why string) (*port.RunResult, error) {
-	res, err := r.RunOnce(ctx, spec)
-	if res != nil {
-		res.Start, res.StartNote = port.StartCold, why
-	}
-	return res, err
 }
 
 // slotResult is a pooled run's result, with what the pool needs to know of it.
@@ -424,28 +290,6 @@ type slotResult struct {
 }
 
 func (r slotResult) preloadGone() (string, bool) { return r.gone, r.gone != "" }
-
-// take returns a ready slot, or nil when there is none. A stub that ended before its
-// claim (killed from outside, say) is dropped and the next one taken.
-func (p *Pool) take() *slot {
-	for {
-		var s *slot
-		select {
-		case s = <-p.ready:
-			p.signal()
-		default:
-			return nil
-		}
-		select {
-		case <-s.exit:
-		default:
-			return s
-		}
-		s.exited.Store(true)
-		p.failed.Add(1)
-		p.r.cleanup.Go(func() { p.destroy(s) })
-	}
-}
 
 // run runs spec in the claimed slot s.
 func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult, error) {
@@ -485,44 +329,17 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		}
 	}()
 
-	stage := filepath.Join(s.dir, slotStage)
-	if spec.WorkspaceDir != "" {
-		if err := slotmount.Attach(spec.WorkspaceDir, filepath.Join(s.dir, slotWorkspace), stage, true); err != nil {
-			return fail(port.CodeContainerFailed, err)
-		}
+	if err := warmpool.AttachRun(s.dir, spec); err != nil {
+		return fail(port.CodeContainerFailed, err)
 	}
-	for i, m := range spec.Mounts {
-		if err := slotmount.Attach(m.Source, filepath.Join(s.dir, slotMount+strconv.Itoa(i)), stage, m.Writable); err != nil {
-			return fail(port.CodeContainerFailed, err)
-		}
-	}
-	if spec.LLM != nil {
-		if err := slotmount.Attach(spec.LLM.HostDir, filepath.Join(s.dir, slotSocket), stage, false); err != nil {
-			return fail(port.CodeContainerFailed, err)
-		}
-	}
-
-	argv := spec.Argv
-	if len(argv) == 0 {
-		argv = s.img.argv
-	}
-	if len(argv) == 0 {
-		return fail(port.CodeContainerFailed, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image))
-	}
-	dir := s.img.dir
-	if spec.WorkspaceDir != "" {
-		dir = port.WorkspacePath
-	}
-	claim := sandboxbridge.NewClaim(argv, claimEnv(spec, s.img.env), dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
-	claim.Egress = adapterutil.EgressOn(spec)
-	msg, err := claim.Encode()
+	msg, err := warmpool.ClaimMessage(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
 	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	s.stdout.set(stdout)
-	s.stderr.set(stderr)
+	s.stdout.Set(stdout)
+	s.stderr.Set(stderr)
 	if _, err := s.att.Conn.Write(msg); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
 	}
@@ -685,32 +502,13 @@ func (p *Pool) release(s *slot) {
 // Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
 // removals waited for (until ctx ends). Runs in progress finish.
 func (p *Pool) Close(ctx context.Context) error {
-	if !p.closed.CompareAndSwap(false, true) {
+	if !p.k.Stop() {
 		return nil
 	}
-	p.cancel()
-	p.r.poolsMu.Lock()
-	delete(p.r.pools, p)
-	p.r.poolsMu.Unlock()
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return opErr("Pool.Close", "", ctx.Err())
+	p.r.pools.Remove(p)
+	if err := p.k.Drain(ctx); err != nil {
+		return opErr("Pool.Close", "", err)
 	}
-	var wg sync.WaitGroup
-	for {
-		select {
-		case s := <-p.ready:
-			wg.Add(1)
-			go func() { defer wg.Done(); p.destroy(s) }()
-			continue
-		default:
-		}
-		break
-	}
-	wg.Wait()
 	if err := p.r.cleanup.Wait(ctx); err != nil {
 		return opErr("Pool.Close", "", err)
 	}
@@ -720,30 +518,6 @@ func (p *Pool) Close(ctx context.Context) error {
 // poolDir is where slot directories live: one per pooled sandbox, named after it.
 func (r *Runner) poolDir() string {
 	return r.cfg.poolRoot()
-}
-
-// switchWriter is a pooled sandbox's stdout or stderr: nothing of the run exists when
-// the container starts, so output goes to the run's buffer once claimed (the stub says
-// nothing before unless it fails, and that is dropped with the slot).
-type switchWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *switchWriter) set(w io.Writer) {
-	s.mu.Lock()
-	s.w = w
-	s.mu.Unlock()
-}
-
-// Write implements io.Writer.
-func (s *switchWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.w == nil {
-		return len(b), nil
-	}
-	return s.w.Write(b)
 }
 
 // pooledRun reports whether a container named name is a pooled sandbox claimed by

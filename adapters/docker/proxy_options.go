@@ -99,13 +99,7 @@ func WithMaxAuditRecords(n int) ProxyOption {
 // started the proxy is gone (killed before Stop). Without it a proxy runs until
 // stopped or swept, and Start logs that at Warn when the spec has a deadline.
 func WithProxyBridge(path string) ProxyOption {
-	return func(c *config) error {
-		if err := adapterutil.ValidateBridge(path); err != nil {
-			return err
-		}
-		c.bridgePath = path
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetBridge(&c.bridgePath, path) }
 }
 
 // WithUnfilteredBodies acknowledges what the nginx proxy cannot do: read request

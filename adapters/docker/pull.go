@@ -40,36 +40,22 @@ func (r *Runner) PullImage(ctx context.Context, ref string, policy port.PullPoli
 // ensureImage applies the runner's pull policy to a run's image and returns the
 // reference to create the container from (name@digest for a pinned reference).
 func (r *Runner) ensureImage(ctx context.Context, ref string) (string, error) {
-	if r.cfg.pullPolicy == "" || r.cfg.pullPolicy == port.PullNever {
-		return ref, nil
-	}
-	p, err := r.pull(ctx, ref, r.cfg.pullPolicy)
-	if err != nil {
-		return "", err
-	}
-	return p.Ref, nil
+	return pullutil.Ensure(ctx, ref, r.cfg.pullPolicy, r.pull)
 }
 
 func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (port.PulledImage, error) {
-	if err := policy.Validate(); err != nil {
-		return port.PulledImage{}, err
-	}
-	ir, err := imageref.Parse(ref)
+	q, err := pullutil.NewRequest(ref, policy)
 	if err != nil {
 		return port.PulledImage{}, err
 	}
-	pe := func(err error) error { return &port.PullError{Ref: ref, Registry: ir.Domain, Err: err} }
-	// The reference the daemon stores: by digest when pinned.
-	local := ir.Tagged()
-	if ir.Digest != "" {
-		local = ir.Pinned()
-	}
+	// local is the reference the daemon stores: by digest when pinned.
+	ir, local, pe := q.Image, q.Local, q.Err
 	if policy != port.PullAlways {
 		if d, ok := r.present(ctx, local, ir); ok {
 			return port.PulledImage{Ref: local, Digest: d}, nil
 		}
 		if policy == port.PullNever || policy == "" {
-			return port.PulledImage{}, pe(fmt.Errorf("%w: image %s is not in the engine's store and the pull policy is %s", port.ErrNotFound, local, port.PullNever))
+			return port.PulledImage{}, q.NotHeld("the engine's store")
 		}
 	}
 	api, ok := r.cfg.api.(pullAPI)
@@ -87,8 +73,8 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 		if err != nil {
 			return port.PulledImage{}, pe(pullutil.Classify(classify(err)))
 		}
-		if got := di.Descriptor.Digest; got != ir.Digest {
-			return port.PulledImage{}, pe(pullutil.Mismatch(ir.Tagged(), ir.Digest.String(), got.String()))
+		if err := q.CheckTag(di.Descriptor.Digest.String()); err != nil {
+			return port.PulledImage{}, err
 		}
 	}
 	resp, err := api.ImagePull(ctx, local, client.ImagePullOptions{RegistryAuth: auth})
@@ -104,8 +90,8 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 	if !ok {
 		return port.PulledImage{}, pe(fmt.Errorf("%w: the daemon reported the pull of %s done but does not hold it", port.ErrInternal, local))
 	}
-	if ir.Digest != "" && d != ir.Digest.String() {
-		return port.PulledImage{}, pe(pullutil.Mismatch(local, ir.Digest.String(), d))
+	if err := q.CheckPulled(d); err != nil {
+		return port.PulledImage{}, err
 	}
 	r.cfg.logger.Debug("image pulled", "ref", local, "digest", d)
 	return port.PulledImage{Ref: local, Digest: d, Pulled: true}, nil
@@ -157,23 +143,11 @@ func (r *Runner) encodedAuth(ctx context.Context, host string) (string, error) {
 // registry by policy before creating the container (default port.PullNever: only
 // images already loaded). See PullImage.
 func WithPullPolicy(p port.PullPolicy) Option {
-	return func(c *config) error {
-		if err := p.Validate(); err != nil {
-			return err
-		}
-		c.pullPolicy = p
-		return nil
-	}
+	return func(c *config) error { return pullutil.SetPolicy(&c.pullPolicy, p) }
 }
 
 // WithRegistryCredentials gives the runner's pulls their registries' credentials. They
 // go to the daemon in each pull request only; no sandbox sees them.
 func WithRegistryCredentials(creds port.RegistryCredentials) Option {
-	return func(c *config) error {
-		if creds == nil {
-			return port.Invalidf("registry credentials are nil")
-		}
-		c.registryCreds = creds
-		return nil
-	}
+	return func(c *config) error { return pullutil.SetCredentials(&c.registryCreds, creds) }
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -23,6 +22,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
+	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -31,9 +31,7 @@ type Runner struct {
 	cfg     config
 	cleanup *bgclean.Queue // removals of finished runs, off the critical path
 
-	poolsMu sync.Mutex
-	pools   map[*Pool]struct{} // open warm pools, closed with the runner
-	closed  bool
+	pools warmpool.Open[*Pool] // open warm pools, closed with the runner
 }
 
 var (
@@ -69,14 +67,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 func (r *Runner) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
 	defer cancel()
-	r.poolsMu.Lock()
-	r.closed = true
-	pools := make([]*Pool, 0, len(r.pools))
-	for p := range r.pools {
-		pools = append(pools, p)
-	}
-	r.poolsMu.Unlock()
-	for _, p := range pools {
+	for _, p := range r.pools.Close() {
 		if err := p.Close(ctx); err != nil {
 			r.cfg.logger.Warn("closing a warm pool did not finish; a Sweep will remove what is left", logattr.Err, err)
 		}

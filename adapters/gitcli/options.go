@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -52,25 +53,13 @@ func defaultConfig() config {
 
 // WithGit sets the git program (default "git" on PATH).
 func WithGit(path string) Option {
-	return func(c *config) error {
-		if path == "" {
-			return port.Invalidf("git program is empty")
-		}
-		c.gitBin = path
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.gitBin, path, path != "", "git program is empty") }
 }
 
 // WithCacheDir sets the host directory for mirrors, artefacts and scratch
 // repositories (default $TMPDIR/agentsandbox-git). It must not be visible to sandboxes.
 func WithCacheDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("cache dir %q is not absolute", dir)
-		}
-		c.cacheDir = filepath.Clean(dir)
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.cacheDir, dir, "cache dir") }
 }
 
 // WithExporter sets the static exporter binary (cmd/sandbox-git-export, see
@@ -78,35 +67,19 @@ func WithCacheDir(dir string) Option {
 // it in a directory of its own. Required for Export and Push.
 func WithExporter(path string) Option {
 	return func(c *config) error {
-		if !filepath.IsAbs(path) {
-			return port.Invalidf("exporter %q is not absolute", path)
-		}
-		c.exporter = path
-		return nil
+		return optcheck.Set(&c.exporter, path, filepath.IsAbs(path), "exporter %q is not absolute", path)
 	}
 }
 
 // WithCredentials sets the host-side credential source. Without it, remotes are
 // accessed anonymously.
 func WithCredentials(f CredentialFunc) Option {
-	return func(c *config) error {
-		if f == nil {
-			return port.Invalidf("credential func is nil")
-		}
-		c.creds = f
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.creds, f, f != nil, "credential func is nil") }
 }
 
 // WithLogger sets the logger (default: discard). Nothing logged carries a credential.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 var userRe = regexp.MustCompile(`^([0-9]{1,10}):([0-9]{1,10})$`)

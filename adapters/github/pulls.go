@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -56,35 +57,17 @@ func WithBaseURL(u string) Option {
 // WithHTTPClient sets the HTTP client (default: 30 s timeout, no redirects followed,
 // so the Authorization header never goes to another host).
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *config) error {
-		if hc == nil {
-			return port.Invalidf("http client is nil")
-		}
-		c.client = hc
-		return nil
-	}
+	return func(c *config) error { return optcheck.NotNil(&c.client, hc, "http client is nil") }
 }
 
 // WithToken sets the token source. Required.
 func WithToken(f TokenFunc) Option {
-	return func(c *config) error {
-		if f == nil {
-			return port.Invalidf("token func is nil")
-		}
-		c.token = f
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.token, f, f != nil, "token func is nil") }
 }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 // PullRequester opens pull requests on GitHub.

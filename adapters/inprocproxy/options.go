@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -68,38 +69,20 @@ func defaultConfig() config {
 // existing directory must not be writable by other users. Default:
 // os.TempDir()/agentsandbox-proxy.
 func WithBaseDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("base dir %q is not absolute", dir)
-		}
-		c.baseDir = filepath.Clean(dir)
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.baseDir, dir, "base dir") }
 }
 
 // WithOwner sets the owner label value (the rules of port.ValidateRunID). Sweeps only touch
 // directories of their owner, so host processes sharing a base directory must use
 // distinct owners. Default: port.DefaultOwner.
 func WithOwner(owner string) Option {
-	return func(c *config) error {
-		if err := adapterutil.ValidateOwner(owner); err != nil {
-			return err
-		}
-		c.owner = owner
-		return nil
-	}
+	return func(c *config) error { return adapterutil.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged. Keys and prompts are never
 // logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
 // WithTransport sets the RoundTripper used to reach the upstream. It should not time out
@@ -109,13 +92,7 @@ func WithLogger(l *slog.Logger) Option {
 // through a proxy nobody configured for it), dials with a 10 s timeout, and sets no
 // response timeouts.
 func WithTransport(rt http.RoundTripper) Option {
-	return func(c *config) error {
-		if rt == nil {
-			return port.Invalidf("transport is nil")
-		}
-		c.transport = rt
-		return nil
-	}
+	return func(c *config) error { return optcheck.NotNil(&c.transport, rt, "transport is nil") }
 }
 
 // WithSandboxUID makes every proxy accept connections only from processes running as
@@ -139,13 +116,7 @@ func WithSandboxUID(uid int) Option {
 // WithMaxRequestBytes bounds each request body (default DefaultMaxRequestBytes). A
 // request declaring a larger Content-Length gets HTTP 413 without reaching the upstream.
 func WithMaxRequestBytes(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return port.Invalidf("max request bytes %d is not positive", n)
-		}
-		c.maxRequestBytes = n
-		return nil
-	}
+	return func(c *config) error { return optcheck.Positive(&c.maxRequestBytes, n, "max request bytes") }
 }
 
 // WithTokenEstimate sets the output cap a call gets under a run's token budget
@@ -154,13 +125,7 @@ func WithMaxRequestBytes(n int64) Option {
 // it. Calls in flight hold their reservations, so concurrent calls cannot
 // overshoot the budget by more than one call's excess.
 func WithTokenEstimate(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return port.Invalidf("token estimate %d is not positive", n)
-		}
-		c.tokenEstimate = n
-		return nil
-	}
+	return func(c *config) error { return optcheck.Positive(&c.tokenEstimate, n, "token estimate") }
 }
 
 // WithConnLimits caps the connections open at once to one run's proxy (default
@@ -183,24 +148,12 @@ func WithConnLimits(perRun, total int) Option {
 // conventions, child of the span in the context given to Start (the facade's run),
 // and its W3C traceparent is what the upstream receives.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) error {
-		if tp == nil {
-			return port.Invalidf("tracer provider is nil")
-		}
-		c.tp = tp
-		return nil
-	}
+	return func(c *config) error { return optcheck.NotNil(&c.tp, tp, "tracer provider is nil") }
 }
 
 // WithMeterProvider sets where the proxies' call metrics go (default: the global
 // provider): gen_ai.client.operation.duration, gen_ai.client.token.usage,
 // sandbox.llm.calls by outcome and sandbox.llm.refusals by rule.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return port.Invalidf("meter provider is nil")
-		}
-		c.mp = mp
-		return nil
-	}
+	return func(c *config) error { return optcheck.NotNil(&c.mp, mp, "meter provider is nil") }
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/internal/peercred"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 )
@@ -195,21 +196,14 @@ type peerListener struct {
 
 // Accept returns the next connection from an allowed peer.
 func (l *peerListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		uid, err := peerUID(c)
-		if err == nil && (uid == l.allowed[0] || uid == l.allowed[1]) {
-			return c, nil
-		}
-		l.p.mu.Lock()
-		l.p.rejectedPeers++
-		l.p.mu.Unlock()
-		l.p.log.Warn("inproc: refused a connection from a process that is not the sandbox", slog.Int("peer_uid", uid), slog.Any("err", err))
-		_ = c.Close()
-	}
+	return peercred.Accept(l.Listener, peerUID,
+		func(uid int) bool { return uid == l.allowed[0] || uid == l.allowed[1] },
+		func(uid int, err error) {
+			l.p.mu.Lock()
+			l.p.rejectedPeers++
+			l.p.mu.Unlock()
+			l.p.log.Warn("inproc: refused a connection from a process that is not the sandbox", slog.Int("peer_uid", uid), slog.Any("err", err))
+		})
 }
 
 // Ensure the peer listener still is a net.Listener after embedding changes.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -76,11 +78,7 @@ const DefaultMaxRequests = 2000
 // (litellm.ErrWalkLimit) instead of running until the deadline.
 func WithMaxRequests(n int) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return port.Invalidf("max requests %d is not positive", n)
-		}
-		c.maxRequests = n
-		return nil
+		return optcheck.Set(&c.maxRequests, n, n >= 1, "max requests %d is not positive", n)
 	}
 }
 
@@ -255,7 +253,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req port.ReconcileRequest) (
 			break
 		}
 		log.Debug("litellmspend: calls still missing", "round", round, "found", st.found, "billable", len(st.calls))
-		if !sleep(ctx, wait) {
+		if !ctxsleep.Sleep(ctx, wait) {
 			break
 		}
 		wait = min(wait*2, r.cfg.maxPoll)
@@ -585,15 +583,4 @@ func permanent(err error) bool {
 	var apiErr *litellm.APIError
 	return errors.As(err, &apiErr) && apiErr.StatusCode >= 400 && apiErr.StatusCode < 500 &&
 		!slices.Contains([]int{http.StatusTooManyRequests, http.StatusNotFound}, apiErr.StatusCode)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -67,12 +67,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(ctx, req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: proxyd: %w", port.ErrUnavailable, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
@@ -145,6 +142,19 @@ func (c *Client) EgressAudit(ctx context.Context, id string) ([]port.EgressRecor
 	return out.Records, err
 }
 
+// send sends req: a failure to reach the daemon is port.ErrUnavailable, unless ctx
+// ended (its error).
+func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: proxyd: %w", port.ErrUnavailable, err)
+	}
+	return resp, nil
+}
+
 // StreamAudit calls fn with every record of the run stored after seq after, as
 // they are stored, until the run ends (nil), ctx ends, or fn fails (its error).
 func (c *Client) StreamAudit(ctx context.Context, id string, after int64, fn func(AuditEntry) error) error {
@@ -152,12 +162,9 @@ func (c *Client) StreamAudit(ctx context.Context, id string, after int64, fn fun
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(ctx, req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: proxyd: %w", port.ErrUnavailable, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

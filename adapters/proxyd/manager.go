@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -62,24 +63,12 @@ func WithRateLimit(rl RateLimit) Option {
 
 // WithStopGrace sets how long Stop lets calls in flight finish (default 5 s).
 func WithStopGrace(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return port.Invalidf("proxyd: negative grace")
-		}
-		c.grace = d
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.grace, d, d >= 0, "proxyd: negative grace") }
 }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("proxyd: logger is nil")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.logger, l, l != nil, "proxyd: logger is nil") }
 }
 
 // NewManager returns a Manager using c. It does no I/O.

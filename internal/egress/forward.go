@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -330,7 +331,7 @@ func (pc *placer) check(found []string, where string, ok func(*placement) bool) 
 			return &port.EgressDenial{Status: 400, Guard: port.GuardPlaceholder, Target: pc.host,
 				Message: "placeholder {{" + n + "}} may not be placed in " + where + " (see the credential's placement in the policy)"}
 		}
-		if !contains(pc.names, n) {
+		if !slices.Contains(pc.names, n) {
 			pc.names = append(pc.names, n)
 		}
 	}

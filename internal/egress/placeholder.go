@@ -29,8 +29,8 @@ func Placeholders(s string) []string {
 			return out
 		}
 		name := s[start : start+k]
-		if validName(name) {
-			if !contains(out, name) {
+		if port.ValidEgressName(name) {
+			if !slices.Contains(out, name) {
 				out = append(out, name)
 			}
 			i = start + k + 2
@@ -38,28 +38,6 @@ func Placeholders(s string) []string {
 			i = start - 1
 		}
 	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // Substitute replaces every {{name}} of s whose name is in vals by esc(value).
@@ -82,7 +60,7 @@ func Substitute(s string, vals map[string]string, esc func(string) string) strin
 		}
 		name := s[start : start+k]
 		v, ok := vals[name]
-		if !ok || !validName(name) {
+		if !ok || !port.ValidEgressName(name) {
 			b.WriteString(s[i : start-1])
 			i = start - 1
 			continue

@@ -68,17 +68,26 @@ func (s *jsonFields) writeByte(c byte) {
 	}
 }
 
+// strByte follows c inside a string: an escape, or the closing quote (it reports
+// that the string ended).
+func (s *jsonFields) strByte(c byte) (closed bool) {
+	switch {
+	case s.esc:
+		s.esc = false
+	case c == '\\':
+		s.esc = true
+	case c == '"':
+		s.inStr = false
+		return true
+	}
+	return false
+}
+
 func (s *jsonFields) step(c byte) {
 	if s.inStr {
 		if s.depth == 1 && s.state == stKey {
 			// Reading a key: keep its raw bytes, without the closing quote.
-			switch {
-			case s.esc:
-				s.esc = false
-			case c == '\\':
-				s.esc = true
-			case c == '"':
-				s.inStr = false
+			if s.strByte(c) {
 				s.state = stColon
 				return
 			}
@@ -90,14 +99,7 @@ func (s *jsonFields) step(c byte) {
 			return
 		}
 		s.appendVal(c)
-		switch {
-		case s.esc:
-			s.esc = false
-		case c == '\\':
-			s.esc = true
-		case c == '"':
-			s.inStr = false
-		}
+		s.strByte(c)
 		return
 	}
 	if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
@@ -134,13 +136,7 @@ func (s *jsonFields) step(c byte) {
 			s.keep = !s.keyOver && s.wanted(s.key)
 			s.val, s.valOver = s.val[:0], false
 			s.state = stInValue
-			s.appendVal(c)
-			switch c {
-			case '"':
-				s.inStr = true
-			case '{', '[':
-				s.depth++
-			}
+			s.valueByte(c)
 		case stInValue:
 			switch c {
 			case ',':
@@ -154,15 +150,21 @@ func (s *jsonFields) step(c byte) {
 			}
 		}
 	default:
-		s.appendVal(c)
-		switch c {
-		case '"':
-			s.inStr = true
-		case '{', '[':
-			s.depth++
-		case '}', ']':
+		s.valueByte(c)
+		if c == '}' || c == ']' {
 			s.depth--
 		}
+	}
+}
+
+// valueByte keeps c of a value and follows a string or a nesting it opens.
+func (s *jsonFields) valueByte(c byte) {
+	s.appendVal(c)
+	switch c {
+	case '"':
+		s.inStr = true
+	case '{', '[':
+		s.depth++
 	}
 }
 

@@ -321,15 +321,26 @@ func afterParam(req *http.Request) (int64, error) {
 	return n, nil
 }
 
-func (s *Server) audit(w http.ResponseWriter, req *http.Request) {
-	id := req.PathValue("id")
-	if _, ok := s.reg.ByID(id); !ok {
+// auditArgs is the after parameter of an audit request for run id (found says
+// whether it is registered); ok is false once the request was answered with an error.
+func auditArgs(w http.ResponseWriter, req *http.Request, id string, found bool) (after int64, ok bool) {
+	if !found {
 		writeErr(w, fmt.Errorf("run %q: %w", clip(id), port.ErrNotFound))
-		return
+		return 0, false
 	}
 	after, err := afterParam(req)
 	if err != nil {
 		writeErr(w, err)
+		return 0, false
+	}
+	return after, true
+}
+
+func (s *Server) audit(w http.ResponseWriter, req *http.Request) {
+	id := req.PathValue("id")
+	_, found := s.reg.ByID(id)
+	after, ok := auditArgs(w, req, id, found)
+	if !ok {
 		return
 	}
 	recs, next, err := s.reg.Audit(req.Context(), id, after)
@@ -348,13 +359,8 @@ func (s *Server) audit(w http.ResponseWriter, req *http.Request) {
 func (s *Server) auditStream(w http.ResponseWriter, req *http.Request) {
 	id := req.PathValue("id")
 	r := s.lookup(id)
-	if r == nil {
-		writeErr(w, fmt.Errorf("run %q: %w", clip(id), port.ErrNotFound))
-		return
-	}
-	after, err := afterParam(req)
-	if err != nil {
-		writeErr(w, err)
+	after, ok := auditArgs(w, req, id, r != nil)
+	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")

@@ -18,17 +18,11 @@ type peerListener struct {
 	log     *slog.Logger
 }
 
+// Accept returns the next connection from an allowed peer.
 func (l *peerListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		uid, err := peerUID(c)
-		if err == nil && slices.Contains(l.allowed, uid) {
-			return c, nil
-		}
-		l.log.Warn("proxyd: refused a connection from a process whose uid is not allowed", "peer_uid", uid, "err", err)
-		_ = c.Close()
-	}
+	return peercred.Accept(l.Listener, peerUID,
+		func(uid int) bool { return slices.Contains(l.allowed, uid) },
+		func(uid int, err error) {
+			l.log.Warn("proxyd: refused a connection from a process whose uid is not allowed", "peer_uid", uid, "err", err)
+		})
 }

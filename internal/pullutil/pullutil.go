@@ -10,6 +10,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 
+	"github.com/agentsandbox/sandbox/internal/imageref"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -59,4 +60,89 @@ func Auth(ctx context.Context, creds port.RegistryCredentials, host string) (por
 // Mismatch is the error of a tag that names other content than the pinned digest.
 func Mismatch(tagged, pinned, got string) error {
 	return fmt.Errorf("%w: %s names %s, the reference pins %s", port.ErrDigestMismatch, tagged, got, pinned)
+}
+
+// Request is one pull of a reference: parsed, with the name the engine stores it
+// under (name@digest when the reference pins a digest).
+type Request struct {
+	Ref   string       // as the caller gave it
+	Image imageref.Ref // parsed
+	Local string       // the engine's name for it
+}
+
+// NewRequest checks policy and parses ref.
+func NewRequest(ref string, policy port.PullPolicy) (Request, error) {
+	if err := policy.Validate(); err != nil {
+		return Request{}, err
+	}
+	ir, err := imageref.Parse(ref)
+	if err != nil {
+		return Request{}, err
+	}
+	q := Request{Ref: ref, Image: ir, Local: ir.Tagged()}
+	if ir.Digest != "" {
+		q.Local = ir.Pinned()
+	}
+	return q, nil
+}
+
+// Err is err as the pull's *port.PullError.
+func (q Request) Err(err error) error {
+	return &port.PullError{Ref: q.Ref, Registry: q.Image.Domain, Err: err}
+}
+
+// NotHeld is the error of an image the engine does not hold (in where) under a
+// policy that does not pull.
+func (q Request) NotHeld(where string) error {
+	return q.Err(fmt.Errorf("%w: image %s is not in %s and the pull policy is %s", port.ErrNotFound, q.Local, where, port.PullNever))
+}
+
+// CheckTag is nil when the reference pins no digest besides a tag, or when the tag
+// names the pinned digest (got, resolved at the registry): otherwise the caller's
+// two statements about the image disagree, and neither silently wins.
+func (q Request) CheckTag(got string) error {
+	if q.Image.Digest == "" || q.Image.Tag == "" || got == q.Image.Digest.String() {
+		return nil
+	}
+	return q.Err(Mismatch(q.Image.Tagged(), q.Image.Digest.String(), got))
+}
+
+// CheckPulled is nil when the reference pins no digest or the pulled content (got)
+// is the pinned one.
+func (q Request) CheckPulled(got string) error {
+	if q.Image.Digest == "" || got == q.Image.Digest.String() {
+		return nil
+	}
+	return q.Err(Mismatch(q.Local, q.Image.Digest.String(), got))
+}
+
+// Ensure applies a runner's pull policy to a run's image through pull (the runner's)
+// and returns the name to use it by (name@digest for a pinned reference).
+func Ensure(ctx context.Context, ref string, policy port.PullPolicy, pull func(context.Context, string, port.PullPolicy) (port.PulledImage, error)) (string, error) {
+	if policy == "" || policy == port.PullNever {
+		return ref, nil
+	}
+	p, err := pull(ctx, ref, policy)
+	if err != nil {
+		return "", err
+	}
+	return p.Ref, nil
+}
+
+// SetPolicy is a runner's WithPullPolicy: p, checked, into *dst.
+func SetPolicy(dst *port.PullPolicy, p port.PullPolicy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	*dst = p
+	return nil
+}
+
+// SetCredentials is a runner's WithRegistryCredentials: creds, not nil, into *dst.
+func SetCredentials(dst *port.RegistryCredentials, creds port.RegistryCredentials) error {
+	if creds == nil {
+		return port.Invalidf("registry credentials are nil")
+	}
+	*dst = creds
+	return nil
 }

@@ -103,6 +103,16 @@ var (
 	runBuckets      = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
 )
 
+// SetMeter is a runner's WithMeterProvider: New(nil, mp) into *dst. A nil mp is
+// refused (the global provider is the default, not an option).
+func SetMeter(dst **T, mp metric.MeterProvider) error {
+	if mp == nil {
+		return errdefs.Invalidf("meter provider is nil")
+	}
+	*dst = New(nil, mp)
+	return nil
+}
+
 // New makes the instruments from tp and mp; a nil provider means the global one
 // (otel.GetTracerProvider, otel.GetMeterProvider), which forwards to whatever the
 // host installs later.

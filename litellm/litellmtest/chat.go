@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 )
 
 type chatBody struct {
@@ -101,18 +103,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	spend := roundCost(cost(m, prompt, completion))
 
-	// x-litellm-spend-logs-metadata replaces the body's value; safe_json_loads drops
-	// what is not JSON, leaving the body's.
-	var slm any
-	if md, ok := body.Metadata["spend_logs_metadata"]; ok {
-		slm = md
-	}
-	if h := r.Header.Get("x-litellm-spend-logs-metadata"); h != "" {
-		var v any
-		if json.Unmarshal([]byte(h), &v) == nil {
-			slm = v
-		}
-	}
+	slm := spendLogsMetadata(r, body.Metadata)
 	keyHash := HashKey(presentedKey(r))
 	id := "chatcmpl-" + newUUID()
 	callID := newUUID()
@@ -194,7 +185,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			s.streamError(send, row)
 			return
 		}
-		if !sleepCtx(r.Context(), s.cfg.chunkDelay) {
+		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
 			return
 		}
 		delta := map[string]any{"content": c}
@@ -280,4 +271,21 @@ func maxUsage(raw []byte) (prompt, completion int) {
 		}
 	}
 	return len(raw), choices * limit
+}
+
+// spendLogsMetadata is a call's spend_logs_metadata: the x-litellm-spend-logs-metadata
+// header replaces the body's metadata value, and safe_json_loads drops a header that
+// is not JSON, leaving the body's.
+func spendLogsMetadata(r *http.Request, metadata map[string]any) any {
+	var slm any
+	if md, ok := metadata["spend_logs_metadata"]; ok {
+		slm = md
+	}
+	if h := r.Header.Get("x-litellm-spend-logs-metadata"); h != "" {
+		var v any
+		if json.Unmarshal([]byte(h), &v) == nil {
+			slm = v
+		}
+	}
+	return slm
 }

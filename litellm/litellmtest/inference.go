@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 )
 
 // The inference routes besides chat completions, answered the way LiteLLM answers
@@ -59,16 +61,7 @@ func (s *Server) inference(w http.ResponseWriter, r *http.Request, callType, idP
 		return b, m, row, false
 	}
 	endUser := endUserOf(r.Header, &chatBody{User: b.User, Metadata: b.Metadata, LitellmMetadata: b.LitellmMetadata})
-	var slm any
-	if md, ok := b.Metadata["spend_logs_metadata"]; ok {
-		slm = md
-	}
-	if h := r.Header.Get("x-litellm-spend-logs-metadata"); h != "" {
-		var v any
-		if json.Unmarshal([]byte(h), &v) == nil {
-			slm = v
-		}
-	}
+	slm := spendLogsMetadata(r, b.Metadata)
 	keyHash := HashKey(presentedKey(r))
 	row = SpendRow{
 		RequestID: idPrefix + newUUID(), LitellmCallID: newUUID(), CallType: callType, APIKey: keyHash,
@@ -165,7 +158,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	row.Spend = roundCost(cost(m, prompt, completion))
 	e := startSSE(w)
 	for _, c := range splitChunks(reply) {
-		if !sleepCtx(r.Context(), s.cfg.chunkDelay) {
+		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
 			return
 		}
 		e.event("", obj(c, nil))
@@ -245,7 +238,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	ev("response.created", map[string]any{"response": resp("in_progress", "", nil)})
 	for _, c := range splitChunks(reply) {
-		if !sleepCtx(r.Context(), s.cfg.chunkDelay) {
+		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
 			return
 		}
 		ev("response.output_text.delta", map[string]any{"item_id": msgID, "output_index": 0, "content_index": 0, "delta": c})
@@ -300,7 +293,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	e.event("message_start", map[string]any{"type": "message_start", "message": msg([]any{}, nil, map[string]any{"input_tokens": in, "output_tokens": 1})})
 	e.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 	for _, c := range splitChunks(reply) {
-		if !sleepCtx(r.Context(), s.cfg.chunkDelay) {
+		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
 			return
 		}
 		e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": c}})

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 )
 
 func (s *Server) routes() http.Handler {
@@ -61,7 +63,7 @@ func (s *Server) routes() http.Handler {
 		s.mu.Lock()
 		lat := s.latency
 		s.mu.Unlock()
-		if !sleepCtx(r.Context(), lat) {
+		if !ctxsleep.Sleep(r.Context(), lat) {
 			return
 		}
 		if f := s.takeFault(r.URL.Path); f != nil {

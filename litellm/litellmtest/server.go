@@ -36,7 +36,6 @@ package litellmtest
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -495,19 +494,4 @@ func (s *Server) record(r *http.Request) {
 		Header: r.Header.Clone(), Body: body, Trailer: r.Trailer.Clone(),
 	})
 	s.mu.Unlock()
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

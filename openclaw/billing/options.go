@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -33,37 +34,19 @@ func defaultConfig() config {
 
 // WithLogger sets the logger (default: discard). Tokens and keys are never logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.NotNil(&c.logger, l, "nil logger") }
 }
 
 // WithTransport sets the transport to the upstream. The default ignores proxy
 // environment variables (the key must not travel through a proxy nobody configured),
 // dials with a 10 s timeout and never times out a slow response.
 func WithTransport(rt http.RoundTripper) Option {
-	return func(c *config) error {
-		if rt == nil {
-			return port.Invalidf("nil transport")
-		}
-		c.transport = rt
-		return nil
-	}
+	return func(c *config) error { return optcheck.NotNil(&c.transport, rt, "nil transport") }
 }
 
 // WithMaxRequestBytes bounds a request body (default DefaultMaxRequestBytes).
 func WithMaxRequestBytes(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return port.Invalidf("max request bytes %d is not positive", n)
-		}
-		c.maxRequestBytes = n
-		return nil
-	}
+	return func(c *config) error { return optcheck.Positive(&c.maxRequestBytes, n, "max request bytes") }
 }
 
 // WithFallback bills calls that carry no live run token to an explicit fallback

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
 	"github.com/agentsandbox/sandbox/port"
@@ -82,13 +83,7 @@ func WithProviderPrefix(p string) PreparerOption {
 
 // WithPreparerLogger sets the Preparer's logger (default: discard).
 func WithPreparerLogger(l *slog.Logger) PreparerOption {
-	return func(c *prepConfig) error {
-		if l == nil {
-			return port.Invalidf("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *prepConfig) error { return optcheck.Set(&c.logger, l, l != nil, "nil logger") }
 }
 
 // NewPreparer returns a Preparer that prepares runs on the gateway gw. routerURL is

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 )
 
 // Defaults.
@@ -135,24 +136,14 @@ func WithScopes(scopes ...string) Option {
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errdefs.Invalidf("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.logger, l, l != nil, "nil logger") }
 }
 
 // WithReadLimit caps inbound frames at n bytes. Without it the client uses the
 // gateway's advertised maxPayload (DefaultReadLimit until the gateway states it).
 func WithReadLimit(n int64) Option {
 	return func(c *config) error {
-		if n <= 0 {
-			return errdefs.Invalidf("read limit %d must be positive", n)
-		}
-		c.readLimit = n
-		return nil
+		return optcheck.Set(&c.readLimit, n, n > 0, "read limit %d must be positive", n)
 	}
 }
 
@@ -162,13 +153,7 @@ func WithReadLimit(n int64) Option {
 // header, TLS server name), and proxy environment variables are not consulted:
 // dial decides where the bytes go.
 func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
-	return func(c *config) error {
-		if dial == nil {
-			return errdefs.Invalidf("nil dial function")
-		}
-		c.dial = dial
-		return nil
-	}
+	return func(c *config) error { return optcheck.Set(&c.dial, dial, dial != nil, "nil dial function") }
 }
 
 // WithTLSConfig sets the TLS configuration for wss:// URLs (default: the
@@ -203,22 +188,14 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 // gateway's tick interval.
 func WithLivenessTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return errdefs.Invalidf("liveness timeout %s must be positive", d)
-		}
-		c.liveness = d
-		return nil
+		return optcheck.Set(&c.liveness, d, d > 0, "liveness timeout %s must be positive", d)
 	}
 }
 
 // WithWriteTimeout bounds each frame write (default 10s).
 func WithWriteTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return errdefs.Invalidf("write timeout %s must be positive", d)
-		}
-		c.writeTimeout = d
-		return nil
+		return optcheck.Set(&c.writeTimeout, d, d > 0, "write timeout %s must be positive", d)
 	}
 }
 
