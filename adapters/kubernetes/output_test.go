@@ -141,3 +141,9 @@ func TestSessionsDeclaredOnlyWhenPossible(t *testing.T) {
 		t.Error("a runner with a REST configuration and host paths does not declare sessions")
 	}
 }
+
+func TestWithSessionDirMustBeAbsolute(t *testing.T) {
+	if _, err := NewRunner(WithClient(fake.NewClientset()), WithInit("/i"), WithSessionDir("rel/dir")); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Errorf("a relative session dir: %v, want ErrInvalidSpec", err)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
@@ -41,13 +41,7 @@ var _ port.SessionRunner = (*Runner)(nil)
 // Attach only act on session directories directly under it, whatever a Pod says.
 // Keep it short: a socket path is at most 107 bytes.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("session dir %q is not absolute", dir)
-		}
-		c.sessionRoot = filepath.Clean(dir)
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.sessionRoot, dir, "session dir") }
 }
 
 func (r *Runner) sessionRoot() string {
