@@ -2,8 +2,11 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +63,50 @@ func TestSessionConformance(t *testing.T) {
 		// what the kubelet's rotation drops is not counted either.
 		DetachedLossUncounted: true,
 	})
+}
+
+// TestSessionKubernetesSpecifics: an exec sees only the spec's environment (not the
+// kubelet's KUBERNETES_* variables) with the session's open-files limit, and a session
+// Pod deleted by someone else ends the session with a *PodLostError. About 5 s.
+func TestSessionKubernetesSpecifics(t *testing.T) {
+	e := setup(t)
+	root, err := os.MkdirTemp("", "ks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	owner := testenv.Owner(sandboxtest.RunID("kubesess2"))
+	r := e.runner(t, WithOwner(owner), WithSessionDir(root))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := r.Start(ctx, port.SessionSpec{RunSpec: port.RunSpec{
+		RunID: sandboxtest.RunID("kspec"), Image: e.image, Argv: []string{"/agent", "sleep", "300"},
+		Env: map[string]string{"ONLY": "this"}, Limits: port.Limits{OpenFiles: 77},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background(), time.Second)
+	res, err := s.Exec(ctx, port.ExecSpec{Argv: []string{"/agent", "env"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Stdout), "KUBERNETES_") || !strings.Contains(string(res.Stdout), "ONLY=this\n") {
+		t.Errorf("exec environment:\n%s", res.Stdout)
+	}
+	res, err = s.Exec(ctx, port.ExecSpec{Argv: []string{"/agent", "cat", "/proc/self/limits"}})
+	if err != nil || !regexp.MustCompile(`Max open files +77 +77 `).Match(res.Stdout) {
+		t.Errorf("exec open-files limit: %q %q %v", res.Stdout, res.Stderr, err)
+	}
+	if err := e.cluster.Client.CoreV1().Pods(testNamespace).Delete(ctx, s.ID(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Wait(ctx)
+	var lost *PodLostError
+	if !errors.As(err, &lost) || !errors.Is(err, port.ErrInternal) {
+		t.Errorf("a session whose Pod was deleted by someone else: %v, want a *PodLostError", err)
+	}
+	if _, err := s.Exec(ctx, port.ExecSpec{Argv: []string{"/agent", "id"}}); !errors.Is(err, port.ErrClosed) {
+		t.Errorf("Exec after the Pod was lost: %v, want ErrClosed", err)
+	}
 }
