@@ -551,7 +551,7 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 	if es.Dir != "" {
 		cmd = append(cmd, "-dir", es.Dir)
 	}
-	cmd = append(cmd, "--")
+	cmd = append(cmd, "-pid", "--")
 	cmd = append(cmd, sandboxbridge.Prefix(bridgeTarget, false, timeout, start)...)
 	cmd = append(cmd, es.Argv...)
 
@@ -574,7 +574,8 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 	// its own deadline a moment later (the exec subresource cannot signal it).
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	streamErr := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: pw, Stderr: &initErr})
+	pid := &pidSniffer{w: pw}
+	streamErr := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: pid, Stderr: &initErr})
 	pw.Close()
 	<-decoded
 	res := &port.ExecResult{ExitCode: -1, Duration: time.Since(start)}
@@ -586,6 +587,8 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 	case errors.As(streamErr, &ee) && sctx.Err() == nil:
 		res.ExitCode = ee.ExitStatus()
 	case sctx.Err() != nil:
+		// Ending the stream leaves the process running: signal it.
+		s.stopExec(ctx, pid.pid())
 		cause := fmt.Errorf("exec exceeded its %v limit", timeout)
 		if ctx.Err() != nil {
 			cause = context.Cause(ctx)
@@ -608,6 +611,63 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 		}
 	}
 	return res, nil
+}
+
+// stopExec sends SIGTERM to an abandoned exec's init (another exec of the init's kill
+// mode), which passes it to the bridge and so to the command; the exec's bridge ends
+// it by its deadline anyway. Best effort, bounded by the cleanup timeout.
+func (s *kubeSession) stopExec(ctx context.Context, pid int) {
+	if pid <= 1 {
+		return
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.r.cfg.cleanupTimeout, 10*time.Second))
+	defer cancel()
+	req := s.r.cli.CoreV1().RESTClient().Post().Namespace(s.r.cfg.namespace).Resource("pods").Name(s.ID()).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: agentName, Command: []string{initTarget, "kill", "-TERM", strconv.Itoa(pid)}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := s.executor(req.URL())
+	if err == nil {
+		err = ex.StreamWithContext(kctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+	}
+	if err != nil {
+		s.r.cfg.logger.Debug("session: signalling an abandoned exec failed; its bridge ends it at its deadline", logattr.RunID, s.RunID(), logattr.Err, err)
+	}
+}
+
+// pidSniffer passes an exec's stdout on, reading the init's "p <pid>" frame from its
+// first line.
+type pidSniffer struct {
+	w     io.Writer
+	mu    sync.Mutex
+	first []byte
+	done  bool
+	n     int
+}
+
+func (p *pidSniffer) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	if !p.done {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.first = append(p.first, b...)
+		} else {
+			p.first = append(p.first, b[:i]...)
+			p.done = true
+			if v, ok := bytes.CutPrefix(p.first, []byte("p ")); ok {
+				p.n, _ = strconv.Atoi(string(v))
+			}
+		}
+		if len(p.first) > 32 {
+			p.done = true
+		}
+	}
+	p.mu.Unlock()
+	return p.w.Write(b)
+}
+
+func (p *pidSniffer) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
 }
 
 // executor streams over SPDY, a POST that the Role's create on pods/exec authorizes

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,37 @@ func TestSessionKubernetesSpecifics(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`Max open files +77 +77 `).Match(res.Stdout) {
 		t.Errorf("exec open-files limit: %q %q %v", res.Stdout, res.Stderr, err)
 	}
+	// An exec whose caller gives up ends inside too (the subresource alone would leave
+	// it running until its bridge's deadline, here minutes away). The test cluster's
+	// node is this host: the exec's process is found by its unique argv.
+	const marker = "/agent\x00sleep\x00287\x00"
+	execCtx, stopExec := context.WithCancel(ctx)
+	execDone := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(execCtx, port.ExecSpec{Argv: []string{"/agent", "sleep", "287"}, Timeout: 5 * time.Minute})
+		execDone <- err
+	}()
+	waitFor := func(present bool, within time.Duration) bool {
+		for end := time.Now().Add(within); ; {
+			if hostHasProcess(marker) == present {
+				return true
+			}
+			if time.Now().After(end) {
+				return false
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if !waitFor(true, 20*time.Second) {
+		t.Fatal("the exec's process never appeared")
+	}
+	stopExec()
+	if err := <-execDone; !errors.Is(err, port.ErrTimeout) {
+		t.Errorf("a cancelled exec: %v, want ErrTimeout", err)
+	}
+	if !waitFor(false, 3*time.Second) {
+		t.Error("a cancelled exec's process still runs 3 s later")
+	}
 	if err := e.cluster.Client.CoreV1().Pods(testNamespace).Delete(ctx, s.ID(), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,4 +141,19 @@ func TestSessionKubernetesSpecifics(t *testing.T) {
 	if _, err := s.Exec(ctx, port.ExecSpec{Argv: []string{"/agent", "id"}}); !errors.Is(err, port.ErrClosed) {
 		t.Errorf("Exec after the Pod was lost: %v, want ErrClosed", err)
 	}
+}
+
+// hostHasProcess reports whether a process on this host has exactly the command line
+// marker (NUL-separated).
+func hostHasProcess(marker string) bool {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline")); err == nil && string(b) == marker {
+			return true
+		}
+	}
+	return false
 }
