@@ -71,6 +71,12 @@ func BenchmarkOpenClawOneShot(b *testing.B) {
 // the answer.
 func hostOneShot(ctx context.Context, b *testing.B, launcher, llmURL, prompt string) string {
 	b.Helper()
+	return hostOneShotResult(ctx, b, launcher, llmURL, prompt).Text()
+}
+
+// hostOneShotResult is hostOneShot returning OpenClaw's whole result.
+func hostOneShotResult(ctx context.Context, b *testing.B, launcher, llmURL, prompt string) *openclaw.Result {
+	b.Helper()
 	ws := b.TempDir()
 	cfg, err := openclaw.NewConfig(
 		openclaw.WithModels(openclaw.Model{ID: "gpt-4o-mini", ContextWindow: 128000, MaxTokens: 16384}),
@@ -106,5 +112,5 @@ func hostOneShot(ctx context.Context, b *testing.B, launcher, llmURL, prompt str
 	if err != nil {
 		b.Fatalf("host run: %v", err)
 	}
-	return res.Text()
+	return res
 }

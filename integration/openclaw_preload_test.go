@@ -24,6 +24,16 @@ import (
 // run's turn reaches the fake LiteLLM through its own proxy and answers. Its boot
 // overhead (wall time minus OpenClaw's reported turn) is logged. About 20-40 s.
 func TestOpenClawOneShotPreloadedDocker(t *testing.T) {
+	testOpenClawOneShotPreloaded(t, dockerRunnerFor)
+}
+
+// TestOpenClawOneShotPreloadedContainerd is TestOpenClawOneShotPreloadedDocker on
+// containerd's warm pool. About 20-40 s.
+func TestOpenClawOneShotPreloadedContainerd(t *testing.T) {
+	testOpenClawOneShotPreloaded(t, containerdRunnerFor)
+}
+
+func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
 	appDir, nodeBin := openClawInstall(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -33,7 +43,7 @@ func TestOpenClawOneShotPreloadedDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, image := dockerRunnerFor(t, bin, func(ctx context.Context) (string, []byte, error) {
+	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
 	dir := t.TempDir()

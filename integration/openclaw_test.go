@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -57,6 +58,9 @@ type openClawStack struct {
 	image  string
 	appDir string
 	cfg    *openclaw.Config // built from the fake LiteLLM's catalog
+	// mounts and env are added to every run (a compile cache, say).
+	mounts []port.Mount
+	env    map[string]string
 }
 
 func newOpenClawStack(t testing.TB, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), fake *litellmtest.Server) *openClawStack {
@@ -103,10 +107,11 @@ func (s *openClawStack) run(ctx context.Context, t testing.TB, runID string, att
 	if err := one.Apply(&spec); err != nil {
 		t.Fatal(err)
 	}
+	maps.Copy(spec.Env, s.env)
 	res, runErr = s.sb.Run(ctx, sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: s.image,
 		Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws,
-		Mounts:      []port.Mount{{Source: s.appDir, Target: testimages.AppDir}},
+		Mounts:      append([]port.Mount{{Source: s.appDir, Target: testimages.AppDir}}, s.mounts...),
 		Attribution: attr, Limits: spec.Limits, Reconcile: reconcile,
 	})
 	if res == nil || res.Run == nil {

@@ -52,6 +52,10 @@ type OneShot struct {
 	Command []string
 	// Workspace is the workspace as the sandbox sees it (default port.WorkspacePath).
 	Workspace string
+	// CompileCache, if set and built, is mounted read-only by Apply, so the run does
+	// not compile OpenClaw's modules again (see CompileCache). A pool's runs carry
+	// it in the template's mounts (or, pre-booted, in Preload.Mounts).
+	CompileCache *CompileCache
 }
 
 func (o OneShot) withDefaults() OneShot {
@@ -150,8 +154,10 @@ func (o OneShot) Env() map[string]string {
 }
 
 // Apply sets spec's Argv and adds Env (the one-shot's variables replace the
-// spec's of the same name). It refuses a spec whose time limit does not leave
-// the agent's timeout room to end cleanly. Errors wrap port.ErrInvalidSpec.
+// spec's of the same name), and the compile cache's mount when it is built (unless
+// spec mounts something there already). It refuses a spec whose time limit does
+// not leave the agent's timeout room to end cleanly. Errors wrap
+// port.ErrInvalidSpec.
 func (o OneShot) Apply(spec *port.RunSpec) error {
 	argv, err := o.Argv()
 	if err != nil {
@@ -166,6 +172,11 @@ func (o OneShot) Apply(spec *port.RunSpec) error {
 	}
 	maps.Copy(spec.Env, o.Env())
 	spec.Argv = argv
+	if o.CompileCache != nil {
+		if m, ok := o.CompileCache.Mount(); ok && !slices.ContainsFunc(spec.Mounts, func(x port.Mount) bool { return x.Target == m.Target }) {
+			spec.Mounts = append(spec.Mounts, m)
+		}
+	}
 	return nil
 }
 

@@ -30,6 +30,11 @@ type MemoryPressure struct {
 	FullAvg10 float64
 	// Samples is how many times the host read the cgroup.
 	Samples int
+	// ClaimBytes is, for a run that claimed a pooled sandbox, the sandbox's memory use
+	// when it was claimed: what an idle slot (a pre-booted runtime, say) held. Zero
+	// for a cold run. The counters and stall times above are the run's own, from the
+	// claim on.
+	ClaimBytes uint64
 }
 
 // ThrashThreshold is the share of a run's time, stalled on memory with every task

@@ -28,7 +28,8 @@ const NodeName = "preload.mjs"
 
 // OpenClaw is the OpenClaw preloader (openclaw-preload.mjs) for `openclaw agent
 // --local --json` one-shot runs: `node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR`
-// imports the CLI's entry and its helpers before the claim and runs the CLI
+// imports the CLI's entry, its main module graph and its helpers before the claim
+// (and reads a mounted warm compile cache, openclaw.CompileCache) and runs the CLI
 // in-process at it (see the file's comment for what is, and is not yet, ahead).
 // It is pinned to OpenClawVersion and refuses to say ready for any other.
 //

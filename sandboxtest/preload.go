@@ -140,6 +140,10 @@ func preloadIsolation(t *testing.T, h PreloadHarness) {
 		if a := res.PreloadAttestation; a == nil || !a.NoNewPrivs || len(a.Interfaces) != 1 || a.Interfaces[0] != "lo" || a.UID != 1001 {
 			t.Errorf("run %d: the attestation before the claim: %+v", i, a)
 		}
+		// The pre-booted Node held its heap before the claim (a bare stub holds ~1 MiB).
+		if m := res.Memory; m == nil || m.ClaimBytes < 8<<20 || m.PeakBytes < m.ClaimBytes || m.LimitBytes != 512<<20 || m.OOMKills != 0 {
+			t.Errorf("run %d: memory of the pre-booted slot: %+v", i, m)
+		}
 		if err := json.Unmarshal(res.Stdout, &saw[i]); err != nil {
 			t.Fatalf("run %d: %v: %s / %s", i, err, res.Stdout, res.Stderr)
 		}

@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,5 +28,16 @@ func TestMemoryReported(t *testing.T) {
 	}
 	if m.Thrashing(res.Duration) {
 		t.Errorf("a sleeping probe reported as thrashing: %v", m)
+	}
+}
+
+// TestPoolMemoryReported: a pooled run reports its memory as a cold one does
+// (sandboxtest.TestPoolMemory), the stub started before the claim and not. About 8 s.
+func TestPoolMemoryReported(t *testing.T) {
+	for _, started := range []bool{true, false} {
+		t.Run(fmt.Sprintf("started=%v", started), func(t *testing.T) {
+			r, image := poolEnv(t, "poolmem", WithPoolStarted(started))
+			sandboxtest.TestPoolMemory(t, r, image)
+		})
 	}
 }

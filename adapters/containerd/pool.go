@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -81,6 +82,7 @@ type slot struct {
 	// attestation is what the stub reported once its pre-booted runtime was ready
 	// (nil without Preload).
 	attestation *port.Attestation
+	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
 	// lease is the slot's own run lease (its pool label's run ID) from creation,
 	// runLease the claiming run's from the claim, both held until the slot is removed,
 	// so another process's Sweep of the owner leaves a live pool's sandboxes alone.
@@ -188,6 +190,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("create task: %w", classify(err))
 	}
 	s.task = task
+	s.mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
 	}
@@ -341,6 +344,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	s.stdout.Set(stdout)
 	s.stderr.Set(stderr)
+	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
+	defer func() { res.Memory = mem.Stop() }()
 	go func() {
 		// A pipe write returns once the shim's FIFO has it; the stub reads it at start.
 		_, werr := s.claim.Write(msg)
@@ -387,7 +392,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 		}
 		return &slotResult{RunResult: res}, nil
 	case <-runCtx.Done():
-		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, nil, 0, collect, log))
+		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, mem, time.Since(start), collect, log))
 	}
 }
 

@@ -33,3 +33,10 @@ func TestMemoryReported(t *testing.T) {
 		t.Errorf("a sleeping probe reported as thrashing: %v", m)
 	}
 }
+
+// TestPoolMemoryReported: a pooled run reports its memory as a cold one does
+// (sandboxtest.TestPoolMemory). About 5 s.
+func TestPoolMemoryReported(t *testing.T) {
+	r, _, image := poolEnv(t, testenv.Owner("poolmem"))
+	sandboxtest.TestPoolMemory(t, r, image)
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
@@ -87,6 +88,7 @@ type slot struct {
 	// (nil without Preload).
 	attestation *port.Attestation
 	exited      atomic.Bool
+	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
 	// lease is the slot's own run lease (its label's run ID) from creation, runLease
 	// the claiming run's from the claim, both held until the slot is removed, so
 	// another process's Sweep of the owner leaves a live pool's sandboxes alone.
@@ -236,6 +238,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if _, err := r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start: %w", classify(err))
 	}
+	s.mem, _ = cgroupmem.ForPID(r.pid(ctx, s.id))
 	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
 		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.exit)
@@ -340,6 +343,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	s.stdout.Set(stdout)
 	s.stderr.Set(stderr)
+	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
+	defer func() { res.Memory = cgroupmem.Ended(mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if _, err := s.att.Conn.Write(msg); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
 	}
@@ -410,6 +415,8 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		} else {
 			cause = fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
 		}
+		mem.Sample()
+		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
 		r.killSlot(ctx, s, log)
 		collect()
 		return fail(port.CodeTimeout, cause)

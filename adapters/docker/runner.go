@@ -162,7 +162,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	ph.Next("sandbox.wait")
 	// The sandbox's memory cgroup, sampled while it runs (it goes with the container).
 	mem := cgroupmem.Start(func() int { return r.pid(ctx, id) }, memSampleInterval)
-	defer func() { res.Memory = mem.Stop() }()
+	defer func() { res.Memory = cgroupmem.Ended(mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 
 	select {
 	case w := <-wait.Result:

@@ -14,7 +14,12 @@ import (
 func write(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	for name, c := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(c), 0o644); err != nil {
+		// Replaced whole, as a sampler may read it meanwhile.
+		tmp := filepath.Join(dir, "."+name)
+		if err := os.WriteFile(tmp, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,5 +92,74 @@ func TestSamplerOnSelf(t *testing.T) {
 	}
 	if none := Start(func() int { return 0 }, time.Millisecond).Stop(); none != nil {
 		t.Errorf("no process, yet %+v", none)
+	}
+}
+
+// A claimed pooled sandbox on a hybrid host: the run's counters are the change since
+// the claim, the peak is reset at the claim, and ClaimBytes is the usage then.
+func TestStartClaimedV1(t *testing.T) {
+	v1, v2 := t.TempDir(), t.TempDir()
+	write(t, v1, map[string]string{
+		"memory.limit_in_bytes":     "1073741824\n",
+		"memory.usage_in_bytes":     "461373440\n",
+		"memory.max_usage_in_bytes": "500000000\n",
+		"memory.failcnt":            "40\n",
+		"memory.oom_control":        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+	})
+	write(t, v2, map[string]string{"memory.pressure": pressure})
+	s := StartClaimed(Paths{V1Memory: v1, V2: v2}, time.Hour)
+	if b, _ := os.ReadFile(filepath.Join(v1, "memory.max_usage_in_bytes")); string(b) != "0" {
+		t.Errorf("peak not reset at the claim: %q", b)
+	}
+	// The run: more limit hits, an OOM kill, 300 ms more full stall, a new peak.
+	write(t, v1, map[string]string{
+		"memory.max_usage_in_bytes": "700000000\n",
+		"memory.failcnt":            "45\n",
+		"memory.oom_control":        "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+	})
+	write(t, v2, map[string]string{"memory.pressure": "some avg10=1.00 avg60=0 avg300=0 total=3000000\nfull avg10=2.00 avg60=0 avg300=0 total=1800000\n"})
+	m := s.Stop()
+	want := port.MemoryPressure{LimitBytes: 1 << 30, PeakBytes: 700000000, LimitHits: 5, OOMKills: 1,
+		SomeStall: 500 * time.Millisecond, FullStall: 300 * time.Millisecond, FullAvg10: 2, ClaimBytes: 461373440}
+	if m == nil {
+		t.Fatal("no memory data")
+	}
+	got := *m
+	got.Samples = 0
+	if got != want || m.Samples < 2 {
+		t.Fatalf("got %+v, want %+v", *m, want)
+	}
+}
+
+// On cgroup v2 the peak is reset for the file the sampler holds open; the cgroup
+// going away before the end keeps the last sample.
+func TestStartClaimedV2(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{
+		"memory.max":      "67108864\n",
+		"memory.current":  "1000000\n",
+		"memory.peak":     "9000000\n",
+		"memory.events":   "max 3\noom_kill 0\n",
+		"memory.pressure": pressure,
+	})
+	s := StartClaimed(Paths{V2: dir}, time.Hour)
+	// The peak file the sampler reset and holds open now says 2000000.
+	if err := os.WriteFile(filepath.Join(dir, "memory.peak"), []byte("2000000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, map[string]string{"memory.events": "max 4\noom_kill 0\n"})
+	s.Sample()
+	if err := os.Rename(dir, dir+"-gone"); err != nil { // the cgroup goes, at once
+		t.Fatal(err)
+	}
+	m := s.Stop()
+	if m == nil || m.PeakBytes != 2000000 || m.LimitHits != 1 || m.ClaimBytes != 1000000 || m.LimitBytes != 64<<20 || m.SomeStall != 0 {
+		t.Fatalf("got %+v", m)
+	}
+	if none := StartClaimed(Paths{V2: filepath.Join(dir, "gone")}, time.Millisecond).Stop(); none != nil {
+		t.Errorf("a vanished cgroup, yet %+v", none)
+	}
+	if none := StartClaimed(Paths{}, time.Millisecond).Stop(); none != nil {
+		t.Errorf("no cgroup, yet %+v", none)
 	}
 }

@@ -6,12 +6,14 @@
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
-// process's main module) and the helpers the entry's main block uses. It does not
-// import dist/cli/run-main.js (the CLI's main import) ahead: with it imported before
-// the run's environment existed, a sandboxed one-shot failed with ENOENT on the
-// agent's state database (a path or cache captured at import; not yet found). It
-// runs no turn: a warm-up would need a config, and OpenClaw caches the first config
-// it loads for the process's life (config-guard).
+// process's main module), the CLI's main module graph dist/cli/run-main.js (what the
+// entry imports first at a run; importing it runs nothing either), and the helpers the
+// entry's main block uses. (An earlier attempt to import run-main ahead saw one
+// sandboxed one-shot fail with ENOENT on the agent's state database; with the re-pins
+// below and the run's own environment it passes, in the sandbox and on the host: the
+// pinned-version test and TestOpenClawOneShotPreloadedDocker guard it.) It runs no
+// turn: a warm-up would need a config, and OpenClaw caches the first config it loads
+// for the process's life (config-guard).
 //
 // At the claim (argv `openclaw ARGS` or `node .../openclaw.mjs ARGS`) it does what the
 // entry's main block does for a one-shot, against the run's environment: replace
@@ -19,14 +21,20 @@
 // paths captured at import (pinRuntimePaths, pinConfigDir, as OpenClaw's gateway does
 // when it re-boots), and run runMainOrRootHelp(argv) inside withCliProcessScope. The
 // process ends as the CLI ends it (defaultRuntime.exit). What it skips: the launcher's
-// runtime checks and self re-launch (OPENCLAW_NO_RESPAWN), the compile cache (the
-// imports happened before the claim), --profile/--container argv (refused).
+// runtime checks and self re-launch (OPENCLAW_NO_RESPAWN), --profile/--container argv
+// (refused). The launcher's compile cache is used only when one was mounted (a warm,
+// read-only openclaw.CompileCache at os.tmpdir()/node-compile-cache), in the
+// directory the launcher would use: then the imports before and after the claim read
+// it; without one the preloader writes none (a fresh /tmp's cache would only cost
+// the writing at the run's exit).
 //
 // Any mismatch with the pinned version (package version, a moved export) fails the
 // preload before it says ready: the pool discards the slot and runs go cold, loudly
 // counted, never silently slower.
 import fs from 'node:fs';
+import module from 'node:module';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -51,10 +59,22 @@ if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PI
 const dist = path.join(pkgDir, 'dist');
 const load = (f) => import(pathToFileURL(path.join(dist, f)).href);
 
+// The launcher's compile cache directory: <tmp>/node-compile-cache/openclaw/<version>/
+// <package.json mtime-size>, each segment reduced to [A-Za-z0-9._-].
+const cacheBase = path.join(os.tmpdir(), 'node-compile-cache');
+if (fs.existsSync(cacheBase) && module.enableCompileCache) {
+  const seg = (v) => v.replace(/[^A-Za-z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'unknown';
+  const st = fs.statSync(path.join(pkgDir, 'package.json'));
+  module.enableCompileCache(path.join(cacheBase, 'openclaw', seg(version), seg(`${Math.trunc(st.mtimeMs)}-${st.size}`)));
+}
+
 // No network, config or state before the claim; and none of the CLI's own start-up.
 process.env.OPENCLAW_NO_RESPAWN = '1';
 const entry = await load('entry.js');
 if (typeof entry.runMainOrRootHelp !== 'function') fail('dist/entry.js no longer exports runMainOrRootHelp');
+// The CLI's main graph: the entry's run imports this same module instance at claim.
+const runMain = await load('cli/run-main.js');
+if (typeof runMain.runCli !== 'function') fail('dist/cli/run-main.js no longer exports runCli');
 const fns = {};
 for (const [name, [file, exp]] of Object.entries(SPLIT)) {
   const mod = await load(file);
@@ -101,6 +121,10 @@ for (const kv of Array.isArray(claim.env) ? claim.env : []) {
   if (i > 0) process.env[kv.slice(0, i)] = kv.slice(i + 1);
 }
 process.env.OPENCLAW_NO_RESPAWN = '1';
+// The entry captured process.env at its import as the CLI's runtime-recovery
+// environment (inheritedRuntimeEnv): here that was the pre-boot's. The run's, as a cold
+// start would capture it, goes to runCli instead (the entry's loadRunCli seam).
+const runEnv = { ...process.env };
 process.chdir(claim.dir || '/');
 process.argv = [process.execPath, path.join(dist, 'entry.js'), ...rest];
 process.title = 'openclaw';
@@ -109,4 +133,6 @@ fns.pinRuntimePaths(process.env);
 fns.pinConfigDir(process.env);
 await send({ started: true });
 ctl.destroy();
-await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv));
+await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {
+  loadRunCli: async () => ({ runCli: (argv, opts) => runMain.runCli(argv, { ...opts, runtimeRecoveryEnv: runEnv }) }),
+}));

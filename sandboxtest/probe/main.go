@@ -58,6 +58,14 @@ func main() {
 		forkbomb(atoi(args[0]))
 	case "memhog":
 		memhog()
+	case "alloc":
+		// Allocate and touch n MiB, hold it for s seconds: a known peak.
+		b := make([]byte, atoi(args[0])<<20)
+		for j := 0; j < len(b); j += 4096 {
+			b[j] = 1
+		}
+		time.Sleep(time.Duration(atoi(args[1])) * time.Second)
+		fmt.Println("held", len(b)>>20)
 	case "sleep":
 		time.Sleep(time.Duration(atoi(args[0])) * time.Second)
 		fmt.Println("slept")
