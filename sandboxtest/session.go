@@ -514,7 +514,7 @@ func (s *sessionSuite) testSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	dry, err := sw.Sweep(context.Background(), port.SweepOptions{OlderThan: 10 * time.Minute, RunID: abandoned.RunID(), DryRun: true})
-	if err != nil || !containsPrefix(dry.Removed, "container:") {
+	if err != nil || !removedSandbox(dry.Removed) {
 		t.Errorf("dry run = %+v, %v", dry, err)
 	}
 	for _, id := range []string{abandoned.RunID(), alive.RunID()} {
@@ -525,7 +525,7 @@ func (s *sessionSuite) testSweep(t *testing.T) {
 		if id == alive.RunID() && len(rep.Removed) > 0 {
 			t.Errorf("Sweep removed a session with a fresh heartbeat: %v", rep.Removed)
 		}
-		if id == abandoned.RunID() && !containsPrefix(rep.Removed, "container:") {
+		if id == abandoned.RunID() && !removedSandbox(rep.Removed) {
 			t.Errorf("Sweep kept a session whose heartbeat is an hour old: %v", rep.Removed)
 		}
 	}
@@ -538,6 +538,12 @@ func (s *sessionSuite) testSweep(t *testing.T) {
 	if _, err := back.Stop(context.Background(), 2*time.Second); err != nil {
 		t.Error(err)
 	}
+}
+
+// removedSandbox says whether a sweep report names a sandbox: a container, or a
+// Kubernetes Pod.
+func removedSandbox(removed []string) bool {
+	return containsPrefix(removed, "container:") || containsPrefix(removed, "pod:")
 }
 
 func containsPrefix(ss []string, p string) bool {

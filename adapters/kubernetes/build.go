@@ -25,14 +25,17 @@ func BuildInit(ctx context.Context, dir string) (string, error) {
 }
 
 // Role is the least privilege the runner needs, as a Role in its namespace: create,
-// read, watch and delete Pods, and read their logs. Nothing cluster-wide, no Secrets,
-// no exec. Bind it to the runner's identity with a RoleBinding.
+// read, watch and delete Pods, read their logs, and exec in them (a session's Exec:
+// the exec subresource's create, which both its WebSocket and its SPDY form need).
+// Nothing cluster-wide, no Secrets, no Pod updates. Bind it to the runner's identity
+// with a RoleBinding.
 func Role(namespace, name string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
 		},
 	}
 }

@@ -1,4 +1,4 @@
-// Package kubernetes is a port.SandboxRunner (and port.Sweeper) on a Kubernetes
+// Package kubernetes is a port.SandboxRunner (and port.Sweeper, port.SessionRunner) on a Kubernetes
 // cluster, through k8s.io/client-go: a host application moves from one machine to a
 // cluster by choosing this runner, with the same lockdown and the same conformance
 // suites (sandboxtest). It is tested against Kubernetes 1.36 built from source
@@ -96,11 +96,32 @@
 // The bridge (bridge.Build) and the init (BuildInit) must be at the same path on every
 // node (they are hostPath mounts), and the agent's image on every node or in a
 // registry (WithImagePullPolicy). The runner's identity needs Role (create, get, list,
-// watch and delete Pods, get their logs) in its namespace, nothing more.
+// watch and delete Pods, get their logs, create pods/exec) in its namespace, nothing
+// more.
+//
+// # Sessions
+//
+// Start runs a session as one long-running Pod, locked down as a run, with the
+// session's host directory (WithSessionDir) as a hostPath at the bridge's expose
+// directory: exposed ports are unix sockets there, dialled on the host, so sessions
+// need host paths (a runner on the node, or one node). The handle follows the Pod's
+// log into its rings (the init forwards everything; the node's log file never blocks
+// the agent). Exec is the API server's pods/exec subresource (SPDY, authorized by
+// create; WebSocket as a fallback needs get as well), running the init and the bridge
+// in the agent container, so an exec has the agent's user, security context,
+// environment filter, open-files limit and a time limit enforced inside. Stop deletes
+// the Pod with the grace as its termination period (SIGTERM through the init, SIGKILL
+// after) and reports the agent's exit. Attach finds the Pod by its labels (owner,
+// kind session) and name, and replays its log from the start: output written while no
+// host was attached is kept by the node (up to the kubelet's log rotation), not
+// counted as dropped. The session's record (directory, ports, deadline, user,
+// workspace) is in the Pod's annotations; the heartbeat is a file in the session
+// directory, which Sweep reads.
 //
 // # Sweeping
 //
 // Sweep lists the Pods of its namespace whose owner label is the runner's, keeps those
-// younger than SweepOptions.OlderThan (by their creation), and deletes the rest; DryRun
-// only reports.
+// younger than SweepOptions.OlderThan (by their creation; a session's by its last
+// heartbeat), and deletes the rest (a session's directory with it); DryRun only
+// reports.
 package kubernetes

@@ -34,6 +34,7 @@ type config struct {
 	// (NetdownAnnotation) instead of the init container.
 	runtimeNetdown bool
 	hostPaths      bool
+	sessionRoot    string
 
 	pollInterval   time.Duration
 	cleanupTimeout time.Duration

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -83,5 +84,66 @@ func TestRunLabelIsAlwaysALabelValue(t *testing.T) {
 	}
 	if runLabel("abc") != "abc" || runLabel("a.") == runLabel("a-") {
 		t.Error("runLabel should keep valid IDs and tell others apart")
+	}
+}
+
+// TestDecodeFramesSkipsTakenLines: a session's follower that reconnects reads the log
+// from the start again and must add only the lines it had not taken.
+func TestDecodeFramesSkipsTakenLines(t *testing.T) {
+	log := frame("o", "one") + frame("e", "err") + frame("o", "two") + "t false false\n" + frame("o", "after end")
+	var out, errs bytes.Buffer
+	n, ended, err := decodeFrames(strings.NewReader(log), 0, &out, &errs)
+	if err != nil || !ended || n != 4 || out.String() != "onetwo" || errs.String() != "err" {
+		t.Fatalf("whole log: n=%d ended=%v err=%v out=%q errs=%q", n, ended, err, out.String(), errs.String())
+	}
+	// A stream broken off mid-line: the partial line is not taken.
+	out.Reset()
+	errs.Reset()
+	broken := log[:len(frame("o", "one"))+3]
+	n, ended, err = decodeFrames(strings.NewReader(broken), 0, &out, &errs)
+	if err != nil || ended || n != 1 || out.String() != "one" {
+		t.Fatalf("broken: n=%d ended=%v err=%v out=%q", n, ended, err, out.String())
+	}
+	n2, ended, _ := decodeFrames(strings.NewReader(log), n, &out, &errs)
+	if !ended || n2 != 4 || out.String() != "onetwo" || errs.String() != "err" {
+		t.Errorf("resumed: n=%d ended=%v out=%q errs=%q", n2, ended, out.String(), errs.String())
+	}
+}
+
+// TestSessionsDeclaredOnlyWhenPossible: a runner on a bare clientset (no REST
+// configuration for exec streams) or without host paths does not declare sessions,
+// and refuses them with ErrUnsupported before creating anything.
+func TestSessionsDeclaredOnlyWhenPossible(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"clientset only": {WithClient(fake.NewClientset()), WithBridge("/bridge"), WithInit("/init"), WithRuntimePIDsLimit()},
+		"no host paths":  {WithConfig(&rest.Config{Host: "https://127.0.0.1:1"}), WithHostPaths(false), WithBridge("/bridge"), WithInit("/init"), WithRuntimePIDsLimit()},
+	} {
+		r, err := NewRunner(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.RunnerCapabilities().Sessions {
+			t.Errorf("%s: sessions declared", name)
+		}
+		_, err = r.Start(context.Background(), port.SessionSpec{RunSpec: port.RunSpec{RunID: "s1", Image: "img", Argv: []string{"/agent"}}})
+		if !errors.Is(err, port.ErrUnsupported) {
+			t.Errorf("%s: Start = %v, want ErrUnsupported", name, err)
+		}
+		if _, err := r.Attach(context.Background(), "agentsandbox-s1-00000000"); !errors.Is(err, port.ErrUnsupported) {
+			t.Errorf("%s: Attach = %v, want ErrUnsupported", name, err)
+		}
+	}
+	r, err := NewRunner(WithConfig(&rest.Config{Host: "https://127.0.0.1:1"}), WithBridge("/bridge"), WithInit("/init"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.RunnerCapabilities().Sessions {
+		t.Error("a runner with a REST configuration and host paths does not declare sessions")
+	}
+}
+
+func TestWithSessionDirMustBeAbsolute(t *testing.T) {
+	if _, err := NewRunner(WithClient(fake.NewClientset()), WithInit("/i"), WithSessionDir("rel/dir")); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Errorf("a relative session dir: %v, want ErrInvalidSpec", err)
 	}
 }

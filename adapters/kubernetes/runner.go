@@ -145,7 +145,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	}
 	tCreated := time.Now()
 	var tInit, tRunning time.Time
-	final, waitErr := r.wait(runCtx, createdPod, func(p *corev1.Pod) {
+	final, waitErr := r.wait(runCtx, createdPod, done, func(p *corev1.Pod) {
 		if tInit.IsZero() && len(p.Status.InitContainerStatuses) > 0 && p.Status.InitContainerStatuses[0].State.Terminated != nil {
 			tInit = time.Now()
 		}
@@ -305,13 +305,13 @@ func done(p *corev1.Pod) (bool, error) {
 	return false, nil
 }
 
-// wait watches the Pod until it is done, calling seen on each version.
-func (r *Runner) wait(ctx context.Context, p *corev1.Pod, seen func(*corev1.Pod)) (*corev1.Pod, error) {
+// wait watches the Pod until isDone says it is done, calling seen on each version.
+func (r *Runner) wait(ctx context.Context, p *corev1.Pod, isDone func(*corev1.Pod) (bool, error), seen func(*corev1.Pod)) (*corev1.Pod, error) {
 	pods := r.cli.CoreV1().Pods(r.cfg.namespace)
 	rv := p.ResourceVersion
 	for {
 		seen(p)
-		if ok, err := done(p); ok {
+		if ok, err := isDone(p); ok {
 			return p, err
 		}
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", p.Name).String(), ResourceVersion: rv})
@@ -326,7 +326,7 @@ func (r *Runner) wait(ctx context.Context, p *corev1.Pod, seen func(*corev1.Pod)
 			case <-time.After(r.cfg.pollInterval):
 			}
 		} else {
-			next, gone, err := r.watchOnce(ctx, w, seen)
+			next, gone, err := r.watchOnce(ctx, w, isDone, seen)
 			w.Stop()
 			switch {
 			case gone:
@@ -357,7 +357,7 @@ func (r *Runner) wait(ctx context.Context, p *corev1.Pod, seen func(*corev1.Pod)
 
 // watchOnce reads w until the Pod is done (returning it), deleted (gone) or the watch
 // ends (nil).
-func (r *Runner) watchOnce(ctx context.Context, w watch.Interface, seen func(*corev1.Pod)) (p *corev1.Pod, gone bool, err error) {
+func (r *Runner) watchOnce(ctx context.Context, w watch.Interface, isDone func(*corev1.Pod) (bool, error), seen func(*corev1.Pod)) (p *corev1.Pod, gone bool, err error) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -375,7 +375,7 @@ func (r *Runner) watchOnce(ctx context.Context, w watch.Interface, seen func(*co
 					continue
 				}
 				seen(pod)
-				if ok, err := done(pod); ok {
+				if ok, err := isDone(pod); ok {
 					return pod, false, err
 				}
 			case watch.Error:

@@ -8,13 +8,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
 
 // Sweep deletes the Pods of this runner's owner (found by the owner label in the
 // runner's namespace) created more than opts.OlderThan ago, optionally only those of
-// one run, and waits until each is gone; DryRun only reports. Only Pods whose labels
-// name this owner are ever touched. Implements port.Sweeper.
+// one run, and waits until each is gone; DryRun only reports. A session's Pod counts
+// from its last heartbeat instead (a host holding a handle keeps it), and its session
+// directory goes with it. Only Pods whose labels name this owner are ever touched.
+// Implements port.Sweeper.
 func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
 	if err := opts.Validate(); err != nil {
@@ -33,12 +36,18 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if p.Labels[port.LabelOwner] != r.cfg.owner || (opts.RunID != "" && p.Annotations[annotationRun] != opts.RunID) {
 			continue
 		}
-		created := p.CreationTimestamp.Time
-		if t, err := time.Parse(time.RFC3339Nano, p.Annotations[annotationCreated]); err == nil && t.Before(created) {
-			created = t
-		}
-		if created.After(cutoff) {
-			continue
+		if p.Labels[port.LabelKind] == port.KindSession {
+			if sessionkit.Keep(r.sessionRoot(), podRecord(&p), cutoff) {
+				continue
+			}
+		} else {
+			created := p.CreationTimestamp.Time
+			if t, err := time.Parse(time.RFC3339Nano, p.Annotations[annotationCreated]); err == nil && t.Before(created) {
+				created = t
+			}
+			if created.After(cutoff) {
+				continue
+			}
 		}
 		rep.Removed = append(rep.Removed, "pod:"+p.Name)
 		if opts.DryRun {
@@ -46,6 +55,12 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		}
 		if err := r.remove(ctx, p.Name, false); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("pod %s: %w", p.Name, err))
+			continue
+		}
+		if p.Labels[port.LabelKind] == port.KindSession {
+			if err := sessionkit.RemoveDir(r.sessionRoot(), p.Annotations[port.LabelSessionDir]); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("pod %s: session directory: %w", p.Name, err))
+			}
 		}
 	}
 	return rep, nil

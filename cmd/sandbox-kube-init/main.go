@@ -2,7 +2,8 @@
 // (adapters/kubernetes mounts it read-only from the node). It has two modes:
 //
 //	sandbox-kube-init netdown
-//	sandbox-kube-init run [-keep NAME,...] [-nofile N] [-max N] -- argv...
+//	sandbox-kube-init run [-keep NAME,...] [-nofile N] [-max N] [-env K=V]... [-dir D] [-pid] -- argv...
+//	sandbox-kube-init kill -TERM|-KILL PID
 //
 // netdown runs as the Pod's init container, the only step holding CAP_NET_ADMIN: it
 // deletes every network interface of the Pod's network namespace but lo (a veth's peer
@@ -13,6 +14,11 @@
 // run is the agent container's first process. It
 //   - keeps only the variables named in -keep plus PATH, HOME and HOSTNAME (the
 //     kubelet adds KUBERNETES_SERVICE_* and friends to every container);
+//   - sets the -env variables (a session's exec: the exec subresource has no
+//     environment of its own) and runs argv in -dir when given;
+//   - with -pid, first writes its own process ID as a frame "p <pid>\n" (a session's
+//     exec: the host ends an abandoned exec with the kill mode, as the exec
+//     subresource cannot signal);
 //   - lowers RLIMIT_NOFILE to -nofile, soft and hard (the Pod spec has no field for it);
 //   - marks itself non-dumpable, so the agent (the same uid) cannot open its
 //     descriptors through /proc and write to the container's own stdout;
@@ -20,6 +26,9 @@
 //     stdout as frames the runner decodes from the Pod's log: "o <base64>\n" and
 //     "e <base64>\n", at most -max bytes of each stream, then "t <out> <err>\n" saying
 //     whether either was cut, and exits with argv's exit code (128+signal when killed).
+//
+// kill sends SIGTERM or SIGKILL to PID (as the container's user: only its own
+// processes).
 //
 // The Kubernetes log API merges a container's stdout and stderr (splitting them is an
 // alpha feature gate in 1.36), so the frames are how the streams stay separate on any
@@ -35,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +66,8 @@ func main() {
 		}
 	case "run":
 		os.Exit(run(os.Args[2:]))
+	case "kill":
+		os.Exit(kill(os.Args[2:]))
 	default:
 		usage()
 	}
@@ -71,11 +83,24 @@ func run(args []string) int {
 	keep := fs.String("keep", "", "comma-separated `names` of the variables to keep (besides PATH, HOME, HOSTNAME)")
 	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE, soft and hard (0 leaves it)")
 	maxOut := fs.Int("max", 2<<20, "bytes of each stream to forward")
+	var extra []string
+	fs.Func("env", "`K=V` to set for argv (repeatable)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("-env %q is not K=V", v)
+		}
+		extra = append(extra, v)
+		return nil
+	})
+	dir := fs.String("dir", "", "working `directory` of argv")
+	pidFrame := fs.Bool("pid", false, "write a frame with the init's process ID first")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "sandbox-kube-init run: an argv is needed after --")
 		return 2
 	}
 	argv := fs.Args()
+	if *pidFrame {
+		fmt.Fprintf(os.Stdout, "p %d\n", os.Getpid())
+	}
 	if *nofile > 0 {
 		lim := &syscall.Rlimit{Cur: *nofile, Max: *nofile}
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, lim); err != nil {
@@ -85,7 +110,8 @@ func run(args []string) int {
 	}
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = environment(*keep)
+	cmd.Env = append(environment(*keep), extra...)
+	cmd.Dir = *dir
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return 126
@@ -133,6 +159,24 @@ func run(args []string) int {
 		code = 126
 	}
 	return code
+}
+
+func kill(args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: sandbox-kube-init kill -TERM|-KILL PID")
+		return 2
+	}
+	sig := map[string]syscall.Signal{"-TERM": syscall.SIGTERM, "-KILL": syscall.SIGKILL}[args[0]]
+	pid, err := strconv.Atoi(args[1])
+	if sig == 0 || err != nil || pid <= 1 {
+		fmt.Fprintln(os.Stderr, "usage: sandbox-kube-init kill -TERM|-KILL PID (PID > 1)")
+		return 2
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-kube-init kill:", err)
+		return 1
+	}
+	return 0
 }
 
 // framer writes whole frames, one at a time, to the container's stdout.
