@@ -179,18 +179,21 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	r.drain(followCtx, &follow, stopFollow, following, ps.name, out)
 	r.fill(res, out)
 	if waitErr != nil {
-		var lost *PodLostError
-		if errors.As(waitErr, &lost) {
-			return fail(port.CodeInternal, waitErr)
-		}
-		var cf *containerFailure
-		if errors.As(waitErr, &cf) {
-			return fail(port.CodeContainerFailed, waitErr)
-		}
-		return fail(port.CodeInternal, waitErr)
+		return fail(waitCode(waitErr), waitErr)
 	}
 	res.Duration = time.Since(start)
 	return r.outcome(final, res, fail)
+}
+
+// waitCode is the error code of a wait that did not see the agent end: a lost Pod is
+// internal, a container that could not run is the container's failure.
+func waitCode(err error) port.ErrorCode {
+	var lost *PodLostError
+	var cf *containerFailure
+	if !errors.As(err, &lost) && errors.As(err, &cf) {
+		return port.CodeContainerFailed
+	}
+	return port.CodeInternal
 }
 
 // since is t-from, or 0 when t never happened.

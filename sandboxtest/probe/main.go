@@ -27,7 +27,15 @@ func main() {
 		fail(2, "usage: agent SUBCOMMAND [ARGS]")
 	}
 	args := os.Args[2:]
-	switch os.Args[1] {
+	if !localCommand(os.Args[1], args) && !networkCommand(os.Args[1], args) {
+		fail(2, "unknown subcommand "+os.Args[1])
+	}
+}
+
+// localCommand runs the subcommands that look at or strain the sandbox itself; false
+// if cmd is not one of them.
+func localCommand(cmd string, args []string) bool {
+	switch cmd {
 	case "net":
 		netInfo()
 	case "connect":
@@ -99,6 +107,16 @@ func main() {
 		}
 	case "scan":
 		scan(strings.Join(args, ""))
+	default:
+		return false
+	}
+	return true
+}
+
+// networkCommand runs the subcommands that talk to the proxy, a socket or a barrier
+// file; false if cmd is not one of them.
+func networkCommand(cmd string, args []string) bool {
+	switch cmd {
 	case "http":
 		httpGet(args[0])
 	case "post":
@@ -121,7 +139,7 @@ func main() {
 		chat(args[1], args[2], false)
 		for {
 			if _, err := os.Stat(args[0]); err == nil {
-				return
+				return true
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -160,13 +178,14 @@ func main() {
 		for {
 			if _, err := os.Stat(args[0]); err == nil {
 				fmt.Fprint(os.Stdout, " done")
-				return
+				return true
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	default:
-		fail(2, "unknown subcommand "+os.Args[1])
+		return false
 	}
+	return true
 }
 
 func fail(code int, msg string) {
