@@ -33,7 +33,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +51,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentsandbox/sandbox/internal/gobuild"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
 // BinDirEnv names the directory of the cluster's binaries (kube-apiserver,
@@ -202,7 +202,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := os.WriteFile(filepath.Join(c.dir, "made"), []byte(strings.Join(c.made, "\n")), 0o600); err != nil {
 		return c, err
 	}
-	fp, err := freePorts(4)
+	fp, err := testenv.FreePorts(4)
 	if err != nil {
 		return c, err
 	}
@@ -750,7 +750,7 @@ func (c *Cluster) createRuntimeClasses(ctx context.Context) error {
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
 	for _, p := range c.procs {
-		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", p.name, n, tail(p.log, n))
+		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", p.name, n, testenv.TailFile(p.log, n))
 	}
 	return b.String()
 }
@@ -762,7 +762,7 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, p *proc, o
 	delay := 20 * time.Millisecond
 	for !ok() {
 		if p.exited() {
-			return fmt.Errorf("%s exited: %s", what, tail(p.log, 15))
+			return fmt.Errorf("%s exited: %s", what, testenv.TailFile(p.log, 15))
 		}
 		select {
 		case <-ctx.Done():
@@ -772,37 +772,6 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, p *proc, o
 		delay = min(2*delay, 500*time.Millisecond)
 	}
 	return nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func copyFile(src, dst string) error {

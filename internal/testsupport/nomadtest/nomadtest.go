@@ -21,7 +21,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -129,7 +129,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	ports, err := freePorts(3 + 3*opts.Clients)
+	ports, err := testenv.FreePorts(3 + 3*opts.Clients)
 	if err != nil {
 		return c, err
 	}
@@ -345,7 +345,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		for _, a := range c.agents {
 			select {
 			case <-a.done:
-				return fmt.Errorf("nomad agent %s exited during start-up:\n%s", a.name, tail(a.logf, 30))
+				return fmt.Errorf("nomad agent %s exited during start-up:\n%s", a.name, testenv.TailFile(a.logf, 30))
 			default:
 			}
 		}
@@ -380,7 +380,7 @@ func (c *Cluster) readyNodes() (int, string) {
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
 	for _, a := range c.agents {
-		fmt.Fprintf(&b, "== %s\n%s\n", a.name, tail(a.logf, n))
+		fmt.Fprintf(&b, "== %s\n%s\n", a.name, testenv.TailFile(a.logf, n))
 	}
 	return b.String()
 }
@@ -504,35 +504,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
