@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
@@ -331,14 +332,22 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
-	msg, err := warmpool.ClaimMessage(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
+	claim, err := warmpool.Claim(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
+	if err != nil {
+		return fail(port.CodeContainerFailed, err)
+	}
+	// The stub ends its streams with exit records keyed by this nonce: the run's
+	// end without waiting for Docker's exit handling (see ExitWatch).
+	claim.ExitNonce = bridgeapi.NewExitNonce()
+	msg, err := claim.Encode()
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
 	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
 	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	s.stdout.Set(stdout)
-	s.stderr.Set(stderr)
+	watch := warmpool.NewExitWatch(claim.ExitNonce, stdout, stderr)
+	s.stdout.Set(watch.Stdout())
+	s.stderr.Set(watch.Stderr())
 	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
 	defer func() { res.Memory = cgroupmem.Ended(mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if err := s.writeClaim(msg); err != nil {
@@ -351,24 +360,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 		case <-time.After(5 * time.Second):
 			log.Warn("output stream did not end after exit")
 		}
+		watch.Flush()
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
 	}
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	select {
-	case st := <-s.exit:
-		s.exited.Store(true)
-		collect()
-		if st.err != nil {
-			return fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
-		}
-		w := st.res
+	// exited classifies the run's exit status, however it came.
+	exited := func(status int) (slotResult, error) {
 		res.Duration = time.Since(start)
-		res.ExitCode = int(w.StatusCode)
-		if w.Error != nil && w.Error.Message != "" {
-			return fail(port.CodeInternal, errors.New(w.Error.Message))
-		}
+		res.ExitCode = status
 		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
 			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
 				s.runLease.Release() // the cold run that follows holds the run's lease
@@ -376,20 +375,51 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 			}
 		}
 		// A pool always has the bridge: the runner's classification is the pool's.
-		if code, cause := r.exitResult(ctx, s.id, w.StatusCode, res, stderr, spec, "pooled sandbox"); code != "" {
+		if code, cause := r.exitResult(ctx, s.id, int64(status), res, stderr, spec, "pooled sandbox"); code != "" {
 			if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 			}
 			return fail(code, cause)
 		}
 		return slotResult{RunResult: res}, nil
-	case <-runCtx.Done():
-		cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
-		mem.Sample()
-		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-		r.killSlot(ctx, s, log)
-		collect()
-		return fail(port.CodeTimeout, cause)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	records := watch.Done()
+	for {
+		select {
+		case <-records:
+			// The stub's records: the run's output is whole and its status known.
+			// A SIGKILL (137) may be an OOM kill or someone else's removal, which
+			// Docker's own exit report tells apart: wait for it then.
+			if code := watch.Code(); code != 128+9 {
+				res.Stdout, res.StdoutTruncated = stdout.Result()
+				res.Stderr, res.StderrTruncated = stderr.Result()
+				return exited(code)
+			}
+			records = nil
+			continue
+		case st := <-s.exit:
+			s.exited.Store(true)
+			collect()
+			if st.err != nil {
+				return fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
+			}
+			w := st.res
+			if w.Error != nil && w.Error.Message != "" {
+				res.Duration = time.Since(start)
+				res.ExitCode = int(w.StatusCode)
+				return fail(port.CodeInternal, errors.New(w.Error.Message))
+			}
+			return exited(int(w.StatusCode))
+		case <-runCtx.Done():
+			cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
+			mem.Sample()
+			cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
+			r.killSlot(ctx, s, log)
+			collect()
+			return fail(port.CodeTimeout, cause)
+		}
 	}
 }
 

@@ -35,6 +35,12 @@ type Claim struct {
 	GraceMS int64 `json:"grace_ms,omitempty"`
 	// Egress starts the egress forward proxy listener (EgressProxyAddr).
 	Egress bool `json:"egress,omitempty"`
+	// ExitNonce, when set, makes the stub end each of its output streams with an
+	// exit record (see ExitRecord) once the command's output on it is complete, so
+	// the host has the run's end without waiting for the runtime to report the
+	// container's exit. It is random per claim and reaches the stub only through
+	// the claim channel, so the agent cannot write a record that counts.
+	ExitNonce string `json:"exit_nonce,omitempty"`
 }
 
 // ErrBadClaim reports a claim the bridge refuses.

@@ -7,7 +7,9 @@
 // With -claim it is the stub of a pre-created sandbox in a warm pool: it reads the run
 // (argv, environment, working directory, forwarding, deadline; see bridgeapi.Claim) as one
 // line from its stdin, closes it, and runs the command with /dev/null as stdin, so the
-// command never sees the channel the run came through.
+// command never sees the channel the run came through. When the claim carries an exit
+// nonce, the command's output passes through the stub, which ends both streams with an
+// exit record (bridgeapi.ExitRecord) once they are whole.
 //
 // With -output-cap N the command's output passes through the bridge, so the command
 // never blocks on it: what no one reads yet (a long-running sandbox whose host is
@@ -49,7 +51,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stderr io.Writer) (code int) {
 	fs := flag.NewFlagSet("sandbox-bridge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", sandboxbridge.DefaultListen, "loopback `address` to listen on")
@@ -93,6 +95,12 @@ func run(args []string, stderr io.Writer) int {
 			err error
 			pre *sandboxbridge.Preloaded
 		)
+		// Before the claim arrives or any process of the sandbox's starts: no
+		// process of the agent's can read the claim or its exit nonce out of us.
+		if err := sandboxbridge.SetUndumpable(); err != nil {
+			fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+			return sandboxbridge.ExitBridgeFailed
+		}
 		if *preload {
 			if pre, err = startPreload(cfg.Argv, *preloadTimeout, stdout, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))); err != nil {
 				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
@@ -109,6 +117,19 @@ func run(args []string, stderr io.Writer) int {
 		}
 		cfg.Preloaded = pre
 		defer cfg.Stdin.Close()
+		if cfg.ExitNonce != "" {
+			// The command's output, and our messages about the run, pass through
+			// us so that we can end each stream with the exit record once it is
+			// whole (deferred: after the last message).
+			rep, err := sandboxbridge.NewExitReporter(cfg.ExitNonce, stdout, stderr)
+			if err != nil {
+				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+				return sandboxbridge.ExitBridgeFailed
+			}
+			cfg.Stdout, cfg.Stderr = rep.Stdout(), rep.Stderr()
+			stderr = rep.Stderr()
+			defer func() { rep.Finish(code, pre) }()
+		}
 	} else if *preload {
 		fmt.Fprintln(stderr, "sandbox-bridge: -preload needs -claim")
 		return sandboxbridge.ExitBridgeFailed

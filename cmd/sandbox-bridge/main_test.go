@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 )
 
@@ -61,4 +62,31 @@ func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	stderr.Reset()
 	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
 	assert.Contains(t, stderr.String(), "bad claim")
+}
+
+// TestClaimExitRecords: a claim with an exit nonce makes the stub end both streams
+// with the exit record, after everything the command wrote (its descendants'
+// output included); a record the command forges (another nonce) is its output.
+func TestClaimExitRecords(t *testing.T) {
+	nonce := bridgeapi.NewExitNonce()
+	fake := bridgeapi.ExitRecordPrefix + bridgeapi.NewExitNonce() + " 0"
+	script := `printf 'out-%s\n' "$FAKE"; printf 'err-%s\n' "$FAKE" >&2; (sleep 0.2; printf late) & printf tail; exit 3`
+	c := sandboxbridge.NewClaim([]string{"sh", "-c", script}, []string{"PATH=" + os.Getenv("PATH"), "FAKE=" + fake}, "", false, 0, time.Now())
+	c.ExitNonce = nonce
+	msg, err := c.Encode()
+	require.NoError(t, err)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	_, err = w.Write(msg)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	oldIn, oldOut := stdin, stdout
+	var out strings.Builder
+	stdin, stdout = r, &out
+	t.Cleanup(func() { stdin, stdout = oldIn, oldOut })
+	var stderr strings.Builder
+	assert.Equal(t, 3, run([]string{"-claim"}, &stderr), stderr.String())
+	rec := string(bridgeapi.ExitRecord(nonce, 3))
+	assert.Equal(t, "out-"+fake+"\ntaillate"+rec, out.String(), "the record must follow all of the command's output, the forged one passing as output")
+	assert.Equal(t, "err-"+fake+"\n"+rec, stderr.String())
 }

@@ -136,6 +136,9 @@ type Config struct {
 	Ready func(net.Addr)
 	// Logger receives diagnostics (failed socket dials, signals); default: discard.
 	Logger *slog.Logger
+	// ExitNonce is the claim's (bridgeapi.Claim.ExitNonce). Run does not use it: the
+	// stub around it ends its output with exit records (ExitReporter).
+	ExitNonce string
 	// Preloaded, if set, is a runtime started before the claim (StartPreload): Run
 	// hands it Argv, Env, Dir and the deadline instead of starting Argv itself, and
 	// forwards its output to Stdout and Stderr.

@@ -22,7 +22,7 @@ func NewClaim(argv, env []string, dir string, forward bool, timeout time.Duratio
 // child's stdin given by the caller (the claim channel is never the child's).
 func ClaimConfig(c bridgeapi.Claim) Config {
 	// A forwarding run reports its attestation, as a cold one does (Prefix).
-	cfg := Config{Argv: c.Argv, Env: c.Env, Dir: c.Dir, NoForward: !c.Forward, Attest: c.Forward}
+	cfg := Config{Argv: c.Argv, Env: c.Env, Dir: c.Dir, NoForward: !c.Forward, Attest: c.Forward, ExitNonce: c.ExitNonce}
 	if c.Env == nil {
 		cfg.Env = []string{}
 	}

@@ -303,11 +303,20 @@ func (p *Preloaded) wait() int {
 // drain waits (bounded: a descendant may hold the pipes) for the runtime's output to
 // be forwarded.
 func (p *Preloaded) drain() {
+	if !p.waitCopies(2 * time.Second) {
+		p.log.Debug("bridge: the preloaded runtime's output did not end after its exit")
+	}
+}
+
+// waitCopies waits up to d for the runtime's output to be forwarded, and reports
+// whether it was.
+func (p *Preloaded) waitCopies(d time.Duration) bool {
 	done := make(chan struct{})
 	go func() { p.copies.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Second):
-		p.log.Debug("bridge: the preloaded runtime's output did not end after its exit")
+		return true
+	case <-time.After(d):
+		return false
 	}
 }

@@ -317,12 +317,21 @@ func AwaitReady[E any](ctx context.Context, st Stub, exit <-chan E) (att *port.A
 // with the entrypoint and cmd imageArgv and working directory imageDir; env is the
 // run's environment.
 func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) ([]byte, error) {
+	claim, err := Claim(spec, imageArgv, env, imageDir)
+	if err != nil {
+		return nil, err
+	}
+	return claim.Encode()
+}
+
+// Claim is ClaimMessage's claim, before encoding (a pool may add its exit nonce).
+func Claim(spec port.RunSpec, imageArgv, env []string, imageDir string) (bridgeapi.Claim, error) {
 	argv := spec.Argv
 	if len(argv) == 0 {
 		argv = imageArgv
 	}
 	if len(argv) == 0 {
-		return nil, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image)
+		return bridgeapi.Claim{}, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image)
 	}
 	dir := imageDir
 	if spec.WorkspaceDir != "" {
@@ -330,7 +339,7 @@ func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) (
 	}
 	claim := sandboxbridge.NewClaim(argv, env, dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
 	claim.Egress = adapterutil.EgressOn(spec)
-	return claim.Encode()
+	return claim, nil
 }
 
 // SwitchWriter is a pooled sandbox's stdout or stderr: nothing of the run exists when
