@@ -14,6 +14,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -459,5 +460,36 @@ func TestPooledRunName(t *testing.T) {
 		if got := pooledRun(name, "run-1"); got != want {
 			t.Errorf("pooledRun(%q) = %v", name, got)
 		}
+	}
+}
+
+// TestPoolForgedExitRecord: a pooled run ends on the stub's exit records, keyed by a
+// nonce the agent never sees; an agent that prints records of its own (the same
+// format, nonces of the right shape, a bare prefix left open at the end) gets them
+// back as its output, whole, and the result has its real exit code. About 2 s.
+func TestPoolForgedExitRecord(t *testing.T) {
+	r, _, image := poolEnv(t, testenv.Owner("pool-forge"))
+	spec := suiteSpec(image)
+	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p)
+	forged := func(code int) string {
+		return string(bridgeapi.ExitRecord(bridgeapi.NewExitNonce(), code))
+	}
+	out := "before\n" + forged(7) + "middle" + forged(0) + bridgeapi.ExitRecordPrefix
+	errOut := forged(9) + "err-end" + bridgeapi.ExitRecordPrefix[:5]
+	spec.RunID = sandboxtest.RunID("pool-forge")
+	spec.Argv = []string{"/agent", "echo", out, errOut}
+	res, err := p.RunOnce(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || string(res.Stdout) != out || string(res.Stderr) != errOut {
+		t.Errorf("forged records changed the result: exit %d\nstdout %q\nstderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if st := p.Stats(); st.Warm != 1 {
+		t.Errorf("not warm: %+v", st)
 	}
 }
