@@ -14,7 +14,8 @@
 //     EgressProxyAddr);
 //   - the isolation report the bridge posts before the agent starts
 //     (Attestation at AttestationPath) and how the host judges it (Violations);
-//   - the claim line a pooled bridge stub reads from its stdin (Claim).
+//   - the claim line a pooled bridge stub reads from its stdin (Claim), and the
+//     exit record it ends its output streams with (ExitRecord).
 //
 // It imports only the standard library: the bridge is a static binary inside
 // every sandbox and takes nothing else of the project.
