@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
@@ -331,13 +332,20 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 
 	r.phase("attach")
 	// Its command, through the claim channel, closed after it.
-	msg, err := warmpool.ClaimMessage(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
+	claim, err := warmpool.Claim(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
+	if err != nil {
+		return fail(port.CodeContainerFailed, err)
+	}
+	// The stub ends its streams with exit records keyed by this nonce: the run's
+	// end without waiting for the task's exit event and its IO (warmpool.ExitWatch).
+	claim.ExitNonce = bridgeapi.NewExitNonce()
+	msg, err := claim.Encode()
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
 	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
 	defer func() { res.Memory = mem.Stop() }()
-	stdout, stderr := s.sendClaim(spec, msg)
+	stdout, stderr, watch := s.sendClaim(spec, claim.ExitNonce, msg)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
@@ -352,17 +360,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	ph.Next("sandbox.wait")
 	collect := func(until time.Time) {
 		waitIO(s.task.IO(), until, log)
+		watch.Flush()
 		res.Stdout, res.StdoutTruncated = stdout.Result()
 		res.Stderr, res.StderrTruncated = stderr.Result()
 	}
-	select {
-	case st := <-s.statusC:
-		s.exited.Store(true)
-		r.phase("exit")
-		collect(time.Now().Add(ioGrace))
-		r.phase("output")
+	// exited classifies the run's exit status, however it came (res has the output).
+	exited := func(status uint32, statusErr error) (*slotResult, error) {
 		res.Duration = time.Since(start)
-		if code, cause := slotExitResult(ctx, s, st, res, stderr, spec, log); code != "" {
+		if code, cause := slotExitResult(ctx, s, status, statusErr, res, stderr, spec, log); code != "" {
 			if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 			}
@@ -378,8 +383,32 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 			}
 		}
 		return &slotResult{RunResult: res}, nil
-	case <-runCtx.Done():
-		return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, mem, time.Since(start), collect, log))
+	}
+	records := watch.Done()
+	for {
+		select {
+		case <-records:
+			// The stub's records: the output is whole and the status known. A
+			// SIGKILL (137) may be an OOM kill or a removal, which the task's exit
+			// and its cgroup tell apart: wait for the exit then.
+			if code := watch.Code(); code >= 0 && code != 128+9 {
+				r.phase("exit")
+				res.Stdout, res.StdoutTruncated = stdout.Result()
+				res.Stderr, res.StderrTruncated = stderr.Result()
+				r.phase("output")
+				return exited(uint32(code), nil)
+			}
+			records = nil
+		case st := <-s.statusC:
+			s.exited.Store(true)
+			r.phase("exit")
+			collect(time.Now().Add(ioGrace))
+			r.phase("output")
+			code, _, err := st.Result()
+			return exited(code, err)
+		case <-runCtx.Done():
+			return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, mem, time.Since(start), collect, log))
+		}
 	}
 }
 
@@ -399,23 +428,23 @@ func (r *Runner) labelForRun(s *slot, spec port.RunSpec, log *slog.Logger) {
 // stub its claim message, closing the claim channel after it. The write runs on
 // its own goroutine: a pipe write returns only once the shim's FIFO has it, and the
 // stub reads it only after its task starts.
-func (s *slot) sendClaim(spec port.RunSpec, msg []byte) (stdout, stderr *capture.Buffer) {
+func (s *slot) sendClaim(spec port.RunSpec, nonce string, msg []byte) (stdout, stderr *capture.Buffer, watch *warmpool.ExitWatch) {
 	stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
 	stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	s.stdout.Set(stdout)
-	s.stderr.Set(stderr)
+	watch = warmpool.NewExitWatch(nonce, stdout, stderr)
+	s.stdout.Set(watch.Stdout())
+	s.stderr.Set(watch.Stderr())
 	go func() {
 		_, werr := s.claim.Write(msg)
 		_ = s.claim.CloseWithError(werr)
 	}()
-	return stdout, stderr
+	return stdout, stderr, watch
 }
 
 // slotExitResult classifies the exit of a pooled run: its exit code into res, and
 // the failure code and cause ("" when the run completed): the exec failed, or it
 // was OOM-killed.
-func slotExitResult(ctx context.Context, s *slot, st client.ExitStatus, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
-	code, _, err := st.Result()
+func slotExitResult(ctx context.Context, s *slot, code uint32, err error, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec, log *slog.Logger) (port.ErrorCode, error) {
 	if err != nil {
 		return port.CodeInternal, fmt.Errorf("exit status: %w", err)
 	}

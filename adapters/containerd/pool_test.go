@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -371,5 +372,37 @@ func TestPoolDropsDeadStub(t *testing.T) {
 	}
 	if st := p.Stats(); st.Failed != 1 {
 		t.Errorf("the dead stub was not dropped: %+v", st)
+	}
+}
+
+// TestPoolForgedExitRecord: a pooled run ends on the stub's exit records, keyed by a
+// nonce the agent never sees; records the agent prints itself (the same format,
+// nonces of the right shape, a bare prefix left open at the end) are its output,
+// whole, and the result has its real exit code. About 2 s.
+func TestPoolForgedExitRecord(t *testing.T) {
+	r, image := poolEnv(t, "pool-forge")
+	spec := suiteSpec(image)
+	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	waitReady(t, p)
+	forged := func(code int) string {
+		return string(bridgeapi.ExitRecord(bridgeapi.NewExitNonce(), code))
+	}
+	out := "before\n" + forged(7) + "middle" + forged(0) + bridgeapi.ExitRecordPrefix
+	errOut := forged(9) + "err-end" + bridgeapi.ExitRecordPrefix[:5]
+	spec.RunID = sandboxtest.RunID("pool-forge")
+	spec.Argv = []string{"/agent", "echo", out, errOut}
+	res, err := p.RunOnce(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || string(res.Stdout) != out || string(res.Stderr) != errOut {
+		t.Errorf("forged records changed the result: exit %d\nstdout %q\nstderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if st := p.Stats(); st.Warm != 1 {
+		t.Errorf("not warm: %+v", st)
 	}
 }

@@ -21,7 +21,7 @@ const ExitRecordGrace = 2 * time.Second
 type ExitReporter struct {
 	nonce      string
 	out, errs  io.Writer // the stub's own streams
-	outW, errW *os.File // the command's ends (and the stub's messages')
+	outW, errW *os.File  // the command's ends (and the stub's messages')
 	copies     sync.WaitGroup
 	finish     sync.Once
 }
