@@ -20,7 +20,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
@@ -332,20 +331,16 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 
 	r.phase("attach")
 	// Its command, through the claim channel, closed after it.
-	claim, err := warmpool.Claim(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
+	// The claim carries a fresh exit nonce: the stub ends its streams with records
+	// keyed by it, the run's end without waiting for the task's exit event and IO.
+	msg, nonce, err := warmpool.ClaimMessage(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
-	// The stub ends its streams with exit records keyed by this nonce: the run's
-	// end without waiting for the task's exit event and its IO (warmpool.ExitWatch).
-	claim.ExitNonce = bridgeapi.NewExitNonce()
-	msg, err := claim.Encode()
-	if err != nil {
-		return fail(port.CodeContainerFailed, err)
-	}
-	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
-	defer func() { res.Memory = mem.Stop() }()
-	stdout, stderr, watch := s.sendClaim(spec, claim.ExitNonce, msg)
+	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, fail: fail}
+	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
+	defer func() { res.Memory = c.mem.Stop() }()
+	c.stdout, c.stderr, c.watch = s.sendClaim(spec, nonce, msg)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
@@ -358,58 +353,83 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}
 	r.phase("start")
 	ph.Next("sandbox.wait")
-	collect := func(until time.Time) {
-		waitIO(s.task.IO(), until, log)
-		watch.Flush()
-		res.Stdout, res.StdoutTruncated = stdout.Result()
-		res.Stderr, res.StderrTruncated = stderr.Result()
-	}
-	// exited classifies the run's exit status, however it came (res has the output).
-	exited := func(status uint32, statusErr error) (*slotResult, error) {
-		res.Duration = time.Since(start)
-		if code, cause := slotExitResult(ctx, s, status, statusErr, res, stderr, spec, log); code != "" {
-			if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
-				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
-			}
-			return fail(code, cause)
-		}
-		if res.ExitCode == 137 && r.removedUnderUs(ctx, s.container) {
-			return fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
-		}
-		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
-			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
-				s.runLease.Release() // the cold run that follows holds the run's lease
-				return &slotResult{RunResult: res, gone: reason}, nil
-			}
-		}
-		return &slotResult{RunResult: res}, nil
-	}
-	records := watch.Done()
+	return c.await(ctx, runCtx)
+}
+
+// claimed is a run in a claimed slot, once its claim is on the way.
+type claimed struct {
+	p              *Pool
+	s              *slot
+	spec           port.RunSpec
+	res            *port.RunResult
+	start          time.Time
+	stdout, stderr *capture.Buffer
+	watch          *warmpool.ExitWatch
+	mem            *cgroupmem.Sampler
+	log            *slog.Logger
+	fail           func(port.ErrorCode, error) (*slotResult, error)
+}
+
+// await waits for the run's end: the stub's exit records (its output whole), else
+// the task's exit, else runCtx's end (the run's deadline).
+func (c *claimed) await(ctx, runCtx context.Context) (*slotResult, error) {
+	r, s, res := c.p.r, c.s, c.res
+	records := c.watch.Done()
 	for {
 		select {
 		case <-records:
-			// The stub's records: the output is whole and the status known. A
-			// SIGKILL (137) may be an OOM kill or a removal, which the task's exit
-			// and its cgroup tell apart: wait for the exit then.
-			if code := watch.Code(); code >= 0 && code != 128+9 {
+			// A SIGKILL (137) may be an OOM kill or a removal, which the task's
+			// exit and its cgroup tell apart: wait for the exit then.
+			if code := c.watch.Code(); code >= 0 && code != 128+9 {
 				r.phase("exit")
-				res.Stdout, res.StdoutTruncated = stdout.Result()
-				res.Stderr, res.StderrTruncated = stderr.Result()
+				res.Stdout, res.StdoutTruncated = c.stdout.Result()
+				res.Stderr, res.StderrTruncated = c.stderr.Result()
 				r.phase("output")
-				return exited(uint32(code), nil)
+				return c.exited(ctx, uint32(code), nil)
 			}
 			records = nil
 		case st := <-s.statusC:
 			s.exited.Store(true)
 			r.phase("exit")
-			collect(time.Now().Add(ioGrace))
+			c.collect(time.Now().Add(ioGrace))
 			r.phase("output")
 			code, _, err := st.Result()
-			return exited(code, err)
+			return c.exited(ctx, code, err)
 		case <-runCtx.Done():
-			return fail(port.CodeTimeout, r.timedOut(ctx, spec, s.task, s.statusC, &s.exited, mem, time.Since(start), collect, log))
+			return c.fail(port.CodeTimeout, r.timedOut(ctx, c.spec, s.task, s.statusC, &s.exited, c.mem, time.Since(c.start), c.collect, c.log))
 		}
 	}
+}
+
+// collect takes the output once the task exited: its IO's end (until the time
+// given), and what the watch held back as a possible record's start.
+func (c *claimed) collect(until time.Time) {
+	waitIO(c.s.task.IO(), until, c.log)
+	c.watch.Flush()
+	c.res.Stdout, c.res.StdoutTruncated = c.stdout.Result()
+	c.res.Stderr, c.res.StderrTruncated = c.stderr.Result()
+}
+
+// exited classifies the run's exit status, however it came (res has the output).
+func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*slotResult, error) {
+	p, res := c.p, c.res
+	res.Duration = time.Since(c.start)
+	if code, cause := slotExitResult(ctx, c.s, status, statusErr, res, c.stderr, c.spec, c.log); code != "" {
+		if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
+		}
+		return c.fail(code, cause)
+	}
+	if res.ExitCode == 137 && p.r.removedUnderUs(ctx, c.s.container) {
+		return c.fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
+	}
+	if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
+		if reason, ok := sandboxbridge.PreloadGoneIn(c.stderr.Tail()); ok {
+			c.s.runLease.Release() // the cold run that follows holds the run's lease
+			return &slotResult{RunResult: res, gone: reason}, nil
+		}
+	}
+	return &slotResult{RunResult: res}, nil
 }
 
 // labelForRun gives a claimed slot's container the run's labels, so Sweep by run ID

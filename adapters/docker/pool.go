@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,7 +16,6 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
@@ -332,95 +332,112 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
-	claim, err := warmpool.Claim(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
+	// The claim carries a fresh exit nonce: the stub ends its streams with records
+	// keyed by it, the run's end without waiting for Docker's exit handling.
+	msg, nonce, err := warmpool.ClaimMessage(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
 	if err != nil {
 		return fail(port.CodeContainerFailed, err)
 	}
-	// The stub ends its streams with exit records keyed by this nonce: the run's
-	// end without waiting for Docker's exit handling (see ExitWatch).
-	claim.ExitNonce = bridgeapi.NewExitNonce()
-	msg, err := claim.Encode()
-	if err != nil {
-		return fail(port.CodeContainerFailed, err)
-	}
-	stdout := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	stderr := &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	watch := warmpool.NewExitWatch(claim.ExitNonce, stdout, stderr)
-	s.stdout.Set(watch.Stdout())
-	s.stderr.Set(watch.Stderr())
-	mem := cgroupmem.StartClaimed(s.mem, memSampleInterval)
-	defer func() { res.Memory = cgroupmem.Ended(mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
+	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, fail: fail}
+	c.stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
+	c.stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
+	c.watch = warmpool.NewExitWatch(nonce, c.stdout, c.stderr)
+	s.stdout.Set(c.watch.Stdout())
+	s.stderr.Set(c.watch.Stderr())
+	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
+	defer func() { res.Memory = cgroupmem.Ended(c.mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if err := s.writeClaim(msg); err != nil {
 		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
 	}
+	return c.await(ctx)
+}
 
-	collect := func() {
-		select {
-		case <-s.copied:
-		case <-time.After(5 * time.Second):
-			log.Warn("output stream did not end after exit")
-		}
-		watch.Flush()
-		res.Stdout, res.StdoutTruncated = stdout.Result()
-		res.Stderr, res.StderrTruncated = stderr.Result()
-	}
-	// exited classifies the run's exit status, however it came.
-	exited := func(status int) (slotResult, error) {
-		res.Duration = time.Since(start)
-		res.ExitCode = status
-		if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
-			if reason, ok := sandboxbridge.PreloadGoneIn(stderr.Tail()); ok {
-				s.runLease.Release() // the cold run that follows holds the run's lease
-				return slotResult{RunResult: res, gone: reason}, nil
-			}
-		}
-		// A pool always has the bridge: the runner's classification is the pool's.
-		if code, cause := r.exitResult(ctx, s.id, int64(status), res, stderr, spec, "pooled sandbox"); code != "" {
-			if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
-				cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
-			}
-			return fail(code, cause)
-		}
-		return slotResult{RunResult: res}, nil
-	}
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+// claimed is a run in a claimed slot, once its claim line is on the way.
+type claimed struct {
+	p              *Pool
+	s              *slot
+	spec           port.RunSpec
+	res            *port.RunResult
+	start          time.Time
+	stdout, stderr *capture.Buffer
+	watch          *warmpool.ExitWatch
+	mem            *cgroupmem.Sampler
+	log            *slog.Logger
+	fail           func(port.ErrorCode, error) (slotResult, error)
+}
+
+// await waits for the run's end: the stub's exit records (its output whole), else
+// Docker's exit report, else the run's deadline.
+func (c *claimed) await(ctx context.Context) (slotResult, error) {
+	r, s, res := c.p.r, c.s, c.res
+	runCtx, cancel := context.WithTimeout(ctx, c.spec.Limits.Timeout)
 	defer cancel()
-	records := watch.Done()
+	records := c.watch.Done()
 	for {
 		select {
 		case <-records:
-			// The stub's records: the run's output is whole and its status known.
 			// A SIGKILL (137) may be an OOM kill or someone else's removal, which
 			// Docker's own exit report tells apart: wait for it then.
-			if code := watch.Code(); code != 128+9 {
-				res.Stdout, res.StdoutTruncated = stdout.Result()
-				res.Stderr, res.StderrTruncated = stderr.Result()
-				return exited(code)
+			if code := c.watch.Code(); code != 128+9 {
+				res.Stdout, res.StdoutTruncated = c.stdout.Result()
+				res.Stderr, res.StderrTruncated = c.stderr.Result()
+				return c.exited(ctx, code)
 			}
 			records = nil
-			continue
 		case st := <-s.exit:
 			s.exited.Store(true)
-			collect()
+			c.collect()
 			if st.err != nil {
-				return fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
+				return c.fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
 			}
-			w := st.res
-			if w.Error != nil && w.Error.Message != "" {
-				res.Duration = time.Since(start)
+			if w := st.res; w.Error != nil && w.Error.Message != "" {
 				res.ExitCode = int(w.StatusCode)
-				return fail(port.CodeInternal, errors.New(w.Error.Message))
+				return c.fail(port.CodeInternal, errors.New(w.Error.Message))
 			}
-			return exited(int(w.StatusCode))
+			return c.exited(ctx, int(st.res.StatusCode))
 		case <-runCtx.Done():
-			cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
-			mem.Sample()
-			cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-			r.killSlot(ctx, s, log)
-			collect()
-			return fail(port.CodeTimeout, cause)
+			cause := adapterutil.DeadlineCause(ctx, c.spec.Limits.Timeout)
+			c.mem.Sample()
+			cause = cgroupmem.Hint(cause, c.mem.Stop(), time.Since(c.start))
+			r.killSlot(ctx, s, c.log)
+			c.collect()
+			return c.fail(port.CodeTimeout, cause)
 		}
 	}
+}
+
+// collect takes the output once the sandbox exited: the attach stream's end (bounded),
+// and what the watch held back as a possible record's start.
+func (c *claimed) collect() {
+	select {
+	case <-c.s.copied:
+	case <-time.After(5 * time.Second):
+		c.log.Warn("output stream did not end after exit")
+	}
+	c.watch.Flush()
+	c.res.Stdout, c.res.StdoutTruncated = c.stdout.Result()
+	c.res.Stderr, c.res.StderrTruncated = c.stderr.Result()
+}
+
+// exited classifies the run's exit status, however it came (res has the output).
+func (c *claimed) exited(ctx context.Context, status int) (slotResult, error) {
+	p, res := c.p, c.res
+	res.Duration = time.Since(c.start)
+	res.ExitCode = status
+	if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
+		if reason, ok := sandboxbridge.PreloadGoneIn(c.stderr.Tail()); ok {
+			c.s.runLease.Release() // the cold run that follows holds the run's lease
+			return slotResult{RunResult: res, gone: reason}, nil
+		}
+	}
+	// A pool always has the bridge: the runner's classification is the pool's.
+	if code, cause := p.r.exitResult(ctx, c.s.id, int64(status), res, c.stderr, c.spec, "pooled sandbox"); code != "" {
+		if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
+		}
+		return c.fail(code, cause)
+	}
+	return slotResult{RunResult: res}, nil
 }
 
 // nameAfterRun renames a claimed slot's container after its run, so Sweep by run

@@ -316,22 +316,16 @@ func AwaitReady[E any](ctx context.Context, st Stub, exit <-chan E) (att *port.A
 // ClaimMessage is the claim line that starts spec's command in a slot of an image
 // with the entrypoint and cmd imageArgv and working directory imageDir; env is the
 // run's environment.
-func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) ([]byte, error) {
-	claim, err := Claim(spec, imageArgv, env, imageDir)
-	if err != nil {
-		return nil, err
-	}
-	return claim.Encode()
-}
-
-// Claim is ClaimMessage's claim, before encoding (a pool may add its exit nonce).
-func Claim(spec port.RunSpec, imageArgv, env []string, imageDir string) (bridgeapi.Claim, error) {
+//
+// The claim carries a fresh exit nonce, returned with it: the stub ends its output
+// streams with exit records keyed by it (see ExitWatch).
+func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) (msg []byte, nonce string, err error) {
 	argv := spec.Argv
 	if len(argv) == 0 {
 		argv = imageArgv
 	}
 	if len(argv) == 0 {
-		return bridgeapi.Claim{}, fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image)
+		return nil, "", fmt.Errorf("no argv given and image %q has no entrypoint or cmd", spec.Image)
 	}
 	dir := imageDir
 	if spec.WorkspaceDir != "" {
@@ -339,7 +333,9 @@ func Claim(spec port.RunSpec, imageArgv, env []string, imageDir string) (bridgea
 	}
 	claim := sandboxbridge.NewClaim(argv, env, dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
 	claim.Egress = adapterutil.EgressOn(spec)
-	return claim, nil
+	claim.ExitNonce = bridgeapi.NewExitNonce()
+	msg, err = claim.Encode()
+	return msg, claim.ExitNonce, err
 }
 
 // SwitchWriter is a pooled sandbox's stdout or stderr: nothing of the run exists when

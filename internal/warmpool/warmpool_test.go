@@ -1,15 +1,18 @@
 package warmpool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -147,11 +150,23 @@ func TestOpenAndCold(t *testing.T) {
 }
 
 func TestClaimMessage(t *testing.T) {
-	if _, err := ClaimMessage(port.RunSpec{Image: "img"}, nil, nil, "/"); err == nil {
+	if _, _, err := ClaimMessage(port.RunSpec{Image: "img"}, nil, nil, "/"); err == nil {
 		t.Error("no argv anywhere: want an error")
 	}
-	msg, err := ClaimMessage(port.RunSpec{Image: "img"}, []string{"/bin/agent"}, []string{"A=1"}, "/app")
+	msg, nonce, err := ClaimMessage(port.RunSpec{Image: "img"}, []string{"/bin/agent"}, []string{"A=1"}, "/app")
 	if err != nil || len(msg) == 0 || msg[len(msg)-1] != '\n' {
 		t.Errorf("ClaimMessage = %q, %v", msg, err)
+	}
+	c, err := bridgeapi.ReadClaim(bytes.NewReader(msg))
+	if err != nil || c.ExitNonce != nonce || len(nonce) != 2*bridgeapi.ExitNonceBytes {
+		t.Errorf("the claim's exit nonce %q, returned %q (%v)", c.ExitNonce, nonce, err)
+	}
+	if _, again, _ := ClaimMessage(port.RunSpec{Image: "img"}, []string{"/bin/agent"}, nil, "/"); again == nonce {
+		t.Error("two claims with the same exit nonce")
+	}
+	for _, kv := range c.Env {
+		if strings.Contains(kv, nonce) {
+			t.Errorf("the exit nonce is in the agent's environment: %s", kv)
+		}
 	}
 }
