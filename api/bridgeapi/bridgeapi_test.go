@@ -39,3 +39,16 @@ func TestClaimLine(t *testing.T) {
 		}
 	}
 }
+
+func TestExitRecord(t *testing.T) {
+	a, b := NewExitNonce(), NewExitNonce()
+	if len(a) != 2*ExitNonceBytes || a == b {
+		t.Fatalf("nonces %q, %q: want %d hex digits, each fresh", a, b, 2*ExitNonceBytes)
+	}
+	if got, want := string(ExitRecord("abc", -1)), "\x1eagentsandbox-exit abc -1\n"; got != want {
+		t.Errorf("ExitRecord = %q, want %q", got, want)
+	}
+	if got := string(ExitRecord(a, 137)); got != ExitRecordPrefix+a+" 137\n" {
+		t.Errorf("ExitRecord = %q", got)
+	}
+}
