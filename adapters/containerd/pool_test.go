@@ -406,3 +406,28 @@ func TestPoolForgedExitRecord(t *testing.T) {
 		t.Errorf("not warm: %+v", st)
 	}
 }
+
+// TestPoolStubUnreadable: the agent cannot read the claim or its exit nonce out of
+// the stub (PID 1): the stub is undumpable from before its claim, so /proc/1's
+// memory, environment and descriptors are closed to the agent. About 1 s.
+func TestPoolStubUnreadable(t *testing.T) {
+	r, image := poolEnv(t, "pool-undump")
+	spec := suiteSpec(image)
+	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for _, f := range []string{"/proc/1/environ", "/proc/1/mem", "/proc/1/fd/0"} {
+		waitReady(t, p)
+		spec.RunID = sandboxtest.RunID("pool-undump")
+		spec.Argv = []string{"/agent", "cat", f}
+		res, err := p.RunOnce(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "permission denied") {
+			t.Errorf("the agent read %s: exit %d, stdout %q, stderr %q", f, res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
+}
