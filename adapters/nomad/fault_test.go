@@ -202,22 +202,21 @@ func TestNodeLost(t *testing.T) {
 }
 
 // TestWritablePathsCapped: the paths a Nomad sandbox can write are capped at the
-// run's tmpfs size or not writable at all: a sandbox writing 16 MiB into each stops
-// at the 8 MiB cap. The allocation directory (all of /alloc, before: 16 MiB into its
-// root) is bound where the runtime masks it, so nothing of it is writable. /local is
-// Nomad's own bind of the task directory, which no mount can cover and which holds the
-// init's output files: a declared gap, listed and checked to still be writable so
-// that the day it closes this test says so. About 8 s.
+// run's tmpfs size or not there at all: a sandbox writing 16 MiB into each stops at
+// the 8 MiB cap. Nomad binds three directories of the node's disk into every task
+// (the allocation's, and the task's local/ and secrets/), with no bound and no way to
+// leave them out; they are bound where the runtime masks them, so none is writable
+// (before: 16 MiB into the root of /alloc, then into /local). The files where Nomad
+// stores the output are read-only. About 8 s.
 func TestWritablePathsCapped(t *testing.T) {
 	e := setup(t)
 	r := e.runner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const capMiB = 8
-	uncapped := map[string]bool{"/local": true} // see docs/nomad.md
-	// /alloc is not there (the allocation directory is bound where the runtime masks
-	// it, hiddenAllocDir, which must not be writable either).
-	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", hiddenAllocDir, "/local", "/secrets", "/tmp"}
+	capped := map[string]bool{"/tmp": true}
+	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", "/local", "/secrets",
+		hiddenAllocDir, hiddenTaskDir, hiddenSecretsDir, "/.agentsandbox", "/tmp"}
 	spec := port.RunSpec{RunID: sandboxtest.RunID("fill"), Image: e.image, Argv: append([]string{"/agent", "fill", "16"}, dirs...),
 		Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
 	res, err := r.RunOnce(ctx, spec)
@@ -234,14 +233,11 @@ func TestWritablePathsCapped(t *testing.T) {
 			t.Fatalf("%s: %q", dir, lines[i])
 		}
 		t.Log(lines[i])
-		if uncapped[dir] {
-			if n <= capMiB {
-				t.Errorf("%s is capped now (%d MiB): update docs/nomad.md and this test", dir, n)
-			}
-			continue
-		}
-		if n > capMiB {
-			t.Errorf("%s took %d MiB, beyond the run's %d MiB cap", dir, n, capMiB)
+		switch {
+		case capped[dir] && n != capMiB:
+			t.Errorf("%s took %d MiB, want the run's %d MiB cap", dir, n, capMiB)
+		case !capped[dir] && n != 0:
+			t.Errorf("%s took %d MiB: one of Nomad's directories is writable (%s)", dir, n, lines[i])
 		}
 	}
 }

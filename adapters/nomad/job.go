@@ -49,9 +49,15 @@ const (
 	sidecarUID  = 65534
 )
 
-// outputFile is where the init writes the sandbox's stdout or stderr, relative to the
-// task directory (local/ appears at /local in the task).
-func outputFile(kind string) string { return "local/.sandbox-" + kind }
+// logFile is the file where Nomad's log collection stores the first part of the
+// sandbox task's stdout or stderr, relative to a task directory (../alloc is the
+// allocation's shared directory). With the init, the whole capped stream: the file is
+// sized to hold it (agentLogFileMB).
+func logFile(kind string) string { return "../alloc/logs/" + agentTask + "." + kind + ".0" }
+
+// flushedTarget is where logFile(kind) is mounted read-only in the sandbox, for the
+// init to see when Nomad has stored all it wrote (-flushed).
+func flushedTarget(kind string) string { return "/.agentsandbox/" + kind }
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -160,6 +166,13 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		"labels":          []map[string]string{labels},
 		"mount":           mounts,
 		"force_pull":      false,
+		// Docker's json-file driver (the default) replaces bytes that are not UTF-8;
+		// the local driver keeps them. Bounded: with the init it holds both capped
+		// streams, without it the newest part.
+		"logging": []map[string]any{{
+			"type":   "local",
+			"config": []map[string]string{{"max-size": itoa(dockerLogMB(spec)) + "m", "max-file": "2"}},
+		}},
 	}
 	if len(entrypoint) > 0 {
 		cfg["entrypoint"] = entrypoint
@@ -177,11 +190,14 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	} else {
 		res.CPU = ptr(r.cfg.cpuMHz)
 	}
-	// Nomad binds the allocation's shared directory (on the node's disk, 0777, no
-	// bound) wherever NOMAD_ALLOC_DIR says, and no mount can cover it: at a path the
-	// runtime masks, it is hidden from the sandbox (see hiddenAllocDir).
+	// Nomad binds the allocation's shared directory and the task's local/ and
+	// secrets/ (on the node's disk, 0777, no bound) wherever these variables say, and
+	// no mount can cover them: at a path the runtime masks, they are hidden from the
+	// sandbox (see hiddenAllocDir).
 	env = maps.Clone(env)
 	env["NOMAD_ALLOC_DIR"] = hiddenAllocDir
+	env["NOMAD_TASK_DIR"] = hiddenTaskDir
+	env["NOMAD_SECRETS_DIR"] = hiddenSecretsDir
 	return &api.Task{
 		Name:   agentTask,
 		Driver: "docker",
@@ -189,9 +205,9 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		Config: cfg,
 		Env:    env,
 		Meta:   js.meta,
-		// With the init capturing the output, Nomad's log collection (two plugin
-		// processes per task) is only a cost.
-		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec)), Disabled: ptr(r.cfg.initPath != "")},
+		// The sandbox's output: in the allocation's logs directory, which the sandbox
+		// does not see (but for the two files it may read, with the init).
+		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec))},
 		Resources:   res,
 		KillTimeout: ptr(2 * time.Second),
 		KillSignal:  "SIGKILL",
@@ -207,6 +223,16 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 // through binds of their own. The init refuses to start the run if the path is
 // writable (a runtime that does not mask it).
 const hiddenAllocDir = "/sys/firmware"
+
+// hiddenTaskDir and hiddenSecretsDir are where the agent task's local/ and secrets/
+// are bound: over two directories the allocation directory always has (data, tmp),
+// under the same mask. Nothing is created on the node for them, and the sandbox sees
+// neither: it writes nothing there (its output goes to the task's own streams, capped
+// by the init) and needs nothing of them.
+const (
+	hiddenTaskDir    = hiddenAllocDir + "/data"
+	hiddenSecretsDir = hiddenAllocDir + "/tmp"
+)
 
 func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) ([]string, map[string]string) {
 	llm := spec.LLM != nil
@@ -232,8 +258,9 @@ func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]s
 			}
 			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
 		}
-		entrypoint = append(entrypoint, "-unwritable", hiddenAllocDir, "-keep", strings.Join(names, ","),
-			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
+		entrypoint = append(entrypoint, "-unwritable", strings.Join([]string{hiddenAllocDir, hiddenTaskDir, hiddenSecretsDir}, ","),
+			"-keep", strings.Join(names, ","), "-capture", "-max", itoa(spec.OutputLimit),
+			"-flushed", flushedTarget("stdout")+","+flushedTarget("stderr"))
 		if llm {
 			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
 		}
@@ -290,6 +317,10 @@ func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
 	}
 	if r.cfg.initPath != "" {
 		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
+		// Nomad's log collection made these files before the task starts.
+		for _, kind := range []string{"stdout", "stderr"} {
+			mounts = append(mounts, bind(logFile(kind), flushedTarget(kind), true))
+		}
 	}
 	return mounts
 }
@@ -346,14 +377,25 @@ func (r *Runner) sidecar(spec port.RunSpec, js jobSpec) *api.Task {
 }
 
 // Log rotation: every file Nomad keeps for the sandbox holds at least the output
-// cap, so the capped prefix survives unless a stream is ten times the cap.
+// cap and what the init may add (initSlack), so with the init a stream stays in its
+// first file (logFile), and without it the capped prefix survives unless a stream
+// is ten times the cap. Nomad's files are bounded by agentLogFiles of these.
 const (
 	agentLogFiles    = 10
 	sidecarLogFiles  = 2
 	sidecarLogFileMB = 1
+	initSlack        = 64 << 10
 )
 
-func agentLogFileMB(spec port.RunSpec) int { return max(1, mib(int64(spec.OutputLimit))) }
+func agentLogFileMB(spec port.RunSpec) int {
+	return max(1, mib(int64(spec.OutputLimit)+1+initSlack))
+}
+
+// dockerLogMB sizes each of the two files of Docker's own log of the sandbox (both
+// streams in one): they hold both capped streams.
+func dockerLogMB(spec port.RunSpec) int {
+	return max(1, mib(2*(int64(spec.OutputLimit)+1)+initSlack))
+}
 
 // unpacker is the prestart task that unpacks a copied workspace into the allocation's
 // shared data directory, as the sandbox's user, with the sandbox's lockdown; the input

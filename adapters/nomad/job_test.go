@@ -53,10 +53,20 @@ func TestJobLockdown(t *testing.T) {
 		t.Errorf("user %s memory %d", agent.User, *agent.Resources.MemoryMB)
 	}
 	ep := strings.Join(c["entrypoint"].([]string), " ")
-	if agent.Env["NOMAD_ALLOC_DIR"] != hiddenAllocDir {
-		t.Errorf("the allocation directory is bound at %q, not hidden at %s", agent.Env["NOMAD_ALLOC_DIR"], hiddenAllocDir)
+	// Nomad's three directories are bound under the runtime's mask.
+	for k, want := range map[string]string{"NOMAD_ALLOC_DIR": hiddenAllocDir, "NOMAD_TASK_DIR": hiddenTaskDir, "NOMAD_SECRETS_DIR": hiddenSecretsDir} {
+		if agent.Env[k] != want || !strings.HasPrefix(want, hiddenAllocDir) {
+			t.Errorf("%s = %q, want %s (hidden)", k, agent.Env[k], want)
+		}
 	}
-	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL ", "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
+	if lc := agent.LogConfig; lc == nil || (lc.Disabled != nil && *lc.Disabled) || *lc.MaxFiles**lc.MaxFileSizeMB > 100 {
+		t.Errorf("the sandbox's logs %+v: not collected, or not bounded", lc)
+	}
+	if lg := c["logging"].([]map[string]any)[0]; lg["type"] != "local" || lg["config"].([]map[string]string)[0]["max-file"] != "2" {
+		t.Errorf("docker logging %v, want the local driver, bounded", lg)
+	}
+	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + "," + hiddenTaskDir + "," + hiddenSecretsDir + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL -capture -max ",
+		"-flushed " + flushedTarget("stdout") + "," + flushedTarget("stderr"), "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
 		if !strings.Contains(ep, w) {
 			t.Errorf("entrypoint %q lacks %q", ep, w)
 		}
@@ -67,8 +77,11 @@ func TestJobLockdown(t *testing.T) {
 		if m["target"] == port.LLMSocketDir && (m["source"] != "../alloc/tmp" || m["readonly"] != true) {
 			t.Errorf("socket mount %v", m)
 		}
+		if src, _ := m["source"].(string); strings.HasPrefix(src, "../alloc/logs") && m["readonly"] != true {
+			t.Errorf("a log file mounted writable: %v", m)
+		}
 	}
-	for _, w := range []string{"/tmp", "/run", "/etc/resolv.conf", port.LLMSocketDir, bridgeTarget, initTarget} {
+	for _, w := range []string{"/tmp", "/run", "/etc/resolv.conf", port.LLMSocketDir, bridgeTarget, initTarget, flushedTarget("stdout"), flushedTarget("stderr")} {
 		if !slices.Contains(targets, w) {
 			t.Errorf("no mount at %s: %v", w, targets)
 		}
