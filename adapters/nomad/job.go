@@ -52,7 +52,7 @@ const (
 // logFile is the file where Nomad's log collection stores the first part of the
 // sandbox task's stdout or stderr, relative to a task directory (../alloc is the
 // allocation's shared directory). With the init, the whole capped stream: the file is
-// sized to hold it (agentLogFileMB).
+// sized to hold it (agentLogs).
 func logFile(kind string) string { return "../alloc/logs/" + agentTask + "." + kind + ".0" }
 
 // flushedTarget is where logFile(kind) is mounted read-only in the sandbox, for the
@@ -119,7 +119,8 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		Meta:                      js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.
-	disk := 10 + agentLogFiles*agentLogFileMB(spec)
+	files, fileMB := r.agentLogs(spec)
+	disk := 10 + files*fileMB
 	if js.proxy {
 		disk += sidecarLogFiles * sidecarLogFileMB
 	}
@@ -153,6 +154,7 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
+	logFiles, logFileMB := r.agentLogs(spec)
 	cfg := map[string]any{
 		"image":           spec.Image,
 		"network_mode":    "none",
@@ -166,12 +168,12 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		"labels":          []map[string]string{labels},
 		"mount":           mounts,
 		"force_pull":      false,
-		// Docker's json-file driver (the default) replaces bytes that are not UTF-8;
-		// the local driver keeps them. Bounded: with the init it holds both capped
-		// streams, without it the newest part.
+		// Docker's json-file driver (the default) replaces bytes that are not UTF-8
+		// (which matters without the init's frames); the local driver keeps them.
+		// Bounded: two files, each room for both streams' frames with the init.
 		"logging": []map[string]any{{
 			"type":   "local",
-			"config": []map[string]string{{"max-size": itoa(dockerLogMB(spec)) + "m", "max-file": "2"}},
+			"config": []map[string]string{{"max-size": itoa(logFileMB) + "m", "max-file": "2"}},
 		}},
 	}
 	if len(entrypoint) > 0 {
@@ -207,7 +209,7 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		Meta:   js.meta,
 		// The sandbox's output: in the allocation's logs directory, which the sandbox
 		// does not see (but for the two files it may read, with the init).
-		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec))},
+		LogConfig:   &api.LogConfig{MaxFiles: ptr(logFiles), MaxFileSizeMB: ptr(logFileMB)},
 		Resources:   res,
 		KillTimeout: ptr(2 * time.Second),
 		KillSignal:  "SIGKILL",
@@ -376,25 +378,25 @@ func (r *Runner) sidecar(spec port.RunSpec, js jobSpec) *api.Task {
 	}
 }
 
-// Log rotation: every file Nomad keeps for the sandbox holds at least the output
-// cap and what the init may add (initSlack), so with the init a stream stays in its
-// first file (logFile), and without it the capped prefix survives unless a stream
-// is ten times the cap. Nomad's files are bounded by agentLogFiles of these.
+// Log rotation of the sidecar and the unpacker (their logs are off).
 const (
-	agentLogFiles    = 10
 	sidecarLogFiles  = 2
 	sidecarLogFileMB = 1
-	initSlack        = 64 << 10
+	// initSlack is room for the init's own messages after the capped output.
+	initSlack = 64 << 10
 )
 
-func agentLogFileMB(spec port.RunSpec) int {
-	return max(1, mib(int64(spec.OutputLimit)+1+initSlack))
-}
-
-// dockerLogMB sizes each of the two files of Docker's own log of the sandbox (both
-// streams in one): they hold both capped streams.
-func dockerLogMB(spec port.RunSpec) int {
-	return max(1, mib(2*(int64(spec.OutputLimit)+1)+initSlack))
+// agentLogs sizes Nomad's log files of the sandbox task, per stream: how many, and
+// MiB each. With the init, the first file holds the whole capped stream in frames
+// (so nothing rotates, and logFile is all of it); without it, each file holds the
+// output cap, so the capped prefix survives unless a stream is ten times the cap.
+// Docker's own log of the task (both streams in one) is two files of that size.
+func (r *Runner) agentLogs(spec port.RunSpec) (files, mb int) {
+	if r.cfg.initPath != "" {
+		// Twice the frames: Docker's log holds both streams in one file.
+		return 2, mib(2*(framedSize(int64(spec.OutputLimit)+1)+initSlack))
+	}
+	return 10, max(1, mib(int64(spec.OutputLimit)))
 }
 
 // unpacker is the prestart task that unpacks a copied workspace into the allocation's

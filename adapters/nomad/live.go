@@ -93,10 +93,13 @@ func (r *Runner) startLive(ctx context.Context, allocID string, spec port.RunSpe
 // follow streams one of the sandbox task's streams (kind) into s through the
 // servers' log endpoint until ctx ends, reconnecting from the last offset while the
 // stream breaks. Nomad writes these files; the sandbox cannot reach them.
+// The stream carries the init's frames: off counts the whole lines consumed, from
+// which a broken stream resumes.
 func (r *Runner) follow(ctx context.Context, allocID, kind string, s *liveStream) {
+	off := 0
 	for ctx.Err() == nil {
 		s.mu.Lock()
-		off, full := s.n, s.off || s.n >= s.max
+		full := s.off || s.n >= s.max
 		s.mu.Unlock()
 		if full {
 			return
@@ -105,14 +108,22 @@ func (r *Runner) follow(ctx context.Context, allocID, kind string, s *liveStream
 			"task": agentTask, "type": kind, "follow": "true", "offset": strconv.Itoa(off), "origin": api.OriginStart,
 		}}).WithContext(ctx)
 		if rc, err := r.api.Raw().Response("/v1/client/fs/logs/"+allocID, q); err == nil {
-			dec := json.NewDecoder(rc)
+			jd := json.NewDecoder(rc)
+			var pending []byte
 			for {
 				var f api.StreamFrame
-				if err := dec.Decode(&f); err != nil {
+				if err := jd.Decode(&f); err != nil {
 					break
 				}
-				if len(f.Data) > 0 {
-					s.write(f.Data)
+				if len(f.Data) == 0 {
+					continue
+				}
+				pending = append(pending, f.Data...)
+				dec, rest := unframe(pending)
+				off += len(pending) - len(rest)
+				pending = append([]byte(nil), rest...)
+				if len(dec) > 0 {
+					s.write(dec)
 				}
 			}
 			_ = rc.Close()

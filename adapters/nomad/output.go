@@ -1,7 +1,9 @@
 package nomad
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +31,16 @@ func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, 
 		out   *[]byte
 		trunc *bool
 	}{{"stdout", &res.Stdout, &res.StdoutTruncated}, {"stderr", &res.Stderr, &res.StderrTruncated}} {
-		b, err := r.readLog(ctx, alloc.ID, s.kind, int64(limit)+1)
+		var b []byte
+		var err error
+		if r.cfg.initPath != "" {
+			// Frames: limit+1 bytes take at most framedSize(limit+1) of them.
+			b, err = r.readLog(ctx, alloc.ID, s.kind, framedSize(int64(limit)+1))
+			dec, rest := unframe(b)
+			b = append(dec, rest...)
+		} else {
+			b, err = r.readLog(ctx, alloc.ID, s.kind, int64(limit)+1)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reading the sandbox's %s: %w", s.kind, err))
 		}
@@ -39,6 +50,30 @@ func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, 
 		*s.out = b
 	}
 	return errors.Join(errs...)
+}
+
+// framedSize bounds the frames (cmd/sandbox-nomad-init) that carry n bytes: a frame of
+// k bytes is a line of 4*ceil(k/3)+1 <= 5k bytes.
+func framedSize(n int64) int64 { return 5 * n }
+
+// unframe decodes the init's frames in b (lines of base64, each a piece of the
+// stream): what they carry, and the bytes after the last newline (a line not ended
+// yet). A line that is no frame (something else wrote it: a crash of the init)
+// passes as it is, newline included.
+func unframe(b []byte) (dec, rest []byte) {
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return dec, b
+		}
+		buf := make([]byte, base64.StdEncoding.DecodedLen(i))
+		if n, err := base64.StdEncoding.Decode(buf, b[:i]); err == nil {
+			dec = append(dec, buf[:n]...)
+		} else {
+			dec = append(dec, b[:i+1]...)
+		}
+		b = b[i+1:]
+	}
 }
 
 // readLog reads up to limit bytes from the start of one of the sandbox task's

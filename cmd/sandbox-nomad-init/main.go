@@ -26,6 +26,12 @@
 //     task's stdout and stderr (the host keeps -max and learns whether there was
 //     more); the rest is read and dropped so the command never blocks. What Nomad
 //     stores of the task's output is then bounded whatever the command writes.
+//   - Docker's log collection holds a line back until its newline (or 16 KiB), and
+//     its json-file driver replaces bytes that are not UTF-8. With -capture the bytes
+//     travel as frames: lines of base64 of at most 8 KiB each, sent once the command
+//     has paused for 10 ms or 8 KiB are waiting, so they arrive while the command
+//     runs, whole, whatever they are. The host decodes them (a line that is no frame
+//     is kept as it is).
 //   - Nomad's docker log collection stops when the container exits, sometimes before
 //     it has read the container's last output. -flushed names the files (mounted
 //     read-only) where Nomad stores the task's stdout and stderr: once the command has
@@ -54,6 +60,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -61,10 +68,14 @@ import (
 
 const exitFailed = 125
 
-// out and errOut are the task's stdout and stderr, counted for -flushed.
+// stdout and stderr are the task's streams, counted for -flushed; out and errOut
+// write to them, as frames with -capture.
 var (
-	out    = &countingWriter{w: os.Stdout}
-	errOut = &countingWriter{w: os.Stderr}
+	stdout = &countingWriter{w: os.Stdout}
+	stderr = &countingWriter{w: os.Stderr}
+
+	out    io.Writer = stdout
+	errOut io.Writer = stderr
 )
 
 func main() {
@@ -90,6 +101,9 @@ func main() {
 	// Not dumpable: a process of the same user cannot ptrace the init or open its
 	// file descriptors through /proc (the streams it caps).
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+	if *capture {
+		out, errOut = &frames{w: stdout}, &frames{w: stderr}
+	}
 	var logFiles []string
 	if *flushed != "" {
 		if logFiles = strings.Split(*flushed, ","); len(logFiles) != 2 {
@@ -99,7 +113,7 @@ func main() {
 	}
 	exit := func(code int) {
 		if logFiles != nil {
-			if err := flush(logFiles, []*countingWriter{out, errOut}, *flushTimeout); err != nil {
+			if err := flush(logFiles, []*countingWriter{stdout, stderr}, *flushTimeout); err != nil {
 				fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
 			}
 		}
@@ -150,6 +164,68 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func (c *countingWriter) count() int64 { return c.n.Load() }
+
+// frameMax is the most raw bytes in one frame: its line (base64, under 11 KiB) stays
+// below Docker's 16 KiB log buffer, so Docker never splits it. frameWait is how long a
+// frame waits for more bytes.
+const (
+	frameMax  = 8 << 10
+	frameWait = 10 * time.Millisecond
+)
+
+// frames writes what it is given as frames: lines of base64 of at most frameMax bytes.
+type frames struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frames) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := 0; i < len(p); i += frameMax {
+		chunk := p[i:min(i+frameMax, len(p))]
+		line := make([]byte, base64.StdEncoding.EncodedLen(len(chunk))+1)
+		base64.StdEncoding.Encode(line, chunk)
+		line[len(line)-1] = '\n'
+		if _, err := f.w.Write(line); err != nil {
+			return i, err
+		}
+	}
+	return len(p), nil
+}
+
+// pump passes at most max bytes of src (one of the command's pipes) on to w, a frame
+// per burst: after the first bytes it waits frameWait for more, up to frameMax. The
+// rest of src is read and dropped.
+func pump(src *os.File, w io.Writer, max int64) {
+	buf := make([]byte, frameMax)
+	for left := max; left > 0; {
+		size := int(min(int64(frameMax), left))
+		n, err := src.Read(buf[:size])
+		if n > 0 && n < size && err == nil {
+			_ = src.SetReadDeadline(time.Now().Add(frameWait))
+			for n < size {
+				m, rerr := src.Read(buf[n:size])
+				n += m
+				if rerr != nil {
+					if !errors.Is(rerr, os.ErrDeadlineExceeded) {
+						err = rerr
+					}
+					break
+				}
+			}
+			_ = src.SetReadDeadline(time.Time{})
+		}
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			left -= int64(n)
+		}
+		if err != nil {
+			return
+		}
+	}
+	_, _ = io.Copy(io.Discard, src)
+}
 
 // flush waits until each file of files (where the node stores the task's streams)
 // holds at least what went through the matching writer, or timeout passes.
@@ -255,12 +331,18 @@ func supervise(argv, env []string, max int64) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin = os.Stdin
-	outR, err := cmd.StdoutPipe()
+	// Pipes of our own (exec's would be closed by Wait, which is not called): they
+	// take read deadlines.
+	outR, outW, err := os.Pipe()
 	if err == nil {
-		var errR io.ReadCloser
-		if errR, err = cmd.StderrPipe(); err == nil {
-			if err = cmd.Start(); err == nil {
-				return wait(cmd, []io.Reader{outR, errR}, []io.Writer{out, errOut}, max)
+		var errR, errW *os.File
+		if errR, errW, err = os.Pipe(); err == nil {
+			cmd.Stdout, cmd.Stderr = outW, errW
+			err = cmd.Start()
+			outW.Close()
+			errW.Close()
+			if err == nil {
+				return wait(cmd, []*os.File{outR, errR}, []io.Writer{out, errOut}, max)
 			}
 		}
 	}
@@ -268,7 +350,7 @@ func supervise(argv, env []string, max int64) int {
 	return exitFailed
 }
 
-func wait(cmd *exec.Cmd, srcs []io.Reader, dsts []io.Writer, max int64) int {
+func wait(cmd *exec.Cmd, srcs []*os.File, dsts []io.Writer, max int64) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
@@ -280,8 +362,7 @@ func wait(cmd *exec.Cmd, srcs []io.Reader, dsts []io.Writer, max int64) int {
 	for i := range srcs {
 		go func() {
 			// max+1 bytes are passed on; the rest is read and dropped.
-			_, _ = io.Copy(dsts[i], io.LimitReader(srcs[i], max+1))
-			_, _ = io.Copy(io.Discard, srcs[i])
+			pump(srcs[i], dsts[i], max+1)
 			copied <- struct{}{}
 		}()
 	}
