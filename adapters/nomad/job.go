@@ -394,7 +394,7 @@ const (
 func (r *Runner) agentLogs(spec port.RunSpec) (files, mb int) {
 	if r.cfg.initPath != "" {
 		// Twice the frames: Docker's log holds both streams in one file.
-		return 2, mib(2*(framedSize(int64(spec.OutputLimit)+1)+initSlack))
+		return 2, mib(2 * (framedSize(int64(spec.OutputLimit)+1) + initSlack))
 	}
 	return 10, max(1, mib(int64(spec.OutputLimit)))
 }
