@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
@@ -155,5 +156,24 @@ func TestRefusedSpecs(t *testing.T) {
 	}
 	if _, err := r.Start(context.Background(), port.ProxySpec{RunID: "../x"}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("a bad proxy spec gave %v", err)
+	}
+}
+
+// TestUnframe: the init's frames decode to their bytes, whatever they are; a line
+// that is no frame passes as it is; an unfinished line is left for later; the bound
+// on the frames' size holds for one-byte frames, the worst case.
+func TestUnframe(t *testing.T) {
+	enc := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) + "\n" }
+	in := enc("\xff\x00a") + "panic: not a frame\n" + enc("b\n") + "QUJD"
+	dec, rest := unframe([]byte(in))
+	if string(dec) != "\xff\x00apanic: not a frame\nb\n" || string(rest) != "QUJD" {
+		t.Errorf("unframe = %q, rest %q", dec, rest)
+	}
+	var framed int
+	for i := 0; i < 1000; i++ {
+		framed += len(enc("x"))
+	}
+	if int64(framed) > framedSize(1000) {
+		t.Errorf("1000 one-byte frames take %d bytes, beyond framedSize %d", framed, framedSize(1000))
 	}
 }
