@@ -211,8 +211,11 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		// does not see (but for the two files it may read, with the init).
 		LogConfig:   &api.LogConfig{MaxFiles: ptr(logFiles), MaxFileSizeMB: ptr(logFileMB)},
 		Resources:   res,
-		KillTimeout: ptr(2 * time.Second),
-		KillSignal:  "SIGKILL",
+		// Stopped by Nomad (a sibling failed, the job was stopped): with the init, a
+		// SIGTERM it answers by killing every process of the sandbox at once, then
+		// exiting once Nomad has stored the output (killTimeout at most).
+		KillTimeout: ptr(killTimeout),
+		KillSignal:  r.killSignal(),
 	}
 }
 
@@ -436,6 +439,19 @@ func (r *Runner) unpacker(spec port.RunSpec, js jobSpec) *api.Task {
 		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
 		Resources: &api.Resources{CPU: ptr(50), MemoryMB: ptr(32)},
 	}
+}
+
+// killTimeout is how long Nomad waits after the agent task's kill signal before it
+// sends SIGKILL.
+const killTimeout = 5 * time.Second
+
+// killSignal is the agent task's kill signal: SIGTERM for the init (which kills the
+// sandbox's processes at once and keeps its output), else SIGKILL.
+func (r *Runner) killSignal() string {
+	if r.cfg.initPath != "" {
+		return "SIGTERM"
+	}
+	return "SIGKILL"
 }
 
 // mib rounds bytes up to whole MiB (Nomad's memory unit).

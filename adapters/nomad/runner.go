@@ -386,9 +386,12 @@ func (r *Runner) finished(ctx context.Context, allocID string) (*api.Allocation,
 	}
 }
 
-// kill ends a run that outlived its limit: SIGKILL to the sandbox task (the sidecar
-// is then stopped by Nomad), or a stop of the allocation when the task is not running
-// yet. It waits (bounded) for the allocation to finish and returns it, or nil.
+// kill ends a run that outlived its limit: the kill signal to the sandbox task (the
+// sidecar is then stopped by Nomad), or a stop of the allocation when the task is not
+// running yet. With the init that is SIGTERM, which it answers by killing the
+// sandbox's processes at once and exiting once its output is stored; SIGKILL follows
+// if the task has not ended after killTimeout. It waits (bounded) for the allocation
+// to finish and returns it, or nil.
 func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(string, ...any) }) *api.Allocation {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
@@ -397,9 +400,20 @@ func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(s
 	if err == nil {
 		stub = a
 	}
-	if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, "SIGKILL"); err != nil {
+	sig := r.killSignal()
+	if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, sig); err != nil {
 		if _, err := r.api.Allocations().Stop(stub, (&api.QueryOptions{}).WithContext(kctx)); err != nil {
 			log.Warn("stopping the allocation failed", logattr.Err, err)
+		}
+	} else if sig != "SIGKILL" {
+		gctx, gcancel := context.WithTimeout(kctx, killTimeout)
+		a, err := r.finished(gctx, allocID)
+		gcancel()
+		if err == nil {
+			return a
+		}
+		if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, "SIGKILL"); err != nil {
+			log.Warn("killing the sandbox task failed", logattr.Err, err)
 		}
 	}
 	a, err = r.finished(kctx, allocID)

@@ -41,8 +41,9 @@
 // The init makes itself non-dumpable, so the command (the same user) can neither
 // trace it nor reopen its streams through /proc/1/fd and write past the cap.
 // Without -capture it replaces itself with argv (execve). With it, it stays as the
-// command's parent: it forwards termination signals, and exits with the command's
-// exit code (128+n if signal n killed it). It exits 125 (as the bridge does) when it
+// command's parent: it answers SIGTERM (Nomad's kill signal for the task) by killing
+// every other process of the container at once (SIGKILL), forwards SIGINT, SIGHUP and
+// SIGQUIT, and exits with the command's exit code (128+n if signal n killed it). It exits 125 (as the bridge does) when it
 // cannot start argv.
 package main
 
@@ -355,6 +356,13 @@ func wait(cmd *exec.Cmd, srcs []*os.File, dsts []io.Writer, max int64) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
 		for s := range sigs {
+			if s == syscall.SIGTERM {
+				// Nomad stops the sandbox: every process of it (the init is PID 1 of
+				// the container; -1 is all the others) dies at once, and the init
+				// exits once its output is stored.
+				_ = syscall.Kill(-1, syscall.SIGKILL)
+				continue
+			}
 			_ = cmd.Process.Signal(s)
 		}
 	}()
