@@ -3,9 +3,12 @@ package nomad
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -283,5 +286,45 @@ func TestSweepNodeSparesLiveRun(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the live run: %v", err)
+	}
+}
+
+// TestOutputHostile: the output reaches the host exactly, whatever its bytes (not
+// UTF-8, no final newline), capped at the prefix; the sandbox can write neither
+// into the init's streams past its cap (through /proc/1/fd: the init is not
+// dumpable) nor into the files where Nomad stores them. About 10 s.
+func TestOutputHostile(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	data := make([]byte, 100<<10)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(filepath.Join(dir, "bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(limit int, argv ...string) *port.RunResult {
+		t.Helper()
+		res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("hostile-out"), Image: e.image, Argv: append([]string{"/agent"}, argv...),
+			WorkspaceDir: dir, OutputLimit: limit, Limits: port.Limits{Timeout: time.Minute}})
+		if err != nil {
+			t.Fatalf("RunOnce %v: %v %+v", argv, err, res)
+		}
+		return res
+	}
+	if res := run(64<<10, "cat", "/workspace/bin"); !bytes.Equal(res.Stdout, data[:64<<10]) || !res.StdoutTruncated || res.ExitCode != 0 {
+		t.Errorf("100 KiB of random bytes at a 64 KiB cap: got %d bytes (equal to the prefix: %v), truncated %v, exit %d",
+			len(res.Stdout), bytes.Equal(res.Stdout, data[:min(len(res.Stdout), len(data))]), res.StdoutTruncated, res.ExitCode)
+	}
+	for _, target := range []string{"/proc/1/fd/1", "/proc/1/fd/2", flushedTarget("stdout")} {
+		res := run(0, "write", target, "INJECTED")
+		if res.ExitCode != 4 || strings.Contains(string(res.Stdout)+string(res.Stderr), "INJECTED") {
+			t.Errorf("writing %s: exit %d stdout %q stderr %q, want refused", target, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		t.Logf("%s: %s", target, strings.TrimSpace(string(res.Stderr)))
 	}
 }
