@@ -209,8 +209,8 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		Meta:   js.meta,
 		// The sandbox's output: in the allocation's logs directory, which the sandbox
 		// does not see (but for the two files it may read, with the init).
-		LogConfig:   &api.LogConfig{MaxFiles: ptr(logFiles), MaxFileSizeMB: ptr(logFileMB)},
-		Resources:   res,
+		LogConfig: &api.LogConfig{MaxFiles: ptr(logFiles), MaxFileSizeMB: ptr(logFileMB)},
+		Resources: res,
 		// Stopped by Nomad (a sibling failed, the job was stopped): with the init, a
 		// SIGTERM it answers by killing every process of the sandbox at once, then
 		// exiting once Nomad has stored the output (killTimeout at most).
