@@ -13,8 +13,8 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// liveStream follows one of the init's output files through the servers' file
-// system stream endpoint and hands its bytes to a live writer, at most max of them.
+// liveStream follows one of the sandbox task's streams through the servers' log
+// endpoint and hands its bytes to a live writer, at most max of them.
 type liveStream struct {
 	w    io.Writer
 	max  int
