@@ -328,3 +328,85 @@ func TestOutputHostile(t *testing.T) {
 		t.Logf("%s: %s", target, strings.TrimSpace(string(res.Stderr)))
 	}
 }
+
+// TestNodeReturns: the client agent of a running sandbox's node is killed, then comes
+// back (on a cluster of its own). No operator acts: the returning agent stops the
+// sandbox itself (its job was stopped, not purged, when the run ended ErrNodeLost),
+// and a Sweep then leaves nothing of the owner, neither job nor container. About 30 s.
+func TestNodeReturns(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := nomadtest.Start(ctx, nomadtest.Options{FastNodeLoss: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	owner := testenv.Owner("nodereturns")
+	r, err := NewRunner(WithAddress(c.Addr), WithOwner(owner), WithBridge(e.bridge), WithInit(e.init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := sandboxtest.RunID("nodereturns")
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: e.image, Argv: []string{"/agent", "chatter", "/tmp/progress", "100000"}, Stdout: out, Limits: port.Limits{Timeout: 2 * time.Minute}})
+		done <- err
+	}()
+	var node string
+	for node == "" {
+		if ctx.Err() != nil {
+			t.Fatal("the run never started")
+		}
+		jobs, _, _ := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID})
+		for _, j := range jobs {
+			allocs, _, _ := c.API().Jobs().Allocations(j.ID, true, nil)
+			for _, a := range allocs {
+				if a.ClientStatus == api.AllocClientStatusRunning && strings.Contains(out.String(), "line 000001") {
+					node = a.NodeName
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	containers := func() []string {
+		ids, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+port.LabelOwner+"="+owner).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(ids))
+	}
+	t.Cleanup(func() {
+		for _, id := range containers() {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	if err := c.KillNode(node); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrNodeLost) {
+		t.Fatalf("RunOnce = %v, want ErrNodeLost", err)
+	}
+	if len(containers()) == 0 {
+		t.Fatal("the sandbox's container is gone before its node returns: nothing tested")
+	}
+	back := time.Now()
+	if err := c.RestartNode(node); err != nil {
+		t.Fatal(err)
+	}
+	for len(containers()) > 0 {
+		if time.Since(back) > time.Minute {
+			t.Fatalf("the returning node left the sandbox's containers %v", containers())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("the returning node removed the sandbox's containers %v after its restart", time.Since(back).Round(100*time.Millisecond))
+	rep, err := r.Sweep(ctx, port.SweepOptions{RunID: runID})
+	if err != nil || len(rep.Errors) > 0 {
+		t.Errorf("Sweep after the node returned: %+v %v", rep, err)
+	}
+	if jobs, _, err := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID}); err != nil || len(jobs) > 0 {
+		t.Errorf("after the Sweep, jobs %v (%v)", jobs, err)
+	}
+}
