@@ -44,10 +44,10 @@ func (s *liveStream) write(p []byte) {
 }
 
 // startLive streams the sandbox's output to spec.Stdout and spec.Stderr while the run
-// goes on (with the init; without it the writers get the output when the run ends,
-// as Nomad may not have all of it before). The returned function ends the streams and hands
-// each writer what it has not had yet of the collected result, so a writer receives
-// exactly the bytes the result keeps.
+// goes on (with the init; without it the writers get the output when the run ends).
+// The returned function ends the streams and hands each writer what it has not had
+// yet of the collected result, so a writer receives exactly the bytes the result
+// keeps.
 func (r *Runner) startLive(ctx context.Context, allocID string, spec port.RunSpec) func(res *port.RunResult) {
 	if spec.Stdout == nil && spec.Stderr == nil {
 		return func(*port.RunResult) {}

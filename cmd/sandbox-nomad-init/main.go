@@ -40,11 +40,12 @@
 //
 // The init makes itself non-dumpable, so the command (the same user) can neither
 // trace it nor reopen its streams through /proc/1/fd and write past the cap.
+//
 // Without -capture it replaces itself with argv (execve). With it, it stays as the
 // command's parent: it answers SIGTERM (Nomad's kill signal for the task) by killing
 // every other process of the container at once (SIGKILL), forwards SIGINT, SIGHUP and
-// SIGQUIT, and exits with the command's exit code (128+n if signal n killed it). It exits 125 (as the bridge does) when it
-// cannot start argv.
+// SIGQUIT, and exits with the command's exit code (128+n if signal n killed it). It
+// exits 125 (as the bridge does) when it cannot start argv.
 package main
 
 import (
