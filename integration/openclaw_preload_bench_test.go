@@ -27,8 +27,9 @@ import (
 // through a warm sandboxed gateway (BenchmarkOpenClawSandboxedGateway's set-up; its
 // first turn is not counted). All sandboxed one-shots have the warm compile cache
 // (openclaw.CompileCache, built first by a sandboxed one-shot) mounted read-only; the
-// host CLI has its own, persistent one. Before each iteration both pools are full
-// again, so no slot's boot competes with a measured run. Reported per variant: wall
+// host CLI has its own, persistent one. Before each iteration, and after each
+// pre-booted run, both pools are full again, so no slot's boot competes with a
+// measured run. Reported per variant: wall
 // time p50/p95, boot overhead (wall minus OpenClaw's own reported turn) p50, and for
 // the pre-booted slots their memory when claimed (the idle slot:
 // RunResult.Memory.ClaimBytes) and the run's peak.
@@ -165,6 +166,9 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 				claimMem[p.name] = append(claimMem[p.name], time.Duration(m.ClaimBytes))
 				peakMem[p.name] = append(peakMem[p.name], time.Duration(m.PeakBytes))
 			}
+				// The pool boots the next slot now (a warm-up turn is several CPU-seconds):
+			// let it finish before the next variant is timed.
+			waitPools()
 		})
 	}
 	b.ResetTimer()
