@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,11 +14,7 @@ import (
 // (sandboxtest's crash tests re-run the binary as a host that dies).
 const AddrEnv = "SANDBOX_NOMADTEST_ADDR"
 
-var shared struct {
-	sync.Mutex
-	c   *Cluster
-	err error
-}
+var shared = testenv.SharedPart[*Cluster]{Part: "nomad", Name: "nomadtest"}
 
 // Main starts one cluster for a test package, runs the tests and tears the cluster
 // down, also when the binary is interrupted (SIGINT, SIGTERM). Call it from TestMain:
@@ -33,55 +26,31 @@ var shared struct {
 func Main(m *testing.M) int {
 	bin, err := Binary()
 	if err != nil {
-		shared.err = err
+		shared.Fail(err)
 		return m.Run()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	c, err := Start(ctx, Options{Bin: bin})
-	if err != nil && ctx.Err() == nil {
-		// A free port picked for an agent can be taken by another process before the
-		// agent binds it: one more try, with new ports.
-		fmt.Fprintf(os.Stderr, "nomadtest: retrying after: %v\n", err)
-		c, err = Start(ctx, Options{Bin: bin})
-	}
-	cancel()
-	if err != nil {
-		shared.err = err
-		return m.Run()
-	}
-	fmt.Fprintf(os.Stderr, "nomadtest: a server and %d clients ready in %v\n", len(c.NodeNames), c.Started.Round(10*time.Millisecond))
-	shared.c = c
-	_ = os.Setenv(AddrEnv, c.Addr)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		if _, ok := <-sig; ok {
-			_ = c.Close()
-			os.Exit(2)
+	return shared.Main(m, func() (*Cluster, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		c, err := Start(ctx, Options{Bin: bin})
+		if err != nil && ctx.Err() == nil {
+			// A free port picked for an agent can be taken by another process before the
+			// agent binds it: one more try, with new ports.
+			fmt.Fprintf(os.Stderr, "nomadtest: retrying after: %v\n", err)
+			c, err = Start(ctx, Options{Bin: bin})
 		}
-	}()
-	code := m.Run()
-	signal.Stop(sig)
-	close(sig)
-	if err := c.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "nomadtest: tearing the cluster down: %v\n", err)
-		if code == 0 {
-			code = 1
+		if err != nil {
+			return nil, err
 		}
-	}
-	return code
+		fmt.Fprintf(os.Stderr, "nomadtest: a server and %d clients ready in %v\n", len(c.NodeNames), c.Started.Round(10*time.Millisecond))
+		_ = os.Setenv(AddrEnv, c.Addr)
+		return c, nil
+	}, nil)
 }
 
 // Shared returns the cluster Main started. It skips t when there is none (or fails it
 // when SANDBOX_REQUIRE names "nomad"), saying why.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
-	shared.Lock()
-	defer shared.Unlock()
-	reason := "no cluster (nomadtest.Main was not called from TestMain)"
-	if shared.err != nil {
-		reason = shared.err.Error()
-	}
-	testenv.Need(t, "nomad", shared.c != nil, reason)
-	return shared.c
+	return shared.Get(t)
 }
