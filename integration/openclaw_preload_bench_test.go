@@ -166,7 +166,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 				claimMem[p.name] = append(claimMem[p.name], time.Duration(m.ClaimBytes))
 				peakMem[p.name] = append(peakMem[p.name], time.Duration(m.PeakBytes))
 			}
-				// The pool boots the next slot now (a warm-up turn is several CPU-seconds):
+			// The pool boots the next slot now (a warm-up turn is several CPU-seconds):
 			// let it finish before the next variant is timed.
 			waitPools()
 		})

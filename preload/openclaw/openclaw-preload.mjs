@@ -2,7 +2,7 @@
 // protocol (version 1, api/bridgeapi/preload.go) for `openclaw agent --local --json`
 // one-shot runs, pinned to OpenClaw 2026.9.6 (dist/ file names are content-hashed).
 //
-//   node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR
+//   node openclaw-preload.mjs [--warm-up] OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
