@@ -31,12 +31,13 @@
 // cores (reserved as Nomad cores). Known differences from the Docker runner:
 //
 //   - Nomad's docker driver always mounts the allocation's shared directory and the
-//     task's own local/ and secrets/ directories, read-write. The runner binds the
-//     allocation's at a path Docker masks (NOMAD_ALLOC_DIR=/sys/firmware), so the
-//     sandbox has no /alloc; its socket directory and a copied workspace reach it
-//     through binds of their own. The key, the proxy's configuration and its audit
-//     live in the sidecar's own task directories, which the sandbox cannot see.
-//     /local is on the node's disk and Nomad does not bound its size for docker tasks.
+//     task's own local/ and secrets/ directories, read-write, on the node's disk with
+//     no bound. The runner binds all three under a path Docker masks
+//     (NOMAD_ALLOC_DIR=/sys/firmware, NOMAD_TASK_DIR and NOMAD_SECRETS_DIR beneath),
+//     so the sandbox has no /alloc, /local or /secrets; its socket directory and a
+//     copied workspace reach it through binds of their own. The key, the proxy's
+//     configuration and its audit live in the sidecar's own task directories, which
+//     the sandbox cannot see either.
 //   - tmpfs sizes are honoured; the noexec,nosuid,nodev options are Docker's defaults
 //     for tmpfs mounts.
 //
@@ -99,10 +100,13 @@
 // bridge: it removes the NOMAD_* variables Nomad adds to every task (the agent's
 // environment is exactly the spec's), waits until the proxy's socket accepts
 // connections (Nomad starts the sandbox once the sidecar runs, not once it listens),
-// and captures stdout and stderr into capped files in the task's directory, read back
-// through the file system API. Without it, output comes from Nomad's log API, which can
-// miss the last output of a container (the driver stops collecting when the container
-// exits), and the agent sees Nomad's variables.
+// and passes stdout and stderr on to the task's own streams, capped, as frames (lines
+// of base64, so that Docker neither holds back a partial line nor changes a byte that
+// is not UTF-8), and exits only once Nomad has stored them; the runner reads them
+// through Nomad's log API, live and when the run ends. Without it, output comes from
+// the log API as the agent wrote it, which can miss the last output of a container
+// (the driver stops collecting when the container exits), and the agent sees Nomad's
+// variables.
 //
 // # Sweeping
 //

@@ -3,9 +3,12 @@ package nomad
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -202,22 +205,21 @@ func TestNodeLost(t *testing.T) {
 }
 
 // TestWritablePathsCapped: the paths a Nomad sandbox can write are capped at the
-// run's tmpfs size or not writable at all: a sandbox writing 16 MiB into each stops
-// at the 8 MiB cap. The allocation directory (all of /alloc, before: 16 MiB into its
-// root) is bound where the runtime masks it, so nothing of it is writable. /local is
-// Nomad's own bind of the task directory, which no mount can cover and which holds the
-// init's output files: a declared gap, listed and checked to still be writable so
-// that the day it closes this test says so. About 8 s.
+// run's tmpfs size or not there at all: a sandbox writing 16 MiB into each stops at
+// the 8 MiB cap. Nomad binds three directories of the node's disk into every task
+// (the allocation's, and the task's local/ and secrets/), with no bound and no way to
+// leave them out; they are bound where the runtime masks them, so none is writable
+// (before: 16 MiB into the root of /alloc, then into /local). The files where Nomad
+// stores the output are read-only. About 8 s.
 func TestWritablePathsCapped(t *testing.T) {
 	e := setup(t)
 	r := e.runner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const capMiB = 8
-	uncapped := map[string]bool{"/local": true} // see docs/nomad.md
-	// /alloc is not there (the allocation directory is bound where the runtime masks
-	// it, hiddenAllocDir, which must not be writable either).
-	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", hiddenAllocDir, "/local", "/secrets", "/tmp"}
+	capped := map[string]bool{"/tmp": true}
+	dirs := []string{"/alloc/data", "/alloc/tmp", "/alloc/logs", "/alloc", "/local", "/secrets",
+		hiddenAllocDir, hiddenTaskDir, hiddenSecretsDir, "/.agentsandbox", "/tmp"}
 	spec := port.RunSpec{RunID: sandboxtest.RunID("fill"), Image: e.image, Argv: append([]string{"/agent", "fill", "16"}, dirs...),
 		Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
 	res, err := r.RunOnce(ctx, spec)
@@ -234,14 +236,11 @@ func TestWritablePathsCapped(t *testing.T) {
 			t.Fatalf("%s: %q", dir, lines[i])
 		}
 		t.Log(lines[i])
-		if uncapped[dir] {
-			if n <= capMiB {
-				t.Errorf("%s is capped now (%d MiB): update docs/nomad.md and this test", dir, n)
-			}
-			continue
-		}
-		if n > capMiB {
-			t.Errorf("%s took %d MiB, beyond the run's %d MiB cap", dir, n, capMiB)
+		switch {
+		case capped[dir] && n != capMiB:
+			t.Errorf("%s took %d MiB, want the run's %d MiB cap", dir, n, capMiB)
+		case !capped[dir] && n != 0:
+			t.Errorf("%s took %d MiB: one of Nomad's directories is writable (%s)", dir, n, lines[i])
 		}
 	}
 }
@@ -287,5 +286,127 @@ func TestSweepNodeSparesLiveRun(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the live run: %v", err)
+	}
+}
+
+// TestOutputHostile: the output reaches the host exactly, whatever its bytes (not
+// UTF-8, no final newline), capped at the prefix; the sandbox can write neither
+// into the init's streams past its cap (through /proc/1/fd: the init is not
+// dumpable) nor into the files where Nomad stores them. About 10 s.
+func TestOutputHostile(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	data := make([]byte, 100<<10)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(filepath.Join(dir, "bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(limit int, argv ...string) *port.RunResult {
+		t.Helper()
+		res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("hostile-out"), Image: e.image, Argv: append([]string{"/agent"}, argv...),
+			WorkspaceDir: dir, OutputLimit: limit, Limits: port.Limits{Timeout: time.Minute}})
+		if err != nil {
+			t.Fatalf("RunOnce %v: %v %+v", argv, err, res)
+		}
+		return res
+	}
+	if res := run(64<<10, "cat", "/workspace/bin"); !bytes.Equal(res.Stdout, data[:64<<10]) || !res.StdoutTruncated || res.ExitCode != 0 {
+		t.Errorf("100 KiB of random bytes at a 64 KiB cap: got %d bytes (equal to the prefix: %v), truncated %v, exit %d",
+			len(res.Stdout), bytes.Equal(res.Stdout, data[:min(len(res.Stdout), len(data))]), res.StdoutTruncated, res.ExitCode)
+	}
+	for _, target := range []string{"/proc/1/fd/1", "/proc/1/fd/2", flushedTarget("stdout")} {
+		res := run(0, "write", target, "INJECTED")
+		if res.ExitCode != 4 || strings.Contains(string(res.Stdout)+string(res.Stderr), "INJECTED") {
+			t.Errorf("writing %s: exit %d stdout %q stderr %q, want refused", target, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		t.Logf("%s: %s", target, strings.TrimSpace(string(res.Stderr)))
+	}
+}
+
+// TestNodeReturns: the client agent of a running sandbox's node is killed, then comes
+// back (on a cluster of its own). No operator acts: the returning agent stops the
+// sandbox itself (its job was stopped, not purged, when the run ended ErrNodeLost),
+// and a Sweep then leaves nothing of the owner, neither job nor container. About 30 s.
+func TestNodeReturns(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := nomadtest.Start(ctx, nomadtest.Options{FastNodeLoss: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	owner := testenv.Owner("nodereturns")
+	r, err := NewRunner(WithAddress(c.Addr), WithOwner(owner), WithBridge(e.bridge), WithInit(e.init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := sandboxtest.RunID("nodereturns")
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: e.image, Argv: []string{"/agent", "chatter", "/tmp/progress", "100000"}, Stdout: out, Limits: port.Limits{Timeout: 2 * time.Minute}})
+		done <- err
+	}()
+	var node string
+	for node == "" {
+		if ctx.Err() != nil {
+			t.Fatal("the run never started")
+		}
+		jobs, _, _ := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID})
+		for _, j := range jobs {
+			allocs, _, _ := c.API().Jobs().Allocations(j.ID, true, nil)
+			for _, a := range allocs {
+				if a.ClientStatus == api.AllocClientStatusRunning && strings.Contains(out.String(), "line 000001") {
+					node = a.NodeName
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	containers := func() []string {
+		ids, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+port.LabelOwner+"="+owner).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(ids))
+	}
+	t.Cleanup(func() {
+		for _, id := range containers() {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	if err := c.KillNode(node); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrNodeLost) {
+		t.Fatalf("RunOnce = %v, want ErrNodeLost", err)
+	}
+	if len(containers()) == 0 {
+		t.Fatal("the sandbox's container is gone before its node returns: nothing tested")
+	}
+	back := time.Now()
+	if err := c.RestartNode(node); err != nil {
+		t.Fatal(err)
+	}
+	for len(containers()) > 0 {
+		if time.Since(back) > time.Minute {
+			t.Fatalf("the returning node left the sandbox's containers %v", containers())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("the returning node removed the sandbox's containers %v after its restart", time.Since(back).Round(100*time.Millisecond))
+	rep, err := r.Sweep(ctx, port.SweepOptions{RunID: runID})
+	if err != nil || len(rep.Errors) > 0 {
+		t.Errorf("Sweep after the node returned: %+v %v", rep, err)
+	}
+	if jobs, _, err := c.API().Jobs().List(&api.QueryOptions{Prefix: jobPrefix + runID}); err != nil || len(jobs) > 0 {
+		t.Errorf("after the Sweep, jobs %v (%v)", jobs, err)
 	}
 }

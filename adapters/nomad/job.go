@@ -49,9 +49,15 @@ const (
 	sidecarUID  = 65534
 )
 
-// outputFile is where the init writes the sandbox's stdout or stderr, relative to the
-// task directory (local/ appears at /local in the task).
-func outputFile(kind string) string { return "local/.sandbox-" + kind }
+// logFile is the file where Nomad's log collection stores the first part of the
+// sandbox task's stdout or stderr, relative to a task directory (../alloc is the
+// allocation's shared directory). With the init, the whole capped stream: the file is
+// sized to hold it (agentLogs).
+func logFile(kind string) string { return "../alloc/logs/" + agentTask + "." + kind + ".0" }
+
+// flushedTarget is where logFile(kind) is mounted read-only in the sandbox, for the
+// init to see when Nomad has stored all it wrote (-flushed).
+func flushedTarget(kind string) string { return "/.agentsandbox/" + kind }
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -113,7 +119,8 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		Meta:                      js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.
-	disk := 10 + agentLogFiles*agentLogFileMB(spec)
+	files, fileMB := r.agentLogs(spec)
+	disk := 10 + files*fileMB
 	if js.proxy {
 		disk += sidecarLogFiles * sidecarLogFileMB
 	}
@@ -147,6 +154,7 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
+	logFiles, logFileMB := r.agentLogs(spec)
 	cfg := map[string]any{
 		"image":           spec.Image,
 		"network_mode":    "none",
@@ -160,6 +168,13 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		"labels":          []map[string]string{labels},
 		"mount":           mounts,
 		"force_pull":      false,
+		// Docker's json-file driver (the default) replaces bytes that are not UTF-8
+		// (which matters without the init's frames); the local driver keeps them.
+		// Bounded: two files, each room for both streams' frames with the init.
+		"logging": []map[string]any{{
+			"type":   "local",
+			"config": []map[string]string{{"max-size": itoa(logFileMB) + "m", "max-file": "2"}},
+		}},
 	}
 	if len(entrypoint) > 0 {
 		cfg["entrypoint"] = entrypoint
@@ -177,11 +192,14 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	} else {
 		res.CPU = ptr(r.cfg.cpuMHz)
 	}
-	// Nomad binds the allocation's shared directory (on the node's disk, 0777, no
-	// bound) wherever NOMAD_ALLOC_DIR says, and no mount can cover it: at a path the
-	// runtime masks, it is hidden from the sandbox (see hiddenAllocDir).
+	// Nomad binds the allocation's shared directory and the task's local/ and
+	// secrets/ (on the node's disk, 0777, no bound) wherever these variables say, and
+	// no mount can cover them: at a path the runtime masks, they are hidden from the
+	// sandbox (see hiddenAllocDir).
 	env = maps.Clone(env)
 	env["NOMAD_ALLOC_DIR"] = hiddenAllocDir
+	env["NOMAD_TASK_DIR"] = hiddenTaskDir
+	env["NOMAD_SECRETS_DIR"] = hiddenSecretsDir
 	return &api.Task{
 		Name:   agentTask,
 		Driver: "docker",
@@ -189,12 +207,15 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		Config: cfg,
 		Env:    env,
 		Meta:   js.meta,
-		// With the init capturing the output, Nomad's log collection (two plugin
-		// processes per task) is only a cost.
-		LogConfig:   &api.LogConfig{MaxFiles: ptr(agentLogFiles), MaxFileSizeMB: ptr(agentLogFileMB(spec)), Disabled: ptr(r.cfg.initPath != "")},
-		Resources:   res,
-		KillTimeout: ptr(2 * time.Second),
-		KillSignal:  "SIGKILL",
+		// The sandbox's output: in the allocation's logs directory, which the sandbox
+		// does not see (but for the two files it may read, with the init).
+		LogConfig: &api.LogConfig{MaxFiles: ptr(logFiles), MaxFileSizeMB: ptr(logFileMB)},
+		Resources: res,
+		// Stopped by Nomad (a sibling failed, the job was stopped): with the init, a
+		// SIGTERM it answers by killing every process of the sandbox at once, then
+		// exiting once Nomad has stored the output (killTimeout at most).
+		KillTimeout: ptr(killTimeout),
+		KillSignal:  r.killSignal(),
 	}
 }
 
@@ -207,6 +228,16 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 // through binds of their own. The init refuses to start the run if the path is
 // writable (a runtime that does not mask it).
 const hiddenAllocDir = "/sys/firmware"
+
+// hiddenTaskDir and hiddenSecretsDir are where the agent task's local/ and secrets/
+// are bound: over two directories the allocation directory always has (data, tmp),
+// under the same mask. Nothing is created on the node for them, and the sandbox sees
+// neither: it writes nothing there (its output goes to the task's own streams, capped
+// by the init) and needs nothing of them.
+const (
+	hiddenTaskDir    = hiddenAllocDir + "/data"
+	hiddenSecretsDir = hiddenAllocDir + "/tmp"
+)
 
 func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]string) ([]string, map[string]string) {
 	llm := spec.LLM != nil
@@ -232,8 +263,9 @@ func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]s
 			}
 			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
 		}
-		entrypoint = append(entrypoint, "-unwritable", hiddenAllocDir, "-keep", strings.Join(names, ","),
-			"-stdout", "/"+outputFile("stdout"), "-stderr", "/"+outputFile("stderr"), "-max", itoa(spec.OutputLimit))
+		entrypoint = append(entrypoint, "-unwritable", strings.Join([]string{hiddenAllocDir, hiddenTaskDir, hiddenSecretsDir}, ","),
+			"-keep", strings.Join(names, ","), "-capture", "-max", itoa(spec.OutputLimit),
+			"-flushed", flushedTarget("stdout")+","+flushedTarget("stderr"))
 		if llm {
 			entrypoint = append(entrypoint, "-wait", port.LLMSocketDir+"/"+port.LLMSocketName)
 		}
@@ -290,6 +322,10 @@ func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
 	}
 	if r.cfg.initPath != "" {
 		mounts = append(mounts, bind(r.cfg.initPath, initTarget, true))
+		// Nomad's log collection made these files before the task starts.
+		for _, kind := range []string{"stdout", "stderr"} {
+			mounts = append(mounts, bind(logFile(kind), flushedTarget(kind), true))
+		}
 	}
 	return mounts
 }
@@ -345,15 +381,26 @@ func (r *Runner) sidecar(spec port.RunSpec, js jobSpec) *api.Task {
 	}
 }
 
-// Log rotation: every file Nomad keeps for the sandbox holds at least the output
-// cap, so the capped prefix survives unless a stream is ten times the cap.
+// Log rotation of the sidecar and the unpacker (their logs are off).
 const (
-	agentLogFiles    = 10
 	sidecarLogFiles  = 2
 	sidecarLogFileMB = 1
+	// initSlack is room for the init's own messages after the capped output.
+	initSlack = 64 << 10
 )
 
-func agentLogFileMB(spec port.RunSpec) int { return max(1, mib(int64(spec.OutputLimit))) }
+// agentLogs sizes Nomad's log files of the sandbox task, per stream: how many, and
+// MiB each. With the init, the first file holds the whole capped stream in frames
+// (so nothing rotates, and logFile is all of it); without it, each file holds the
+// output cap, so the capped prefix survives unless a stream is ten times the cap.
+// Docker's own log of the task (both streams in one) is two files of that size.
+func (r *Runner) agentLogs(spec port.RunSpec) (files, mb int) {
+	if r.cfg.initPath != "" {
+		// Twice the frames: Docker's log holds both streams in one file.
+		return 2, mib(2 * (framedSize(int64(spec.OutputLimit)+1) + initSlack))
+	}
+	return 10, max(1, mib(int64(spec.OutputLimit)))
+}
 
 // unpacker is the prestart task that unpacks a copied workspace into the allocation's
 // shared data directory, as the sandbox's user, with the sandbox's lockdown; the input
@@ -392,6 +439,19 @@ func (r *Runner) unpacker(spec port.RunSpec, js jobSpec) *api.Task {
 		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
 		Resources: &api.Resources{CPU: ptr(50), MemoryMB: ptr(32)},
 	}
+}
+
+// killTimeout is how long Nomad waits after the agent task's kill signal before it
+// sends SIGKILL.
+const killTimeout = 5 * time.Second
+
+// killSignal is the agent task's kill signal: SIGTERM for the init (which kills the
+// sandbox's processes at once and keeps its output), else SIGKILL.
+func (r *Runner) killSignal() string {
+	if r.cfg.initPath != "" {
+		return "SIGTERM"
+	}
+	return "SIGKILL"
 }
 
 // mib rounds bytes up to whole MiB (Nomad's memory unit).

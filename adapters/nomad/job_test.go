@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
@@ -53,10 +54,20 @@ func TestJobLockdown(t *testing.T) {
 		t.Errorf("user %s memory %d", agent.User, *agent.Resources.MemoryMB)
 	}
 	ep := strings.Join(c["entrypoint"].([]string), " ")
-	if agent.Env["NOMAD_ALLOC_DIR"] != hiddenAllocDir {
-		t.Errorf("the allocation directory is bound at %q, not hidden at %s", agent.Env["NOMAD_ALLOC_DIR"], hiddenAllocDir)
+	// Nomad's three directories are bound under the runtime's mask.
+	for k, want := range map[string]string{"NOMAD_ALLOC_DIR": hiddenAllocDir, "NOMAD_TASK_DIR": hiddenTaskDir, "NOMAD_SECRETS_DIR": hiddenSecretsDir} {
+		if agent.Env[k] != want || !strings.HasPrefix(want, hiddenAllocDir) {
+			t.Errorf("%s = %q, want %s (hidden)", k, agent.Env[k], want)
+		}
 	}
-	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL ", "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
+	if lc := agent.LogConfig; lc == nil || (lc.Disabled != nil && *lc.Disabled) || *lc.MaxFiles**lc.MaxFileSizeMB > 100 {
+		t.Errorf("the sandbox's logs %+v: not collected, or not bounded", lc)
+	}
+	if lg := c["logging"].([]map[string]any)[0]; lg["type"] != "local" || lg["config"].([]map[string]string)[0]["max-file"] != "2" {
+		t.Errorf("docker logging %v, want the local driver, bounded", lg)
+	}
+	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + "," + hiddenTaskDir + "," + hiddenSecretsDir + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL -capture -max ",
+		"-flushed " + flushedTarget("stdout") + "," + flushedTarget("stderr"), "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
 		if !strings.Contains(ep, w) {
 			t.Errorf("entrypoint %q lacks %q", ep, w)
 		}
@@ -67,8 +78,11 @@ func TestJobLockdown(t *testing.T) {
 		if m["target"] == port.LLMSocketDir && (m["source"] != "../alloc/tmp" || m["readonly"] != true) {
 			t.Errorf("socket mount %v", m)
 		}
+		if src, _ := m["source"].(string); strings.HasPrefix(src, "../alloc/logs") && m["readonly"] != true {
+			t.Errorf("a log file mounted writable: %v", m)
+		}
 	}
-	for _, w := range []string{"/tmp", "/run", "/etc/resolv.conf", port.LLMSocketDir, bridgeTarget, initTarget} {
+	for _, w := range []string{"/tmp", "/run", "/etc/resolv.conf", port.LLMSocketDir, bridgeTarget, initTarget, flushedTarget("stdout"), flushedTarget("stderr")} {
 		if !slices.Contains(targets, w) {
 			t.Errorf("no mount at %s: %v", w, targets)
 		}
@@ -142,5 +156,24 @@ func TestRefusedSpecs(t *testing.T) {
 	}
 	if _, err := r.Start(context.Background(), port.ProxySpec{RunID: "../x"}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("a bad proxy spec gave %v", err)
+	}
+}
+
+// TestUnframe: the init's frames decode to their bytes, whatever they are; a line
+// that is no frame passes as it is; an unfinished line is left for later; the bound
+// on the frames' size holds for one-byte frames, the worst case.
+func TestUnframe(t *testing.T) {
+	enc := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) + "\n" }
+	in := enc("\xff\x00a") + "panic: not a frame\n" + enc("b\n") + "QUJD"
+	dec, rest := unframe([]byte(in))
+	if string(dec) != "\xff\x00apanic: not a frame\nb\n" || string(rest) != "QUJD" {
+		t.Errorf("unframe = %q, rest %q", dec, rest)
+	}
+	var framed int
+	for i := 0; i < 1000; i++ {
+		framed += len(enc("x"))
+	}
+	if int64(framed) > framedSize(1000) {
+		t.Errorf("1000 one-byte frames take %d bytes, beyond framedSize %d", framed, framedSize(1000))
 	}
 }

@@ -3,10 +3,8 @@ package nomad
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +13,8 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// liveStream follows one of the init's output files through the servers' file
-// system stream endpoint and hands its bytes to a live writer, at most max of them.
+// liveStream follows one of the sandbox task's streams through the servers' log
+// endpoint and hands its bytes to a live writer, at most max of them.
 type liveStream struct {
 	w    io.Writer
 	max  int
@@ -46,10 +44,10 @@ func (s *liveStream) write(p []byte) {
 }
 
 // startLive streams the sandbox's output to spec.Stdout and spec.Stderr while the run
-// goes on (only the init's output files can be followed; without an init the writers
-// get the output when the run ends). The returned function ends the streams and hands
-// each writer what it has not had yet of the collected result, so a writer receives
-// exactly the bytes the result keeps.
+// goes on (with the init; without it the writers get the output when the run ends).
+// The returned function ends the streams and hands each writer what it has not had
+// yet of the collected result, so a writer receives exactly the bytes the result
+// keeps.
 func (r *Runner) startLive(ctx context.Context, allocID string, spec port.RunSpec) func(res *port.RunResult) {
 	if spec.Stdout == nil && spec.Stderr == nil {
 		return func(*port.RunResult) {}
@@ -68,7 +66,7 @@ func (r *Runner) startLive(ctx context.Context, allocID string, spec port.RunSpe
 		}
 		go func() {
 			defer close(s.done)
-			r.follow(ctx, allocID, agentTask+"/"+outputFile(kind), s)
+			r.follow(ctx, allocID, kind, s)
 		}()
 	}
 	return func(res *port.RunResult) {
@@ -92,35 +90,40 @@ func (r *Runner) startLive(ctx context.Context, allocID string, spec port.RunSpe
 	}
 }
 
-// follow streams the file at p into s until ctx ends, reconnecting from the last
-// offset while the file does not exist yet or the stream breaks.
-func (r *Runner) follow(ctx context.Context, allocID, p string, s *liveStream) {
+// follow streams one of the sandbox task's streams (kind) into s through the
+// servers' log endpoint until ctx ends, reconnecting from the last offset while the
+// stream breaks. Nomad writes these files; the sandbox cannot reach them.
+// The stream carries the init's frames: off counts the whole lines consumed, from
+// which a broken stream resumes.
+func (r *Runner) follow(ctx context.Context, allocID, kind string, s *liveStream) {
+	off := 0
 	for ctx.Err() == nil {
 		s.mu.Lock()
-		off, full := s.n, s.off || s.n >= s.max
+		full := s.off || s.n >= s.max
 		s.mu.Unlock()
 		if full {
 			return
 		}
-		// The file is in the agent's own task directory: follow it only while it is a
-		// regular file, so a link the agent planted cannot point the host's writer at
-		// another file of the allocation (as collectFiles checks for the result).
-		var fi api.AllocFileInfo
-		sq := (&api.QueryOptions{Params: map[string]string{"path": p}}).WithContext(ctx)
-		_, serr := r.api.Raw().Query("/v1/client/fs/stat/"+allocID, &fi, sq)
 		q := (&api.QueryOptions{Params: map[string]string{
-			"path": p, "offset": strconv.Itoa(off), "origin": api.OriginStart,
+			"task": agentTask, "type": kind, "follow": "true", "offset": strconv.Itoa(off), "origin": api.OriginStart,
 		}}).WithContext(ctx)
-		regular := serr == nil && !fi.IsDir && strings.HasPrefix(fi.FileMode, "-")
-		if rc, err := r.followOnce(regular, allocID, q); err == nil {
-			dec := json.NewDecoder(rc)
+		if rc, err := r.api.Raw().Response("/v1/client/fs/logs/"+allocID, q); err == nil {
+			jd := json.NewDecoder(rc)
+			var pending []byte
 			for {
 				var f api.StreamFrame
-				if err := dec.Decode(&f); err != nil {
+				if err := jd.Decode(&f); err != nil {
 					break
 				}
-				if len(f.Data) > 0 {
-					s.write(f.Data)
+				if len(f.Data) == 0 {
+					continue
+				}
+				pending = append(pending, f.Data...)
+				dec, rest := unframe(pending)
+				off += len(pending) - len(rest)
+				pending = append([]byte(nil), rest...)
+				if len(dec) > 0 {
+					s.write(dec)
 				}
 			}
 			_ = rc.Close()
@@ -131,14 +134,3 @@ func (r *Runner) follow(ctx context.Context, allocID, p string, s *liveStream) {
 		}
 	}
 }
-
-// followOnce opens the stream of a file that is regular; otherwise (not there yet, or
-// not a regular file) the caller looks again shortly.
-func (r *Runner) followOnce(regular bool, allocID string, q *api.QueryOptions) (io.ReadCloser, error) {
-	if !regular {
-		return nil, errNotRegular
-	}
-	return r.api.Raw().Response("/v1/client/fs/stream/"+allocID, q)
-}
-
-var errNotRegular = errors.New("not a regular file")

@@ -173,9 +173,11 @@ func WithBridge(path string) Option {
 
 // WithInit sets the path of a static sandbox-nomad-init binary (BuildInit) on the
 // client nodes, run before the bridge: it strips the NOMAD_* variables Nomad adds to
-// every task, so the agent's environment is exactly the spec's, and waits for the
-// proxy's socket. Without it the agent also sees Nomad's variables (ids and paths,
-// no secrets) and its first LLM call may race the sidecar's start.
+// every task, so the agent's environment is exactly the spec's, waits for the
+// proxy's socket, and caps the output and holds the task until Nomad has stored all
+// of it. Without it the agent also sees Nomad's variables (ids and paths, no
+// secrets), its first LLM call may race the sidecar's start, and the last output of
+// a run can be lost.
 func WithInit(path string) Option {
 	return func(c *config) error {
 		if err := nodePath("init", path); err != nil {

@@ -1,7 +1,9 @@
 package nomad
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -11,131 +13,90 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/port"
 )
 
 // collect reads the sandbox task's stdout and stderr, each capped at limit bytes (the
-// prefix is kept; the flag says more was written): from the files the init wrote when
-// there is one, else through Nomad's log API. An error means the output could not be
-// read whole: the run's result must not pass for one that printed nothing.
+// prefix is kept; the flag says more was written), through Nomad's log API. With the
+// init, the streams were capped on the node and held back until Nomad had stored
+// them; without it, Nomad may have missed the last output. An error means the output
+// could not be read whole: the run's result must not pass for one that printed
+// nothing.
 func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
-	if r.cfg.initPath != "" {
-		return r.collectFiles(ctx, alloc, limit, res)
-	}
 	var errs []error
 	for _, s := range []struct {
 		kind  string
 		out   *[]byte
 		trunc *bool
 	}{{"stdout", &res.Stdout, &res.StdoutTruncated}, {"stderr", &res.Stderr, &res.StderrTruncated}} {
-		buf := &capture.Buffer{Max: limit}
-		if err := r.readLog(ctx, alloc, s.kind, buf); err != nil {
-			errs = append(errs, fmt.Errorf("reading %s: %w", s.kind, err))
+		var b []byte
+		var err error
+		if r.cfg.initPath != "" {
+			// Frames: limit+1 bytes take at most framedSize(limit+1) of them.
+			b, err = r.readLog(ctx, alloc.ID, s.kind, framedSize(int64(limit)+1))
+			dec, rest := unframe(b)
+			b = append(dec, rest...)
+		} else {
+			b, err = r.readLog(ctx, alloc.ID, s.kind, int64(limit)+1)
 		}
-		*s.out, *s.trunc = buf.Result()
-	}
-	return errors.Join(errs...)
-}
-
-// readLog copies one log stream of the sandbox task into buf, stopping once buf has
-// more than it keeps (the truncation is then known).
-func (r *Runner) readLog(ctx context.Context, alloc *api.Allocation, kind string, buf *capture.Buffer) error {
-	stop := make(chan struct{})
-	defer close(stop)
-	frames, errc := r.api.AllocFS().Logs(alloc, false, agentTask, kind, api.OriginStart, 0, stop, (&api.QueryOptions{}).WithContext(ctx))
-	var n int
-	for {
-		select {
-		case f, ok := <-frames:
-			if !ok {
-				return nil
-			}
-			if f == nil || f.IsHeartbeat() {
-				continue
-			}
-			_, _ = buf.Write(f.Data)
-			n += len(f.Data)
-			if n > buf.Max {
-				return nil
-			}
-		case err, ok := <-errc:
-			if !ok || err == nil || err == io.EOF {
-				// The frames already sent are still in their channel.
-				drain(frames, buf, &n)
-				return nil
-			}
-			if isNotFound(err) {
-				return nil // the task wrote nothing
-			}
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(r.cfg.cleanupTimeout):
-			return fmt.Errorf("no log frame in %v", r.cfg.cleanupTimeout)
-		}
-	}
-}
-
-func drain(frames <-chan *api.StreamFrame, buf *capture.Buffer, n *int) {
-	for {
-		select {
-		case f, ok := <-frames:
-			if !ok {
-				return
-			}
-			if f != nil && !f.IsHeartbeat() && *n <= buf.Max {
-				_, _ = buf.Write(f.Data)
-				*n += len(f.Data)
-			}
-		default:
-			return
-		}
-	}
-}
-
-// collectFiles reads the init's output files through Nomad's file system API. The
-// agent could have replaced them (they are in its own task directory): only regular
-// files are read, so a link the agent planted cannot make the host read another file
-// of the allocation. The agent is dead by then, so it cannot swap them in between.
-func (r *Runner) collectFiles(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) error {
-	dir := agentTask + "/local"
-	var entries []*api.AllocFileInfo
-	err := retry(ctx, func() (err error) {
-		entries, _, err = r.api.AllocFS().List(alloc, dir, (&api.QueryOptions{}).WithContext(ctx))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("listing the sandbox's output: %w", err)
-	}
-	regular := map[string]bool{}
-	for _, e := range entries {
-		if !e.IsDir && strings.HasPrefix(e.FileMode, "-") {
-			regular[e.Name] = true
-		}
-	}
-	for _, s := range []struct {
-		kind  string
-		out   *[]byte
-		trunc *bool
-	}{{"stdout", &res.Stdout, &res.StdoutTruncated}, {"stderr", &res.Stderr, &res.StderrTruncated}} {
-		name := strings.TrimPrefix(outputFile(s.kind), "local/")
-		if !regular[name] {
-			// The init did not start (or the agent replaced the file): nothing to read.
-			continue
-		}
-		b, err := r.readFile(ctx, alloc, dir+"/"+name, int64(limit)+1)
 		if err != nil {
-			return fmt.Errorf("reading the sandbox's %s: %w", s.kind, err)
+			errs = append(errs, fmt.Errorf("reading the sandbox's %s: %w", s.kind, err))
 		}
 		if len(b) > limit {
 			b, *s.trunc = b[:limit], true
 		}
 		*s.out = b
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// framedSize bounds the frames (cmd/sandbox-nomad-init) that carry n bytes: a frame of
+// k bytes is a line of 4*ceil(k/3)+1 <= 5k bytes.
+func framedSize(n int64) int64 { return 5 * n }
+
+// unframe decodes the init's frames in b (lines of base64, each a piece of the
+// stream): what they carry, and the bytes after the last newline (a line not ended
+// yet). A line that is no frame (something else wrote it: a crash of the init)
+// passes as it is, newline included.
+func unframe(b []byte) (dec, rest []byte) {
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return dec, b
+		}
+		buf := make([]byte, base64.StdEncoding.DecodedLen(i))
+		if n, err := base64.StdEncoding.Decode(buf, b[:i]); err == nil {
+			dec = append(dec, buf[:n]...)
+		} else {
+			dec = append(dec, b[:i+1]...)
+		}
+		b = b[i+1:]
+	}
+}
+
+// readLog reads up to limit bytes from the start of one of the sandbox task's
+// streams through the servers' log endpoint (plain: the bytes as stored), for the
+// reasons readFile gives. A stream never written is empty.
+func (r *Runner) readLog(ctx context.Context, allocID, kind string, limit int64) ([]byte, error) {
+	q := (&api.QueryOptions{Params: map[string]string{
+		"task": agentTask, "type": kind, "origin": api.OriginStart, "offset": "0", "plain": "true", "follow": "false",
+	}}).WithContext(ctx)
+	var b []byte
+	err := retry(ctx, func() error {
+		rc, err := r.api.Raw().Response("/v1/client/fs/logs/"+allocID, q)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		b, err = io.ReadAll(io.LimitReader(rc, limit))
+		return err
+	})
+	if isNotFound(err) {
+		return nil, nil
+	}
+	return b, err
 }
 
 // readFile reads up to limit bytes of a file of the allocation through the servers'

@@ -386,9 +386,12 @@ func (r *Runner) finished(ctx context.Context, allocID string) (*api.Allocation,
 	}
 }
 
-// kill ends a run that outlived its limit: SIGKILL to the sandbox task (the sidecar
-// is then stopped by Nomad), or a stop of the allocation when the task is not running
-// yet. It waits (bounded) for the allocation to finish and returns it, or nil.
+// kill ends a run that outlived its limit: the kill signal to the sandbox task (the
+// sidecar is then stopped by Nomad), or a stop of the allocation when the task is not
+// running yet. With the init that is SIGTERM, which it answers by killing the
+// sandbox's processes at once and exiting once its output is stored; SIGKILL follows
+// if the task has not ended after killTimeout. It waits (bounded) for the allocation
+// to finish and returns it, or nil.
 func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(string, ...any) }) *api.Allocation {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
@@ -397,9 +400,20 @@ func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(s
 	if err == nil {
 		stub = a
 	}
-	if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, "SIGKILL"); err != nil {
+	sig := r.killSignal()
+	if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, sig); err != nil {
 		if _, err := r.api.Allocations().Stop(stub, (&api.QueryOptions{}).WithContext(kctx)); err != nil {
 			log.Warn("stopping the allocation failed", logattr.Err, err)
+		}
+	} else if sig != "SIGKILL" {
+		gctx, gcancel := context.WithTimeout(kctx, killTimeout)
+		a, err := r.finished(gctx, allocID)
+		gcancel()
+		if err == nil {
+			return a
+		}
+		if err := r.api.Allocations().Signal(stub, (&api.QueryOptions{}).WithContext(kctx), agentTask, "SIGKILL"); err != nil {
+			log.Warn("killing the sandbox task failed", logattr.Err, err)
 		}
 	}
 	a, err = r.finished(kctx, allocID)
@@ -487,6 +501,20 @@ func (r *Runner) cleanup(ctx context.Context, job string, alloc *api.Allocation,
 	}
 }
 
+// nodeAnswers reports whether the node of a lost allocation answers again: its agent
+// came back, and stops the allocation (its job was stopped) or destroys it once the
+// job is purged. The servers keep such an allocation "lost" whatever the node reports,
+// so the node is asked directly: a file system call the servers forward to it, which
+// it answers whether or not it still has the allocation; a node that is gone gives
+// "No path to node" (or nothing), and counts as not answering. (Reading the node's
+// status would need a node right the runner's token does not have.)
+func (r *Runner) nodeAnswers(ctx context.Context, allocID string) bool {
+	var fi api.AllocFileInfo
+	q := (&api.QueryOptions{Params: map[string]string{"path": "/"}}).WithContext(ctx)
+	_, err := r.api.Raw().Query("/v1/client/fs/stat/"+allocID, &fi, q)
+	return err == nil || strings.Contains(err.Error(), "Unknown allocation")
+}
+
 // remove purges a job, collects its allocations and deletes its proxy variable.
 func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, proxy bool) error {
 	var errs []error
@@ -495,7 +523,7 @@ func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, 
 		allocs[alloc.ID] = alloc
 	}
 	var lost []string
-	if alloc != nil && lostStatus(alloc.ClientStatus) {
+	if alloc != nil && lostStatus(alloc.ClientStatus) && !r.nodeAnswers(ctx, alloc.ID) {
 		lost = append(lost, alloc.ID+" on node "+alloc.NodeName)
 	}
 	if stubs, _, err := r.api.Jobs().Allocations(job, true, (&api.QueryOptions{}).WithContext(ctx)); err == nil {
@@ -503,7 +531,7 @@ func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, 
 			if allocs[s.ID] == nil {
 				allocs[s.ID] = &api.Allocation{ID: s.ID, NodeID: s.NodeID}
 			}
-			if lostStatus(s.ClientStatus) && (alloc == nil || s.ID != alloc.ID) {
+			if lostStatus(s.ClientStatus) && (alloc == nil || s.ID != alloc.ID) && !r.nodeAnswers(ctx, s.ID) {
 				lost = append(lost, s.ID+" on node "+s.NodeName)
 			}
 		}
@@ -533,8 +561,10 @@ func (r *Runner) remove(ctx context.Context, job string, alloc *api.Allocation, 
 		} else if isNotFound(err) {
 			continue
 		}
-		// The endpoint answers with an empty body, which the client reports as EOF.
-		if err := r.api.Allocations().GC(a, (&api.QueryOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) && !errors.Is(err, io.EOF) {
+		// The endpoint answers with an empty body, which the client reports as EOF; a
+		// node that came back after losing the allocation may have removed it already.
+		if err := r.api.Allocations().GC(a, (&api.QueryOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) && !errors.Is(err, io.EOF) &&
+			!strings.Contains(err.Error(), "No such allocation on client") {
 			errs = append(errs, fmt.Errorf("collect allocation %s: %w", id, err))
 		}
 	}

@@ -1,9 +1,9 @@
 // Command sandbox-nomad-init is the first process of a sandbox on Nomad. It gives the
 // sandbox the environment its run asked for, waits for the run's LLM proxy, and runs
-// its argv (normally the sandbox bridge) with stdout and stderr captured into capped
-// files that the host reads through Nomad's file system API.
+// its argv (normally the sandbox bridge) with stdout and stderr capped and passed on to
+// the task's own streams, which Nomad stores and the host reads through its log API.
 //
-//	sandbox-nomad-init [-unwritable DIR] [-keep NAME,...] [-b64 NAME,...] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...
+//	sandbox-nomad-init [-unwritable DIR,...] [-keep NAME,...] [-b64 NAME,...] [-wait SOCKET] [-capture -max N [-flushed OUT,ERR]] -- argv...
 //	sandbox-nomad-init -unpack TAR -into DIR
 //
 // With -unpack it only unpacks a workspace (regular files and directories; nothing
@@ -15,22 +15,37 @@
 //   - Nomad adds its own variables (NOMAD_ALLOC_ID, NOMAD_TASK_DIR, ...) to every
 //     task's environment and has no setting to leave them out; the command's
 //     environment is made of the names in -keep plus PATH, HOME and HOSTNAME only.
-//   - Nomad binds the allocation's shared directory (the node's disk, no bound) into
-//     every task; the runner binds it where the runtime masks it (NOMAD_ALLOC_DIR),
-//     and -unwritable refuses to start argv if it is writable there all the same.
+//   - Nomad binds the allocation's shared directory and the task's local/ and secrets/
+//     directories (the node's disk, no bound) into every task; the runner binds them
+//     where the runtime masks them, and -unwritable refuses to start argv if any of
+//     them is writable there all the same.
 //   - Nomad starts the sandbox task once the proxy's sidecar task runs, not once it
 //     listens; -wait dials the unix socket until it accepts a connection (or
 //     -wait-timeout passes).
-//   - Nomad's docker log collection stops when the container exits, sometimes before it
-//     has read the container's last output. With -stdout and -stderr the streams go to
-//     files instead, written as they arrive (nothing is lost when the container
-//     ends), at most -max+1 bytes each (the host keeps -max and learns whether there
-//     was more); the rest is read and dropped so the command never blocks.
+//   - With -capture, at most -max+1 bytes of each of the command's streams reach the
+//     task's stdout and stderr (the host keeps -max and learns whether there was
+//     more); the rest is read and dropped so the command never blocks. What Nomad
+//     stores of the task's output is then bounded whatever the command writes.
+//   - Docker's log collection holds a line back until its newline (or 16 KiB), and
+//     its json-file driver replaces bytes that are not UTF-8. With -capture the bytes
+//     travel as frames: lines of base64 of at most 8 KiB each, sent once the command
+//     has paused for 10 ms or 8 KiB are waiting, so they arrive while the command
+//     runs, whole, whatever they are. The host decodes them (a line that is no frame
+//     is kept as it is).
+//   - Nomad's docker log collection stops when the container exits, sometimes before
+//     it has read the container's last output. -flushed names the files (mounted
+//     read-only) where Nomad stores the task's stdout and stderr: once the command has
+//     ended, the init waits (at most -flush-timeout) until they hold all it wrote, so
+//     nothing is lost when the container ends.
 //
-// Without -stdout it replaces itself with argv (execve). With it, it stays as the
-// command's parent: it forwards termination signals, and exits with the command's
-// exit code (128+n if signal n killed it). It exits 125 (as the bridge does) when it
-// cannot start argv.
+// The init makes itself non-dumpable, so the command (the same user) can neither
+// trace it nor reopen its streams through /proc/1/fd and write past the cap.
+//
+// Without -capture it replaces itself with argv (execve). With it, it stays as the
+// command's parent: it answers SIGTERM (Nomad's kill signal for the task) by killing
+// every other process of the container at once (SIGKILL), forwards SIGINT, SIGHUP and
+// SIGQUIT, and exits with the command's exit code (128+n if signal n killed it). It
+// exits 125 (as the bridge does) when it cannot start argv.
 package main
 
 import (
@@ -47,11 +62,23 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 const exitFailed = 125
+
+// stdout and stderr are the task's streams, counted for -flushed; out and errOut
+// write to them, as frames with -capture.
+var (
+	stdout = &countingWriter{w: os.Stdout}
+	stderr = &countingWriter{w: os.Stderr}
+
+	out    io.Writer = stdout
+	errOut io.Writer = stderr
+)
 
 func main() {
 	fs := flag.NewFlagSet("sandbox-nomad-init", flag.ContinueOnError)
@@ -59,10 +86,11 @@ func main() {
 	b64 := fs.String("b64", "", "comma-separated `names` of kept variables whose values arrive base64-encoded (so Nomad cannot interpolate them): decoded before the command starts")
 	wait := fs.String("wait", "", "unix `socket` to wait for before starting argv")
 	waitTimeout := fs.Duration("wait-timeout", 30*time.Second, "how long to wait for -wait")
-	stdout := fs.String("stdout", "", "`file` the command's stdout goes to")
-	stderr := fs.String("stderr", "", "`file` the command's stderr goes to")
-	maxBytes := fs.Int64("max", 2<<20, "bytes kept of each stream (one more is written to flag truncation)")
-	unwritable := fs.String("unwritable", "", "`directory` that must not be writable (the allocation directory the runtime should hide): refuse to start argv if it is")
+	capture := fs.Bool("capture", false, "cap the command's stdout and stderr at -max bytes each (one more is passed on to flag truncation)")
+	maxBytes := fs.Int64("max", 2<<20, "bytes kept of each stream with -capture")
+	flushed := fs.String("flushed", "", "the `files` OUT,ERR (read-only) where the node stores the task's stdout and stderr: wait until they hold what was written before exiting")
+	flushTimeout := fs.Duration("flush-timeout", 10*time.Second, "how long to wait for -flushed")
+	unwritable := fs.String("unwritable", "", "comma-separated `directories` that must not be writable (Nomad's directories the runtime should hide): refuse to start argv if one is")
 	unpackFrom := fs.String("unpack", "", "tar `file` to unpack into -into, then exit")
 	into := fs.String("into", "", "`directory` to unpack into")
 	if err := fs.Parse(os.Args[1:]); err == nil && *unpackFrom != "" && *into != "" {
@@ -72,34 +100,161 @@ func main() {
 		}
 		os.Exit(0)
 	}
-	if fs.NArg() == 0 || (*stdout == "") != (*stderr == "") {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-nomad-init [-unwritable DIR] [-keep NAMES] [-wait SOCKET] [-stdout FILE -stderr FILE -max N] -- argv...")
-		os.Exit(exitFailed)
+	// Not dumpable: a process of the same user cannot ptrace the init or open its
+	// file descriptors through /proc (the streams it caps).
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+	if *capture {
+		out, errOut = &frames{w: stdout}, &frames{w: stderr}
+	}
+	var logFiles []string
+	if *flushed != "" {
+		if logFiles = strings.Split(*flushed, ","); len(logFiles) != 2 {
+			fmt.Fprintln(errOut, "sandbox-nomad-init: -flushed takes two files, OUT,ERR")
+			os.Exit(exitFailed)
+		}
+	}
+	exit := func(code int) {
+		if logFiles != nil {
+			if err := flush(logFiles, []*countingWriter{stdout, stderr}, *flushTimeout); err != nil {
+				fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
+			}
+		}
+		os.Exit(code)
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(errOut, "usage: sandbox-nomad-init [-unwritable DIRS] [-keep NAMES] [-wait SOCKET] [-capture -max N [-flushed OUT,ERR]] -- argv...")
+		exit(exitFailed)
 	}
 	env, err := decode(environment(*keep), *b64)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
-		os.Exit(exitFailed)
+		fmt.Fprintf(errOut, "sandbox-nomad-init: %v\n", err)
+		exit(exitFailed)
 	}
-	if *unwritable != "" {
-		if err := checkUnwritable(*unwritable); err != nil {
-			fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
-			os.Exit(exitFailed)
+	for _, dir := range strings.Split(*unwritable, ",") {
+		if dir == "" {
+			continue
+		}
+		if err := checkUnwritable(dir); err != nil {
+			fmt.Fprintf(errOut, "sandbox-nomad-init: %v\n", err)
+			exit(exitFailed)
 		}
 	}
 	if *wait != "" {
 		waitFor(*wait, *waitTimeout)
 	}
 	argv := fs.Args()
-	if *stdout == "" {
+	if !*capture {
 		err := syscall.Exec(argv[0], argv, env)
-		fmt.Fprintf(os.Stderr, "sandbox-nomad-init: exec %s: %v\n", argv[0], err)
-		os.Exit(exitFailed)
+		fmt.Fprintf(errOut, "sandbox-nomad-init: exec %s: %v\n", argv[0], err)
+		exit(exitFailed)
 	}
-	os.Exit(supervise(argv, env, *stdout, *stderr, *maxBytes))
+	exit(supervise(argv, env, *maxBytes))
 }
 
-// checkUnwritable fails when a file can be created in dir: the allocation directory
+// countingWriter counts the bytes written through it.
+// (The count never waits for a write in progress, which the node's log collection
+// may hold up.)
+type countingWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countingWriter) count() int64 { return c.n.Load() }
+
+// frameMax is the most raw bytes in one frame: its line (base64, under 11 KiB) stays
+// below Docker's 16 KiB log buffer, so Docker never splits it. frameWait is how long a
+// frame waits for more bytes.
+const (
+	frameMax  = 8 << 10
+	frameWait = 10 * time.Millisecond
+)
+
+// frames writes what it is given as frames: lines of base64 of at most frameMax bytes.
+type frames struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frames) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := 0; i < len(p); i += frameMax {
+		chunk := p[i:min(i+frameMax, len(p))]
+		line := make([]byte, base64.StdEncoding.EncodedLen(len(chunk))+1)
+		base64.StdEncoding.Encode(line, chunk)
+		line[len(line)-1] = '\n'
+		if _, err := f.w.Write(line); err != nil {
+			return i, err
+		}
+	}
+	return len(p), nil
+}
+
+// pump passes at most max bytes of src (one of the command's pipes) on to w, a frame
+// per burst: after the first bytes it waits frameWait for more, up to frameMax. The
+// rest of src is read and dropped.
+func pump(src *os.File, w io.Writer, max int64) {
+	buf := make([]byte, frameMax)
+	for left := max; left > 0; {
+		size := int(min(int64(frameMax), left))
+		n, err := src.Read(buf[:size])
+		if n > 0 && n < size && err == nil {
+			_ = src.SetReadDeadline(time.Now().Add(frameWait))
+			for n < size {
+				m, rerr := src.Read(buf[n:size])
+				n += m
+				if rerr != nil {
+					if !errors.Is(rerr, os.ErrDeadlineExceeded) {
+						err = rerr
+					}
+					break
+				}
+			}
+			_ = src.SetReadDeadline(time.Time{})
+		}
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			left -= int64(n)
+		}
+		if err != nil {
+			return
+		}
+	}
+	_, _ = io.Copy(io.Discard, src)
+}
+
+// flush waits until each file of files (where the node stores the task's streams)
+// holds at least what went through the matching writer, or timeout passes.
+func flush(files []string, ws []*countingWriter, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for d := 5 * time.Millisecond; ; d = min(2*d, 50*time.Millisecond) {
+		behind := ""
+		for i, f := range files {
+			want := ws[i].count()
+			if want == 0 {
+				continue
+			}
+			if fi, err := os.Stat(f); err != nil || fi.Size() < want {
+				behind = f
+			}
+		}
+		if behind == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not receive all the output in %v", behind, timeout)
+		}
+		time.Sleep(d)
+	}
+}
+
+// checkUnwritable fails when a file can be created in dir: a directory of Nomad's
 // bound there was meant to be hidden by the runtime's masked paths, and a runtime
 // that does not mask it would leave the sandbox a writable directory on the node's
 // disk with no bound.
@@ -111,7 +266,7 @@ func checkUnwritable(dir string) error {
 	name := f.Name()
 	f.Close()
 	os.Remove(name)
-	return fmt.Errorf("%s is writable: this runtime does not hide the allocation directory bound there; refusing to run", dir)
+	return fmt.Errorf("%s is writable: this runtime does not hide the Nomad directory bound there; refusing to run", dir)
 }
 
 func environment(keep string) []string {
@@ -172,52 +327,51 @@ func waitFor(socket string, timeout time.Duration) {
 	}
 }
 
-// supervise runs argv with its output captured and returns its exit code.
-func supervise(argv, env []string, stdoutPath, stderrPath string, max int64) int {
-	outF, err := create(stdoutPath)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
-		return exitFailed
-	}
-	errF, err := create(stderrPath)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox-nomad-init: %v\n", err)
-		return exitFailed
-	}
+// supervise runs argv with its output capped and passed on, and returns its exit
+// code.
+func supervise(argv, env []string, max int64) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin = os.Stdin
-	outR, err := cmd.StdoutPipe()
+	// Pipes of our own (exec's would be closed by Wait, which is not called): they
+	// take read deadlines.
+	outR, outW, err := os.Pipe()
 	if err == nil {
-		var errR io.ReadCloser
-		if errR, err = cmd.StderrPipe(); err == nil {
-			if err = cmd.Start(); err == nil {
-				return wait(cmd, []io.Reader{outR, errR}, []*os.File{outF, errF}, max)
+		var errR, errW *os.File
+		if errR, errW, err = os.Pipe(); err == nil {
+			cmd.Stdout, cmd.Stderr = outW, errW
+			err = cmd.Start()
+			outW.Close()
+			errW.Close()
+			if err == nil {
+				return wait(cmd, []*os.File{outR, errR}, []io.Writer{out, errOut}, max)
 			}
 		}
 	}
-	fmt.Fprintf(errF, "sandbox-nomad-init: cannot start %s: %v\n", argv[0], err)
+	fmt.Fprintf(errOut, "sandbox-nomad-init: cannot start %s: %v\n", argv[0], err)
 	return exitFailed
 }
 
-func create(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-}
-
-func wait(cmd *exec.Cmd, srcs []io.Reader, dsts []*os.File, max int64) int {
+func wait(cmd *exec.Cmd, srcs []*os.File, dsts []io.Writer, max int64) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
 		for s := range sigs {
+			if s == syscall.SIGTERM {
+				// Nomad stops the sandbox: every process of it (the init is PID 1 of
+				// the container; -1 is all the others) dies at once, and the init
+				// exits once its output is stored.
+				_ = syscall.Kill(-1, syscall.SIGKILL)
+				continue
+			}
 			_ = cmd.Process.Signal(s)
 		}
 	}()
 	copied := make(chan struct{}, len(srcs))
 	for i := range srcs {
 		go func() {
-			// The file takes max+1 bytes; the rest is read and dropped.
-			_, _ = io.Copy(dsts[i], io.LimitReader(srcs[i], max+1))
-			_, _ = io.Copy(io.Discard, srcs[i])
+			// max+1 bytes are passed on; the rest is read and dropped.
+			pump(srcs[i], dsts[i], max+1)
 			copied <- struct{}{}
 		}()
 	}
@@ -229,9 +383,6 @@ func wait(cmd *exec.Cmd, srcs []io.Reader, dsts []*os.File, max int64) int {
 		case <-copied:
 		case <-time.After(5 * time.Second):
 		}
-	}
-	for _, f := range dsts {
-		_ = f.Close()
 	}
 	if err != nil {
 		return exitFailed

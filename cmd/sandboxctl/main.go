@@ -49,6 +49,7 @@ Usage:
   sandboxctl doctor [--json] [--docker-host H] [--containerd-address A] [--namespace NS]
   sandboxctl ps [--json] [--owner O] [--runtime docker|containerd|all]
   sandboxctl sweep --owner O [--older-than 10m] [--run-id ID] [--dry-run] [--runtime R] [--json]
+  sandboxctl sweep --owner O --runtime nomad-node [--nomad-addr A] [...]
   sandboxctl logs --owner O --runtime R [--follow] ID
   sandboxctl exec --owner O --runtime R [--timeout 1m] ID -- CMD [ARG...]
   sandboxctl stop --owner O --runtime R [--grace 10s] ID
@@ -63,7 +64,9 @@ Commands:
   ps       list the library's sandboxes (runs, sessions, pool slots) and proxies,
            with owner, runtime, age and state.
   sweep    remove one owner's leftovers older than a grace period (never another
-           owner's; --dry-run lists them).
+           owner's; --dry-run lists them). --runtime nomad-node sweeps this Nomad
+           client machine's Docker: the owner's containers whose allocation Nomad
+           (--nomad-addr, default $NOMAD_ADDR; token $NOMAD_TOKEN) no longer runs.
   logs     stream a session's output from now on (earlier output is held by the
            host process that started it; on containerd the output goes to one
            reader, so logs sees it once that host has detached or gone).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/adapters/nomad"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -212,6 +214,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	older := fs.Duration("older-than", 10*time.Minute, "grace `period`: keep what is younger (a run just starting)")
 	runID := fs.String("run-id", "", "sweep only this `run`")
 	dry := fs.Bool("dry-run", false, "list what would be removed, remove nothing")
+	nomadAddr := fs.String("nomad-addr", os.Getenv("NOMAD_ADDR"), "Nomad servers' `address`, for --runtime nomad-node (the token is $NOMAD_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return parseCode(err)
 	} else if fs.NArg() > 0 {
@@ -247,6 +250,12 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	switch c.runtime {
 	case "all", "docker", "containerd":
+	case "nomad-node":
+		// The node-local half of a Nomad sweep (nomad.Runner.SweepNode), against this
+		// host's Docker: run on each client machine, e.g. from cron. Not in "all": it
+		// needs the servers.
+		r, err := nomadNodeSweeper(c, *nomadAddr)
+		sweep("nomad-node", r, err)
 	default:
 		fmt.Fprintf(stderr, "sandboxctl sweep: unknown runtime %q\n", c.runtime)
 		return exitUsage
@@ -292,6 +301,35 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailed
 	}
 	return exitOK
+}
+
+// nodeSweeper sweeps one Nomad client node's Docker engine (nomad.Runner.SweepNode).
+type nodeSweeper struct {
+	r      *nomad.Runner
+	docker nomad.NodeDocker
+}
+
+func (n nodeSweeper) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepReport, error) {
+	return n.r.SweepNode(ctx, n.docker, opts)
+}
+
+func nomadNodeSweeper(c common, addr string) (port.Sweeper, error) {
+	if addr == "" {
+		return nil, port.Invalidf("--nomad-addr (or $NOMAD_ADDR) is required for the nomad-node runtime")
+	}
+	r, err := nomad.NewRunner(nomad.WithAddress(addr), nomad.WithOwner(c.owner))
+	if err != nil {
+		return nil, err
+	}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if c.dockerHost != "" {
+		opts = append(opts, client.WithHost(c.dockerHost))
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker: %w", port.ErrUnavailable, err)
+	}
+	return nodeSweeper{r: r, docker: cli}, nil
 }
 
 func dockerRunner(c common) (*docker.Runner, error) {

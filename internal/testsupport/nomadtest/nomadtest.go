@@ -218,6 +218,38 @@ func (c *Cluster) KillNode(name string) error {
 	return fmt.Errorf("nomadtest: no client node %q", name)
 }
 
+// RestartNode starts again the client agent of node name after KillNode, with the
+// same configuration and data directory, as a node that comes back: it restores the
+// allocations it had and reconciles them with the servers.
+func (c *Cluster) RestartNode(name string) error {
+	for i, a := range c.agents {
+		if a.name != name {
+			continue
+		}
+		select {
+		case <-a.done:
+		default:
+			return fmt.Errorf("nomadtest: node %q is running", name)
+		}
+		logf, err := os.OpenFile(a.logf, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		cmd := exec.Command(a.cmd.Path, a.cmd.Args[1:]...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr, cmd.Env = a.cmd.SysProcAttr, a.cmd.Env
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("restarting nomad %s: %w", name, err)
+		}
+		na := &agent{name: name, cmd: cmd, done: make(chan struct{}), logf: a.logf}
+		go func() { _ = cmd.Wait(); close(na.done) }()
+		c.agents[i] = na
+		return nil
+	}
+	return fmt.Errorf("nomadtest: no client node %q", name)
+}
+
 // API returns a client of the server's HTTP API.
 func (c *Cluster) API() *api.Client { return c.api }
 
