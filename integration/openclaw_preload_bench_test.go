@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,22 +13,26 @@ import (
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
+	"github.com/agentsandbox/sandbox/openclaw/sandboxgw"
 	"github.com/agentsandbox/sandbox/port"
-	"github.com/agentsandbox/sandbox/preload"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // BenchmarkOpenClawPreloaded measures pre-booted OpenClaw one-shots (Docker): the
 // same prompt, in turn (the order rotating each iteration), by the host CLI against
-// the fake LiteLLM directly, by a cold sandboxed one-shot through the facade, and by
-// a one-shot served by a pre-booted slot of a warm pool through the facade (the
-// OpenClaw preloader imported the CLI's entry before the claim). Both sandboxed
-// variants have the warm compile cache (openclaw.CompileCache, built first by a
-// sandboxed one-shot) mounted read-only; the host CLI has its own, persistent one.
-// Before each iteration the pool is full again, so no slot's boot competes with a
-// measured run. Reported per variant: wall time p50/p95, boot overhead (wall minus
-// OpenClaw's own reported turn) p50, and for the pre-booted slots their memory when
-// claimed (the idle slot: RunResult.Memory.ClaimBytes) and the run's peak.
+// the fake LiteLLM directly, by a cold sandboxed one-shot through the facade, by a
+// one-shot served by a pre-booted slot of a warm pool through the facade (the OpenClaw
+// preloader imported the CLI's entry and main graph before the claim), by one served
+// by a slot whose preloader also ran its warm-up turn (--warm-up), and by one turn
+// through a warm sandboxed gateway (BenchmarkOpenClawSandboxedGateway's set-up; its
+// first turn is not counted). All sandboxed one-shots have the warm compile cache
+// (openclaw.CompileCache, built first by a sandboxed one-shot) mounted read-only; the
+// host CLI has its own, persistent one. Before each iteration, and after each
+// pre-booted run, both pools are full again, so no slot's boot competes with a
+// measured run. Reported per variant: wall
+// time p50/p95, boot overhead (wall minus OpenClaw's own reported turn) p50, and for
+// the pre-booted slots their memory when claimed (the idle slot:
+// RunResult.Memory.ClaimBytes) and the run's peak.
 func BenchmarkOpenClawPreloaded(b *testing.B) {
 	appDir, nodeBin := openClawInstall(b)
 	launcher := os.Getenv("OPENCLAW_BIN")
@@ -60,58 +63,79 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	cacheMount, _ := cache.Mount()
 	cold.mounts = []port.Mount{cacheMount}
 
-	dir := b.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, preload.OpenClawName), preload.OpenClaw, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	pre := &port.Preload{
-		Argv:   []string{testimages.NodeBinary, "/opt/preload/" + preload.OpenClawName, testimages.AppDir + "/node_modules/openclaw"},
-		Mounts: []port.Mount{{Source: dir, Target: "/opt/preload"}, {Source: appDir, Target: testimages.AppDir}, cacheMount},
-	}
 	limits := port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
-	tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: pre})
-	pool, err := runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1})
-	if err != nil {
-		b.Fatal(err)
+	type prebooted struct {
+		name string
+		pre  *port.Preload
+		pool port.Pool
+		sb   *sandbox.Sandbox
 	}
-	defer pool.Close(context.Background())
-	pooled, _ := newStack(b, runner, fake, sandbox.WithPool(pool))
-	waitPool := func() {
-		for deadline := time.Now().Add(5 * time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
-				b.Fatalf("the pre-booted slot never became ready: %+v", pool.Stats())
+	var pools []*prebooted
+	for _, warmUp := range []bool{false, true} {
+		p := &prebooted{name: "preboot", pre: openClawPreload(b, appDir, warmUp, cacheMount)}
+		if warmUp {
+			p.name = "preboot-warm"
+			limits.MemoryBytes = max(limits.MemoryBytes, openClawWarmUpMemory)
+		}
+		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: p.pre})
+		if p.pool, err = runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1}); err != nil {
+			b.Fatal(err)
+		}
+		defer p.pool.Close(context.Background())
+		p.sb, _ = newStack(b, runner, fake, sandbox.WithPool(p.pool))
+		pools = append(pools, p)
+	}
+	waitPools := func() {
+		for _, p := range pools {
+			for deadline := time.Now().Add(8 * time.Minute); p.pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) || p.pool.Stats().PreloadFailed > 0 {
+					b.Fatalf("the %s slot never became ready: %+v", p.name, p.pool.Stats())
+				}
 			}
 		}
 	}
 
+	// The warm sandboxed gateway, its first turn not counted.
+	gws := newGWBench(b, dockerSessionRunner)
+	gw, err := sandboxgw.Start(ctx, gws.opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gw.Close(context.Background())
+	gws.benchTurn(ctx, b, gw, "WARM")
+
 	type sample struct{ wall, turn time.Duration }
-	var host, boxed, preb []sample
-	var claimMem, peakMem []time.Duration // bytes, in Durations for benchutil's quantiles
+	samples := map[string][]sample{}
+	claimMem, peakMem := map[string][]time.Duration{}, map[string][]time.Duration{} // bytes, in Durations for benchutil's quantiles
 	check := func(what, marker string, out *openclaw.Result, err error, stderr []byte) {
 		if err != nil || out == nil || out.Text() != "ANSWER-"+marker {
 			b.Fatalf("%s: %v %v\n%s", what, err, out, tail(stderr))
 		}
 	}
-	variants := []func(i int, marker, prompt string){
-		func(_ int, marker, prompt string) {
+	variants := []func(marker, prompt string){
+		func(marker, prompt string) {
 			start := time.Now()
 			out := hostOneShotResult(ctx, b, launcher, fake.URL, prompt)
 			wall := time.Since(start)
 			check("host", marker, out, nil, nil)
-			host = append(host, sample{wall, out.Meta.Duration()})
+			samples["host"] = append(samples["host"], sample{wall, out.Meta.Duration()})
 		},
-		func(_ int, marker, prompt string) {
+		func(marker, prompt string) {
 			start := time.Now()
 			_, res, runErr := cold.run(ctx, b, sandboxtest.RunID("pre-bench-cold"), port.Attribution{BillingAccountID: "acct-bench"}, openclaw.Files{}, prompt, false)
 			wall := time.Since(start)
 			out, err := openclaw.ParseRun(res.Run, runErr)
 			check("cold", marker, out, err, res.Run.Stderr)
-			boxed = append(boxed, sample{wall, out.Meta.Duration()})
+			samples["cold"] = append(samples["cold"], sample{wall, out.Meta.Duration()})
 		},
-		func(_ int, marker, prompt string) {
+		func(marker, _ string) {
+			start := time.Now()
+			gws.benchTurn(ctx, b, gw, marker)
+			samples["gateway"] = append(samples["gateway"], sample{wall: time.Since(start)})
+		},
+	}
+	for _, p := range pools {
+		variants = append(variants, func(marker, prompt string) {
 			runID := sandboxtest.RunID("pre-bench")
 			one := openclaw.OneShot{SessionID: runID, Timeout: 150 * time.Second, Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"}}
 			ws := newWorkspace(b)
@@ -123,56 +147,60 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 				b.Fatal(err)
 			}
 			start := time.Now()
-			res, runErr := pooled.Run(ctx, sandbox.Request{
+			res, runErr := p.sb.Run(ctx, sandbox.Request{
 				Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
-				Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws, Limits: spec.Limits, Preload: pre,
+				Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws, Limits: spec.Limits, Preload: p.pre,
 				Attribution: port.Attribution{BillingAccountID: "acct-bench"},
 			})
 			wall := time.Since(start)
 			if res == nil || res.Run == nil {
-				b.Fatalf("pre-booted: %v", runErr)
+				b.Fatalf("%s: %v", p.name, runErr)
 			}
 			out, err := openclaw.ParseRun(res.Run, runErr)
-			check("pre-booted", marker, out, err, res.Run.Stderr)
+			check(p.name, marker, out, err, res.Run.Stderr)
 			if res.Run.Start != port.StartPreloaded {
-				b.Fatalf("not served pre-booted: %q %s", res.Run.Start, res.Run.StartNote)
+				b.Fatalf("%s: not served pre-booted: %q %s", p.name, res.Run.Start, res.Run.StartNote)
 			}
-			preb = append(preb, sample{wall, out.Meta.Duration()})
+			samples[p.name] = append(samples[p.name], sample{wall, out.Meta.Duration()})
 			if m := res.Run.Memory; m != nil {
-				claimMem = append(claimMem, time.Duration(m.ClaimBytes))
-				peakMem = append(peakMem, time.Duration(m.PeakBytes))
+				claimMem[p.name] = append(claimMem[p.name], time.Duration(m.ClaimBytes))
+				peakMem[p.name] = append(peakMem[p.name], time.Duration(m.PeakBytes))
 			}
-		},
+			// The pool boots the next slot now (a warm-up turn is several CPU-seconds):
+			// let it finish before the next variant is timed.
+			waitPools()
+		})
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		waitPool()
+		waitPools()
 		b.StartTimer()
 		marker := fmt.Sprintf("RUN%c", 'A'+i%26)
 		for k := range variants {
-			variants[(i+k)%len(variants)](i, marker, "Reply with the code word. MARKER="+marker)
+			variants[(i+k)%len(variants)](marker, "Reply with the code word only. MARKER="+marker)
 		}
 	}
 	b.StopTimer()
-	report := func(name string, s []sample) (wall, over time.Duration) {
+	p50 := map[string]time.Duration{}
+	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm"} {
 		var walls, overs []time.Duration
-		for _, x := range s {
+		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
 			overs = append(overs, x.wall-x.turn)
 		}
-		wall = benchutil.Report(b, name, walls)
-		over = benchutil.Quantile(overs, 0.5)
-		b.ReportMetric(float64(over)/float64(time.Millisecond), name+"-boot-overhead-p50-ms")
-		return wall, over
+		p50[name] = benchutil.Report(b, name, walls)
+		if name != "gateway" { // a gateway turn reports no turn time of its own
+			b.ReportMetric(float64(benchutil.Quantile(overs, 0.5))/float64(time.Millisecond), name+"-boot-overhead-p50-ms")
+		}
 	}
-	h, _ := report("host", host)
-	c, _ := report("cold", boxed)
-	p, _ := report("preboot", preb)
-	benchutil.Ratio(b, "preboot/host-p50", p, h)
-	benchutil.Ratio(b, "preboot/cold-p50", p, c)
-	if len(claimMem) > 0 {
-		b.ReportMetric(float64(benchutil.Quantile(claimMem, 0.5))/(1<<20), "preboot-idle-slot-MiB")
-		b.ReportMetric(float64(benchutil.Quantile(peakMem, 0.5))/(1<<20), "preboot-run-peak-MiB")
+	for _, name := range []string{"preboot", "preboot-warm"} {
+		benchutil.Ratio(b, name+"/host-p50", p50[name], p50["host"])
+		benchutil.Ratio(b, name+"/cold-p50", p50[name], p50["cold"])
+		benchutil.Ratio(b, name+"/gateway-p50", p50[name], p50["gateway"])
+		if len(claimMem[name]) > 0 {
+			b.ReportMetric(float64(benchutil.Quantile(claimMem[name], 0.5))/(1<<20), name+"-idle-slot-MiB")
+			b.ReportMetric(float64(benchutil.Quantile(peakMem[name], 0.5))/(1<<20), name+"-run-peak-MiB")
+		}
 	}
 }

@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,16 +27,95 @@ import (
 // run's turn reaches the fake LiteLLM through its own proxy and answers. Its boot
 // overhead (wall time minus OpenClaw's reported turn) is logged. About 20-40 s.
 func TestOpenClawOneShotPreloadedDocker(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, dockerRunnerFor)
+	testOpenClawOneShotPreloaded(t, dockerRunnerFor, false)
 }
 
 // TestOpenClawOneShotPreloadedContainerd is TestOpenClawOneShotPreloadedDocker on
 // containerd's warm pool. About 20-40 s.
 func TestOpenClawOneShotPreloadedContainerd(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, containerdRunnerFor)
+	testOpenClawOneShotPreloaded(t, containerdRunnerFor, false)
 }
 
-func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
+// TestOpenClawOneShotPreloadedWarmUpDocker is TestOpenClawOneShotPreloadedDocker with
+// the preloader's warm-up turn (--warm-up): before the claim the slot ran a whole
+// throwaway turn against the preloader's loopback stub, with its own config, model,
+// endpoint, session and prompt. The run must use its own config, model and endpoint
+// (its answer is the fake LiteLLM's, through its proxy; OpenClaw reports the run's
+// provider and model), and nothing of the warm-up may be in its state directory
+// (session store, transcripts) or in the LLM traffic it sent. About 40-90 s.
+func TestOpenClawOneShotPreloadedWarmUpDocker(t *testing.T) {
+	testOpenClawOneShotPreloaded(t, dockerRunnerFor, true)
+}
+
+// TestOpenClawOneShotPreloadedWarmUpContainerd is
+// TestOpenClawOneShotPreloadedWarmUpDocker on containerd's warm pool (loopback is up in
+// its slots before the claim too). About 40-90 s.
+func TestOpenClawOneShotPreloadedWarmUpContainerd(t *testing.T) {
+	testOpenClawOneShotPreloaded(t, containerdRunnerFor, true)
+}
+
+// openClawWarmUpMarkers are strings only the OpenClaw preloader's warm-up turn uses
+// (its session id, model, prompt and stub's answer): none may reach a run.
+var openClawWarmUpMarkers = []string{"openclaw-preload-warm-up", "OPENCLAW-PRELOAD-WARM-UP-REPLY", "warm-up turn"}
+
+// openClawPreload is the preload of a pre-booted OpenClaw slot: the preloader (with
+// its warm-up turn when warmUp) over the OpenClaw package mounted at AppDir.
+func openClawPreload(t testing.TB, appDir string, warmUp bool, mounts ...port.Mount) *port.Preload {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, preload.OpenClawName), preload.OpenClaw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{testimages.NodeBinary, "/opt/preload/" + preload.OpenClawName}
+	p := &port.Preload{Mounts: append([]port.Mount{{Source: dir, Target: "/opt/preload"}, {Source: appDir, Target: testimages.AppDir}}, mounts...)}
+	if warmUp {
+		// A whole turn before ready: give a loaded machine time.
+		argv, p.Timeout = append(argv, "--warm-up"), 6*time.Minute
+	}
+	p.Argv = append(argv, testimages.AppDir+"/node_modules/openclaw")
+	return p
+}
+
+// assertNoWarmUpState fails when anything under the run's workspace directory dir
+// (OpenClaw's state: session store, transcripts) holds a warm-up marker; it also
+// requires the run's own session id there, so the scan itself can fail.
+func assertNoWarmUpState(t testing.TB, ws, sessionID string) {
+	t.Helper()
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	sawRun, files := false, 0
+	err = fs.WalkDir(root.FS(), openclaw.OneShotDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := root.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files++
+		sawRun = sawRun || bytes.Contains(b, []byte(sessionID))
+		for _, m := range openClawWarmUpMarkers {
+			if bytes.Contains(b, []byte(m)) {
+				t.Errorf("the run's %s holds the warm-up's %q", p, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sawRun {
+		t.Errorf("none of the %d files of the run's OpenClaw state holds its session id %q: the scan reads nothing", files, sessionID)
+	}
+}
+
+func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), warmUp bool) {
 	appDir, nodeBin := openClawInstall(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -46,20 +128,13 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, preload.OpenClawName), preload.OpenClaw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pre := &port.Preload{
-		Argv:   []string{testimages.NodeBinary, "/opt/preload/" + preload.OpenClawName, testimages.AppDir + "/node_modules/openclaw"},
-		Mounts: []port.Mount{{Source: dir, Target: "/opt/preload"}, {Source: appDir, Target: testimages.AppDir}},
-	}
+	pre := openClawPreload(t, appDir, warmUp)
 	// The limit leaves room for a heavily loaded machine (a cold one-shot took 3 min at
 	// load 40 on 2 vCPUs).
 	limits := port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
+	if warmUp {
+		limits.MemoryBytes = openClawWarmUpMemory
+	}
 	tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: pre})
 	pool, err := runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1})
 	if err != nil {
@@ -79,7 +154,7 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(7 * time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
 			t.Fatalf("the pre-booted slot never became ready: %+v", pool.Stats())
 		}
@@ -118,5 +193,41 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	if len(res.Audit) == 0 {
 		t.Error("no LLM call audited: the turn did not go through the run's proxy")
 	}
-	t.Logf("pre-booted one-shot: wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v", wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond))
+	if am := out.Meta.AgentMeta; am.Provider != openclaw.DefaultProvider || am.Model != "gpt-4o-mini" || am.SessionID != runID {
+		t.Errorf("the run reports provider %q, model %q, session %q: want the run's config's %q, gpt-4o-mini, %q", am.Provider, am.Model, am.SessionID, openclaw.DefaultProvider, runID)
+	}
+	chats := 0
+	for _, r := range fake.Requests() {
+		if strings.HasSuffix(r.Path, "/chat/completions") {
+			chats++
+			if !bytes.Contains(r.Body, []byte("MARKER=PRELOADED")) || !bytes.Contains(r.Body, []byte(`"gpt-4o-mini"`)) {
+				t.Errorf("an LLM call of the run lacks its prompt or model: %.300s", r.Body)
+			}
+			for _, m := range openClawWarmUpMarkers {
+				if bytes.Contains(r.Body, []byte(m)) {
+					t.Errorf("the run's LLM call carries the warm-up's %q", m)
+				}
+			}
+		}
+	}
+	if chats == 0 {
+		t.Error("the fake LiteLLM saw no chat completion: the run used another endpoint")
+	}
+	assertNoWarmUpState(t, ws, runID)
+	for _, m := range openClawWarmUpMarkers {
+		if bytes.Contains(res.Run.Stdout, []byte(m)) || bytes.Contains(res.Run.Stderr, []byte(m)) {
+			t.Errorf("the run's output mentions the warm-up's %q:\n%s", m, tail(res.Run.Stderr))
+		}
+	}
+	var claimMiB, peakMiB uint64
+	if m := res.Run.Memory; m != nil {
+		claimMiB, peakMiB = m.ClaimBytes>>20, m.PeakBytes>>20
+	}
+	t.Logf("pre-booted one-shot (warm-up %v): wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v; idle slot %d MiB, run's peak %d MiB of %d MiB", warmUp, wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond), claimMiB, peakMiB, limits.MemoryBytes>>20)
 }
+
+// openClawWarmUpMemory is the memory limit of a slot whose OpenClaw preloader ran the
+// warm-up turn: the sandbox's default. The warmed process holds what the turn loaded
+// (605-643 MiB idle here) and a run's peak stayed at 684-703 MiB
+// (docs/warm-pools-and-runtimes.md has the figures).
+const openClawWarmUpMemory = 1 << 30

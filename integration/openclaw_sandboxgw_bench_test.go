@@ -69,14 +69,7 @@ func BenchmarkOpenClawSandboxedGateway(b *testing.B) {
 			ctx := context.Background()
 			// One turn first, not counted: a fresh gateway loads its agent runtime on
 			// the first turn, once.
-			warm, err := s.router.Register(billing.Run{RunID: sandboxtest.RunID("gwwarm"), Attribution: port.Attribution{BillingAccountID: "acct-bench"}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := gw.Run(ctx, sandboxgw.RunRequest{Registration: warm, SessionKey: "bench-warm", Model: gwModel, Message: "Reply with the code word only. MARKER=WARM", Timeout: 2 * time.Minute}); err != nil {
-				b.Fatal(err)
-			}
-			_, _ = warm.Stop(ctx)
+			s.benchTurn(ctx, b, gw, "WARM")
 			b.ResetTimer()
 			var viaGW, oneShot []time.Duration
 			for i := 0; i < b.N; i++ {
@@ -84,15 +77,7 @@ func BenchmarkOpenClawSandboxedGateway(b *testing.B) {
 				prompt := "Reply with the code word only. MARKER=" + marker
 
 				start := time.Now()
-				reg, err := s.router.Register(billing.Run{RunID: sandboxtest.RunID("gwb"), Attribution: port.Attribution{BillingAccountID: "acct-bench"}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				res, err := gw.Run(ctx, sandboxgw.RunRequest{Registration: reg, SessionKey: "bench-" + reg.RunID(), Model: gwModel, Message: prompt, Timeout: 2 * time.Minute})
-				if err != nil || strings.TrimSpace(res.Text) != "ANSWER-"+marker {
-					b.Fatalf("gateway turn: %v", err)
-				}
-				_, _ = reg.Stop(ctx)
+				s.benchTurn(ctx, b, gw, marker)
 				viaGW = append(viaGW, time.Since(start))
 
 				start = time.Now()
@@ -111,6 +96,22 @@ func BenchmarkOpenClawSandboxedGateway(b *testing.B) {
 				b.ReportMetric(float64(mem)/(1<<20), "idle-MiB")
 			}
 		})
+	}
+}
+
+// benchTurn is one agent turn through the sandboxed gateway gw, as a caller runs it: register
+// the run with the router, the turn ("Reply with the code word only. MARKER=marker",
+// which must answer ANSWER-marker), release.
+func (s *gwStack) benchTurn(ctx context.Context, b *testing.B, gw *sandboxgw.Gateway, marker string) {
+	b.Helper()
+	reg, err := s.router.Register(billing.Run{RunID: sandboxtest.RunID("gwb"), Attribution: port.Attribution{BillingAccountID: "acct-bench"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = reg.Stop(ctx) }()
+	res, err := gw.Run(ctx, sandboxgw.RunRequest{Registration: reg, SessionKey: "bench-" + reg.RunID(), Model: gwModel, Message: "Reply with the code word only. MARKER=" + marker, Timeout: 2 * time.Minute})
+	if err != nil || strings.TrimSpace(res.Text) != "ANSWER-"+marker {
+		b.Fatalf("gateway turn: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/openclaw"
 )
 
 // TestOpenClawSplitPointPinned fails loudly when the installed OpenClaw is not the
@@ -69,8 +70,8 @@ func TestOpenClawSplitPointPinned(t *testing.T) {
 	}
 	row := regexp.MustCompile(`(\w+): \['([\w.-]+)', '(\w+)'\]`)
 	rows := row.FindAllStringSubmatch(src, -1)
-	if len(rows) != 4 {
-		t.Fatalf("the preloader's SPLIT table has %d rows, want 4", len(rows))
+	if len(rows) != 9 {
+		t.Fatalf("the preloader's SPLIT and WARM tables have %d rows, want 4 + 5", len(rows))
 	}
 	for _, r := range rows {
 		name, file, exp := r[1], r[2], r[3]
@@ -136,4 +137,76 @@ func TestOpenClawAheadGraphCapturesNoRunState(t *testing.T) {
 		t.Fatalf("only %d modules in the graph: the import scan no longer reads dist/", len(seen))
 	}
 	t.Logf("%d modules imported ahead, none capturing run state but the re-pinned paths", len(seen))
+}
+
+// TestOpenClawWarmUpPinned guards what the OpenClaw preloader's warm-up turn (--warm-up)
+// relies on beyond its WARM table (whose exports TestOpenClawSplitPointPinned checks):
+// that the resets it calls after the turn clear every process-lifetime cache of the
+// loaded config (config-guard's module state, the runtime config snapshot), so the run
+// loads its own config; and that the one value the turn makes OpenClaw capture at import
+// from the pre-boot's environment, the exec tool's DEFAULT_PATH, is used only for exec
+// in OpenClaw's own sandbox mode, which every one-shot config sets off. An upgrade that
+// adds a cache or a use fails here, before a run could see the warm-up's config.
+func TestOpenClawWarmUpPinned(t *testing.T) {
+	dir := os.Getenv("OPENCLAW_DIR")
+	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
+	dist := filepath.Join(dir, "node_modules", "openclaw", "dist")
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(dist, f))
+		if err != nil {
+			t.Fatalf("the warm-up's split point moved: %v", err)
+		}
+		return string(b)
+	}
+	body := func(src, fn string) string {
+		i := strings.Index(src, "function "+fn+"(")
+		if i < 0 {
+			t.Fatalf("%s is gone", fn)
+		}
+		j := strings.Index(src[i:], "\n}\n")
+		if j < 0 {
+			t.Fatalf("%s has no end", fn)
+		}
+		return src[i : i+j]
+	}
+	guard := read("config-guard-BU0O9rns.mjs")
+	reset := body(guard, "resetConfigGuardStateForTests")
+	lets := regexp.MustCompile(`(?m)^let (\w+) =`).FindAllStringSubmatch(guard, -1)
+	if len(lets) == 0 {
+		t.Fatal("config-guard has no module state any more: check what caches the loaded config now")
+	}
+	for _, m := range lets {
+		if !strings.Contains(reset, "\t"+m[1]+" = ") {
+			t.Errorf("config-guard's %s is not reset by resetConfigGuardStateForTests: a warm-up's value would reach the run", m[1])
+		}
+	}
+	if !strings.Contains(guard, "const testApi = { resetConfigGuardStateForTests };") {
+		t.Error("config-guard no longer exports its reset as testApi")
+	}
+	snap := body(read("runtime-snapshot-DbgWcCyV.mjs"), "resetConfigRuntimeState")
+	for _, v := range []string{"runtimeConfigSnapshot", "runtimeConfigSourceSnapshot", "runtimeConfigSnapshotMetadata", "runtimeConfigAppliedHash"} {
+		if !strings.Contains(snap, "\t"+v+" = null;") {
+			t.Errorf("resetConfigRuntimeState no longer clears %s", v)
+		}
+	}
+	tools := read("bash-tools-B2oth0P7.mjs")
+	if n := strings.Count(tools, "DEFAULT_PATH"); n != 2 {
+		t.Errorf("the exec tool uses its import-time DEFAULT_PATH %d times, want the import and one use", n-1)
+	}
+	if !strings.Contains(tools, `const env = params.sandbox && params.host === "sandbox" ? buildSandboxEnv({`+"\n\t\tdefaultPath: DEFAULT_PATH,") {
+		t.Error("the exec tool's DEFAULT_PATH is no longer used only in OpenClaw's sandbox mode: the warm-up's PATH could reach a run's exec")
+	}
+	if !strings.Contains(read("bash-tools.exec-runtime-DO1dSeBv.mjs"), "const DEFAULT_PATH = process.env.PATH ??") {
+		t.Error("the exec runtime's DEFAULT_PATH capture moved: check it again")
+	}
+	cfg, err := openclaw.NewConfig(openclaw.WithModels(openclaw.Model{ID: "m", ContextWindow: 32000, MaxTokens: 1024}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode, _ := cfg.Lookup("agents.defaults.sandbox.mode"); mode != "off" {
+		t.Errorf("one-shot configs set OpenClaw's sandbox mode %v, not off: its exec would use the warm-up's PATH", mode)
+	}
+	if !strings.Contains(string(OpenClaw), "sandbox: { mode: 'off' }") {
+		t.Error("the warm-up's config no longer sets OpenClaw's sandbox mode off")
+	}
 }

@@ -27,11 +27,15 @@ var Node []byte
 const NodeName = "preload.mjs"
 
 // OpenClaw is the OpenClaw preloader (openclaw-preload.mjs) for `openclaw agent
-// --local --json` one-shot runs: `node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR`
-// imports the CLI's entry, its main module graph and its helpers before the claim
-// (and reads a mounted warm compile cache, openclaw.CompileCache) and runs the CLI
-// in-process at it (see the file's comment for what is, and is not yet, ahead).
-// It is pinned to OpenClawVersion and refuses to say ready for any other.
+// --local --json` one-shot runs: `node openclaw-preload.mjs [--warm-up]
+// OPENCLAW_PACKAGE_DIR` imports the CLI's entry, its main module graph and its helpers
+// before the claim (and reads a mounted warm compile cache, openclaw.CompileCache) and
+// runs the CLI in-process at it. With --warm-up it also runs one throwaway turn before
+// the claim, against a stub it serves on loopback with a throwaway config and state
+// that it removes, and resets OpenClaw's config caches after it: faster runs, at about
+// 600 MiB per idle slot instead of about 40 (see the file's comment and
+// docs/warm-pools-and-runtimes.md). It is pinned to OpenClawVersion and refuses to say
+// ready for any other, or when the warm-up turn does not answer as expected.
 //
 //go:embed openclaw/openclaw-preload.mjs
 var OpenClaw []byte

@@ -2,7 +2,7 @@
 // protocol (version 1, api/bridgeapi/preload.go) for `openclaw agent --local --json`
 // one-shot runs, pinned to OpenClaw 2026.9.6 (dist/ file names are content-hashed).
 //
-//   node openclaw-preload.mjs OPENCLAW_PACKAGE_DIR
+//   node openclaw-preload.mjs [--warm-up] OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
@@ -11,9 +11,30 @@
 // entry's main block uses. (An earlier attempt to import run-main ahead saw one
 // sandboxed one-shot fail with ENOENT on the agent's state database; with the re-pins
 // below and the run's own environment it passes, in the sandbox and on the host: the
-// pinned-version test and TestOpenClawOneShotPreloadedDocker guard it.) It runs no
-// turn: a warm-up would need a config, and OpenClaw caches the first config it loads
-// for the process's life (config-guard).
+// pinned-version test and TestOpenClawOneShotPreloadedDocker guard it.)
+//
+// With --warm-up it then runs one whole throwaway one-shot turn, so what OpenClaw does
+// lazily on a run's first turn (state-database code and its workers, the plugin
+// registry, the agent command's imports, session and model preparation, the tools'
+// modules) is paid before the claim too. The turn runs against a tiny stub of an
+// OpenAI-compatible endpoint this file serves on 127.0.0.1 (an ephemeral port: the
+// sandbox has no network before the claim, and the run's own endpoint does not exist
+// yet), with a throwaway config, state, home and workspace under a fresh directory in
+// os.tmpdir(); its model, provider endpoint, session id, prompt and answer are its own,
+// all distinct from any run's. Then, before it says ready: the turn's output (captured,
+// never written to stdout) must be the stub's answer, or the preload fails; the CLI's
+// exit (defaultRuntime.exit, intercepted for the warm-up only) is swallowed; its
+// resources are closed (harnesses, agent and state databases and their workers);
+// OpenClaw's process-lifetime caches of the loaded config are reset (config-guard's
+// snapshot and doctor flag, the runtime config snapshot), so the run loads its own
+// config as a fresh process would; the directory is removed and the environment and
+// working directory restored. It costs memory (see docs/warm-pools-and-runtimes.md for
+// the measured figures and the limit to give the slot): opt-in.
+//
+// One capture at import the warm-up adds: the exec tool's DEFAULT_PATH is the
+// pre-boot's PATH. OpenClaw uses it only for exec inside its own sandbox mode, which a
+// one-shot config (openclaw.Config) sets off: host exec takes the run's environment.
+// TestOpenClawWarmUpPinned checks both.
 //
 // At the claim (argv `openclaw ARGS` or `node .../openclaw.mjs ARGS`) it does what the
 // entry's main block does for a one-shot, against the run's environment: replace
@@ -28,15 +49,19 @@
 // it; without one the preloader writes none (a fresh /tmp's cache would only cost
 // the writing at the run's exit).
 //
-// Any mismatch with the pinned version (package version, a moved export) fails the
+// Any mismatch with the pinned version (package version, a moved export, a warm-up turn
+// that does not answer as expected or does not end within WARM_UP_TIMEOUT_MS) fails the
 // preload before it says ready: the pool discards the slot and runs go cold, loudly
 // counted, never silently slower.
 import fs from 'node:fs';
 import module from 'node:module';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 
 const PINNED_VERSION = '2026.9.6';
 // The split point in dist/, for PINNED_VERSION: file, export, the function's name.
@@ -46,14 +71,28 @@ const SPLIT = {
   pinRuntimePaths: ['paths-bFNjVB0r.mjs', 'pinRuntimePaths'],
   pinConfigDir: ['utils-CgtqH0G3.mjs', 'pinConfigDir'],
 };
+// What the warm-up turn needs besides, for PINNED_VERSION (same columns; the first two
+// are objects, checked by shape).
+const WARM = {
+  defaultRuntime: ['runtime-BC29JSZp.mjs', 'r'],
+  testApi: ['config-guard-BU0O9rns.mjs', 'testApi'],
+  resetConfigRuntimeState: ['runtime-snapshot-DbgWcCyV.mjs', 'S'],
+  closeCliResources: ['one-shot-exit-CRUuwygW.mjs', 'a'],
+  closeOpenClawStateDatabaseAsync: ['openclaw-state-db-quM4UOZq.mjs', 'closeOpenClawStateDatabaseAsync'],
+};
+const WARM_UP_TIMEOUT_MS = 4 * 60 * 1000;
+const WARM_UP_REPLY = 'OPENCLAW-PRELOAD-WARM-UP-REPLY';
 
 const fail = (msg) => { process.stderr.write(`openclaw-preload: ${msg}\n`); process.exit(125); };
 const fd = Number(process.env.AGENTSANDBOX_PRELOAD_FD);
 if (!Number.isInteger(fd) || fd < 3) fail('AGENTSANDBOX_PRELOAD_FD is not set: run me under sandbox-bridge -claim -preload');
 delete process.env.AGENTSANDBOX_PRELOAD_FD;
 
-const pkgDir = process.argv[2];
-if (!pkgDir) fail('usage: openclaw-preload.mjs OPENCLAW_PACKAGE_DIR');
+const args = process.argv.slice(2);
+const warmUp = args[0] === '--warm-up';
+if (warmUp) args.shift();
+const pkgDir = args[0];
+if (!pkgDir || args.length !== 1) fail('usage: openclaw-preload.mjs [--warm-up] OPENCLAW_PACKAGE_DIR');
 const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
 if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PINNED_VERSION}: the split point must be proven again`);
 const dist = path.join(pkgDir, 'dist');
@@ -81,6 +120,158 @@ for (const [name, [file, exp]] of Object.entries(SPLIT)) {
   const fn = mod[exp];
   if (typeof fn !== 'function' || fn.name !== name) fail(`dist/${file} export ${exp} is not ${name}: the split point moved`);
   fns[name] = fn;
+}
+const warm = {};
+if (warmUp) {
+  for (const [name, [file, exp]] of Object.entries(WARM)) {
+    const v = (await load(file))[exp];
+    const ok = name === 'defaultRuntime' ? typeof v?.exit === 'function' && typeof v?.writeJson === 'function'
+      : name === 'testApi' ? typeof v?.resetConfigGuardStateForTests === 'function'
+        : typeof v === 'function' && v.name === name;
+    if (!ok) fail(`dist/${file} export ${exp} is not ${name}: the warm-up's split point moved`);
+    warm[name] = v;
+  }
+  await warmUpTurn();
+}
+
+// The one-shot's environment (openclaw.OneShot.Env) and config (openclaw.NewConfig's
+// shape), for a throwaway layout under root and the stub at baseUrl.
+function warmUpLayout(root, baseUrl) {
+  const d = path.join(root, '.openclaw');
+  const ws = path.join(root, 'workspace');
+  for (const sub of ['state', 'home']) fs.mkdirSync(path.join(d, sub), { recursive: true });
+  fs.mkdirSync(ws);
+  const model = 'openclaw-preload-warm-up';
+  const config = {
+    agents: {
+      defaults: { elevatedDefault: 'off', heartbeat: { every: '0m' }, model: { fallbacks: [], primary: `warmup/${model}` }, sandbox: { mode: 'off' }, skipBootstrap: true, timeoutSeconds: 120, workspace: ws },
+      entries: { main: { workspace: ws } },
+    },
+    cron: { enabled: false },
+    discovery: { mdns: { mode: 'off' } },
+    gateway: { controlUi: { enabled: false }, mode: 'local' },
+    models: {
+      catalogRefresh: { enabled: false }, mode: 'replace',
+      providers: { warmup: { api: 'openai-completions', apiKey: 'preload-warm-up', baseUrl, models: [{ contextWindow: 32000, cost: { cacheRead: 0, cacheWrite: 0, input: 0, output: 0 }, id: model, input: ['text'], maxTokens: 1024, name: model, reasoning: false }] } },
+    },
+    tools: { deny: ['browser', 'cron', 'gateway', 'group:web', 'message', 'nodes', 'sessions_send', 'sessions_spawn'], elevated: { enabled: false }, exec: { notifyOnExit: false } },
+    update: { auto: { enabled: false }, checkOnStart: false },
+  };
+  fs.writeFileSync(path.join(d, 'openclaw.json'), JSON.stringify(config));
+  fs.writeFileSync(path.join(d, 'prompt.txt'), 'openclaw-preload warm-up turn: reply with anything.');
+  const env = {
+    HOME: path.join(d, 'home'), OPENCLAW_CONFIG_PATH: path.join(d, 'openclaw.json'), OPENCLAW_STATE_DIR: path.join(d, 'state'),
+    OPENCLAW_CONFIG_READONLY: '1', OPENCLAW_LOAD_SHELL_ENV: '0', OPENCLAW_DISABLE_BONJOUR: '1', OPENCLAW_NO_AUTO_UPDATE: '1',
+    OPENCLAW_SKIP_CHANNELS: '1', NO_COLOR: '1', OPENCLAW_NO_RESPAWN: '1',
+  };
+  if (process.env.PATH) env.PATH = process.env.PATH;
+  const argv = ['agent', '--local', '--agent', 'main', '--session-id', 'openclaw-preload-warm-up', '--message-file', path.join(d, 'prompt.txt'), '--json', '--timeout', '120'];
+  return { ws, env, argv };
+}
+
+// A stub of an OpenAI-compatible chat completions endpoint, as OpenClaw's
+// openai-completions provider reads it (LiteLLM's shape): a streamed answer (content
+// chunk, stop chunk, usage when asked, [DONE]) or a plain one. It answers every call
+// with WARM_UP_REPLY, at once: a stub that failed would make OpenClaw retry for a minute.
+function serveStub(calls) {
+  const srv = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      calls.push(`${req.method} ${req.url}`);
+      if (req.method !== 'POST' || !/\/chat\/completions$/.test(req.url)) {
+        res.writeHead(404, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: 'not served by the warm-up stub', type: 'not_found' } }));
+        return;
+      }
+      let b = {};
+      try { b = JSON.parse(body); } catch {}
+      const id = 'chatcmpl-openclaw-preload-warm-up', created = Math.floor(Date.now() / 1000), model = String(b.model || 'openclaw-preload-warm-up');
+      const usage = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 };
+      if (!b.stream) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id, object: 'chat.completion', created, model, choices: [{ index: 0, message: { role: 'assistant', content: WARM_UP_REPLY }, finish_reason: 'stop' }], usage }));
+        return;
+      }
+      const chunk = (delta, finish) => ({ id, object: 'chat.completion.chunk', created, model, system_fingerprint: null, choices: [{ index: 0, delta, finish_reason: finish }] });
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: WARM_UP_REPLY }, null))}\n\n`);
+      res.write(`data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`);
+      if (b.stream_options?.include_usage) res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, system_fingerprint: null, choices: [], usage })}\n\n`);
+      res.end('data: [DONE]\n\n');
+    });
+  });
+  return new Promise((resolve, reject) => {
+    srv.once('error', (err) => reject(new Error(`the warm-up stub cannot listen on 127.0.0.1 (is loopback up?): ${err.message}`)));
+    srv.listen(0, '127.0.0.1', () => resolve(srv));
+  });
+}
+
+function setEnv(env) {
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, env);
+}
+
+async function warmUpTurn() {
+  const calls = [];
+  const stub = await serveStub(calls).catch((err) => fail(err.message));
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'openclaw-preload-warm-up-'));
+  const saved = { ...process.env };
+  const { ws, env, argv } = warmUpLayout(root, `http://127.0.0.1:${stub.address().port}/v1`);
+  setEnv(env);
+  process.chdir(ws);
+  process.argv = [process.execPath, path.join(dist, 'entry.js'), ...argv];
+  fns.normalizeEnv();
+  fns.pinRuntimePaths(process.env);
+  fns.pinConfigDir(process.env);
+  // The turn's JSON goes to stdout, which must stay silent before the claim: capture it.
+  const write = process.stdout.write;
+  const exitFn = warm.defaultRuntime.exit;
+  let out = '';
+  process.stdout.write = function (chunk, enc, cb) {
+    if (out.length < (1 << 20)) out += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+    const done = typeof enc === 'function' ? enc : cb;
+    if (done) process.nextTick(done);
+    return true;
+  };
+  let timer;
+  const exited = new Promise((resolve, reject) => {
+    warm.defaultRuntime.exit = (code) => resolve(code);
+    timer = setTimeout(() => reject(new Error(`the warm-up turn did not end within ${WARM_UP_TIMEOUT_MS / 1000} s`)), WARM_UP_TIMEOUT_MS);
+  });
+  let code;
+  try {
+    await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {
+      loadRunCli: async () => ({ runCli: (a, opts) => runMain.runCli(a, { ...opts, runtimeRecoveryEnv: { ...env } }) }),
+    }));
+    code = await exited;
+  } catch (err) {
+    fail(`the warm-up turn failed: ${err?.stack || err}`);
+  } finally {
+    clearTimeout(timer);
+    process.stdout.write = write;
+    warm.defaultRuntime.exit = exitFn;
+  }
+  let text;
+  try { text = JSON.parse(out).payloads?.map((p) => p.text).join(''); } catch {}
+  if (code !== 0 || text !== WARM_UP_REPLY || !calls.some((c) => c.startsWith('POST '))) {
+    fail(`the warm-up turn did not answer as OpenClaw ${PINNED_VERSION} does (exit ${code}, stub calls ${JSON.stringify(calls)}): ${out.slice(0, 500)}`);
+  }
+  await warm.closeCliResources();
+  await warm.closeOpenClawStateDatabaseAsync();
+  stub.closeAllConnections();
+  await new Promise((resolve) => stub.close(resolve));
+  warm.testApi.resetConfigGuardStateForTests();
+  warm.resetConfigRuntimeState();
+  process.chdir('/');
+  fs.rmSync(root, { recursive: true, force: true });
+  setEnv(saved);
+  // What the turn left for the collector: the idle slot holds only what stays.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  gc();
+  gc();
 }
 
 const ctl = new net.Socket({ fd, readable: true, writable: true });
