@@ -87,6 +87,9 @@ const fail = (msg) => { process.stderr.write(`openclaw-preload: ${msg}\n`); proc
 const fd = Number(process.env.AGENTSANDBOX_PRELOAD_FD);
 if (!Number.isInteger(fd) || fd < 3) fail('AGENTSANDBOX_PRELOAD_FD is not set: run me under sandbox-bridge -claim -preload');
 delete process.env.AGENTSANDBOX_PRELOAD_FD;
+// V8's code-cache tag (its version, flags and CPU features) as the process started: the
+// compile cache is accepted only while it is unchanged.
+const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
 const warmUp = args[0] === '--warm-up';
@@ -276,6 +279,7 @@ async function warmUpTurn() {
   v8.setFlagsFromString('--no-expose-gc');
   gc();
   gc();
+  if (v8.cachedDataVersionTag() !== cacheTag) fail('the warm-up left V8 flags changed: the run\'s compile cache would be rejected');
 }
 
 const ctl = new net.Socket({ fd, readable: true, writable: true });
