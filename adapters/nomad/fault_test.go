@@ -245,6 +245,60 @@ func TestWritablePathsCapped(t *testing.T) {
 	}
 }
 
+// TestCopiedWorkspaceUncapped documents the one writable path of a Nomad sandbox
+// that is not capped: with WithWorkspaceCopy the workspace is a directory of the
+// allocation on the node's disk (alloc/data/workspace), bound at /workspace, with no
+// bound but the 256 MiB the runner copies back (docs/nomad.md, "Under faults", says
+// the design that would cap it). A sandbox writes twice the run's 8 MiB disk cap
+// there, next to /tmp for contrast: /tmp stops at the cap, the workspace takes all
+// 16 MiB and the host gets them back. The day the copied workspace is capped this
+// test fails: turn it into the capped assertion of TestWritablePathsCapped. About 6 s.
+func TestCopiedWorkspaceUncapped(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t, WithWorkspaceCopy(true), WithHostPaths(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const capMiB = 8
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "in.txt"), []byte("from-host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{port.WorkspacePath, "/tmp"}
+	spec := port.RunSpec{RunID: sandboxtest.RunID("fill-ws"), Image: e.image, Argv: append([]string{"/agent", "fill", itoa(2 * capMiB)}, dirs...),
+		WorkspaceDir: dir, Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
+	res, err := r.RunOnce(ctx, spec)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if len(lines) != len(dirs) {
+		t.Fatalf("%q", res.Stdout)
+	}
+	got := map[string]int{}
+	for i, d := range dirs {
+		var n int
+		if _, err := fmt.Sscanf(lines[i], d+" filled %d MiB", &n); err != nil {
+			t.Fatalf("%s: %q", d, lines[i])
+		}
+		t.Log(lines[i])
+		got[d] = n
+	}
+	if got["/tmp"] != capMiB {
+		t.Errorf("/tmp took %d MiB, want the run's %d MiB cap", got["/tmp"], capMiB)
+	}
+	if got[port.WorkspacePath] != 2*capMiB {
+		t.Errorf("the copied workspace took %d MiB of %d written at a %d MiB cap: if it is capped now, "+
+			"make this test the capped assertion and update docs/nomad.md", got[port.WorkspacePath], 2*capMiB, capMiB)
+	}
+	// What the sandbox wrote is on the node's disk: the runner copied all of it back.
+	if fi, err := os.Stat(filepath.Join(dir, "fill")); err != nil || fi.Size() != int64(got[port.WorkspacePath])<<20 {
+		t.Errorf("the host's copy of the workspace's fill: %v, %v; want %d MiB", fi, err, got[port.WorkspacePath])
+	}
+	if left, err := e.leftovers(r)(ctx, spec.RunID); err != nil || len(left) > 0 {
+		t.Errorf("left after the run: %v %v", left, err)
+	}
+}
+
 // TestSweepNodeSparesLiveRun: SweepNode with no grace, during a run, removes nothing
 // (Nomad still runs the allocation), and the run ends normally. About 6 s.
 func TestSweepNodeSparesLiveRun(t *testing.T) {
