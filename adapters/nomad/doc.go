@@ -70,7 +70,9 @@
 // copies the workspace instead: packed on the host through os.Root, unpacked into the
 // allocation by a prestart task (the init's -unpack mode, as the sandbox's user), and
 // copied back when the run ends through Nomad's file system API, regular files and
-// directories only, written through os.Root.
+// directories only, written through os.Root. A copied workspace is not capped: it is
+// on the node's disk, and the agent can write there past the run's disk cap
+// (docs/nomad.md says the design that would cap it).
 //
 // # The LLM proxy: a sidecar beside the sandbox
 //
