@@ -303,6 +303,22 @@ func TestCopiedWorkspaceCapped(t *testing.T) {
 	if left, err := e.leftovers(r)(ctx, spec.RunID); err != nil || len(left) > 0 {
 		t.Errorf("left after the run: %v %v", left, err)
 	}
+	// The workspace's volume (anonymous, labelled with the run) went with its
+	// container when the runner collected the allocation.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+port.LabelRunID+"="+spec.RunID).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.Fields(string(out))) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("volumes of the run left: %s", out)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestSweepNodeSparesLiveRun: SweepNode with no grace, during a run, removes nothing
