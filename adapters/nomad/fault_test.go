@@ -321,6 +321,53 @@ func TestCopiedWorkspaceCapped(t *testing.T) {
 	}
 }
 
+// TestSweepNodeVolumes: SweepNode removes a volume of its owner that no container
+// uses (a copied workspace's tmpfs volume whose container the driver removed without
+// it), and spares one in use and another owner's. About 2 s.
+func TestSweepNodeVolumes(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	runID := sandboxtest.RunID("nodevol")
+	created := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	volume := func(owner string) string {
+		t.Helper()
+		out, err := exec.Command("docker", "volume", "create", "--label", port.LabelOwner+"="+owner, "--label", port.LabelRunID+"="+runID,
+			"--label", port.LabelCreatedAt+"="+created, "-o", "type=tmpfs", "-o", "device=tmpfs", "-o", "o=size=1m").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSpace(string(out))
+		t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", name).Run() })
+		return name
+	}
+	dangling, inUse, other := volume(e.owner), volume(e.owner), volume(e.owner+"-other")
+	holder := "agentsandbox-" + runID
+	if out, err := exec.Command("docker", "run", "-d", "--name", holder, "--label", port.LabelOwner+"="+e.owner, "--network", "none",
+		"-v", inUse+":/w", "--entrypoint", "/agent", e.image, "sleep", "60").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	defer func() { _ = exec.Command("docker", "rm", "-f", holder).Run() }()
+	rep, err := r.SweepNode(ctx, cli, port.SweepOptions{RunID: runID})
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("SweepNode: %+v, %v", rep, err)
+	}
+	if fmt.Sprint(rep.Removed) != fmt.Sprint([]string{"volume:" + dangling}) {
+		t.Errorf("removed %v, want only the unused volume %s", rep.Removed, dangling)
+	}
+	for name, want := range map[string]bool{dangling: false, inUse: true, other: true} {
+		if got := exec.Command("docker", "volume", "inspect", name).Run() == nil; got != want {
+			t.Errorf("volume %s exists: %v, want %v", name, got, want)
+		}
+	}
+}
+
 // TestSweepNodeSparesLiveRun: SweepNode with no grace, during a run, removes nothing
 // (Nomad still runs the allocation), and the run ends normally. About 6 s.
 func TestSweepNodeSparesLiveRun(t *testing.T) {
