@@ -67,10 +67,12 @@
 //
 // By default RunSpec.WorkspaceDir and Mounts are bind-mounted from the node
 // (WithHostPaths): right on one machine or with shared storage. WithWorkspaceCopy
-// copies the workspace instead: packed on the host through os.Root, unpacked into the
-// allocation by a prestart task (the init's -unpack mode, as the sandbox's user), and
-// copied back when the run ends through Nomad's file system API, regular files and
-// directories only, written through os.Root.
+// copies the workspace instead: packed on the host through os.Root, unpacked by the
+// init into /workspace, a tmpfs volume of the run's disk size (Limits.TmpfsBytes: the
+// workspace is capped and nothing of it is on the node's disk), and sent back by the
+// init as a tar archive on the task's stderr once the agent has ended; the runner
+// copies it into the host directory, regular files and directories only, written
+// through os.Root.
 //
 // # The LLM proxy: a sidecar beside the sandbox
 //

@@ -245,6 +245,129 @@ func TestWritablePathsCapped(t *testing.T) {
 	}
 }
 
+// TestCopiedWorkspaceCapped: with WithWorkspaceCopy the workspace is capped at the
+// run's disk size like /tmp (a tmpfs in the sandbox's container, sent back by the
+// init through the task's bounded log files), so the agent cannot fill the node's
+// disk through it. A sandbox writes twice the 8 MiB cap into /workspace and /tmp:
+// both stop at the cap, and what fitted comes back to the host whole. Before, the
+// workspace was the allocation's data/workspace on the node's disk with no bound
+// (all 16 MiB taken). About 3 s.
+func TestCopiedWorkspaceCapped(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t, WithWorkspaceCopy(true), WithHostPaths(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const capMiB = 8
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "in.txt"), []byte("from-host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{port.WorkspacePath, "/tmp"}
+	spec := port.RunSpec{RunID: sandboxtest.RunID("fill-ws"), Image: e.image, Argv: append([]string{"/agent", "fill", itoa(2 * capMiB)}, dirs...),
+		WorkspaceDir: dir, Limits: port.Limits{Timeout: time.Minute, TmpfsBytes: capMiB << 20}}
+	res, err := r.RunOnce(ctx, spec)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if len(lines) != len(dirs) {
+		t.Fatalf("%q", res.Stdout)
+	}
+	got := map[string]int{}
+	for i, d := range dirs {
+		var n int
+		if _, err := fmt.Sscanf(lines[i], d+" filled %d MiB", &n); err != nil {
+			t.Fatalf("%s: %q", d, lines[i])
+		}
+		t.Log(lines[i])
+		got[d] = n
+	}
+	if got["/tmp"] != capMiB {
+		t.Errorf("/tmp took %d MiB, want the run's %d MiB cap", got["/tmp"], capMiB)
+	}
+	// The input takes a page of the tmpfs: the last whole MiB may not fit.
+	if n := got[port.WorkspacePath]; n != capMiB && n != capMiB-1 {
+		t.Errorf("the copied workspace took %d MiB of %d written, want the run's %d MiB cap", n, 2*capMiB, capMiB)
+	}
+	// What fitted comes back (whole MiB, and the part of the next that fitted), and
+	// the input is still there.
+	fi, err := os.Stat(filepath.Join(dir, "fill"))
+	if err != nil || fi.Size() < int64(got[port.WorkspacePath])<<20 || fi.Size() > capMiB<<20 {
+		t.Errorf("the host's copy of the workspace's fill: %v %v; want %d MiB to the cap", fi, err, got[port.WorkspacePath])
+	} else {
+		t.Logf("copied back: fill, %d bytes", fi.Size())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "in.txt")); err != nil || string(b) != "from-host" {
+		t.Errorf("in.txt = %q, %v", b, err)
+	}
+	if left, err := e.leftovers(r)(ctx, spec.RunID); err != nil || len(left) > 0 {
+		t.Errorf("left after the run: %v %v", left, err)
+	}
+	// The workspace's volume (anonymous, labelled with the run) went with its
+	// container when the runner collected the allocation.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+port.LabelRunID+"="+spec.RunID).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.Fields(string(out))) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("volumes of the run left: %s", out)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSweepNodeVolumes: SweepNode removes a volume of its owner that no container
+// uses (a copied workspace's tmpfs volume whose container the driver removed without
+// it), and spares one in use and another owner's. About 2 s.
+func TestSweepNodeVolumes(t *testing.T) {
+	e := setup(t)
+	r := e.runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	runID := sandboxtest.RunID("nodevol")
+	created := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	volume := func(owner string) string {
+		t.Helper()
+		out, err := exec.Command("docker", "volume", "create", "--label", port.LabelOwner+"="+owner, "--label", port.LabelRunID+"="+runID,
+			"--label", port.LabelCreatedAt+"="+created, "-o", "type=tmpfs", "-o", "device=tmpfs", "-o", "o=size=1m").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSpace(string(out))
+		t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", name).Run() })
+		return name
+	}
+	dangling, inUse, other := volume(e.owner), volume(e.owner), volume(e.owner+"-other")
+	holder := "agentsandbox-" + runID
+	if out, err := exec.Command("docker", "run", "-d", "--name", holder, "--label", port.LabelOwner+"="+e.owner, "--network", "none",
+		"-v", inUse+":/w", "--entrypoint", "/agent", e.image, "sleep", "60").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	defer func() { _ = exec.Command("docker", "rm", "-f", holder).Run() }()
+	rep, err := r.SweepNode(ctx, cli, port.SweepOptions{RunID: runID})
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("SweepNode: %+v, %v", rep, err)
+	}
+	if fmt.Sprint(rep.Removed) != fmt.Sprint([]string{"volume:" + dangling}) {
+		t.Errorf("removed %v, want only the unused volume %s", rep.Removed, dangling)
+	}
+	for name, want := range map[string]bool{dangling: false, inUse: true, other: true} {
+		if got := exec.Command("docker", "volume", "inspect", name).Run() == nil; got != want {
+			t.Errorf("volume %s exists: %v, want %v", name, got, want)
+		}
+	}
+}
+
 // TestSweepNodeSparesLiveRun: SweepNode with no grace, during a run, removes nothing
 // (Nomad still runs the allocation), and the run ends normally. About 6 s.
 func TestSweepNodeSparesLiveRun(t *testing.T) {

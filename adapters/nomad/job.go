@@ -119,7 +119,7 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		Meta:                      js.meta,
 	}
 	// Nomad wants the disk to hold every task's logs, with room to spare.
-	files, fileMB := r.agentLogs(spec)
+	files, fileMB := r.agentLogs(spec, js)
 	disk := 10 + files*fileMB
 	if js.proxy {
 		disk += sidecarLogFiles * sidecarLogFileMB
@@ -129,8 +129,8 @@ func (r *Runner) buildJob(spec port.RunSpec, js jobSpec) *api.Job {
 		tg.Tasks = append(tg.Tasks, r.sidecar(spec, js))
 	}
 	if js.copyWorkspace {
-		tg.Tasks = append(tg.Tasks, r.unpacker(spec, js))
-		disk += sidecarLogFiles*sidecarLogFileMB + mib(int64(2*len(js.workspace)))
+		// The input rendered in the agent task's local/ (the template's copy too).
+		disk += mib(int64(2 * len(js.workspace)))
 	}
 	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: ptr(disk)}
 	job.TaskGroups = []*api.TaskGroup{tg}
@@ -154,7 +154,7 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
-	logFiles, logFileMB := r.agentLogs(spec)
+	logFiles, logFileMB := r.agentLogs(spec, js)
 	cfg := map[string]any{
 		"image":           spec.Image,
 		"network_mode":    "none",
@@ -200,6 +200,21 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	env["NOMAD_ALLOC_DIR"] = hiddenAllocDir
 	env["NOMAD_TASK_DIR"] = hiddenTaskDir
 	env["NOMAD_SECRETS_DIR"] = hiddenSecretsDir
+	var templates []*api.Template
+	kill := killTimeout
+	if js.copyWorkspace {
+		// The input, rendered in the task's own local/ (hidden; the one file is bound
+		// read-only for the init to unpack), base64-encoded in the template: an
+		// alphabet the template language cannot misread.
+		templates = []*api.Template{{
+			EmbeddedTmpl: ptr(`{{ base64Decode "` + base64.StdEncoding.EncodeToString(js.workspace) + `" }}`),
+			DestPath:     ptr(workspaceTar),
+			ChangeMode:   ptr("noop"),
+			Perms:        ptr("0644"),
+		}}
+		// Stopped, the init still sends the workspace back.
+		kill = exportKillTimeout
+	}
 	return &api.Task{
 		Name:   agentTask,
 		Driver: "docker",
@@ -211,10 +226,11 @@ func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 		// does not see (but for the two files it may read, with the init).
 		LogConfig: &api.LogConfig{MaxFiles: ptr(logFiles), MaxFileSizeMB: ptr(logFileMB)},
 		Resources: res,
+		Templates: templates,
 		// Stopped by Nomad (a sibling failed, the job was stopped): with the init, a
 		// SIGTERM it answers by killing every process of the sandbox at once, then
 		// exiting once Nomad has stored the output (killTimeout at most).
-		KillTimeout: ptr(killTimeout),
+		KillTimeout: ptr(kill),
 		KillSignal:  r.killSignal(),
 	}
 }
@@ -263,6 +279,10 @@ func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]s
 			}
 			entrypoint = append(entrypoint, "-b64", strings.Join(encoded, ","))
 		}
+		if js.copyWorkspace {
+			entrypoint = append(entrypoint, "-unpack", workspaceTarTarget, "-into", port.WorkspacePath,
+				"-export", port.WorkspacePath, "-export-max", strconv.FormatInt(exportMax(spec), 10), "-export-files", itoa(MaxWorkspaceFiles))
+		}
 		entrypoint = append(entrypoint, "-unwritable", strings.Join([]string{hiddenAllocDir, hiddenTaskDir, hiddenSecretsDir}, ","),
 			"-keep", strings.Join(names, ","), "-capture", "-max", itoa(spec.OutputLimit),
 			"-flushed", flushedTarget("stdout")+","+flushedTarget("stderr"))
@@ -302,7 +322,7 @@ func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
 	// The allocation's shared directory is hidden (see hiddenAllocDir): no /alloc.
 	switch {
 	case js.copyWorkspace:
-		mounts = append(mounts, bind(workspaceDir, port.WorkspacePath, false))
+		mounts = append(mounts, workspaceMount(spec, js), bind(workspaceTar, workspaceTarTarget, true))
 	case spec.WorkspaceDir != "":
 		mounts = append(mounts, bind(spec.WorkspaceDir, port.WorkspacePath, false))
 	}
@@ -328,6 +348,32 @@ func (r *Runner) agentMounts(spec port.RunSpec, js jobSpec) []map[string]any {
 		}
 	}
 	return mounts
+}
+
+// workspaceMount is a copied workspace's mount: a tmpfs of the run's size, so the
+// workspace is capped and nothing of it is on the node's disk (the init unpacks the
+// input into it and sends it back through the task's bounded log files). A tmpfs
+// mount of the docker driver would do but for runc, which gives the tmpfs the mode
+// of the image's own directory at that path (often root's 0755: the sandbox's user
+// could not write). So it is an anonymous volume of Docker's local driver backed by
+// a tmpfs, mode 1777: bind-mounted, its mode is kept; anonymous, Docker removes it
+// with the container (the driver removes containers with their volumes); labelled
+// with the run's owner and run id, so a node-local sweep finds one left behind.
+func workspaceMount(spec port.RunSpec, js jobSpec) map[string]any {
+	return map[string]any{
+		"type": "volume", "target": port.WorkspacePath, "readonly": false,
+		"volume_options": map[string]any{
+			"no_copy": true,
+			"labels":  []map[string]string{js.meta},
+			"driver_config": map[string]any{
+				"name": "local",
+				"options": []map[string]string{{
+					"type": "tmpfs", "device": "tmpfs",
+					"o": "size=" + strconv.FormatInt(spec.Limits.TmpfsBytes, 10) + ",mode=1777,nosuid,nodev",
+				}},
+			},
+		},
+	}
 }
 
 // sidecar is the proxy task: started before the sandbox and stopped after it
@@ -394,56 +440,26 @@ const (
 // (so nothing rotates, and logFile is all of it); without it, each file holds the
 // output cap, so the capped prefix survives unless a stream is ten times the cap.
 // Docker's own log of the task (both streams in one) is two files of that size.
-func (r *Runner) agentLogs(spec port.RunSpec) (files, mb int) {
+func (r *Runner) agentLogs(spec port.RunSpec, js jobSpec) (files, mb int) {
 	if r.cfg.initPath != "" {
-		// Twice the frames: Docker's log holds both streams in one file.
-		return 2, mib(2 * (framedSize(int64(spec.OutputLimit)+1) + initSlack))
+		// Twice the frames: Docker's log holds both streams in one file. A copied
+		// workspace comes back on stderr after the output.
+		var export int64
+		if js.copyWorkspace {
+			export = exportFramedSize(exportMax(spec))
+		}
+		return 2, mib(2*(framedSize(int64(spec.OutputLimit)+1)+initSlack) + export)
 	}
 	return 10, max(1, mib(int64(spec.OutputLimit)))
-}
-
-// unpacker is the prestart task that unpacks a copied workspace into the allocation's
-// shared data directory, as the sandbox's user, with the sandbox's lockdown; the input
-// comes in its template, base64-encoded (an alphabet the template language cannot
-// misread).
-func (r *Runner) unpacker(spec port.RunSpec, js jobSpec) *api.Task {
-	tmpl := `{{ base64Decode "` + base64.StdEncoding.EncodeToString(js.workspace) + `" }}`
-	return &api.Task{
-		Name:      workspaceTask,
-		Driver:    "docker",
-		User:      spec.User,
-		Lifecycle: &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart},
-		Config: map[string]any{
-			"image":           spec.Image,
-			"entrypoint":      []string{initTarget, "-unpack", "/" + workspaceTar, "-into", "/alloc/data/workspace"},
-			"args":            []string{},
-			"network_mode":    "none",
-			"cap_drop":        []string{"ALL"},
-			"security_opt":    []string{"no-new-privileges"},
-			"readonly_rootfs": true,
-			"pids_limit":      16,
-			"mount": []map[string]any{
-				{"type": "bind", "source": r.cfg.initPath, "target": initTarget, "readonly": true},
-				{"type": "bind", "source": os.DevNull, "target": "/etc/resolv.conf", "readonly": true},
-			},
-			"labels":     []map[string]string{js.meta},
-			"force_pull": false,
-		},
-		Meta: js.meta,
-		Templates: []*api.Template{{
-			EmbeddedTmpl: ptr(tmpl),
-			DestPath:     ptr(workspaceTar),
-			ChangeMode:   ptr("noop"),
-			Perms:        ptr("0644"),
-		}},
-		LogConfig: &api.LogConfig{MaxFiles: ptr(sidecarLogFiles), MaxFileSizeMB: ptr(sidecarLogFileMB), Disabled: ptr(true)},
-		Resources: &api.Resources{CPU: ptr(50), MemoryMB: ptr(32)},
-	}
 }
 
 // killTimeout is how long Nomad waits after the agent task's kill signal before it
 // sends SIGKILL.
 const killTimeout = 5 * time.Second
+
+// exportKillTimeout replaces killTimeout when the workspace is copied: room for the
+// init to send it back (the tmpfs's size through Nomad's log pipeline).
+const exportKillTimeout = 30 * time.Second
 
 // killSignal is the agent task's kill signal: SIGTERM for the init (which kills the
 // sandbox's processes at once and keeps its output), else SIGKILL.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/hashicorp/nomad/api"
 	"github.com/moby/moby/client"
 
@@ -17,6 +18,8 @@ import (
 type NodeDocker interface {
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
 	ContainerRemove(ctx context.Context, containerID string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
+	VolumeList(ctx context.Context, options client.VolumeListOptions) (client.VolumeListResult, error)
+	VolumeRemove(ctx context.Context, volumeID string, options client.VolumeRemoveOptions) (client.VolumeRemoveResult, error)
 }
 
 // labelAllocID is the label the docker driver puts on every container it creates:
@@ -32,7 +35,11 @@ const labelAllocID = "com.hashicorp.nomad.alloc_id"
 // terminal (complete, failed or lost) or told to stop. A container whose allocation
 // Nomad still runs is left alone, and so is one whose allocation cannot be read
 // (reported in Errors): it never removes a live run. Containers without the docker
-// driver's allocation label are not Nomad's (adapters/docker sweeps those).
+// driver's allocation label are not Nomad's (adapters/docker sweeps those). It also
+// removes the owner's volumes (a copied workspace's tmpfs volume, labelled with the
+// run) that no container uses any more: Docker removes them with their container,
+// but not where the driver removed a container without its volumes (a failed
+// start). A volume in use is never removed (Docker refuses).
 func (r *Runner) SweepNode(ctx context.Context, docker NodeDocker, opts port.SweepOptions) (port.SweepReport, error) {
 	var rep port.SweepReport
 	if err := opts.Validate(); err != nil {
@@ -69,6 +76,33 @@ func (r *Runner) SweepNode(ctx context.Context, docker NodeDocker, opts port.Swe
 		}
 		if _, err := docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
 			rep.Errors = append(rep.Errors, fmt.Errorf("container %.12s: %w", c.ID, err))
+		}
+	}
+	vf := client.Filters{}.Add("label", port.LabelOwner+"="+r.cfg.owner)
+	if opts.RunID != "" {
+		vf = vf.Add("label", port.LabelRunID+"="+opts.RunID)
+	}
+	vs, err := docker.VolumeList(ctx, client.VolumeListOptions{Filters: vf})
+	if err != nil {
+		return rep, opErr("SweepNode", opts.RunID, fmt.Errorf("%w: docker: %w", port.ErrUnavailable, err))
+	}
+	for _, v := range vs.Items {
+		if !r.ours(v.Labels, opts.RunID) || !old(v.Labels, cutoff) {
+			continue
+		}
+		if opts.DryRun {
+			rep.Removed = append(rep.Removed, "volume:"+v.Name)
+			continue
+		}
+		_, err := docker.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{})
+		switch {
+		case err == nil:
+			rep.Removed = append(rep.Removed, "volume:"+v.Name)
+		case cerrdefs.IsConflict(err) || isNotFound(err):
+			// In use by a container (a live run's, or one left for the loop above
+			// to judge), or already gone.
+		default:
+			rep.Errors = append(rep.Errors, fmt.Errorf("volume %s: %w", v.Name, err))
 		}
 	}
 	r.cfg.logger.Info("node sweep done", "owner", r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)

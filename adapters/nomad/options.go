@@ -287,8 +287,11 @@ const (
 // MaxWorkspaceIn bytes) are copied into the run's allocation before the sandbox starts,
 // and what the sandbox leaves there is copied back when it ends (regular files and
 // directories only, through os.Root: a link the agent made is never followed; files it
-// deleted stay on the host). It needs WithInit (the init unpacks the input on the
-// node). Without it, the workspace is bind-mounted from the node (WithHostPaths).
+// deleted stay on the host). In the sandbox the workspace is a tmpfs of the run's
+// Limits.TmpfsBytes (a volume of Docker's local driver: the client's docker plugin
+// needs volumes enabled), so the agent cannot fill the node's disk through it. It
+// needs WithInit (the init unpacks the input and sends the workspace back). Without
+// it, the workspace is bind-mounted from the node (WithHostPaths).
 func WithWorkspaceCopy(on bool) Option {
 	return func(c *config) error {
 		c.copyWorkspace = on

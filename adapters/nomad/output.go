@@ -21,8 +21,10 @@ import (
 // init, the streams were capped on the node and held back until Nomad had stored
 // them; without it, Nomad may have missed the last output. An error means the output
 // could not be read whole: the run's result must not pass for one that printed
-// nothing.
-func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, res *port.RunResult) error {
+// nothing. With exportMax > 0 (a copied workspace), stderr also carries the
+// workspace's archive after the output: it is returned, with exportErr when it did
+// not come back whole.
+func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, exportMax int64, res *port.RunResult) (archive []byte, exportErr error, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	var errs []error
@@ -35,7 +37,15 @@ func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, 
 		var err error
 		if r.cfg.initPath != "" {
 			// Frames: limit+1 bytes take at most framedSize(limit+1) of them.
-			b, err = r.readLog(ctx, alloc.ID, s.kind, framedSize(int64(limit)+1))
+			max := framedSize(int64(limit) + 1)
+			export := exportMax > 0 && s.kind == "stderr"
+			if export {
+				max += initSlack + exportFramedSize(exportMax)
+			}
+			b, err = r.readLog(ctx, alloc.ID, s.kind, max)
+			if export {
+				b, archive, exportErr = splitExport(b)
+			}
 			dec, rest := unframe(b)
 			b = append(dec, rest...)
 		} else {
@@ -49,7 +59,7 @@ func (r *Runner) collect(ctx context.Context, alloc *api.Allocation, limit int, 
 		}
 		*s.out = b
 	}
-	return errors.Join(errs...)
+	return archive, exportErr, errors.Join(errs...)
 }
 
 // framedSize bounds the frames (cmd/sandbox-nomad-init) that carry n bytes: a frame of
@@ -59,7 +69,8 @@ func framedSize(n int64) int64 { return 5 * n }
 // unframe decodes the init's frames in b (lines of base64, each a piece of the
 // stream): what they carry, and the bytes after the last newline (a line not ended
 // yet). A line that is no frame (something else wrote it: a crash of the init)
-// passes as it is, newline included.
+// passes as it is, newline included; the init's export frames ('!' lines: a copied
+// workspace) are left out.
 func unframe(b []byte) (dec, rest []byte) {
 	for {
 		i := bytes.IndexByte(b, '\n')
@@ -67,7 +78,9 @@ func unframe(b []byte) (dec, rest []byte) {
 			return dec, b
 		}
 		buf := make([]byte, base64.StdEncoding.DecodedLen(i))
-		if n, err := base64.StdEncoding.Decode(buf, b[:i]); err == nil {
+		if i > 0 && b[0] == '!' {
+			// An export frame: not output.
+		} else if n, err := base64.StdEncoding.Decode(buf, b[:i]); err == nil {
 			dec = append(dec, buf[:n]...)
 		} else {
 			dec = append(dec, b[:i+1]...)

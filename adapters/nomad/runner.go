@@ -167,7 +167,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		// The time limit or the caller ended the run: kill it where it is.
 		timedOut = true
 		if allocID != "" {
-			alloc = r.kill(ctx, allocID, log)
+			alloc = r.kill(ctx, allocID, js.copyWorkspace, log)
 		}
 	}
 	if alloc != nil {
@@ -233,7 +233,11 @@ func (r *Runner) gather(ctx context.Context, alloc *api.Allocation, spec port.Ru
 	if r.observe != nil {
 		r.observe(alloc)
 	}
-	outErr = r.collect(ctx, alloc, spec.OutputLimit, res)
+	var exportMaxBytes int64
+	if js.copyWorkspace {
+		exportMaxBytes = exportMax(spec)
+	}
+	archive, exportErr, outErr := r.collect(ctx, alloc, spec.OutputLimit, exportMaxBytes, res)
 	finishLive(res)
 	if proxy != nil {
 		proxy.collect(ctx, r, alloc)
@@ -241,7 +245,13 @@ func (r *Runner) gather(ctx context.Context, alloc *api.Allocation, spec port.Ru
 	if js.copyWorkspace {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 		defer cancel()
-		copyErr = copyBack(cctx, nomadFiles{r, alloc}, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
+		copyErr = exportErr
+		if copyErr == nil {
+			var files tarFiles
+			if files, copyErr = newTarFiles(archive); copyErr == nil {
+				copyErr = copyBack(cctx, files, spec.WorkspaceDir, MaxWorkspaceOut, MaxWorkspaceFiles)
+			}
+		}
 	}
 	return outErr, copyErr
 }
@@ -392,7 +402,7 @@ func (r *Runner) finished(ctx context.Context, allocID string) (*api.Allocation,
 // sandbox's processes at once and exiting once its output is stored; SIGKILL follows
 // if the task has not ended after killTimeout. It waits (bounded) for the allocation
 // to finish and returns it, or nil.
-func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(string, ...any) }) *api.Allocation {
+func (r *Runner) kill(ctx context.Context, allocID string, copied bool, log interface{ Warn(string, ...any) }) *api.Allocation {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.cleanupTimeout)
 	defer cancel()
 	stub := &api.Allocation{ID: allocID}
@@ -406,7 +416,11 @@ func (r *Runner) kill(ctx context.Context, allocID string, log interface{ Warn(s
 			log.Warn("stopping the allocation failed", logattr.Err, err)
 		}
 	} else if sig != "SIGKILL" {
-		gctx, gcancel := context.WithTimeout(kctx, killTimeout)
+		grace := killTimeout
+		if copied {
+			grace = exportKillTimeout // the init sends the workspace back first
+		}
+		gctx, gcancel := context.WithTimeout(kctx, grace)
 		a, err := r.finished(gctx, allocID)
 		gcancel()
 		if err == nil {

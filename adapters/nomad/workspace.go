@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -17,17 +18,113 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// The copied workspace (WithWorkspaceCopy): in the allocation's shared data directory,
-// made by the prestart task that unpacks the input, mounted at /workspace.
+// The copied workspace (WithWorkspaceCopy): a tmpfs of the run's size at /workspace
+// in the sandbox's container, which the init fills from the input before the agent
+// starts and sends back as a tar archive on the task's stderr once it has ended.
 const (
-	workspaceTask = "workspace"
-	// workspaceDir is relative to a task directory (../alloc is the shared directory).
-	workspaceDir = "../alloc/data/workspace"
-	// workspaceFSPath is the same directory for the file system API.
-	workspaceFSPath = "alloc/data/workspace"
-	// workspaceTar is where the unpacking task's template renders the input.
-	workspaceTar = "local/workspace.tar"
+	// workspaceFSPath is the root of the paths copyBack walks.
+	workspaceFSPath = "workspace"
+	// workspaceTar is where the agent task's template renders the input (its local/,
+	// hidden from the sandbox), and workspaceTarTarget where that file is bound
+	// read-only for the init.
+	workspaceTar       = "local/workspace.tar"
+	workspaceTarTarget = "/.agentsandbox/workspace.tar"
 )
+
+// exportMax is the most bytes of archive the init sends back: the tmpfs's content
+// (at most what copyBack takes) and a header and padding per file.
+func exportMax(spec port.RunSpec) int64 {
+	return min(spec.Limits.TmpfsBytes, MaxWorkspaceOut) + 2<<10*int64(MaxWorkspaceFiles) + 4<<10
+}
+
+// exportFramedSize bounds the export frames (and their last line) that carry n bytes
+// of archive: base64, plus a '!' and a newline per frame of at most 8 KiB (the init
+// buffers the archive; small frames only at its end).
+func exportFramedSize(n int64) int64 { return 4*(n/3+1) + 2*(n/1024+8) + 4<<10 }
+
+// splitExport takes the init's export frames out of b (the raw stderr log): the rest,
+// and the archive they carry. The archive is complete only when its "!end" line
+// came; "!over" and "!failed" lines say why it did not.
+func splitExport(b []byte) (rest, archive []byte, err error) {
+	err = errors.New("the sandbox's workspace did not come back (no end of the archive)")
+	for len(b) > 0 {
+		line, next, found := bytes.Cut(b, []byte("\n"))
+		if !found || len(line) == 0 || line[0] != '!' {
+			if found {
+				rest = append(rest, b[:len(line)+1]...)
+			} else {
+				rest = append(rest, b...)
+			}
+			b = next
+			continue
+		}
+		b = next
+		switch body := string(line[1:]); {
+		case body == "end":
+			err = nil
+		case strings.HasPrefix(body, "over "):
+			err = fmt.Errorf("the sandbox's workspace is too large to copy back: %s", strings.TrimPrefix(body, "over "))
+		case strings.HasPrefix(body, "failed "):
+			err = fmt.Errorf("the sandbox's workspace could not be sent back: %s", strings.TrimPrefix(body, "failed "))
+		default:
+			dec := make([]byte, base64.StdEncoding.DecodedLen(len(body)))
+			n, derr := base64.StdEncoding.Decode(dec, []byte(body))
+			if derr != nil {
+				return rest, nil, fmt.Errorf("the sandbox's workspace came back mangled: %v", derr)
+			}
+			archive = append(archive, dec[:n]...)
+		}
+	}
+	return rest, archive, err
+}
+
+// tarFiles is an exported workspace archive seen as the file system copyBack walks:
+// directories list their entries, regular files read their content. Names are
+// checked by copyBack.
+type tarFiles struct {
+	dirs  map[string][]*api.AllocFileInfo
+	files map[string][]byte
+}
+
+func newTarFiles(archive []byte) (tarFiles, error) {
+	t := tarFiles{dirs: map[string][]*api.AllocFileInfo{}, files: map[string][]byte{}}
+	tr := tar.NewReader(bytes.NewReader(archive))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return t, nil
+		}
+		if err != nil {
+			return t, fmt.Errorf("the sandbox's workspace archive: %w", err)
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		dir, base := path.Split(name)
+		dir = path.Join(workspaceFSPath, dir)
+		full := path.Join(workspaceFSPath, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			t.dirs[dir] = append(t.dirs[dir], &api.AllocFileInfo{Name: base, IsDir: true, FileMode: "drwxr-xr-x"})
+		case tar.TypeReg:
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return t, fmt.Errorf("the sandbox's workspace archive: %w", err)
+			}
+			t.files[full] = b
+			t.dirs[dir] = append(t.dirs[dir], &api.AllocFileInfo{Name: base, Size: int64(len(b)), FileMode: "-rw-r--r--"})
+		}
+	}
+}
+
+func (t tarFiles) List(_ context.Context, p string) ([]*api.AllocFileInfo, error) {
+	return t.dirs[p], nil
+}
+func (t tarFiles) Read(_ context.Context, p string, limit int64) ([]byte, error) {
+	b, ok := t.files[p]
+	if !ok {
+		return nil, fmt.Errorf("%s: not in the archive", p)
+	}
+	return b[:min(int64(len(b)), limit)], nil
+}
 
 // packWorkspace packs the regular files and directories of the host directory dir as
 // a tar archive, read through os.Root so that nothing outside dir is read; links and
@@ -85,20 +182,6 @@ func packWorkspace(dir string, max int64) ([]byte, error) {
 type allocFiles interface {
 	List(ctx context.Context, path string) ([]*api.AllocFileInfo, error)
 	Read(ctx context.Context, path string, limit int64) ([]byte, error)
-}
-
-type nomadFiles struct {
-	r     *Runner
-	alloc *api.Allocation
-}
-
-func (n nomadFiles) List(ctx context.Context, p string) ([]*api.AllocFileInfo, error) {
-	l, _, err := n.r.api.AllocFS().List(n.alloc, p, (&api.QueryOptions{}).WithContext(ctx))
-	return l, err
-}
-
-func (n nomadFiles) Read(ctx context.Context, p string, limit int64) ([]byte, error) {
-	return n.r.readFile(ctx, n.alloc, p, limit)
 }
 
 // copyBack copies the workspace the sandbox left in its allocation into the host

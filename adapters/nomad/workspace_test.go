@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"os"
@@ -147,5 +148,47 @@ func TestCopyBackIsSymlinkSafe(t *testing.T) {
 	}
 	if err := copyBack(context.Background(), files, dir, 1<<20, 1); err == nil {
 		t.Error("the file count limit did not hold")
+	}
+}
+
+// TestSplitExport: the init's export frames are taken out of stderr (the output's
+// frames around them decode as before, and never show them), the archive they carry
+// is copied back like the file system it replaces, and an export that did not end,
+// or ended over its limits, is an error.
+func TestSplitExport(t *testing.T) {
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "d/", Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "d/f", Mode: 0o644, Size: 3})
+	_, _ = tw.Write([]byte("out"))
+	_ = tw.Close()
+	frame := func(b []byte) string { return base64.StdEncoding.EncodeToString(b) + "\n" }
+	a := archive.Bytes()
+	stderr := frame([]byte("err1")) + "!" + frame(a[:700]) + "!" + frame(a[700:]) + frame([]byte("err2")) + "!end\n"
+	rest, got, err := splitExport([]byte(stderr))
+	if err != nil || !bytes.Equal(got, a) {
+		t.Fatalf("split: %v, archive equal %v", err, bytes.Equal(got, a))
+	}
+	if dec, _ := unframe(rest); string(dec) != "err1err2" {
+		t.Errorf("stderr without the export = %q", dec)
+	}
+	if dec, _ := unframe([]byte(stderr)); string(dec) != "err1err2" {
+		t.Errorf("the live view shows the export: %q", dec)
+	}
+	files, err := newTarFiles(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := copyBack(context.Background(), files, dir, 1<<20, 10); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "d", "f")); err != nil || string(b) != "out" {
+		t.Errorf("d/f = %q, %v", b, err)
+	}
+	for _, bad := range []string{"!" + frame(a), "!" + frame(a) + "!over too big\n", "!" + frame(a) + "!failed disk\n"} {
+		if _, _, err := splitExport([]byte(bad)); err == nil {
+			t.Errorf("%.30q...: no error", bad)
+		}
 	}
 }

@@ -6,9 +6,14 @@
 //	sandbox-nomad-init [-unwritable DIR,...] [-keep NAME,...] [-b64 NAME,...] [-wait SOCKET] [-capture -max N [-flushed OUT,ERR]] -- argv...
 //	sandbox-nomad-init -unpack TAR -into DIR
 //
-// With -unpack it only unpacks a workspace (regular files and directories; nothing
-// outside DIR, no links) into DIR, which it creates, and exits: the prestart task of a
-// run whose workspace is copied into the cluster.
+// With -unpack it unpacks a workspace (regular files and directories; nothing outside
+// DIR, no links) into DIR, which it creates; with no argv it then exits, with argv it
+// runs it. With -export DIR (and -capture), once the command has ended the init kills
+// every other process of the container and writes DIR's regular files and directories
+// as a tar archive on its stderr, in frames of their own (lines starting with '!', a
+// character outside base64's alphabet, ended by "!end", or "!over REASON" past
+// -export-max bytes of archive or -export-files files): the copied workspace, a
+// capped tmpfs, goes back to the host through the task's bounded log files.
 //
 // Why each part exists:
 //
@@ -93,7 +98,10 @@ func main() {
 	unwritable := fs.String("unwritable", "", "comma-separated `directories` that must not be writable (Nomad's directories the runtime should hide): refuse to start argv if one is")
 	unpackFrom := fs.String("unpack", "", "tar `file` to unpack into -into, then exit")
 	into := fs.String("into", "", "`directory` to unpack into")
-	if err := fs.Parse(os.Args[1:]); err == nil && *unpackFrom != "" && *into != "" {
+	export := fs.String("export", "", "`directory` to send back as a tar archive on stderr once the command has ended (with -capture)")
+	exportMax := fs.Int64("export-max", 256<<20, "most bytes of archive -export sends")
+	exportFiles := fs.Int("export-files", 10000, "most files -export sends")
+	if err := fs.Parse(os.Args[1:]); err == nil && *unpackFrom != "" && *into != "" && fs.NArg() == 0 {
 		if err := unpack(*unpackFrom, *into); err != nil {
 			fmt.Fprintf(os.Stderr, "sandbox-nomad-init: unpacking the workspace: %v\n", err)
 			os.Exit(1)
@@ -139,6 +147,12 @@ func main() {
 			exit(exitFailed)
 		}
 	}
+	if *unpackFrom != "" && *into != "" {
+		if err := unpack(*unpackFrom, *into); err != nil {
+			fmt.Fprintf(errOut, "sandbox-nomad-init: unpacking the workspace: %v\n", err)
+			exit(exitFailed)
+		}
+	}
 	if *wait != "" {
 		waitFor(*wait, *waitTimeout)
 	}
@@ -148,7 +162,14 @@ func main() {
 		fmt.Fprintf(errOut, "sandbox-nomad-init: exec %s: %v\n", argv[0], err)
 		exit(exitFailed)
 	}
-	exit(supervise(argv, env, *maxBytes))
+	code := supervise(argv, env, *maxBytes)
+	if *export != "" {
+		// Nothing of the sandbox may write while the workspace is read: every other
+		// process of the container (the init is PID 1) dies first.
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		exportDir(*export, stderr, *exportMax, *exportFiles)
+	}
+	exit(code)
 }
 
 // countingWriter counts the bytes written through it.
