@@ -78,7 +78,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			limits.MemoryBytes = max(limits.MemoryBytes, openClawWarmUpMemory)
 		}
 		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: p.pre})
-		if p.pool, err = runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1}); err != nil {
+		if p.pool, err = runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1, RefillBetweenRuns: true}); err != nil {
 			b.Fatal(err)
 		}
 		defer p.pool.Close(context.Background())

@@ -45,6 +45,12 @@ type PoolOptions struct {
 	// RefillConcurrency bounds how many sandboxes are being created at once (default
 	// 2): refilling competes with the runs for the machine.
 	RefillConcurrency int
+	// RefillBetweenRuns holds refilling while a run the pool served is in progress,
+	// so a slot whose boot is heavy (a pre-booted runtime's warm-up) never competes
+	// with the run claimed before it; the pool refills when no run of it is in
+	// progress. For small machines and heavy preloads; runs that come faster than a
+	// slot boots then find the pool empty and run cold.
+	RefillBetweenRuns bool
 }
 
 // PoolStats counts a pool's sandboxes and runs.

@@ -41,3 +41,10 @@ func TestPoolMemoryReported(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolRefillBetweenRuns: a pool refilling between runs creates nothing while its
+// run is in progress (sandboxtest.TestPoolRefillBetweenRuns). About 5 s.
+func TestPoolRefillBetweenRuns(t *testing.T) {
+	r, image := poolEnv(t, "poolrefill")
+	sandboxtest.TestPoolRefillBetweenRuns(t, r, image)
+}

@@ -40,3 +40,10 @@ func TestPoolMemoryReported(t *testing.T) {
 	r, _, image := poolEnv(t, testenv.Owner("poolmem"))
 	sandboxtest.TestPoolMemory(t, r, image)
 }
+
+// TestPoolRefillBetweenRuns: a pool refilling between runs creates nothing while its
+// run is in progress (sandboxtest.TestPoolRefillBetweenRuns). About 5 s.
+func TestPoolRefillBetweenRuns(t *testing.T) {
+	r, _, image := poolEnv(t, testenv.Owner("poolrefill"))
+	sandboxtest.TestPoolRefillBetweenRuns(t, r, image)
+}

@@ -143,7 +143,7 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	}
 	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
 	p.k = warmpool.New(context.Background(), warmpool.Config[*slot]{
-		Key: p.key, Size: opts.Size, Concurrency: opts.RefillConcurrency,
+		Key: p.key, Size: opts.Size, Concurrency: opts.RefillConcurrency, BetweenRuns: opts.RefillBetweenRuns,
 		New: p.newSlot, Destroy: p.destroy, Discard: p.discard, Logger: r.cfg.logger,
 	})
 	p.ready = p.k.Ready
@@ -277,6 +277,7 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
 	}
 	p.k.Warm.Add(1)
+	defer p.k.Done()
 	res, err := p.run(ctx, spec, s)
 	if reason, gone := res.preloadGone(); gone {
 		// The runtime died between its last check and the claim: nothing of the run

@@ -35,6 +35,9 @@ type Config[S any] struct {
 	Key         string // the template's key, for logs
 	Size        int    // sandboxes kept ready
 	Concurrency int    // creations at once (PoolOptions.RefillConcurrency)
+	// BetweenRuns holds creations while a taken sandbox's run is in progress
+	// (PoolOptions.RefillBetweenRuns).
+	BetweenRuns bool
 	// New creates one ready sandbox. It may outlive the pool's context (Keeper.Ctx)
 	// to finish or undo what it started.
 	New func() (S, error)
@@ -58,6 +61,7 @@ type Keeper[S any] struct {
 	wg     sync.WaitGroup // the filler and the creations
 
 	creating atomic.Int32
+	running  atomic.Int32 // taken sandboxes whose run has not ended (Take, Done)
 	// Warm, Cold, Other, Failed and PreloadFailed are port.PoolStats' counters.
 	Warm, Cold, Other, Failed, PreloadFailed atomic.Int64
 	closed                                   atomic.Bool
@@ -97,7 +101,7 @@ func (k *Keeper[S]) Stats() port.PoolStats {
 func (k *Keeper[S]) fill() {
 	defer k.wg.Done()
 	for {
-		for len(k.Ready)+int(k.creating.Load()) < k.cfg.Size {
+		for k.mayCreate() {
 			select {
 			case k.sem <- struct{}{}:
 			case <-k.ctx.Done():
@@ -113,6 +117,14 @@ func (k *Keeper[S]) fill() {
 			return
 		}
 	}
+}
+
+// mayCreate reports whether the pool is short and may create a sandbox now.
+func (k *Keeper[S]) mayCreate() bool {
+	if k.cfg.BetweenRuns && k.running.Load() > 0 {
+		return false
+	}
+	return len(k.Ready)+int(k.creating.Load()) < k.cfg.Size
 }
 
 // create makes one sandbox and queues it.
@@ -150,7 +162,8 @@ func (k *Keeper[S]) signal() {
 
 // Take returns a ready sandbox, or false when there is none. One that ended before
 // its claim (ended reports it: killed from outside, say) is no sandbox to run in: it
-// is counted failed, discarded, and the next one taken.
+// is counted failed, discarded, and the next one taken. The caller calls Done once
+// the run in a sandbox it was given has ended.
 func (k *Keeper[S]) Take(ended func(S) bool) (S, bool) {
 	for {
 		var s S
@@ -161,11 +174,19 @@ func (k *Keeper[S]) Take(ended func(S) bool) (S, bool) {
 			return s, false
 		}
 		if !ended(s) {
+			k.running.Add(1)
 			return s, true
 		}
 		k.Failed.Add(1)
 		k.cfg.Discard(s)
 	}
+}
+
+// Done says the run in a sandbox Take gave has ended (a pool refilling between
+// runs may refill now).
+func (k *Keeper[S]) Done() {
+	k.running.Add(-1)
+	k.signal()
 }
 
 // Stop ends the refills; it reports false when the pool was already stopped.

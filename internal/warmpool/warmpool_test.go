@@ -98,6 +98,31 @@ func TestKeeperFillsTakesAndDrains(t *testing.T) {
 	}
 }
 
+// TestKeeperRefillsBetweenRuns: a pool refilling between runs creates nothing while
+// a run it served is in progress, and refills once the run is done.
+func TestKeeperRefillsBetweenRuns(t *testing.T) {
+	f := &fakes{}
+	k := f.keeper(1, 1)
+	k.cfg.BetweenRuns = true
+	k.Start()
+	defer func() { k.Stop(); _ = k.Drain(context.Background()) }()
+	waitStats(t, k, func(s port.PoolStats) bool { return s.Ready == 1 })
+	if _, ok := k.Take(func(int64) bool { return false }); !ok {
+		t.Fatal("Take from a full pool failed")
+	}
+	// Nothing may start while the run is in progress (a creation starts at once when
+	// allowed: the filler is woken by Take).
+	time.Sleep(100 * time.Millisecond)
+	if st := k.Stats(); st.Ready+st.Creating != 0 || f.next.Load() != 1 {
+		t.Fatalf("refilled during the run: %+v, %d created", st, f.next.Load())
+	}
+	k.Done()
+	waitStats(t, k, func(s port.PoolStats) bool { return s.Ready == 1 })
+	if n := f.next.Load(); n != 2 {
+		t.Errorf("%d created, want 2", n)
+	}
+}
+
 func TestKeeperCountsFailures(t *testing.T) {
 	f := &fakes{fail: ErrPreload}
 	k := f.keeper(1, 1)
