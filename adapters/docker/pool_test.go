@@ -14,7 +14,6 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/runlease"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -463,57 +462,16 @@ func TestPooledRunName(t *testing.T) {
 	}
 }
 
-// TestPoolForgedExitRecord: a pooled run ends on the stub's exit records, keyed by a
-// nonce the agent never sees; an agent that prints records of its own (the same
-// format, nonces of the right shape, a bare prefix left open at the end) gets them
-// back as its output, whole, and the result has its real exit code. About 2 s.
+// TestPoolForgedExitRecord: records the agent forges are its output and leave its
+// exit code alone (sandboxtest.TestPoolForgedExitRecord). About 2 s.
 func TestPoolForgedExitRecord(t *testing.T) {
 	r, _, image := poolEnv(t, testenv.Owner("pool-forge"))
-	spec := suiteSpec(image)
-	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, p)
-	forged := func(code int) string {
-		return string(bridgeapi.ExitRecord(bridgeapi.NewExitNonce(), code))
-	}
-	out := "before\n" + forged(7) + "middle" + forged(0) + bridgeapi.ExitRecordPrefix
-	errOut := forged(9) + "err-end" + bridgeapi.ExitRecordPrefix[:5]
-	spec.RunID = sandboxtest.RunID("pool-forge")
-	spec.Argv = []string{"/agent", "echo", out, errOut}
-	res, err := p.RunOnce(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ExitCode != 0 || string(res.Stdout) != out || string(res.Stderr) != errOut {
-		t.Errorf("forged records changed the result: exit %d\nstdout %q\nstderr %q", res.ExitCode, res.Stdout, res.Stderr)
-	}
-	if st := p.Stats(); st.Warm != 1 {
-		t.Errorf("not warm: %+v", st)
-	}
+	sandboxtest.TestPoolForgedExitRecord(t, r, image)
 }
 
-// TestPoolStubUnreadable: the agent cannot read the claim or its exit nonce out of
-// the stub (PID 1): the stub is undumpable from before its claim, so /proc/1's
-// memory, environment and descriptors are closed to the agent. About 1 s.
+// TestPoolStubUnreadable: the agent cannot read the claim or its nonce out of the stub
+// (sandboxtest.TestPoolStubUnreadable). About 1 s.
 func TestPoolStubUnreadable(t *testing.T) {
 	r, _, image := poolEnv(t, testenv.Owner("pool-undump"))
-	spec := suiteSpec(image)
-	p, err := r.NewPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"/proc/1/environ", "/proc/1/mem", "/proc/1/fd/0"} {
-		waitReady(t, p)
-		spec.RunID = sandboxtest.RunID("pool-undump")
-		spec.Argv = []string{"/agent", "cat", f}
-		res, err := p.RunOnce(context.Background(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "permission denied") {
-			t.Errorf("the agent read %s: exit %d, stdout %q, stderr %q", f, res.ExitCode, res.Stdout, res.Stderr)
-		}
-	}
+	sandboxtest.TestPoolStubUnreadable(t, r, image)
 }
