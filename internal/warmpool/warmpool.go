@@ -166,17 +166,22 @@ func (k *Keeper[S]) signal() {
 // the run in a sandbox it was given has ended.
 func (k *Keeper[S]) Take(ended func(S) bool) (S, bool) {
 	for {
+		// Counted running before it leaves Ready: a filler that refills between runs
+		// must never see the pool short with no run in progress.
+		k.running.Add(1)
 		var s S
 		select {
 		case s = <-k.Ready:
-			k.signal()
 		default:
+			k.running.Add(-1)
+			k.signal()
 			return s, false
 		}
+		k.signal()
 		if !ended(s) {
-			k.running.Add(1)
 			return s, true
 		}
+		k.running.Add(-1)
 		k.Failed.Add(1)
 		k.cfg.Discard(s)
 	}
