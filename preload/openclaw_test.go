@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,10 +64,21 @@ func TestOpenClawSplitPointPinned(t *testing.T) {
 		`installMarker = ` + "`" + `\$\{Math\.trunc\(stat\.mtimeMs\)\}-\$\{stat\.size\}` + "`",
 		`path\.join\(\s*baseDirectory,\s*"openclaw",\s*version,\s*sanitizeCompileCachePathSegment\(installMarker\),?\s*\)`,
 		`value\.replace\(/\[\^A-Za-z0-9\._-\]\+/g, "_"\)\.replace\(/\^_\+\|_\+\$/g, ""\)`,
+		// Where it records the directory for OpenClaw's worker threads (below).
+		`const key = Symbol\.for\("openclaw\.nodeCompileCacheBase"\);\s*const owner = \(globalThis\[key\] \?\?= \{\}\);\s*owner\.baseDirectory \?\?= baseDirectory;`,
 	} {
 		if !regexp.MustCompile(re).Match(launcher) {
 			t.Errorf("openclaw.mjs no longer derives its compile cache directory as the preloader does (%s)", re)
 		}
+	}
+	// OpenClaw's workers take NODE_COMPILE_CACHE from that record; the preloader makes
+	// the same record, or every worker of a pre-booted run compiles from source.
+	workerEnv := regexp.MustCompile(`Symbol\.for\("openclaw\.nodeCompileCacheBase"\)[\s\S]*NODE_COMPILE_CACHE: directory`)
+	if !slices.ContainsFunc(distFiles(t, dist, "node-compile-cache-env-"), func(f string) bool { return workerEnv.MatchString(read(f)) }) {
+		t.Error("OpenClaw no longer gives its workers the compile cache recorded under Symbol.for(\"openclaw.nodeCompileCacheBase\"): check how the preloader must share its cache now")
+	}
+	if !strings.Contains(src, "globalThis[Symbol.for('openclaw.nodeCompileCacheBase')] ??= {}).baseDirectory ??= path.resolve(dir)") {
+		t.Error("the preloader no longer records its compile cache directory for OpenClaw's workers")
 	}
 	row := regexp.MustCompile(`(\w+): \['([\w.-]+)', '(\w+)'\]`)
 	rows := row.FindAllStringSubmatch(src, -1)
@@ -209,4 +221,21 @@ func TestOpenClawWarmUpPinned(t *testing.T) {
 	if !strings.Contains(string(OpenClaw), "sandbox: { mode: 'off' }") {
 		t.Error("the warm-up's config no longer sets OpenClaw's sandbox mode off")
 	}
+}
+
+// distFiles lists dist/'s top-level files whose names start with prefix (a module's
+// content hash is not pinned where its name is enough).
+func distFiles(t *testing.T, dist, prefix string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

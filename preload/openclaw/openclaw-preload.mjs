@@ -31,10 +31,13 @@
 // working directory restored. It costs memory (see docs/warm-pools-and-runtimes.md for
 // the measured figures and the limit to give the slot): opt-in.
 //
-// One capture at import the warm-up adds: the exec tool's DEFAULT_PATH is the
-// pre-boot's PATH. OpenClaw uses it only for exec inside its own sandbox mode, which a
-// one-shot config (openclaw.Config) sets off: host exec takes the run's environment.
-// TestOpenClawWarmUpPinned checks both.
+// The warm-up loads some 2,900 modules; one that computes a top-level value from the
+// environment or a path at import keeps the warm-up's value for the run.
+// TestOpenClawWarmUpGraphCaptures finds each and names why it cannot reach a one-shot
+// run: the state and config paths are re-pinned at the claim; the exec tool's
+// DEFAULT_PATH and the OpenClaw-sandbox paths serve only OpenClaw's own sandbox mode,
+// which a one-shot config (openclaw.Config) sets off (TestOpenClawWarmUpPinned); the
+// default workspace serves only a config naming none, and openclaw.Config names one.
 //
 // At the claim (argv `openclaw ARGS` or `node .../openclaw.mjs ARGS`) it does what the
 // entry's main block does for a one-shot, against the run's environment: replace
@@ -45,9 +48,10 @@
 // runtime checks and self re-launch (OPENCLAW_NO_RESPAWN), --profile/--container argv
 // (refused). The launcher's compile cache is used only when one was mounted (a warm,
 // read-only openclaw.CompileCache at os.tmpdir()/node-compile-cache), in the
-// directory the launcher would use: then the imports before and after the claim read
-// it; without one the preloader writes none (a fresh /tmp's cache would only cost
-// the writing at the run's exit).
+// directory the launcher would use, recorded where the launcher records it: then the
+// imports before and after the claim, and OpenClaw's worker threads, read it; without
+// one the preloader writes none (a fresh /tmp's cache would only cost the writing at
+// the run's exit).
 //
 // Any mismatch with the pinned version (package version, a moved export, a warm-up turn
 // that does not answer as expected or does not end within WARM_UP_TIMEOUT_MS) fails the
@@ -107,7 +111,13 @@ const cacheBase = path.join(os.tmpdir(), 'node-compile-cache');
 if (fs.existsSync(cacheBase) && module.enableCompileCache) {
   const seg = (v) => v.replace(/[^A-Za-z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'unknown';
   const st = fs.statSync(path.join(pkgDir, 'package.json'));
-  module.enableCompileCache(path.join(cacheBase, 'openclaw', seg(version), seg(`${Math.trunc(st.mtimeMs)}-${st.size}`)));
+  const dir = path.join(cacheBase, 'openclaw', seg(version), seg(`${Math.trunc(st.mtimeMs)}-${st.size}`));
+  // Recorded where the launcher records it: OpenClaw gives its worker threads (the state
+  // databases', the session workers') NODE_COMPILE_CACHE from this, and without it
+  // every worker of the run compiled its modules from source.
+  if (module.enableCompileCache(dir)?.status === module.constants?.compileCacheStatus?.ENABLED) {
+    (globalThis[Symbol.for('openclaw.nodeCompileCacheBase')] ??= {}).baseDirectory ??= path.resolve(dir);
+  }
 }
 
 // No network, config or state before the claim; and none of the CLI's own start-up.
