@@ -84,8 +84,51 @@ const WARM = {
   closeCliResources: ['one-shot-exit-CRUuwygW.mjs', 'a'],
   closeOpenClawStateDatabaseAsync: ['openclaw-state-db-quM4UOZq.mjs', 'closeOpenClawStateDatabaseAsync'],
 };
+// The worker threads a one-shot run starts after the claim, started ahead with --warm-up
+// (see startStandbyWorkers), for PINNED_VERSION: entry script, how many a run starts,
+// the modules its messages make it import later, and whether it reads workerData at
+// import (then only its imports are loaded ahead, and the entry at the claim).
+const STANDBY = {
+  'infra/sqlite-store.worker.js': [2, ['state/openclaw-state.worker.js', 'state/openclaw-agent-execution.worker.js', 'openclaw-state-worker-runtime-w7KnYZvx.mjs'], false],
+  'config/sessions/session-accessor.sqlite-archive.worker.js': [2, [], true],
+  'config/sessions/session-transcript.worker.js': [1, [], false],
+  'state/openclaw-state-read.worker.js': [1, [], false],
+};
+// The options OpenClaw gives those workers: a standby has them from its start.
+const STANDBY_LIMITS = { maxOldGenerationSizeMb: 512 };
 const WARM_UP_TIMEOUT_MS = 4 * 60 * 1000;
 const WARM_UP_REPLY = 'OPENCLAW-PRELOAD-WARM-UP-REPLY';
+const STANDBY_KEY = 'agentsandbox-standby-worker';
+// A standby worker's bootstrap: import, say ready, wait for the claim's handover (the
+// first message on its port, never seen by the entry), take its environment, re-pin,
+// then (for a deferred entry) set workerData and import the entry. The port queues
+// what arrives until the entry listens; a timer keeps the thread alive meanwhile (an
+// entry may await its whole operation at top level, so its import settles last).
+const STANDBY_BOOT = `'use strict';
+const wt = require('node:worker_threads'), mod = require('node:module');
+const KEY = ${JSON.stringify(STANDBY_KEY)};
+const { imports, pins, entry } = wt.workerData;
+const pinFns = [];
+wt.parentPort.addEventListener('message', function handover(ev) {
+  const h = ev.data && ev.data[KEY];
+  if (!h) throw new Error('a standby worker got a message before its handover');
+  ev.stopImmediatePropagation();
+  wt.parentPort.removeEventListener('message', handover);
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, h.env);
+  for (const pin of pinFns) pin(process.env);
+  if (!entry) return;
+  Object.defineProperty(wt, 'workerData', { value: h.workerData, writable: true, configurable: true, enumerable: true });
+  mod.syncBuiltinESMExports();
+  const alive = setInterval(() => {}, 1 << 30);
+  import(entry).finally(() => clearInterval(alive)).catch((err) => { throw err; });
+});
+(async () => {
+  for (const { url, exp } of pins) pinFns.push((await import(url))[exp]);
+  for (const u of imports) await import(u);
+  wt.parentPort.postMessage({ [KEY]: 'ready' });
+})().catch((err) => wt.parentPort.postMessage({ [KEY]: String(err && err.stack || err) }));
+`;
 
 const fail = (msg) => { process.stderr.write(`openclaw-preload: ${msg}\n`); process.exit(125); };
 const fd = Number(process.env.AGENTSANDBOX_PRELOAD_FD);
@@ -145,6 +188,7 @@ if (warmUp) {
     warm[name] = v;
   }
   await warmUpTurn();
+  await startStandbyWorkers();
 }
 
 // The one-shot's environment (openclaw.OneShot.Env) and config (openclaw.NewConfig's
@@ -290,6 +334,71 @@ async function warmUpTurn() {
   gc();
   gc();
   if (v8.cachedDataVersionTag() !== cacheTag) fail('the warm-up left V8 flags changed: the run\'s compile cache would be rejected');
+}
+
+// Standby workers. A one-shot run starts six worker threads after the claim (the SQLite
+// carrier of the state and agent databases, the session archive's maintenance twice,
+// the transcript and state-read task servers), each a fresh V8 isolate importing
+// 1,100-1,600 modules: about 2 s of a run on 2 vCPUs. With --warm-up they are started
+// here, after the warm-up's cleanup, and import their graphs; at the claim a `new
+// Worker` of OpenClaw's with the same script and options gets a standby instead, which
+// first takes the environment (and workerData) the fresh worker would have had and
+// re-pins the paths its graph captured at import, as the main thread does. Anything
+// else (another script, other options, the standbys used up) gets a fresh worker.
+async function startStandbyWorkers() {
+  const wt = module.createRequire(import.meta.url)('node:worker_threads');
+  const Fresh = wt.Worker;
+  const cacheDir = globalThis[Symbol.for('openclaw.nodeCompileCacheBase')]?.baseDirectory;
+  const env = { ...process.env, ...(cacheDir ? { NODE_COMPILE_CACHE: cacheDir } : {}) };
+  const url = (f) => pathToFileURL(path.join(dist, f)).href;
+  const pins = ['pinRuntimePaths', 'pinConfigDir'].map((name) => ({ url: url(SPLIT[name][0]), exp: SPLIT[name][1] }));
+  const standby = new Map();
+  const ready = [];
+  for (const [entry, [count, later, deferEntry]] of Object.entries(STANDBY)) {
+    const href = url(entry);
+    if (!fs.existsSync(path.join(dist, entry))) fail(`dist/${entry} is gone: the standby workers' table moved`);
+    // A deferred entry's own imports, relative ones (node: builtins cost nothing).
+    const own = deferEntry ? [...fs.readFileSync(path.join(dist, entry), 'utf8').matchAll(/^import\s[^;]*?from\s+"(\.[^"]+)";/gm)].map((m) => new URL(m[1], href).href) : [];
+    const imports = [...later.map(url), ...own, ...(deferEntry ? [] : [href])];
+    const list = [];
+    standby.set(href, { list, deferEntry });
+    for (let i = 0; i < count; i++) {
+      const w = new Fresh(STANDBY_BOOT, { eval: true, env, execArgv: [], resourceLimits: STANDBY_LIMITS, workerData: { imports, pins, entry: deferEntry ? href : '' } });
+      ready.push(new Promise((resolve, reject) => {
+        w.once('error', reject);
+        w.once('message', (m) => {
+          w.off('error', reject);
+          if (m?.[STANDBY_KEY] === 'ready') resolve();
+          else reject(new Error(`${entry}: ${m?.[STANDBY_KEY]}`));
+        });
+      }));
+      w.once('exit', () => { const j = list.indexOf(w); if (j >= 0) list.splice(j, 1); });
+      list.push(w);
+    }
+  }
+  await Promise.all(ready).catch((err) => fail(`a standby worker did not start: ${err?.stack || err}`));
+  for (const { list } of standby.values()) for (const w of list) w.unref();
+  const sameLimits = (l) => JSON.stringify(l) === JSON.stringify(STANDBY_LIMITS);
+  class Worker extends Fresh {
+    constructor(file, opts = {}) {
+      const href = file instanceof URL ? file.href : typeof file === 'string' && !opts?.eval && file.startsWith('file:') ? file : '';
+      const kind = standby.get(href);
+      const keys = Object.keys(opts ?? {}).filter((k) => opts[k] !== undefined);
+      if (kind?.list.length && keys.every((k) => ['env', 'execArgv', 'resourceLimits', 'workerData'].includes(k))
+        && !opts.execArgv?.length && sameLimits(opts.resourceLimits) && typeof opts.env !== 'symbol'
+        && (kind.deferEntry || opts.workerData === undefined)) {
+        const w = kind.list.shift();
+        // What a fresh worker would have had: its options' environment or a copy of ours now.
+        w.postMessage({ [STANDBY_KEY]: { env: { ...(opts.env ?? process.env) }, workerData: opts.workerData } });
+        w.ref();
+        process.nextTick(() => w.emit('online'));
+        return w;
+      }
+      super(file, opts);
+    }
+  }
+  wt.Worker = Worker;
+  module.syncBuiltinESMExports();
 }
 
 const ctl = new net.Socket({ fd, readable: true, writable: true });

@@ -1,0 +1,98 @@
+package preload
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
+	"github.com/agentsandbox/sandbox/openclaw"
+)
+
+// workerLog is a --require hook that appends "UNIX_MS THREAD_ID" to WORKER_LOG for
+// every worker thread the process starts.
+const workerLog = `const fs = require('node:fs'), wt = require('node:worker_threads');
+const log = process.env.WORKER_LOG; // the preloader replaces the environment
+if (wt.isMainThread) process.on('worker', (w) => fs.appendFileSync(log, Date.now() + ' ' + w.threadId + '\n'));
+`
+
+// TestOpenClawStandbyWorkersServeTheRun claims a warmed preloader on the host with a
+// real one-shot (its own config, state, workspace and session; the fake LiteLLM as
+// its endpoint) and checks that the run answers and that OpenClaw started no worker
+// thread after the claim: every worker it asked for was a standby started before it.
+// It fails if a standby is refused (another script or options in an upgrade), used up,
+// or never handed over.
+func TestOpenClawStandbyWorkersServeTheRun(t *testing.T) {
+	dir := os.Getenv("OPENCLAW_DIR")
+	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
+	pkg := filepath.Join(dir, "node_modules", "openclaw")
+	fake := litellmtest.NewServer(litellmtest.WithReply(func(litellmtest.ChatRequest) litellmtest.Reply {
+		return litellmtest.Reply{Content: "ANSWER-STANDBY", PromptTokens: 3, CompletionTokens: 1}
+	}), litellmtest.WithMasterKey(openclaw.PlaceholderAPIKey))
+	defer fake.Close()
+
+	log := filepath.Join(t.TempDir(), "workers.log")
+	h := startHostPreload(t, pkg, workerLog, []string{"WORKER_LOG=" + log}, "--warm-up")
+	h.waitReady()
+
+	ws := t.TempDir()
+	cfg, err := openclaw.NewConfig(openclaw.WithModels(openclaw.Model{ID: "gpt-4o-mini", ContextWindow: 128000, MaxTokens: 16384}),
+		openclaw.WithBaseURL(fake.URL+"/v1"), openclaw.WithWorkspace(ws), openclaw.WithAgentTimeout(120*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := openclaw.OneShot{SessionID: "standby-run", Timeout: 120 * time.Second, Command: []string{"openclaw"}, Workspace: ws}
+	if err := one.Prepare(ws, cfg, openclaw.Files{}, "Reply with the code word."); err != nil {
+		t.Fatal(err)
+	}
+	argv, err := one.Argv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := bridgeapi.PreloadClaim{Argv: argv, Dir: ws, Env: []string{"PATH=/usr/bin:/bin", "WORKER_LOG=" + log}}
+	for k, v := range one.Env() {
+		claim.Env = append(claim.Env, k+"="+v)
+	}
+	b, _ := json.Marshal(claim)
+	claimed := time.Now().UnixMilli()
+	if _, err := h.ctl.Write(append(b, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	if l := h.line(time.Minute); !strings.Contains(l, `"started":true`) {
+		t.Fatalf("the claim was not started: %q\n%s", l, h.stderr.String())
+	}
+	code := 0
+	if err := h.cmd.Wait(); err != nil {
+		code = h.cmd.ProcessState.ExitCode()
+	}
+	res, err := openclaw.ParseResult(code, []byte(h.stdout.String()), []byte(h.stderr.String()))
+	if err != nil || res.Text() != "ANSWER-STANDBY" {
+		t.Fatalf("the run did not answer: %v %v\n%s", err, res, h.stderr.String())
+	}
+	logged, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := 0, 0
+	for _, l := range strings.Split(strings.TrimSpace(string(logged)), "\n") {
+		ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
+		if ms >= claimed {
+			after++
+		} else {
+			before++
+		}
+	}
+	if after > 0 {
+		t.Errorf("OpenClaw started %d worker threads after the claim; the standbys should have served them all", after)
+	}
+	if before < 6 {
+		t.Errorf("only %d worker threads before the claim: the warm-up's and six standbys expected", before)
+	}
+	t.Logf("%d worker threads before the claim, %d after; reported turn %v", before, after, res.Meta.Duration())
+}
