@@ -89,9 +89,13 @@ const WARM = {
 // the modules its messages make it import later, and whether it reads workerData at
 // import (then only its imports are loaded ahead, and the entry at the claim).
 const STANDBY = {
-  'infra/sqlite-store.worker.js': [2, ['state/openclaw-state.worker.js', 'state/openclaw-agent-execution.worker.js', 'openclaw-state-worker-runtime-w7KnYZvx.mjs'], false],
-  'config/sessions/session-accessor.sqlite-archive.worker.js': [2, [], true],
-  'config/sessions/session-transcript.worker.js': [1, [], false],
+  'infra/sqlite-store.worker.js': [2, ['state/openclaw-state.worker.js', 'state/openclaw-agent-execution.worker.js',
+    'openclaw-state-worker-runtime-w7KnYZvx.mjs', 'infra/heartbeat-outcome-store.worker.js',
+    'agents/sessions/session-manager-metadata.worker.js', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], false],
+  'config/sessions/session-accessor.sqlite-archive.worker.js': [2, ['session-accessor.sqlite-mutation-worker.runtime-CyUmBXrn.mjs',
+    'session-accessor.sqlite-reclamation-UaLqXnUk.mjs', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], true],
+  'config/sessions/session-transcript.worker.js': [1, ['openclaw-quarantine-store-DAfgDica.mjs', 'session-accessor.sqlite-active-context-9vZE8MvL.mjs',
+    'session-transcript-hydration.worker-C_B_CMWY.mjs', 'openclaw-agent-db-readonly-scope-B4qyxiDQ.mjs'], false],
   'state/openclaw-state-read.worker.js': [1, [], false],
 };
 // The options OpenClaw gives those workers: a standby has them from its start.
