@@ -39,10 +39,27 @@ func needOpenClaw(t *testing.T) string {
 	return bin
 }
 
+// cliTmp is the CLI's temporary directory for this package's tests: the launcher keeps
+// its compile cache there (shared by the tests, removed after them, never left in the
+// host's /tmp).
+var cliTmp string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "openclaw-cli-tmp-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cliTmp = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // cliEnv is a minimal environment: nothing from the test process leaks in, as in
 // a sandbox.
 func cliEnv(extra map[string]string) []string {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + cliTmp}
 	for k, v := range extra {
 		env = append(env, k+"="+v)
 	}

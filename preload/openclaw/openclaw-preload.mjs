@@ -28,8 +28,11 @@
 // OpenClaw's process-lifetime caches of the loaded config are reset (config-guard's
 // snapshot and doctor flag, the runtime config snapshot), so the run loads its own
 // config as a fresh process would; the directory is removed and the environment and
-// working directory restored. It costs memory (see docs/warm-pools-and-runtimes.md for
-// the measured figures and the limit to give the slot): opt-in.
+// working directory restored. (One worker pool of the turn's, the session disk-budget
+// reader, stays alive: it keeps no state between tasks, and each task names its paths.)
+// Last, it starts the worker threads a run will ask for as standbys (see
+// startStandbyWorkers). It costs memory (see docs/warm-pools-and-runtimes.md for the
+// measured figures and the limit to give the slot): opt-in.
 //
 // The warm-up loads some 2,900 modules; one that computes a top-level value from the
 // environment or a path at import keeps the warm-up's value for the run.

@@ -29,7 +29,10 @@ func TestInstalledTreeComplete(t *testing.T) {
 		}
 	}
 	before := listing(t, pkg)
-	out, err := exec.Command(bin, "--version").CombinedOutput()
+	cmd := exec.Command(bin, "--version")
+	// The launcher keeps a compile cache under the temporary directory: the test's own.
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OpenClaw") {
 		t.Fatalf("openclaw --version: %v: %s", err, out)
 	}
