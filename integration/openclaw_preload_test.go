@@ -228,6 +228,6 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 
 // openClawWarmUpMemory is the memory limit of a slot whose OpenClaw preloader ran the
 // warm-up turn: the sandbox's default. The warmed process holds what the turn loaded
-// (605-643 MiB idle here) and a run's peak stayed at 684-703 MiB
-// (docs/warm-pools-and-runtimes.md has the figures).
+// and its standby workers (840-850 MiB idle here, without a compile cache) and a run's
+// peak stayed at 868-873 MiB (docs/warm-pools-and-runtimes.md has the figures).
 const openClawWarmUpMemory = 1 << 30
