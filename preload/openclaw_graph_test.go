@@ -168,7 +168,38 @@ func standbyGraph(t *testing.T, dist string) []string {
 	if len(rows) != 4 {
 		t.Fatalf("the STANDBY table has %d rows, want 4", len(rows))
 	}
-	imp := regexp.MustCompile(`(?m)^import\s[^;]*?from\s+"(\.[^"]+)"|^import\s+"(\.[^"]+)"`)
+	var roots []string
+	for _, r := range rows {
+		for _, later := range regexp.MustCompile(`'([\w./-]+)'`).FindAllStringSubmatch(r[3], -1) {
+			roots = append(roots, later[1])
+		}
+		if r[4] == "false" {
+			roots = append(roots, r[1])
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dist, r[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range importRe.FindAllStringSubmatch(string(b), -1) {
+			roots = append(roots, filepath.Join(filepath.Dir(r[1]), m[1]+m[2]))
+		}
+	}
+	// And the re-pinning modules each standby imports.
+	return staticGraph(t, dist, append(roots, "paths-bFNjVB0r.mjs", "utils-CgtqH0G3.mjs")...)
+}
+
+// importRe matches a static import of a module of dist/ by relative path.
+var importRe = regexp.MustCompile(`(?m)^import\s[^;]*?from\s+"(\.[^"]+)"|^import\s+"(\.[^"]+)"`)
+
+// captureRe matches a top-level value computed at import from the environment, the
+// home, temporary or working directory, or the state or config path.
+var captureRe = regexp.MustCompile(`(?m)^(?:const|let|var) ([\w$]+) = [^\n]*(?:\bSTATE_DIR\b|\bCONFIG_PATH\b|process\.env|os\.homedir\(\)|os\.tmpdir\(\)|resolveStateDir\(|process\.cwd\(\)|resolveConfigPath)`)
+
+// staticGraph returns the dist/ files (relative to dist, sorted) that roots reach by
+// static relative imports, roots included.
+func staticGraph(t *testing.T, dist string, roots ...string) []string {
+	t.Helper()
 	seen := map[string]bool{}
 	var walk func(string)
 	walk = func(f string) {
@@ -178,31 +209,14 @@ func standbyGraph(t *testing.T, dist string) []string {
 		seen[f] = true
 		b, err := os.ReadFile(filepath.Join(dist, f))
 		if err != nil {
-			t.Fatalf("a standby's graph moved: %v", err)
+			t.Fatalf("the graph moved: %v", err)
 		}
-		for _, m := range imp.FindAllStringSubmatch(string(b), -1) {
+		for _, m := range importRe.FindAllStringSubmatch(string(b), -1) {
 			walk(filepath.Join(filepath.Dir(f), m[1]+m[2]))
 		}
 	}
-	for _, r := range rows {
-		for _, later := range regexp.MustCompile(`'([\w./-]+)'`).FindAllStringSubmatch(r[3], -1) {
-			walk(later[1])
-		}
-		if r[4] == "false" {
-			walk(r[1])
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dist, r[1]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range imp.FindAllStringSubmatch(string(b), -1) {
-			walk(filepath.Join(filepath.Dir(r[1]), m[1]+m[2]))
-		}
-	}
-	// And the re-pinning modules each standby imports.
-	for _, f := range []string{"paths-bFNjVB0r.mjs", "utils-CgtqH0G3.mjs"} {
-		walk(f)
+	for _, r := range roots {
+		walk(r)
 	}
 	return slices.Sorted(maps.Keys(seen))
 }
@@ -210,7 +224,7 @@ func standbyGraph(t *testing.T, dist string) []string {
 // TestOpenClawWarmUpGraphCaptures runs the preloader with --warm-up on the host and
 // scans every OpenClaw module its main thread loaded before it said ready (some 2,900,
 // against the ~100 TestOpenClawAheadGraphCapturesNoRunState reads statically), and
-// the static graphs its standby workers import (~270): a top-level value computed at
+// the static graphs its standby workers import (~740): a top-level value computed at
 // import from the environment, the home, temporary or working directory, the state or
 // config path, or a no-argument resolver (whose default is process.env) holds the
 // pre-boot's value in the run, so each must be re-pinned at the claim or judged
@@ -227,7 +241,6 @@ func TestOpenClawWarmUpGraphCaptures(t *testing.T) {
 	if len(workers) < 100 {
 		t.Fatalf("the standby workers' graphs hold %d modules: the import scan no longer reads dist/", len(workers))
 	}
-	capture := regexp.MustCompile(`(?m)^(?:const|let|var) ([\w$]+) = [^\n]*(?:\bSTATE_DIR\b|\bCONFIG_PATH\b|process\.env|os\.homedir\(\)|os\.tmpdir\(\)|resolveStateDir\(|process\.cwd\(\)|resolveConfigPath)`)
 	resolver := regexp.MustCompile(`(?m)^(?:const|let|var) ([\w$]+) = (?:resolve|load|read|detect)\w*\(\);?$`)
 	arrow := regexp.MustCompile(`^(?:const|let|var) [\w$]+ = (?:async )?(?:\([^)]*\)|[\w$]+) =>`) // a function, run later
 	found := map[string]bool{}
@@ -236,7 +249,7 @@ func TestOpenClawWarmUpGraphCaptures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, re := range []*regexp.Regexp{capture, resolver} {
+		for _, re := range []*regexp.Regexp{captureRe, resolver} {
 			for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 				if arrow.MatchString(m[0]) || strings.HasPrefix(m[0], "const "+m[1]+" = resolveZstdCodec(") {
 					continue // a function run later; a codec, not a path

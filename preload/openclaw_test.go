@@ -109,33 +109,21 @@ func TestOpenClawAheadGraphCapturesNoRunState(t *testing.T) {
 	dir := os.Getenv("OPENCLAW_DIR")
 	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
 	dist := filepath.Join(dir, "node_modules", "openclaw", "dist")
-	imp := regexp.MustCompile(`(?m)^import\s[^;]*?from\s+"(\.[^"]+)"|^import\s+"(\.[^"]+)"`)
-	capture := regexp.MustCompile(`(?m)^(?:const|let|var) [\w$]+ = [^\n]*(?:\bSTATE_DIR\b|\bCONFIG_PATH\b|process\.env|os\.homedir\(\)|os\.tmpdir\(\)|resolveStateDir\(|process\.cwd\(\)|resolveConfigPath)`)
 	repinned := map[string]bool{"let STATE_DIR = resolveStateDir(": true, "let CONFIG_PATH = resolveConfigPath": true,
 		// Replaced at the claim through runMainOrRootHelp's loadRunCli (checked below).
 		"const inheritedRuntimeEnv = { ...process.env": true}
-	seen := map[string]bool{}
-	var walk func(string)
-	walk = func(f string) {
-		if seen[f] {
-			return
-		}
-		seen[f] = true
+	seen := staticGraph(t, dist, "entry.js", "cli/run-main.js")
+	for _, f := range seen {
 		b, err := os.ReadFile(filepath.Join(dist, f))
 		if err != nil {
-			t.Fatalf("the graph moved: %v", err)
+			t.Fatal(err)
 		}
-		for _, m := range capture.FindAllString(string(b), -1) {
+		for _, m := range captureRe.FindAllString(string(b), -1) {
 			if !repinned[m] {
 				t.Errorf("dist/%s captures run state at import: %q", f, m)
 			}
 		}
-		for _, m := range imp.FindAllStringSubmatch(string(b), -1) {
-			walk(filepath.Join(filepath.Dir(f), m[1]+m[2]))
-		}
 	}
-	walk("entry.js")
-	walk("cli/run-main.js")
 	entry, err := os.ReadFile(filepath.Join(dist, "entry.js"))
 	if err != nil {
 		t.Fatal(err)
