@@ -387,16 +387,17 @@ async function startStandbyWorkers() {
   for (const { list } of standby.values()) for (const w of list) w.unref();
   const sameLimits = (l) => JSON.stringify(l) === JSON.stringify(STANDBY_LIMITS);
   class Worker extends Fresh {
-    constructor(file, opts = {}) {
-      const href = file instanceof URL ? file.href : typeof file === 'string' && !opts?.eval && file.startsWith('file:') ? file : '';
+    constructor(file, opts) {
+      const o = opts ?? {};
+      const href = file instanceof URL ? file.href : typeof file === 'string' && !o.eval && file.startsWith('file:') ? file : '';
       const kind = standby.get(href);
-      const keys = Object.keys(opts ?? {}).filter((k) => opts[k] !== undefined);
+      const keys = Object.keys(o).filter((k) => o[k] !== undefined);
       if (kind?.list.length && keys.every((k) => ['env', 'execArgv', 'resourceLimits', 'workerData'].includes(k))
-        && !opts.execArgv?.length && sameLimits(opts.resourceLimits) && typeof opts.env !== 'symbol'
-        && (kind.deferEntry || opts.workerData === undefined)) {
+        && !o.execArgv?.length && sameLimits(o.resourceLimits) && typeof o.env !== 'symbol'
+        && (kind.deferEntry || o.workerData === undefined)) {
         const w = kind.list.shift();
         // What a fresh worker would have had: its options' environment or a copy of ours now.
-        w.postMessage({ [STANDBY_KEY]: { env: { ...(opts.env ?? process.env) }, workerData: opts.workerData } });
+        w.postMessage({ [STANDBY_KEY]: { env: { ...(o.env ?? process.env) }, workerData: o.workerData } });
         w.ref();
         process.nextTick(() => w.emit('online'));
         return w;
