@@ -1,4 +1,4 @@
-package ociregistry
+package registrytest
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package ociregistry
+package registrytest
 
 import "syscall"
 

@@ -1,10 +1,10 @@
-// Package ociregistry runs a real container registry for tests: Debian's
+// Package registrytest runs a real container registry for tests: Debian's
 // docker-registry (the CNCF distribution registry) on a free loopback port, with its
 // own storage directory and htpasswd authentication, stopped when the test ends. It
 // pushes image archives (agentimage.Image.Archive, `docker save`) through the
 // registry's HTTP API, so a test needs no engine to fill it. Install the parts with
 // scripts/install-registry.sh.
-package ociregistry
+package registrytest
 
 import (
 	"archive/tar"
@@ -160,7 +160,7 @@ func (r *Registry) Push(ctx context.Context, repo, tag string, archive []byte) (
 		Layers []string
 	}
 	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 {
-		return "", fmt.Errorf("ociregistry: archive has no single-image manifest.json (%v)", err)
+		return "", fmt.Errorf("registrytest: archive has no single-image manifest.json (%v)", err)
 	}
 	cfg := files[path.Clean(m[0].Config)]
 	cfgDesc, err := r.putBlob(ctx, repo, cfg)
@@ -200,7 +200,7 @@ func (r *Registry) Push(ctx context.Context, repo, tag string, archive []byte) (
 	}
 	req.Header.Set("Content-Type", manifestType)
 	if _, err := r.do(req, http.StatusCreated); err != nil {
-		return "", fmt.Errorf("ociregistry: put manifest: %w", err)
+		return "", fmt.Errorf("registrytest: put manifest: %w", err)
 	}
 	return sha(body), nil
 }
@@ -218,7 +218,7 @@ func (r *Registry) putBlob(ctx context.Context, repo string, blob []byte) (descr
 	}
 	resp, err := r.do(req, http.StatusAccepted)
 	if err != nil {
-		return d, fmt.Errorf("ociregistry: start upload: %w", err)
+		return d, fmt.Errorf("registrytest: start upload: %w", err)
 	}
 	loc, err := url.Parse(resp.Header.Get("Location"))
 	if err != nil {
@@ -234,7 +234,7 @@ func (r *Registry) putBlob(ctx context.Context, repo string, blob []byte) (descr
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	if _, err := r.do(req, http.StatusCreated); err != nil {
-		return d, fmt.Errorf("ociregistry: put blob: %w", err)
+		return d, fmt.Errorf("registrytest: put blob: %w", err)
 	}
 	return d, nil
 }
