@@ -1,4 +1,4 @@
-// Package registry is the shared proxy daemon's identity registry (the container
+// Package identity is the shared proxy daemon's identity registry (the container
 // identity design of foundry-sandbox, seed 003): who a request comes from, kept in
 // SQLite (pure Go, no cgo) behind an in-memory write-through cache.
 //
@@ -13,7 +13,7 @@
 //
 // Every completed call's audit record and the run's usage are written in the same
 // transaction before the call ends, so they survive a crash of the daemon.
-package registry
+package identity
 
 import (
 	"context"

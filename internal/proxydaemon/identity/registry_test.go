@@ -1,4 +1,4 @@
-package registry_test
+package identity_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -27,9 +27,9 @@ func (c *clock) add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func open(t *testing.T, path string, c *clock) *registry.Registry {
+func open(t *testing.T, path string, c *clock) *identity.Registry {
 	t.Helper()
-	r, err := registry.Open(context.Background(), registry.Config{Path: path, TTL: time.Hour, Now: c.now})
+	r, err := identity.Open(context.Background(), identity.Config{Path: path, TTL: time.Hour, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,11 +43,11 @@ func TestTTLExpiryAndGC(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	r := open(t, filepath.Join(t.TempDir(), "reg.db"), c)
-	a, err := r.Register(ctx, registry.Registration{RunID: "run-a", Socket: "a"}, "")
+	a, err := r.Register(ctx, identity.Registration{RunID: "run-a", Socket: "a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := r.Register(ctx, registry.Registration{RunID: "run-b", Socket: "b"}, "")
+	b, err := r.Register(ctx, identity.Registration{RunID: "run-b", Socket: "b"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,18 +75,18 @@ func TestRenewalsAreBatchedAndSurviveReopen(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	path := filepath.Join(t.TempDir(), "reg.db")
-	r, err := registry.Open(ctx, registry.Config{Path: path, TTL: time.Hour, Now: c.now})
+	r, err := identity.Open(ctx, identity.Config{Path: path, TTL: time.Hour, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := r.Register(ctx, registry.Registration{RunID: "run-a", Attempt: 2, Socket: "a", Spec: []byte("sealed")}, "")
+	g, err := r.Register(ctx, identity.Registration{RunID: "run-a", Attempt: 2, Socket: "a", Spec: []byte("sealed")}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.add(time.Minute)
 	r.BySocket("a")
 	rec := port.AuditRecord{RunID: "run-a", Attempt: 2, Method: "POST", Path: "/v1/chat/completions", Status: 200, CallID: "c1"}
-	if err := r.AppendAudit(ctx, g.ID, rec, registry.Usage{Calls: 1, Tokens: 42}); err != nil {
+	if err := r.AppendAudit(ctx, g.ID, rec, identity.Usage{Calls: 1, Tokens: 42}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Close(); err != nil {
@@ -112,7 +112,7 @@ func TestRestartDetection(t *testing.T) {
 	r := open(t, filepath.Join(t.TempDir(), "reg.db"), c)
 	ip := netip.MustParseAddr("172.20.0.5")
 	start := c.now()
-	first, err := r.Register(ctx, registry.Registration{RunID: "run-a", Name: "repo-feature", IP: ip, StartTime: start}, "token123")
+	first, err := r.Register(ctx, identity.Registration{RunID: "run-a", Name: "repo-feature", IP: ip, StartTime: start}, "token123")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,18 +129,18 @@ func TestRestartDetection(t *testing.T) {
 		"start time": "repo-feature:" + start.Add(time.Minute).Format(time.RFC3339Nano) + ":token123",
 		"form":       "repo-feature",
 	} {
-		if _, err := r.ByIP(ip, bad); !errors.Is(err, registry.ErrIdentity) {
+		if _, err := r.ByIP(ip, bad); !errors.Is(err, identity.ErrIdentity) {
 			t.Errorf("%s: %v, want ErrIdentity", name, err)
 		}
 	}
 	// Same start time again: a duplicate, refused.
-	if _, err := r.Register(ctx, registry.Registration{RunID: "run-a", Name: "repo-feature", IP: ip, StartTime: start}, "x"); !errors.Is(err, registry.ErrExists) {
+	if _, err := r.Register(ctx, identity.Registration{RunID: "run-a", Name: "repo-feature", IP: ip, StartTime: start}, "x"); !errors.Is(err, identity.ErrExists) {
 		t.Errorf("duplicate: %v", err)
 	}
 	// The sandbox restarts: new start time, new IP, new token.
 	c.add(5 * time.Minute)
 	ip2 := netip.MustParseAddr("172.20.0.9")
-	second, err := r.Register(ctx, registry.Registration{RunID: "run-a", Name: "repo-feature", IP: ip2, StartTime: c.now()}, "token456")
+	second, err := r.Register(ctx, identity.Registration{RunID: "run-a", Name: "repo-feature", IP: ip2, StartTime: c.now()}, "token456")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestRestartDetection(t *testing.T) {
 		t.Errorf("the old IP still resolves: %v", err)
 	}
 	old, ok := r.ByID(first.ID)
-	if !ok || old.State != registry.Superseded {
+	if !ok || old.State != identity.Superseded {
 		t.Errorf("old registration %+v, want superseded and kept until it expires", old)
 	}
 	c.add(61 * time.Minute)
@@ -166,8 +166,8 @@ func TestProactiveRemoval(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	r := open(t, filepath.Join(t.TempDir(), "reg.db"), c)
-	g, _ := r.Register(ctx, registry.Registration{RunID: "run-a", Socket: "a"}, "")
-	_ = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: "run-a"}, registry.Usage{Calls: 1})
+	g, _ := r.Register(ctx, identity.Registration{RunID: "run-a", Socket: "a"}, "")
+	_ = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: "run-a"}, identity.Usage{Calls: 1})
 	if err := r.Remove(ctx, g.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestProactiveRemoval(t *testing.T) {
 		t.Errorf("second Remove: %v", err)
 	}
 	// The socket name is free again.
-	if _, err := r.Register(ctx, registry.Registration{RunID: "run-a", Socket: "a"}, ""); err != nil {
+	if _, err := r.Register(ctx, identity.Registration{RunID: "run-a", Socket: "a"}, ""); err != nil {
 		t.Error(err)
 	}
 }
@@ -195,11 +195,11 @@ func TestCorruptDatabase(t *testing.T) {
 		path := filepath.Join(dir, name+".db")
 		if content == nil {
 			// A real registry with its header destroyed.
-			r, err := registry.Open(context.Background(), registry.Config{Path: path})
+			r, err := identity.Open(context.Background(), identity.Config{Path: path})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.Register(context.Background(), registry.Registration{RunID: "x", Socket: "x"}, "")
+			r.Register(context.Background(), identity.Registration{RunID: "x", Socket: "x"}, "")
 			r.Close()
 			b, _ := os.ReadFile(path)
 			copy(b[:16], "NOT SQLITE FMT!!")
@@ -210,8 +210,8 @@ func TestCorruptDatabase(t *testing.T) {
 		}
 		os.Remove(path + "-wal")
 		os.Remove(path + "-shm")
-		_, err := registry.Open(context.Background(), registry.Config{Path: path})
-		if !errors.Is(err, registry.ErrCorrupt) {
+		_, err := identity.Open(context.Background(), identity.Config{Path: path})
+		if !errors.Is(err, identity.ErrCorrupt) {
 			t.Errorf("%s: err = %v, want ErrCorrupt", name, err)
 		}
 		if b, _ := os.ReadFile(path); string(b) != string(content) {
@@ -224,7 +224,7 @@ func TestConcurrentRegistrations(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	path := filepath.Join(t.TempDir(), "reg.db")
-	r, err := registry.Open(ctx, registry.Config{Path: path, Now: c.now})
+	r, err := identity.Open(ctx, identity.Config{Path: path, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +235,9 @@ func TestConcurrentRegistrations(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g, err := r.Register(ctx, registry.Registration{RunID: fmt.Sprintf("run-%d", i), Socket: fmt.Sprintf("s%d", i)}, "")
+			g, err := r.Register(ctx, identity.Registration{RunID: fmt.Sprintf("run-%d", i), Socket: fmt.Sprintf("s%d", i)}, "")
 			if err == nil {
-				err = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: g.RunID, Status: 200}, registry.Usage{Calls: 1})
+				err = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: g.RunID, Status: 200}, identity.Usage{Calls: 1})
 			}
 			errs <- err
 		}()
@@ -266,7 +266,7 @@ func TestConcurrentRegistrations(t *testing.T) {
 
 func TestRegisterRefusesBadInput(t *testing.T) {
 	r := open(t, filepath.Join(t.TempDir(), "reg.db"), newClock())
-	for name, g := range map[string]registry.Registration{
+	for name, g := range map[string]identity.Registration{
 		"bad run":         {RunID: "../x", Socket: "a"},
 		"neither":         {RunID: "r"},
 		"both":            {RunID: "r", Socket: "a", IP: netip.MustParseAddr("10.0.0.1")},
@@ -280,7 +280,7 @@ func TestRegisterRefusesBadInput(t *testing.T) {
 }
 
 func BenchmarkRegister(b *testing.B) {
-	r, err := registry.Open(context.Background(), registry.Config{Path: filepath.Join(b.TempDir(), "reg.db")})
+	r, err := identity.Open(context.Background(), identity.Config{Path: filepath.Join(b.TempDir(), "reg.db")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func BenchmarkRegister(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		if _, err := r.Register(context.Background(), registry.Registration{RunID: fmt.Sprintf("run-%d", i), Socket: fmt.Sprintf("s%d", i)}, ""); err != nil {
+		if _, err := r.Register(context.Background(), identity.Registration{RunID: fmt.Sprintf("run-%d", i), Socket: fmt.Sprintf("s%d", i)}, ""); err != nil {
 			b.Fatal(err)
 		}
 	}
