@@ -3,7 +3,7 @@
 // its own directory under the socket directory holding its socket and its run
 // token; the socket a request arrives on names the run, and the request's
 // X-Run-Token must agree. Runs, their budgets and audits live in the identity
-// registry (internal/proxydaemon/registry), so a restarted daemon serves the same runs at the
+// registry (internal/proxydaemon/identity), so a restarted daemon serves the same runs at the
 // same socket paths and their budgets continue. Hosts manage runs through the
 // admin API (adapters/proxyd) on a unix socket only its owner can use.
 package proxydaemon
