@@ -28,12 +28,12 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/bgclean"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/internal/warmpool"
@@ -187,7 +187,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	id := containerID(spec.RunID)
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
@@ -261,7 +261,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 // the kill grace, and the output collected until then. It returns the run's cause,
 // with a memory-pressure hint when mem (may be nil) saw the sandbox stall.
 func (r *Runner) timedOut(ctx context.Context, spec port.RunSpec, task client.Task, statusC <-chan client.ExitStatus, exited *atomic.Bool, mem *cgroupmem.Sampler, ran time.Duration, collect func(time.Time), log *slog.Logger) error {
-	cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
+	cause := runner.DeadlineCause(ctx, spec.Limits.Timeout)
 	if mem != nil {
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), ran)

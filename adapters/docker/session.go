@@ -15,9 +15,9 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -101,7 +101,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	start := time.Now()
 	deadline := start.Add(ss.Limits.Timeout)
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
+	lbls := runner.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
 	for k, v := range sessionkit.Labels(ss, dir, deadline) {
 		lbls[k] = v
 	}

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/slotmount"
 	"github.com/agentsandbox/sandbox/port"
@@ -358,7 +358,7 @@ func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) (
 		dir = port.WorkspacePath
 	}
 	claim := sandboxbridge.NewClaim(argv, env, dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
-	claim.Egress = adapterutil.EgressOn(spec)
+	claim.Egress = runner.EgressOn(spec)
 	claim.ExitNonce = bridgeapi.NewExitNonce()
 	msg, err = claim.Encode()
 	return msg, claim.ExitNonce, err

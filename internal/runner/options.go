@@ -1,4 +1,4 @@
-package adapterutil
+package runner
 
 // The bodies of the options every adapter has that need the adapters' own checks
 // (the others are in internal/optcheck): each stores its value only when it passes,

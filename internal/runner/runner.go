@@ -1,6 +1,10 @@
-// Package adapterutil holds what the adapters share and their callers never need:
-// the labels of created resources and the checks of the adapters' own options.
-package adapterutil
+// Package runner holds what the runner adapters (Docker, containerd, Nomad,
+// Kubernetes) share and their callers never need: the labels of created resources,
+// the checks of the adapters' own options (owner, bridge; the proxy managers' owner
+// too) and a run's deadline. Its sub-packages are the runner side's other rooms:
+// captured output, image references and pulls, background clean-up, engine error
+// classes, memory reports, leases, sessions, and the warm pools' slots.
+package runner
 
 import (
 	"context"
