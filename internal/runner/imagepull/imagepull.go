@@ -1,6 +1,6 @@
-// Package pullutil holds what both runners' image pulls share: the policy decision and
+// Package imagepull holds what both runners' image pulls share: the policy decision and
 // the classification of a registry's refusals into the port's sentinels.
-package pullutil
+package imagepull
 
 import (
 	"context"
