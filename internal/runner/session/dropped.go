@@ -1,4 +1,4 @@
-package sessionkit
+package session
 
 import (
 	"bytes"

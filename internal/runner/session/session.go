@@ -1,8 +1,8 @@
-// Package sessionkit holds what the runner adapters' long-running sandboxes
+// Package session holds what the runner adapters' long-running sandboxes
 // (port.SessionRunner) share: the session's host directory (exposed sockets,
 // heartbeat), its labels, the log rings, the symlink-safe socket dial and workspace
 // file access, and the handle state every adapter's Session embeds.
-package sessionkit
+package session
 
 import (
 	"context"
