@@ -10,8 +10,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/imageref"
 	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
+	"github.com/agentsandbox/sandbox/internal/runner/imageref"
 	"github.com/agentsandbox/sandbox/port"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 
-	"github.com/agentsandbox/sandbox/internal/imageref"
+	"github.com/agentsandbox/sandbox/internal/runner/imageref"
 	"github.com/agentsandbox/sandbox/port"
 )
 
