@@ -22,8 +22,8 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
+	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
-	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
-	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
