@@ -1,4 +1,4 @@
-package kubetest
+package kubelocal
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func (c *Cluster) Close() error {
 	var errs []error
 	if c.Client != nil && len(c.procs) > 0 {
 		if err := c.deletePods(); err != nil {
-			c.logf("kubetest: deleting pods: %v", err)
+			c.logf("kubelocal: deleting pods: %v", err)
 		}
 	}
 	// The kubelet first (it would restart what is killed under it), the control plane
@@ -322,9 +322,9 @@ func cleanStale(logf func(string, ...any)) {
 		// Components of a dead owner got its parent-death signal, except what
 		// containerd started (the shims) and what runs in the pods.
 		made, _ := os.ReadFile(filepath.Join(d, "made"))
-		logf("kubetest: cleaning up a stale cluster in %s", d)
+		logf("kubelocal: cleaning up a stale cluster in %s", d)
 		if err := teardown(d, strings.Split(string(made), "\n"), nil, nil); err != nil {
-			logf("kubetest: stale cluster %s: %v", d, err)
+			logf("kubelocal: stale cluster %s: %v", d, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package kubetest
+package kubelocal
 
 import (
 	"crypto/ecdsa"
