@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/cmd/sandbox-bridge/internal/sandboxbridge"
 )
 
 // stdin is the claim channel with -claim, stdout where a -preload stub reports its
