@@ -1,8 +1,8 @@
 package containerd
 
 import (
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/engineerr"
-	"github.com/agentsandbox/sandbox/port"
 )
 
 // classify maps a containerd error to the port sentinels, keeping it as the cause
@@ -11,9 +11,5 @@ func classify(err error) error {
 	return engineerr.Classify("containerd", err, nil)
 }
 
-func opErr(op, runID string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &port.OpError{Op: "containerd." + op, RunID: runID, Err: err}
-}
+// opErr is err in the adapter's *port.OpError (runner.OpErr).
+func opErr(op, runID string, err error) error { return runner.OpErr("containerd."+op, runID, err) }

@@ -298,11 +298,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}
 	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
 	defer ph.End()
-	fail := func(code port.ErrorCode, cause error) (*slotResult, error) {
-		res.ErrorCode = code
-		res.Duration = time.Since(start)
-		return &slotResult{RunResult: res}, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
-	}
+	run := &runner.Run{Op: "containerd.RunOnce", Spec: spec, Start: start, Result: res}
 	// The slot is single-use whatever happens from here; removed after the result.
 	var relabel sync.WaitGroup
 	defer func() {
@@ -314,7 +310,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	var err error
 	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
-		return fail(port.CodeInternal, err)
+		return toSlot(run.Fail(port.CodeInternal, err))
 	}
 
 	// The run's identity: its labels (so Sweep by run ID finds the sandbox), set while
@@ -327,7 +323,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 
 	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
-		return fail(port.CodeContainerFailed, err)
+		return toSlot(run.Fail(port.CodeContainerFailed, err))
 	}
 
 	r.phase("attach")
@@ -336,9 +332,9 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	// keyed by it, the run's end without waiting for the task's exit event and IO.
 	msg, nonce, err := warmpool.ClaimMessage(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
 	if err != nil {
-		return fail(port.CodeContainerFailed, err)
+		return toSlot(run.Fail(port.CodeContainerFailed, err))
 	}
-	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, fail: fail}
+	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, run: run}
 	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
 	defer func() { res.Memory = c.mem.Stop() }()
 	c.stdout, c.stderr, c.watch = s.sendClaim(spec, nonce, msg)
@@ -349,12 +345,22 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	ph.Next("sandbox.start")
 	if !s.started {
 		if err := s.task.Start(ctx); err != nil {
-			return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
+			return toSlot(run.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err))))
 		}
 	}
 	r.phase("start")
 	ph.Next("sandbox.wait")
 	return c.await(ctx, runCtx)
+}
+
+// toSlot is a pooled run's result as the pool takes it.
+func toSlot(res *port.RunResult, err error) (*slotResult, error) {
+	return &slotResult{RunResult: res}, err
+}
+
+// fail ends the claimed run with code (runner.Run.Fail).
+func (c *claimed) fail(code port.ErrorCode, cause error) (*slotResult, error) {
+	return toSlot(c.run.Fail(code, cause))
 }
 
 // claimed is a run in a claimed slot, once its claim is on the way.
@@ -368,7 +374,7 @@ type claimed struct {
 	watch          *warmpool.ExitWatch
 	mem            *cgroupmem.Sampler
 	log            *slog.Logger
-	fail           func(port.ErrorCode, error) (*slotResult, error)
+	run            *runner.Run
 }
 
 // await waits for the run's end: the stub's exit records (its output whole), else

@@ -36,7 +36,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -159,102 +158,7 @@ func (r *Runner) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 
 // RunOnce implements port.SandboxRunner.
 func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
-	spec = spec.WithDefaults().ColdSpec()
-	if err := r.check(spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	if err := r.reachable(); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	ctx = r.ns(ctx)
-	start := time.Now()
-	res := &port.RunResult{ExitCode: -1}
-	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("cold"))
-	defer ph.End()
-	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
-		res.ErrorCode = code
-		res.Duration = time.Since(start)
-		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
-	}
-
-	img, err := r.imageInfo(ctx, spec.Image)
-	if err != nil {
-		// A missing image or a bad reference fails the container, as on Docker.
-		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
-			return fail(port.CodeContainerFailed, err)
-		}
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	id := containerID(spec.RunID)
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
-	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, id)
-
-	// OOM kills arrive as events; subscribe before the task exists so none is missed.
-	oom := &oomWitness{seen: make(chan struct{})}
-	if !r.cfg.ignoreOOMEvents {
-		defer r.watchOOM(id, oom.event)()
-	}
-
-	r.phase("image")
-	lease, container, err := r.createHeld(ctx, id, spec, img, lbls)
-	if err != nil {
-		var le *leaseError
-		if errors.Is(err, port.ErrUnavailable) || errors.As(err, &le) {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
-		return fail(port.CodeContainerFailed, err)
-	}
-	r.phase("container")
-	// Registered before anything else can fail. The removal runs after the result is
-	// in, in the background (bounded, with a fresh context, so a cancelled caller or a
-	// panic cannot leak the task, container or snapshot; all stay labelled for Sweep).
-	var (
-		task   client.Task
-		exited atomic.Bool // its exit was seen: delete it without a kill
-	)
-	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
-	log.Debug("container created")
-
-	task, stdout, stderr, err := newTask(ctx, container, spec)
-	if err != nil {
-		return fail(port.CodeContainerFailed, err)
-	}
-	r.phase("task")
-	ph.Next("sandbox.start")
-	collect := func(until time.Time) { collectOutput(task, until, res, stdout, stderr, log) }
-	statusC, err := task.Wait(context.WithoutCancel(ctx))
-	if err != nil {
-		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
-	}
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	if err := task.Start(ctx); err != nil {
-		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
-	}
-	r.phase("start")
-	ph.Next("sandbox.wait")
-	log.Debug("task started")
-	// The task's memory cgroup, sampled while it runs (the shim keeps it until the
-	// task is deleted, so the exit is sampled too).
-	mem := cgroupmem.Start(func() int { return int(task.Pid()) }, memSampleInterval)
-	defer func() { res.Memory = mem.Stop() }()
-
-	select {
-	case st := <-statusC:
-		exited.Store(true)
-		mem.Sample()
-		r.phase("exit")
-		collect(time.Now().Add(ioGrace))
-		r.phase("output")
-		res.Duration = time.Since(start)
-		if code, cause := r.exitResult(ctx, container, task, st, res, stderr, oom, spec, log); code != "" {
-			return fail(code, cause)
-		}
-		return res, nil
-	case <-runCtx.Done():
-		return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, mem, time.Since(start), collect, log))
-	}
+	return runner.Lifecycle(r.ns(ctx), "containerd.RunOnce", spec, &oneShot{r: r})
 }
 
 // timedOut ends a run past its limit: the task is killed and its exit awaited within

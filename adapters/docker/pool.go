@@ -304,11 +304,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	if p.tmpl.Preload != nil {
 		res.Start, res.PreloadAttestation = port.StartPreloaded, s.attestation
 	}
-	fail := func(code port.ErrorCode, cause error) (slotResult, error) {
-		res.ErrorCode = code
-		res.Duration = time.Since(start)
-		return slotResult{RunResult: res}, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
-	}
+	run := &runner.Run{Op: "docker.RunOnce", Spec: spec, Start: start, Result: res}
 	var rename sync.WaitGroup
 	defer func() {
 		r.cleanup.Go(func() {
@@ -319,7 +315,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
 	var err error
 	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
-		return fail(port.CodeInternal, err)
+		return toSlot(run.Fail(port.CodeInternal, err))
 	}
 
 	// The run's identity: the container's name (so Sweep by run ID finds it), set
@@ -331,15 +327,15 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	}()
 
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
-		return fail(port.CodeContainerFailed, err)
+		return toSlot(run.Fail(port.CodeContainerFailed, err))
 	}
 	// The claim carries a fresh exit nonce: the stub ends its streams with records
 	// keyed by it, the run's end without waiting for Docker's exit handling.
 	msg, nonce, err := warmpool.ClaimMessage(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
 	if err != nil {
-		return fail(port.CodeContainerFailed, err)
+		return toSlot(run.Fail(port.CodeContainerFailed, err))
 	}
-	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, fail: fail}
+	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, run: run}
 	c.stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
 	c.stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
 	c.watch = warmpool.NewExitWatch(nonce, c.stdout, c.stderr)
@@ -348,9 +344,19 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
 	defer func() { res.Memory = cgroupmem.Ended(c.mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if err := s.writeClaim(msg); err != nil {
-		return fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
+		return toSlot(run.Fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err)))
 	}
 	return c.await(ctx)
+}
+
+// toSlot is a pooled run's result as the pool takes it.
+func toSlot(res *port.RunResult, err error) (slotResult, error) {
+	return slotResult{RunResult: res}, err
+}
+
+// fail ends the claimed run with code (runner.Run.Fail).
+func (c *claimed) fail(code port.ErrorCode, cause error) (slotResult, error) {
+	return toSlot(c.run.Fail(code, cause))
 }
 
 // claimed is a run in a claimed slot, once its claim line is on the way.
@@ -364,7 +370,7 @@ type claimed struct {
 	watch          *warmpool.ExitWatch
 	mem            *cgroupmem.Sampler
 	log            *slog.Logger
-	fail           func(port.ErrorCode, error) (slotResult, error)
+	run            *runner.Run
 }
 
 // await waits for the run's end: the stub's exit records (its output whole), else

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
@@ -19,10 +18,8 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
-	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -94,99 +91,8 @@ func (r *Runner) Runtime() string { return r.cfg.runtime }
 func (r *Runner) Owner() string { return r.cfg.owner }
 
 // RunOnce implements port.SandboxRunner.
-func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
-	spec = spec.WithDefaults().ColdSpec()
-	if err := r.check(ctx, spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	if spec.Image, err = r.ensureImage(ctx, spec.Image); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	start := time.Now()
-	res = &port.RunResult{ExitCode: -1}
-	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
-		res.ErrorCode = code
-		res.Duration = time.Since(start)
-		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
-	}
-	ph := telemetry.StartPhases(ctx, "sandbox.create", telemetry.Runtime.String("docker"), telemetry.PoolClaim.String("cold"))
-	defer ph.End()
-
-	entrypoint, err := r.entrypoint(ctx, spec)
-	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
-			return fail(port.CodeContainerFailed, err)
-		}
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	id, lease, err := r.createHeld(ctx, spec, entrypoint, start)
-	if err != nil {
-		var le *leaseError
-		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
-		return fail(port.CodeContainerFailed, err)
-	}
-	// Registered before anything else can fail, and run with a fresh context so a
-	// cancelled caller (or a panic unwinding through here) cannot leak the container;
-	// in the background after the result is in (bounded; the container stays labelled
-	// for Sweep until it is gone).
-	defer r.cleanup.Go(func() {
-		r.remove(context.WithoutCancel(ctx), id, spec.RunID)
-		lease.Release()
-	})
-	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(id))
-	log.Debug("container created")
-
-	att, err := r.cfg.api.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
-	}
-	defer att.Close()
-	stderr, collect := captureOutput(att, spec, res, log)
-
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	// Wait is registered before start so a fast exit cannot be missed.
-	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWait()
-	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
-
-	ph.Next("sandbox.start")
-	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		collect()
-		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
-	}
-	log.Debug("container started")
-	ph.Next("sandbox.wait")
-	// The sandbox's memory cgroup, sampled while it runs (it goes with the container).
-	mem := cgroupmem.Start(func() int { return r.pid(ctx, id) }, memSampleInterval)
-	defer func() { res.Memory = cgroupmem.Ended(mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
-
-	select {
-	case w := <-wait.Result:
-		collect()
-		res.Duration = time.Since(start)
-		res.ExitCode = int(w.StatusCode)
-		if w.Error != nil && w.Error.Message != "" {
-			return fail(port.CodeInternal, errors.New(w.Error.Message))
-		}
-		if code, cause := r.exitResult(ctx, id, w.StatusCode, res, stderr, spec, "container"); code != "" {
-			return fail(code, cause)
-		}
-		return res, nil
-	case err := <-wait.Error:
-		collect()
-		return fail(port.CodeInternal, r.waitFailed(ctx, id, err, "container"))
-	case <-runCtx.Done():
-		cause := runner.DeadlineCause(ctx, spec.Limits.Timeout)
-		mem.Sample()
-		cause = cgroupmem.Hint(cause, mem.Stop(), time.Since(start))
-		r.kill(ctx, id, wait, log)
-		collect()
-		return fail(port.CodeTimeout, cause)
-	}
+func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return runner.Lifecycle(ctx, "docker.RunOnce", spec, &oneShot{r: r})
 }
 
 // createHeld takes the run's lease, held while this process runs it (another

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
@@ -298,9 +299,5 @@ func internal(format string, args ...any) error {
 	return fmt.Errorf("%w: %w", port.ErrInternal, fmt.Errorf(format, args...))
 }
 
-func opErr(op, runID string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &port.OpError{Op: "inproc." + op, RunID: runID, Err: err}
-}
+// opErr is err in the adapter's *port.OpError (runner.OpErr).
+func opErr(op, runID string, err error) error { return runner.OpErr("inproc."+op, runID, err) }

@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -59,9 +60,5 @@ func classify(err error) error {
 	}
 }
 
-func opErr(op, runID string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &port.OpError{Op: "kubernetes." + op, RunID: runID, Err: err}
-}
+// opErr is err in the adapter's *port.OpError (runner.OpErr).
+func opErr(op, runID string, err error) error { return runner.OpErr("kubernetes."+op, runID, err) }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/imageref"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -85,104 +86,8 @@ func (r *Runner) Runtime() string { return r.cfg.runtimeClass }
 // started, the network init failing) gives a *port.RunError with
 // port.CodeContainerFailed; a Pod deleted, evicted or lost with its node a
 // *PodLostError (port.CodeInternal) with the output collected so far.
-func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	spec = spec.WithDefaults()
-	if err := r.check(spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	start := time.Now()
-	res = &port.RunResult{ExitCode: -1}
-	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
-		res.ErrorCode = code
-		res.Duration = time.Since(start)
-		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
-	}
-	ps := podSpec{name: podName(spec.RunID), created: start}
-	pod := r.buildPod(spec, ps)
-	log := r.cfg.logger.With(logattr.RunID, spec.RunID, "pod", ps.name)
-	pods := r.cli.CoreV1().Pods(r.cfg.namespace)
-
-	// Cleanup is registered before the Pod exists and runs with a fresh context, so a
-	// cancelled caller (or a panic) cannot leak it.
-	created, ended := false, false
-	defer func() {
-		if created {
-			r.cleanup(context.WithoutCancel(ctx), ps.name, ended, log)
-		}
-	}()
-	out := newOutput(spec.OutputLimit, spec.Stdout, spec.Stderr)
-	var follow sync.WaitGroup
-	defer follow.Wait()
-	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopFollow()
-
-	createdPod, err := pods.Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		err = classify(err)
-		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
-			return nil, opErr("RunOnce", spec.RunID, err)
-		}
-		return fail(port.CodeContainerFailed, fmt.Errorf("creating the pod: %w", err))
-	}
-	created = true
-
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	following := false
-	startFollow := func() {
-		if following {
-			return
-		}
-		following = true
-		follow.Add(1)
-		go func() {
-			defer follow.Done()
-			r.follow(followCtx, ps.name, out, log)
-		}()
-	}
-	tCreated := time.Now()
-	var tInit, tRunning time.Time
-	final, waitErr := r.wait(runCtx, createdPod, done, func(p *corev1.Pod) {
-		if tInit.IsZero() && len(p.Status.InitContainerStatuses) > 0 && p.Status.InitContainerStatuses[0].State.Terminated != nil {
-			tInit = time.Now()
-		}
-		if st := agentState(p); st != nil && (st.Running != nil || st.Terminated != nil) {
-			if tRunning.IsZero() {
-				tRunning = time.Now()
-			}
-			startFollow()
-		}
-	})
-	tEnded := time.Now()
-	defer func() {
-		log.Debug("run phases", "create", tCreated.Sub(start), "init-done", since(tInit, tCreated), "running", since(tRunning, tCreated),
-			"ended", tEnded.Sub(tCreated), "collected", time.Since(tEnded))
-	}()
-	if waitErr != nil && runCtx.Err() != nil {
-		// The time limit or the caller ended the run: stop it where it is, keeping
-		// what it wrote so far (the follower has it; the kill ends its stream).
-		r.kill(context.WithoutCancel(ctx), ps.name, log)
-		r.drain(followCtx, &follow, stopFollow, following, ps.name, out)
-		r.fill(res, out)
-		cause := fmt.Errorf("run exceeded its %v limit", spec.Limits.Timeout)
-		if ctx.Err() != nil {
-			cause = context.Cause(ctx)
-		}
-		return fail(port.CodeTimeout, cause)
-	}
-	// Nothing of the Pod runs any more (the agent ended, or never started), unless it
-	// was lost: then its deletion is already under way and is waited for.
-	ended = waitErr == nil || !errors.Is(waitErr, ErrPodLost)
-	r.drain(followCtx, &follow, stopFollow, following, ps.name, out)
-	r.fill(res, out)
-	if waitErr != nil {
-		return fail(waitCode(waitErr), waitErr)
-	}
-	res.Duration = time.Since(start)
-	return r.outcome(final, res, fail)
+func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return runner.Lifecycle(ctx, "kubernetes.RunOnce", spec, &oneShot{r: r})
 }
 
 // waitCode is the error code of a wait that did not see the agent end: a lost Pod is
@@ -437,28 +342,28 @@ func (r *Runner) fill(res *port.RunResult, out *output) {
 }
 
 // outcome classifies a Pod whose agent container ended.
-func (r *Runner) outcome(p *corev1.Pod, res *port.RunResult, fail func(port.ErrorCode, error) (*port.RunResult, error)) (*port.RunResult, error) {
+func (r *Runner) outcome(p *corev1.Pod, res *port.RunResult) (port.ErrorCode, error) {
 	oomNotice := res.ErrorCode == port.CodeOOMKilled
 	res.ErrorCode = ""
 	st := agentState(p)
 	if st == nil || st.Terminated == nil {
-		return fail(port.CodeInternal, fmt.Errorf("kubernetes: pod %s ended without the agent's status", p.Name))
+		return port.CodeInternal, fmt.Errorf("kubernetes: pod %s ended without the agent's status", p.Name)
 	}
 	t := st.Terminated
 	res.ExitCode = int(t.ExitCode)
 	if oomNotice || t.Reason == "OOMKilled" {
-		return fail(port.CodeOOMKilled, fmt.Errorf("the agent exceeded its memory limit"))
+		return port.CodeOOMKilled, fmt.Errorf("the agent exceeded its memory limit")
 	}
 	if res.ExitCode == bridgeapi.ExitNotFound || res.ExitCode == bridgeapi.ExitCannotExec {
 		tail := res.Stderr[max(0, len(res.Stderr)-4096):]
 		if why, ok := bridgeapi.ExecFailure(tail); ok {
-			return fail(port.CodeContainerFailed, errors.New(why))
+			return port.CodeContainerFailed, errors.New(why)
 		}
 		if i := bytes.LastIndex(tail, []byte("sandbox-kube-init: cannot start the command: ")); i >= 0 {
-			return fail(port.CodeContainerFailed, errors.New(strings.TrimSpace(string(tail[i:]))))
+			return port.CodeContainerFailed, errors.New(strings.TrimSpace(string(tail[i:])))
 		}
 	}
-	return res, nil
+	return "", nil
 }
 
 // kill deletes the Pod at once (no grace): the run is over.

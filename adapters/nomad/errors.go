@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -55,12 +56,8 @@ func classify(err error) error {
 	}
 }
 
-func opErr(op, runID string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &port.OpError{Op: "nomad." + op, RunID: runID, Err: err}
-}
+// opErr is err in the adapter's *port.OpError (runner.OpErr).
+func opErr(op, runID string, err error) error { return runner.OpErr("nomad."+op, runID, err) }
 
 // ErrNodeLost reports a run whose client node the servers lost (its agent died or
 // is partitioned away) while it ran: the run's output beyond what live writers got

@@ -90,105 +90,8 @@ func (r *Runner) Client() *api.Client { return r.api }
 // express here (an internal network, CPU limits in fractions of a core, host paths
 // when WithHostPaths is off); a job the cluster cannot place (no eligible node with
 // the resources) gives a *port.RunError with port.CodeContainerFailed.
-func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunResult, err error) {
-	// A runner alone has no pre-booted sandbox: Preload runs cold (its mounts kept).
-	spec = spec.WithDefaults().ColdSpec()
-	proxy, err := r.check(spec)
-	if err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	start := time.Now()
-	res = &port.RunResult{ExitCode: -1}
-	fail := func(code port.ErrorCode, cause error) (*port.RunResult, error) {
-		res.ErrorCode = code
-		res.Duration = time.Since(start)
-		return res, opErr("RunOnce", spec.RunID, &port.RunError{Code: code, Err: cause})
-	}
-	js, err := r.jobSpecOf(spec, proxy != nil, start)
-	if err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	job := r.buildJob(spec, js)
-	log := r.cfg.logger.With(logattr.RunID, spec.RunID, "job", js.id)
-
-	// Cleanup is registered before anything is created, and runs with a fresh
-	// context so a cancelled caller (or a panic) cannot leak the job or the key.
-	var alloc *api.Allocation
-	var outErr error
-	var tPlaced, tFinished, tCollected time.Time
-	defer func() {
-		r.cleanup(context.WithoutCancel(ctx), js.id, alloc, proxy != nil, log)
-		if !tCollected.IsZero() {
-			log.Debug("run phases", "placed", tPlaced.Sub(start), "finished", tFinished.Sub(tPlaced),
-				"collected", tCollected.Sub(tFinished), "cleaned", time.Since(tCollected))
-		}
-	}()
-
-	evalID, err := r.register(ctx, js.id, job, proxy)
-	var refused *registerError
-	if errors.As(err, &refused) && !errors.Is(err, port.ErrUnavailable) && ctx.Err() == nil {
-		return fail(port.CodeContainerFailed, err)
-	} else if err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	log.Debug("job registered", "eval", evalID)
-
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	allocID, err := r.placed(runCtx, evalID)
-	finishLive := once(r.startLive(ctx, allocID, spec))
-	defer finishLive(nil)
-	if err == nil && proxy != nil {
-		proxy.attach(allocID)
-		defer proxy.detach()
-	}
-	tPlaced = time.Now()
-	if err == nil {
-		alloc, err = r.finished(runCtx, allocID)
-	}
-	tFinished = time.Now()
-	timedOut := false
-	if errors.Is(err, ErrNodeLost) {
-		// Nothing on that node answers: no kill, no output but what live writers had
-		// (the deferred cleanup stops the job and keeps it for Nomad to reconcile).
-		alloc = nil
-		return fail(port.CodeInternal, err)
-	}
-	if err != nil {
-		if runCtx.Err() == nil {
-			if errors.Is(err, errNotPlaced) {
-				return fail(port.CodeContainerFailed, err)
-			}
-			return fail(port.CodeInternal, err)
-		}
-		// The time limit or the caller ended the run: kill it where it is.
-		timedOut = true
-		if allocID != "" {
-			alloc = r.kill(ctx, allocID, js.copyWorkspace, log)
-		}
-	}
-	if alloc != nil {
-		var copyErr error
-		outErr, copyErr = r.gather(ctx, alloc, spec, js, res, proxy, finishLive)
-		if copyErr != nil && !timedOut {
-			return fail(port.CodeInternal, fmt.Errorf("copying the workspace back: %w", copyErr))
-		}
-		tCollected = time.Now()
-	}
-	res.Duration = time.Since(start)
-	if outErr != nil && !timedOut {
-		if alloc != nil {
-			res.ExitCode = terminatedExitCode(alloc, res.ExitCode)
-		}
-		return fail(port.CodeInternal, outErr)
-	}
-	if timedOut {
-		return fail(port.CodeTimeout, runner.DeadlineCause(ctx, spec.Limits.Timeout))
-	}
-	return r.outcome(alloc, spec, res, fail)
+func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return runner.Lifecycle(ctx, "nomad.RunOnce", spec, &oneShot{r: r})
 }
 
 // register stores the run's proxy config (its key, as a Nomad variable) when it has
@@ -440,10 +343,10 @@ func (r *Runner) kill(ctx context.Context, allocID string, copied bool, log inte
 
 // outcome classifies a finished allocation: the sandbox task's exit code, an OOM
 // kill, or a failure to start it.
-func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.RunResult, fail func(port.ErrorCode, error) (*port.RunResult, error)) (*port.RunResult, error) {
+func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.RunResult) (port.ErrorCode, error) {
 	ts := alloc.TaskStates[agentTask]
 	if ts == nil {
-		return fail(port.CodeContainerFailed, fmt.Errorf("the sandbox task never started: %s", alloc.ClientDescription))
+		return port.CodeContainerFailed, fmt.Errorf("the sandbox task never started: %s", alloc.ClientDescription)
 	}
 	var term *api.TaskEvent
 	var problems []string
@@ -459,11 +362,11 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 		if len(problems) == 0 {
 			problems = append(problems, "the sandbox task ended without running: "+alloc.ClientDescription)
 		}
-		return fail(port.CodeContainerFailed, errors.New(strings.Join(problems, "; ")))
+		return port.CodeContainerFailed, errors.New(strings.Join(problems, "; "))
 	}
 	res.ExitCode = term.ExitCode
 	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, tailOf(res.Stderr)); ok {
-		return fail(port.CodeContainerFailed, errors.New(reason))
+		return port.CodeContainerFailed, errors.New(reason)
 	}
 	oom := term.Details["oom_killed"] == "true"
 	if r.cfg.bridgePath != "" && res.ExitCode == 137 {
@@ -472,9 +375,9 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 		oom = oom || counted
 	}
 	if oom {
-		return fail(port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes))
+		return port.CodeOOMKilled, fmt.Errorf("memory limit %d bytes reached", spec.Limits.MemoryBytes)
 	}
-	return res, nil
+	return "", nil
 }
 
 func tailOf(b []byte) []byte {
