@@ -24,7 +24,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
-	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -38,21 +38,10 @@ var _ port.SessionRunner = (*Runner)(nil)
 // system's temporary directory. Sweep and Attach only act on session directories
 // directly under it, whatever a label says.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error {
-		if !filepath.IsAbs(dir) {
-			return port.Invalidf("session dir %q is not absolute", dir)
-		}
-		c.sessionRoot = dir
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.sessionRoot, dir, "session dir") }
 }
 
-func (r *Runner) sessionRoot() string {
-	if r.cfg.sessionRoot != "" {
-		return r.cfg.sessionRoot
-	}
-	return session.DefaultRoot()
-}
+func (r *Runner) sessionRoot() string { return session.Root(r.cfg.sessionRoot) }
 
 // fifoDir holds a session's stdio FIFOs, in its host directory (out of the sandbox's
 // reach), so a new host process can attach to them again and Sweep removes them with it.
@@ -72,12 +61,8 @@ func sessionIO(fifos cio.Config, stdout, stderr io.Writer) (cio.IO, error) {
 // are those of RunOnce before the process runs, plus port.ErrInvalidSpec without a
 // bridge.
 func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
-	ss = ss.WithDefaults()
-	if err := ss.Validate(); err != nil {
+	if ss, err = session.Check(ss, r.cfg.bridgePath != ""); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
-	}
-	if r.cfg.bridgePath == "" {
-		return nil, opErr("Start", ss.RunID, port.Invalidf("sessions need the runner's bridge (WithBridge)"))
 	}
 	if err := r.check(ss.RunSpec); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
@@ -94,17 +79,11 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, err)
 	}
 	id := containerID(ss.RunID)
-	root := r.sessionRoot()
-	dir, err := session.CreateDir(root, id, ss.User)
+	st, err := session.Prepare(r.sessionRoot(), id, r.cfg.owner, ss)
 	if err != nil {
-		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+		return nil, opErr("Start", ss.RunID, err)
 	}
-	start := time.Now()
-	deadline := start.Add(ss.Limits.Timeout)
-	lbls := runner.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
-	for k, v := range session.Labels(ss, dir, deadline) {
-		lbls[k] = v
-	}
+	root, dir, lbls := st.Root, st.Dir, st.Labels
 	var c client.Container
 	defer func() {
 		if err != nil {
@@ -125,7 +104,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
+	s := r.newSession(st.Meta(id, ss), c)
 	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
 		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
 		return sessionIO(cio.Config{

@@ -127,25 +127,15 @@ func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.Po
 	if !slotmount.Supported {
 		return nil, opErr("WarmPool", "", fmt.Errorf("%w: warm pools need Linux mount propagation", port.ErrUnsupported))
 	}
-	if r.cfg.bridgePath == "" {
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: warm pools need the bridge (WithBridge) as the sandboxes' stub", port.ErrUnsupported))
-	}
-	tmpl.Limits.Timeout = 0
-	if (tmpl.Workspace || tmpl.LLM || len(tmpl.Mounts) > 0) && IsGVisor(r.Runtime()) {
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: runtime %s does not see host mounts made after a sandbox starts: it can pool only templates without a workspace, mounts or LLM socket", port.ErrUnsupported, r.Runtime()))
-	}
-	if err := tmpl.Spec("pool-template").Validate(); err != nil {
-		return nil, opErr("WarmPool", "", err)
-	}
-	opts, err := warmpool.CheckOptions(opts, DefaultPoolRefillConcurrency)
+	tmpl, opts, err := warmpool.Admit(tmpl, opts, warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: !IsGVisor(r.Runtime()),
+		Runtime: r.Runtime(), Check: func(s port.RunSpec) error { return s.Validate() }, DefaultRefill: DefaultPoolRefillConcurrency})
 	if err != nil {
 		return nil, opErr("WarmPool", "", err)
 	}
 	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
-	p.k = warmpool.New(context.Background(), warmpool.Config[*slot]{
-		Key: p.key, Size: opts.Size, Concurrency: opts.RefillConcurrency, BetweenRuns: opts.RefillBetweenRuns,
-		New: p.newSlot, Destroy: p.destroy, Discard: p.discard, Logger: r.cfg.logger,
-	})
+	cfg := warmpool.Sized[*slot](tmpl, opts, r.cfg.logger)
+	cfg.New, cfg.Destroy, cfg.Discard = p.newSlot, p.destroy, p.discard
+	p.k = warmpool.New(context.Background(), cfg)
 	p.ready = p.k.Ready
 	if !r.pools.Add(p) {
 		p.k.Stop()

@@ -17,7 +17,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
-	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -31,23 +31,12 @@ var _ port.SessionRunner = (*Runner)(nil)
 // temporary directory. Sweep and Attach only act on session directories directly under
 // it, whatever a label says.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error {
-		if !strings.HasPrefix(dir, "/") {
-			return port.Invalidf("session dir %q is not absolute", dir)
-		}
-		c.sessionRoot = dir
-		return nil
-	}
+	return func(c *config) error { return optcheck.AbsDir(&c.sessionRoot, dir, "session dir") }
 }
 
 func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
 
-func (c config) sessionDir() string {
-	if c.sessionRoot != "" {
-		return c.sessionRoot
-	}
-	return session.DefaultRoot()
-}
+func (c config) sessionDir() string { return session.Root(c.sessionRoot) }
 
 // sweepSessionDir removes the host directory of a swept session (reported as "dir:").
 func sweepSessionDir(cfg config, lbls map[string]string, rep *port.SweepReport) {
@@ -73,12 +62,8 @@ type execAPI interface {
 // bounds execs. Errors are those of RunOnce before the process runs, plus
 // port.ErrInvalidSpec without a bridge.
 func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
-	ss = ss.WithDefaults()
-	if err := ss.Validate(); err != nil {
+	if ss, err = session.Check(ss, r.cfg.bridgePath != ""); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
-	}
-	if r.cfg.bridgePath == "" {
-		return nil, opErr("Start", ss.RunID, port.Invalidf("sessions need the runner's bridge (WithBridge)"))
 	}
 	if err := r.check(ctx, ss.RunSpec); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
@@ -94,17 +79,11 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	// drops output without a count, and the marks give it to the next Attach.
 	entrypoint = session.InsertFlags(entrypoint, append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.MarkFlags(ss.LogLimit)...))
 	name := containerName(ss.RunID)
-	root := r.sessionRoot()
-	dir, err := session.CreateDir(root, name, ss.User)
+	st, err := session.Prepare(r.sessionRoot(), name, r.cfg.owner, ss)
 	if err != nil {
-		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+		return nil, opErr("Start", ss.RunID, err)
 	}
-	start := time.Now()
-	deadline := start.Add(ss.Limits.Timeout)
-	lbls := runner.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
-	for k, v := range session.Labels(ss, dir, deadline) {
-		lbls[k] = v
-	}
+	root, dir, lbls := st.Root, st.Dir, st.Labels
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget})
@@ -127,7 +106,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
 	}
 	id = created.ID
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User})
+	s := r.newSession(st.Meta(id, ss))
 	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, err)

@@ -44,12 +44,7 @@ func WithSessionDir(dir string) Option {
 	return func(c *config) error { return optcheck.AbsDir(&c.sessionRoot, dir, "session dir") }
 }
 
-func (r *Runner) sessionRoot() string {
-	if r.cfg.sessionRoot != "" {
-		return r.cfg.sessionRoot
-	}
-	return session.DefaultRoot()
-}
+func (r *Runner) sessionRoot() string { return session.Root(r.cfg.sessionRoot) }
 
 // Start implements port.SessionRunner: one long-running Pod (the init and the bridge
 // in front of the agent, as for a run), whose log the handle follows; Exec goes
@@ -59,12 +54,8 @@ func (r *Runner) sessionRoot() string {
 // those of RunOnce before the agent runs, plus port.ErrInvalidSpec without a bridge
 // and port.ErrUnsupported without host paths or a REST configuration.
 func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
-	ss = ss.WithDefaults()
-	if err := ss.Validate(); err != nil {
+	if ss, err = session.Check(ss, r.cfg.bridgePath != ""); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
-	}
-	if r.cfg.bridgePath == "" {
-		return nil, opErr("Start", ss.RunID, port.Invalidf("sessions need the runner's bridge (WithBridge)"))
 	}
 	if err := r.sessionsPossible(); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
@@ -75,14 +66,12 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	start := time.Now()
-	deadline := start.Add(ss.Limits.Timeout)
-	ps := podSpec{name: podName(ss.RunID), created: start}
-	root := r.sessionRoot()
-	dir, err := session.CreateDir(root, ps.name, ss.User)
+	st, err := session.Prepare(r.sessionRoot(), podName(ss.RunID), r.cfg.owner, ss)
 	if err != nil {
-		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
+		return nil, opErr("Start", ss.RunID, err)
 	}
+	ps := podSpec{name: podName(ss.RunID), created: st.Start}
+	root, dir, deadline := st.Root, st.Dir, st.Deadline
 	pod := r.buildSessionPod(ss, ps, dir, deadline)
 	pods := r.cli.CoreV1().Pods(r.cfg.namespace)
 	created := false
@@ -103,8 +92,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("creating the pod: %w", err)})
 	}
 	created = true
-	s := r.newSession(session.Meta{ID: ps.name, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User},
-		execPrefix(createdPod))
+	s := r.newSession(st.Meta(ps.name, ss), execPrefix(createdPod))
 	s.watch(createdPod)
 	if err := s.waitStarted(ctx); err != nil {
 		s.halt()

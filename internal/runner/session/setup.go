@@ -1,0 +1,67 @@
+package session
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// The set-up every runner's Start makes before it creates a session's sandbox, in
+// one place so that the runners cannot drift apart.
+
+// Root is the parent of a runner's session directories: the one configured
+// (WithSessionDir), else DefaultRoot.
+func Root(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	return DefaultRoot()
+}
+
+// Check returns ss with its defaults, or why no runner starts it: its fields, or no
+// bridge (sessions need it: it exposes the ports, ends the session at its lifetime
+// even without a host, and bounds execs). Errors wrap port.ErrInvalidSpec.
+func Check(ss port.SessionSpec, bridge bool) (port.SessionSpec, error) {
+	ss = ss.WithDefaults()
+	if err := ss.Validate(); err != nil {
+		return ss, err
+	}
+	if !bridge {
+		return ss, port.Invalidf("sessions need the runner's bridge (WithBridge)")
+	}
+	return ss, nil
+}
+
+// Setup is a session's host side, made before its sandbox: its directory under Root,
+// when it starts and ends, and the labels its sandbox carries.
+type Setup struct {
+	Root, Dir       string
+	Start, Deadline time.Time
+	Labels          map[string]string
+}
+
+// Prepare creates the host directory of the session ss, named name under root, and
+// returns its set-up: the deadline its lifetime gives, and the sandbox's labels (the
+// owner's and the run's, the caller's, and the session's). Errors wrap
+// port.ErrInternal; nothing is left behind then.
+func Prepare(root, name, owner string, ss port.SessionSpec) (Setup, error) {
+	dir, err := CreateDir(root, name, ss.User)
+	if err != nil {
+		return Setup{}, fmt.Errorf("%w: %w", port.ErrInternal, err)
+	}
+	start := time.Now()
+	st := Setup{Root: root, Dir: dir, Start: start, Deadline: start.Add(ss.Limits.Timeout)}
+	st.Labels = runner.ResourceLabels(owner, ss.RunID, port.KindSession, ss.Labels, start)
+	for k, v := range Labels(ss, dir, st.Deadline) {
+		st.Labels[k] = v
+	}
+	return st, nil
+}
+
+// Meta is the handle's description of the session ss set up as st, in the sandbox id.
+func (st Setup) Meta(id string, ss port.SessionSpec) Meta {
+	return Meta{ID: id, RunID: ss.RunID, Dir: st.Dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose,
+		LogLimit: ss.LogLimit, Deadline: st.Deadline, User: ss.User}
+}
