@@ -118,6 +118,19 @@ func (s *Sandbox) checkRepo(req Request) error {
 	return nil
 }
 
+// clone clones req's repository, if it names one, in a span of its own (nil without
+// one).
+func (s *Sandbox) clone(ctx context.Context, req Request) (repo *RepoResult, err error) {
+	if req.Repo == nil {
+		return nil, nil
+	}
+	err = s.traced(ctx, "sandbox.repo.clone", func(ctx context.Context) error {
+		repo, err = s.cloneRepo(ctx, req)
+		return err
+	})
+	return repo, err
+}
+
 // cloneRepo clones the request's repository into its (empty) workspace and keeps the
 // messages file out of the agent's commits.
 func (s *Sandbox) cloneRepo(ctx context.Context, req Request) (*RepoResult, error) {

@@ -347,29 +347,33 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 	if err != nil {
 		return nil, err
 	}
-	var repo *RepoResult
-	if req.Repo != nil {
-		if err = s.traced(ctx, "sandbox.repo.clone", func(ctx context.Context) (err error) {
-			repo, err = s.cloneRepo(ctx, req)
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-		}
+	if res, err = s.walk(ctx, req, spec, pspec); err != nil {
+		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	return res, nil
+}
+
+// walk is a prepared run's way: the repository cloned, the messages written, the
+// sandbox run (behind its proxy), then the run finished (audit, reconciliation,
+// export). Nothing ran when it returns no result. Run names the run in its error.
+func (s *Sandbox) walk(ctx context.Context, req Request, spec port.RunSpec, pspec port.ProxySpec) (*Result, error) {
+	repo, err := s.clone(ctx, req)
+	if err != nil {
+		return nil, err
 	}
 	if err := writeMessages(req.WorkspaceDir, s.messagesFile, req.Messages); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+		return nil, err
 	}
 	log := s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)
-	res = &Result{Repo: repo}
+	res := &Result{Repo: repo}
 	started := time.Now()
-
 	var runErr error
 	if s.llm != nil {
 		// The proxy ends itself a grace after the sandbox's own deadline, should this
 		// process die before stopping it.
 		pspec.Deadline = time.Now().Add(spec.WithDefaults().Limits.Timeout + proxyDeadlineGrace)
 		if runErr, err = s.runWithProxy(ctx, spec, pspec, res, log); err != nil {
-			return nil, fmt.Errorf("sandbox: run %s: starting proxy: %w", req.RunID, err)
+			return nil, fmt.Errorf("starting proxy: %w", err)
 		}
 	} else {
 		res.Run, runErr = s.runOnce(ctx, spec)
@@ -379,12 +383,9 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 			runErr = fmt.Errorf("%w: runner returned no result", port.ErrInternal)
 		}
 		// Nothing ran, so nothing was billed: there is nothing to reconcile.
-		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, runErr)
+		return nil, runErr
 	}
-	if err := s.finish(ctx, req, res, runErr, started, log); err != nil {
-		return res, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	return res, nil
+	return res, s.finish(ctx, req, res, runErr, started, log)
 }
 
 // agentEnv is the environment req asks for the agent: a copy of req.Env, with the
