@@ -1,16 +1,13 @@
 package kubernetes
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/internal/runner/engineerr"
 )
 
 // ErrPodLost matches a *PodLostError.
@@ -41,23 +38,11 @@ func (e *PodLostError) Is(target error) bool { return target == ErrPodLost }
 
 // classify maps an API error to the port sentinels, keeping the original as the cause.
 func classify(err error) error {
-	var ue *url.Error
-	var ne net.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		return fmt.Errorf("%w: %w", port.ErrInvalidSpec, err)
-	case apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
-		apierrors.IsUnauthorized(err), errors.As(err, &ue), errors.As(err, &ne):
-		return fmt.Errorf("%w: kubernetes: %w", port.ErrUnavailable, err)
-	default:
-		return err
-	}
+	return engineerr.ClassifyAPI("kubernetes", err, apierrors.IsNotFound,
+		func(err error) bool { return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) },
+		func(err error) bool {
+			return apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsUnauthorized(err)
+		})
 }
 
 // opErr is err in the adapter's *port.OpError (runner.OpErr).

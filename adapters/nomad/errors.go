@@ -1,17 +1,15 @@
 package nomad
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/engineerr"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -38,22 +36,7 @@ func isNotFound(err error) bool {
 
 // classify maps an API error to the port sentinels, keeping the original as the cause.
 func classify(err error) error {
-	var ue *url.Error
-	var ne net.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case isNotFound(err):
-		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
-	case statusOf(err) == 400:
-		return fmt.Errorf("%w: %w", port.ErrInvalidSpec, err)
-	case errors.As(err, &ue), errors.As(err, &ne):
-		return fmt.Errorf("%w: nomad: %w", port.ErrUnavailable, err)
-	default:
-		return err
-	}
+	return engineerr.ClassifyAPI("nomad", err, isNotFound, func(err error) bool { return statusOf(err) == 400 }, func(error) bool { return false })
 }
 
 // opErr is err in the adapter's *port.OpError (runner.OpErr).

@@ -1,13 +1,17 @@
 // Package localcluster holds what the development clusters of adapters/nomad/nomadlocal
 // and adapters/kubernetes/kubelocal share: loopback ports chosen up front for the
-// programs they start, and the tail of a program's log for an error message. It
-// imports nothing of the module's test support, so a program that starts a local
-// cluster (examples/nomad -local) links no package testing.
+// programs they start, the tail of a program's log for an error message, and the
+// mounts to detach when they close. It imports nothing of the module's test support,
+// so a program that starts a local cluster (examples/nomad -local) links no package
+// testing.
 package localcluster
 
 import (
+	"bufio"
 	"net"
 	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -45,4 +49,29 @@ func TailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// MountsUnder lists the mount points at or under any of prefixes, deepest first (the
+// order to detach them in); none when the mount table cannot be read.
+func MountsUnder(prefixes ...string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) <= 4 {
+			continue
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(fields[4], filepath.Clean(p)+"/") || fields[4] == p {
+				points = append(points, fields[4])
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	return points
 }

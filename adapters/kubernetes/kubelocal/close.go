@@ -19,6 +19,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentsandbox/sandbox/internal/localcluster"
 )
 
 // Close tears the cluster down and leaves nothing behind (see the package doc). It is
@@ -116,7 +118,7 @@ func teardown(dir string, made []string, chains map[string]bool, procs []*proc) 
 	for _, p := range procs {
 		stop(p, time.Second)
 	}
-	for _, p := range mountsUnder(dir) {
+	for _, p := range localcluster.MountsUnder(dir) {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
 		}
@@ -161,7 +163,7 @@ func teardown(dir string, made []string, chains map[string]bool, procs []*proc) 
 	}
 	for _, p := range made {
 		if p != "" {
-			for _, m := range mountsUnder(p) {
+			for _, m := range localcluster.MountsUnder(p) {
 				_ = syscall.Unmount(m, syscall.MNT_DETACH)
 			}
 			if err := os.RemoveAll(p); err != nil {
@@ -383,7 +385,7 @@ func (c *Cluster) Leftovers() []string {
 	for _, pid := range pidsWhere(func(cmdline string) bool { return c.dir != "" && strings.Contains(cmdline, c.dir) }) {
 		left = append(left, fmt.Sprintf("process:%d", pid))
 	}
-	for _, m := range mountsUnder(c.dir) {
+	for _, m := range localcluster.MountsUnder(c.dir) {
 		left = append(left, "mount:"+m)
 	}
 	ents, _ := os.ReadDir("/var/run/netns")

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -778,30 +777,6 @@ func iptablesChains() map[string]bool {
 		}
 	}
 	return chains
-}
-
-// mountsUnder lists mount points under any of prefixes, deepest first.
-func mountsUnder(prefixes ...string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) <= 4 {
-			continue
-		}
-		for _, p := range prefixes {
-			if strings.HasPrefix(fields[4], filepath.Clean(p)+"/") || fields[4] == p {
-				points = append(points, fields[4])
-			}
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
-	return points
 }
 
 // Containers lists the IDs of the containers (and pod sandboxes) in the cluster's

@@ -1,7 +1,6 @@
 package nomadlocal
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,14 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/localcluster"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/agentsandbox/sandbox/internal/localcluster"
 )
 
 // Version is the Nomad version the project pins (scripts/install-nomad.sh).
@@ -243,23 +242,7 @@ func (c *Cluster) API() *api.Client { return c.api }
 func (c *Cluster) Dir() string { return c.dir }
 
 func serverConfig(dir, id string, p []int) string {
-	return fmt.Sprintf(`name = %q
-data_dir = %q
-bind_addr = "127.0.0.1"
-datacenter = "dc1"
-disable_update_check = true
-log_level = "WARN"
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-server {
+	return agentConfig(id+"-server", filepath.Join(dir, "server"), p) + `server {
   enabled          = true
   bootstrap_expect = 1
   # Terminal allocations and evaluations of purged jobs go soon.
@@ -271,16 +254,12 @@ server {
     scheduler_algorithm = "spread"
   }
 }
-`, id+"-server", filepath.Join(dir, "server"), p[0], p[1], p[2])
+`
 }
 
-// clientConfig is a client agent's configuration. The docker plugin settings are
-// what the Nomad runner needs (see adapters/nomad's package documentation):
-// volumes enabled (host-path workspaces, mounts and the bridge binary), the dangling
-// container reconciler off (two clients share one Docker engine and would remove each
-// other's containers), image garbage collection off (the images are built locally and
-// shared), and the node name on every container so Close finds them.
-func clientConfig(dir, name string, rpc int, p []int) string {
+// agentConfig is what every agent's configuration starts with: its name, data
+// directory, loopback ports (http, rpc, serf) and addresses.
+func agentConfig(name, dataDir string, p []int) string {
 	return fmt.Sprintf(`name = %q
 data_dir = %q
 bind_addr = "127.0.0.1"
@@ -297,7 +276,17 @@ advertise {
   rpc  = "127.0.0.1"
   serf = "127.0.0.1"
 }
-client {
+`, name, dataDir, p[0], p[1], p[2])
+}
+
+// clientConfig is a client agent's configuration. The docker plugin settings are
+// what the Nomad runner needs (see adapters/nomad's package documentation):
+// volumes enabled (host-path workspaces, mounts and the bridge binary), the dangling
+// container reconciler off (two clients share one Docker engine and would remove each
+// other's containers), image garbage collection off (the images are built locally and
+// shared), and the node name on every container so Close finds them.
+func clientConfig(dir, name string, rpc int, p []int) string {
+	return agentConfig(name, filepath.Join(dir, name), p) + fmt.Sprintf(`client {
   enabled = true
   servers = ["127.0.0.1:%d"]
   network_interface = "lo"
@@ -324,7 +313,7 @@ plugin "docker" {
     }
   }
 }
-`, name, filepath.Join(dir, name), p[0], p[1], p[2], rpc, name+".slice")
+`, rpc, name+".slice")
 }
 
 func (c *Cluster) startAgent(bin, name, config string) error {
@@ -500,21 +489,12 @@ func removeContainers(nodes []string) error {
 // unmountUnder detaches every mount below dir (the clients mount a tmpfs in each
 // task's secrets directory), deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	prefix := filepath.Clean(dir) + "/"
 	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], prefix) {
-			points = append(points, fields[4])
+	for _, p := range localcluster.MountsUnder(dir) {
+		if p != filepath.Clean(dir) {
+			points = append(points, p)
 		}
 	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
 	var errs []error
 	for _, p := range points {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {

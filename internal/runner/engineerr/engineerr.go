@@ -1,12 +1,15 @@
 // Package engineerr classifies the errors of container engines (Docker, containerd),
-// which both speak github.com/containerd/errdefs, into the port's sentinels: one
-// table for every runner, so the same fault is the same sentinel on each.
+// which both speak github.com/containerd/errdefs, and of orchestrators' HTTP APIs
+// (Nomad, Kubernetes) into the port's sentinels: one table for every runner, so the
+// same fault is the same sentinel on each.
 package engineerr
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 
 	cerrdefs "github.com/containerd/errdefs"
 
@@ -30,6 +33,31 @@ func Classify(engine string, err error, unavailable func(error) bool) error {
 		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
 	case cerrdefs.IsInvalidArgument(err):
 		return fmt.Errorf("%w: %w", port.ErrInvalidSpec, err)
+	default:
+		return err
+	}
+}
+
+// ClassifyAPI maps the error of an orchestrator's HTTP API (Nomad, Kubernetes) to the
+// port sentinels, keeping the original as the cause: not found (notFound) wraps
+// port.ErrNotFound; a refused request (invalid) port.ErrInvalidSpec; what
+// unavailable reports, and any transport failure (no answer at all), wraps
+// port.ErrUnavailable naming api. Context errors and anything else come back as
+// they are.
+func ClassifyAPI(api string, err error, notFound, invalid, unavailable func(error) bool) error {
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case notFound(err):
+		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
+	case invalid(err):
+		return fmt.Errorf("%w: %w", port.ErrInvalidSpec, err)
+	case unavailable(err), errors.As(err, &ue), errors.As(err, &ne):
+		return fmt.Errorf("%w: %s: %w", port.ErrUnavailable, api, err)
 	default:
 		return err
 	}

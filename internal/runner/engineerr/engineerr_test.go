@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -44,5 +45,35 @@ func TestClassify(t *testing.T) {
 	// Without the engine's own predicate, a connection error is not unavailable.
 	if got := Classify("e", errConn, nil); errors.Is(got, port.ErrUnavailable) {
 		t.Errorf("Classify without predicate = %v", got)
+	}
+}
+
+// TestClassifyAPI: an orchestrator API's errors get the same sentinels as an engine's,
+// and a request that got no answer at all (a transport error) is unavailable.
+func TestClassifyAPI(t *testing.T) {
+	is := func(s string) func(error) bool {
+		return func(err error) bool { return strings.Contains(err.Error(), s) }
+	}
+	classify := func(err error) error { return ClassifyAPI("nomad", err, is("404"), is("400"), is("503")) }
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{
+		{errors.New("404 no job"), port.ErrNotFound},
+		{errors.New("400 bad job"), port.ErrInvalidSpec},
+		{errors.New("503 try later"), port.ErrUnavailable},
+		{&url.Error{Op: "Get", URL: "http://127.0.0.1:4646", Err: errors.New("connection refused")}, port.ErrUnavailable},
+	} {
+		if got := classify(tc.err); !errors.Is(got, tc.want) || !errors.Is(got, tc.err) {
+			t.Errorf("%v: %v, want %v wrapping it", tc.err, got, tc.want)
+		}
+	}
+	if got := classify(errors.New("503")); !strings.Contains(got.Error(), "unavailable: nomad: 503") {
+		t.Errorf("the API is not named: %v", got)
+	}
+	for _, err := range []error{nil, context.Canceled, errors.New("other")} {
+		if got := classify(err); got != err {
+			t.Errorf("%v came back as %v", err, got)
+		}
 	}
 }
