@@ -28,6 +28,7 @@ type oneShot struct {
 	container client.Container
 	task      client.Task
 	exited    atomic.Bool // its exit was seen: delete it without a kill
+	unsure    atomic.Bool // its create was not answered: a task may exist
 	stderr    *capture.Buffer
 	collect   func(until time.Time)
 	statusC   <-chan client.ExitStatus
@@ -86,10 +87,17 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 	// in, in the background (bounded, with a fresh context, so a cancelled caller or a
 	// panic cannot leak the task, container or snapshot; all stay labelled for Sweep).
 	s.container = container
-	run.Defer(func() { r.removeLater(container, spec.RunID, &s.task, &s.exited, lease) })
+	run.Defer(func() { r.removeLater(container, spec.RunID, &s.task, &s.exited, &s.unsure, lease) })
 	s.log.Debug("container created")
-	task, stdout, stderr, err := newTask(ctx, container, spec)
+	// The run's limit bounds the task's create and start too: a shim that stops
+	// answering (frozen, overloaded) must not hold RunOnce past the limit plus the
+	// kill grace, whichever call it is in.
+	task, stdout, stderr, err := newTask(run.Limit, container, spec)
 	if err != nil {
+		if run.Limit.Err() != nil && ctx.Err() == nil {
+			s.unsure.Store(true)
+			return runner.Fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
+		}
 		return runner.Fail(port.CodeContainerFailed, err)
 	}
 	s.task, s.stderr = task, stderr
@@ -106,7 +114,10 @@ func (s *oneShot) Attach(ctx context.Context, run *runner.Run) (err error) {
 }
 
 func (s *oneShot) Start(ctx context.Context, run *runner.Run) error {
-	if err := s.task.Start(ctx); err != nil {
+	if err := s.task.Start(run.Limit); err != nil {
+		if run.Limit.Err() != nil && ctx.Err() == nil {
+			return runner.Fail(port.CodeTimeout, s.r.timedOut(ctx, run.Spec, s.task, s.statusC, &s.exited, nil, time.Since(run.Start), s.collect, s.log))
+		}
 		return runner.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	s.r.phase("start")

@@ -203,9 +203,9 @@ func (e *leaseError) Unwrap() error { return e.error }
 
 // removeLater removes the run's task (as *task holds it when called) and
 // container in the background.
-func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool, lease *runlease.Lease) {
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited, unsure *atomic.Bool, lease *runlease.Lease) {
 	r.cleanup.Go(func() {
-		gone := *task == nil
+		gone := *task == nil && !unsure.Load()
 		if *task != nil {
 			// Before the container: only this task value holds the IO, whose Close
 			// removes the FIFO directory (a task loaded again has no IO).

@@ -33,6 +33,10 @@ type Run struct {
 	// Result is the result every outcome returns, failures included (ExitCode -1
 	// until the sandbox exits).
 	Result *port.RunResult
+	// Limit is the caller's context with the run's time limit, from Create on: the
+	// limit bounds the whole run, so a step whose runtime can stop answering (a
+	// frozen containerd shim) bounds its calls with it.
+	Limit context.Context
 
 	cleanups []func()
 }
@@ -103,7 +107,9 @@ type Steps interface {
 	// be there); a runtime that leaves it to its nodes does nothing.
 	Image(ctx context.Context, run *Run) error
 	// Create creates the sandbox, not yet started, and registers its removal
-	// (run.Defer) as soon as there is something to remove.
+	// (run.Defer) as soon as there is something to remove. Create, Attach and Start
+	// may bound their calls with run.Limit; one that gave up at the limit returns
+	// the run's CodeTimeout *Failure itself.
 	Create(ctx context.Context, run *Run) error
 	// Attach connects the sandbox's output and its exit before it starts, so that
 	// nothing it writes and no fast exit is missed.
@@ -151,14 +157,15 @@ func Lifecycle(ctx context.Context, op string, spec port.RunSpec, s Steps) (res 
 		defer ph.End()
 		next = ph.Next
 	}
+	runCtx, cancel := context.WithTimeout(ctx, run.Spec.Limits.Timeout)
+	defer cancel()
+	run.Limit = runCtx
 	if err := s.Create(ctx, run); err != nil {
 		return run.end(err)
 	}
 	if err := s.Attach(ctx, run); err != nil {
 		return run.end(err)
 	}
-	runCtx, cancel := context.WithTimeout(ctx, run.Spec.Limits.Timeout)
-	defer cancel()
 	next("sandbox.start")
 	if err := s.Start(ctx, run); err != nil {
 		return run.end(err)
