@@ -1,9 +1,11 @@
 // Package runner holds what the runner adapters (Docker, containerd, Nomad,
-// Kubernetes) share and their callers never need: the labels of created resources,
-// the checks of the adapters' own options (owner, bridge; the proxy managers' owner
-// too) and a run's deadline. Its sub-packages are the runner side's other rooms:
-// captured output, image references and pulls, background clean-up, engine error
-// classes, memory reports, leases, sessions, and the warm pools' slots.
+// Kubernetes) share and their callers never need: the one lifecycle of a one-shot run
+// that each fills in with its runtime's steps (Lifecycle, Steps), the labels of
+// created resources, the checks of the adapters' own options (owner, bridge; the
+// proxy managers' owner too) and a run's deadline. Its sub-packages are the runner
+// side's other rooms: captured output, image references and pulls, background
+// clean-up, engine and API error classes, memory reports, leases, sessions, and the
+// warm pools.
 package runner
 
 import (
