@@ -84,6 +84,9 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 func (s *oneShot) Attach(ctx context.Context, run *runner.Run) error {
 	att, err := s.r.cfg.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
 	if err != nil {
+		if run.Limit.Err() != nil {
+			return runner.Fail(port.CodeTimeout, runner.DeadlineCause(ctx, run.Spec.Limits.Timeout))
+		}
 		return runner.Fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	run.Defer(func() { att.Close() })
@@ -96,8 +99,13 @@ func (s *oneShot) Attach(ctx context.Context, run *runner.Run) error {
 }
 
 func (s *oneShot) Start(ctx context.Context, run *runner.Run) error {
-	if _, err := s.r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
+	if _, err := s.r.cfg.api.ContainerStart(run.Limit, s.id, client.ContainerStartOptions{}); err != nil {
 		s.collect()
+		if run.Limit.Err() != nil {
+			// The limit passed or the caller gave up while the daemon started it: the
+			// run's end, not the container's failure (its removal kills what started).
+			return runner.Fail(port.CodeTimeout, runner.DeadlineCause(ctx, run.Spec.Limits.Timeout))
+		}
 		return runner.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
 	s.log.Debug("container started")
