@@ -94,9 +94,15 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 	// kill grace, whichever call it is in.
 	task, stdout, stderr, err := newTask(run.Limit, container, spec)
 	if err != nil {
-		if run.Limit.Err() != nil && ctx.Err() == nil {
+		if run.Limit.Err() != nil {
+			// The limit passed (or the caller gave up) before the create was answered:
+			// a task may exist, for the removal to find.
 			s.unsure.Store(true)
-			return runner.Fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
+			cause := runner.DeadlineCause(ctx, spec.Limits.Timeout)
+			if ctx.Err() == nil {
+				cause = r.unconfirmed(cause)
+			}
+			return runner.Fail(port.CodeTimeout, cause)
 		}
 		return runner.Fail(port.CodeContainerFailed, err)
 	}
@@ -115,7 +121,7 @@ func (s *oneShot) Attach(ctx context.Context, run *runner.Run) (err error) {
 
 func (s *oneShot) Start(ctx context.Context, run *runner.Run) error {
 	if err := s.task.Start(run.Limit); err != nil {
-		if run.Limit.Err() != nil && ctx.Err() == nil {
+		if run.Limit.Err() != nil {
 			return runner.Fail(port.CodeTimeout, s.r.timedOut(ctx, run.Spec, s.task, s.statusC, &s.exited, nil, time.Since(run.Start), s.collect, s.log))
 		}
 		return runner.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
