@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
@@ -21,7 +22,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -257,7 +257,7 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 	if r.cfg.bridgePath != "" {
 		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
 		// Docker's OOM event does.
-		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 	}
 	if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
 		// Docker sets its flag from the runtime's OOM event, which can come after
@@ -337,7 +337,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(runner.EgressPrefix(spec, sandboxbridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(runner.EgressPrefix(spec, bridgeapi.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }
@@ -436,12 +436,12 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
+	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
 		return "", false
 	}
-	return sandboxbridge.ExecFailure(tail)
+	return bridgeapi.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.
