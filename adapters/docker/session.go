@@ -31,13 +31,13 @@ var _ port.SessionRunner = (*Runner)(nil)
 // temporary directory. Sweep and Attach only act on session directories directly under
 // it, whatever a label says.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error {
+	return only(ctorRunner, "WithSessionDir", func(c *config) error {
 		if !strings.HasPrefix(dir, "/") {
 			return port.Invalidf("session dir %q is not absolute", dir)
 		}
 		c.sessionRoot = dir
 		return nil
-	}
+	})
 }
 
 func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
