@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -87,4 +88,18 @@ func (w warmOnly) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResu
 		return res, fmt.Errorf("run %s was served %q (%s), not warm", spec.RunID, res.Start, res.StartNote)
 	}
 	return res, err
+}
+
+// TestPoolLeaseAcrossNamespaces: a host with a full warm pool and a pooled run in
+// flight, in its own PID namespace and with its own TMPDIR, is live for a Sweep from
+// here (sandboxtest.TestLeaseAcrossNamespaces); once it is killed a sweep leaves
+// nothing of the owner. About 15 s.
+func TestPoolLeaseAcrossNamespaces(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(poolCrashEnv, dir)
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("crash-pool")), WithPoolDir(dir))
+	sandboxtest.TestLeaseAcrossNamespaces(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image, Bridge: testenv.Bridge(t)})
+	if left := ownedLeftovers(t, r); len(left) > 0 {
+		t.Errorf("after the host died and a sweep: %v", left)
+	}
 }

@@ -165,7 +165,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	s.img = img
 	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
-	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.lease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
@@ -313,7 +313,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}()
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	var err error
-	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return fail(port.CodeInternal, err)
 	}
 
@@ -530,8 +530,8 @@ func (p *Pool) destroy(s *slot) {
 
 // holdLease takes runID's run lease (see slot.lease); one it cannot take is
 // ErrInternal.
-func holdLease(owner, runID string) (*runlease.Lease, error) {
-	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID)
+func holdLease(owner, runID, kind string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, kind)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -91,6 +92,12 @@ func ownedLeftovers(t testing.TB, r *Runner) []string {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	if n := strings.Count(string(mi), r.poolDir()); n > 0 {
 		out = append(out, fmt.Sprintf("mounts:%d", n))
+	}
+	// Leases: every holder of the owner is gone once its pools closed (a dead
+	// host's are pruned by the sweep).
+	ls, _ := runlease.List(runlease.DefaultRoot(), r.cfg.owner)
+	for _, l := range ls {
+		out = append(out, fmt.Sprintf("lease:%s/%s(held=%v)", l.RunID, l.Holder, l.Held))
 	}
 	return out
 }

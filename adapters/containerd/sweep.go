@@ -39,9 +39,6 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		return !session.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
 	}
 
-	if !opts.DryRun {
-		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
-	}
 	cs, err := r.cli.Containers(ctx, filter)
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
@@ -97,6 +94,9 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if err := r.cli.LeasesService().Delete(ctx, leases.Lease{ID: l.ID}); err != nil && !errdefs.IsNotFound(err) {
 			rep.Errors = append(rep.Errors, fmt.Errorf("lease %s: %w", l.ID, err))
 		}
+	}
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
 	}
 	r.cfg.logger.Info("sweep done", logattr.Owner, r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil

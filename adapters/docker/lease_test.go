@@ -99,3 +99,21 @@ func (w warmOnly) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResu
 	}
 	return res, err
 }
+
+// TestPoolLeaseAcrossNamespaces: a host with a full warm pool and a pooled run in
+// flight, in its own PID namespace and with its own TMPDIR, is live for a Sweep from
+// here (sandboxtest.TestLeaseAcrossNamespaces); once it is killed a sweep leaves
+// nothing of the owner. About 15 s.
+func TestPoolLeaseAcrossNamespaces(t *testing.T) {
+	cli, image := dockerEnv(t)
+	dir := t.TempDir()
+	t.Setenv(poolCrashEnv, dir)
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("crash-pool")), WithPoolDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.TestLeaseAcrossNamespaces(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: poolLeftovers(r, cli), Image: image, Bridge: testenv.Bridge(t)})
+	if left := ownedLeftovers(t, r, cli); len(left) > 0 {
+		t.Errorf("after the host died and a sweep: %v", left)
+	}
+}
