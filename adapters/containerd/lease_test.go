@@ -17,19 +17,7 @@ func TestRunLease(t *testing.T) {
 	other, _ := runnerEnv(t, WithOwner(owner))
 	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
 		Runner: r, Other: other, Image: image, Leftovers: leftovers(r),
-		Remove: func(ctx context.Context, runID string) error {
-			ctx = r.ns(ctx)
-			cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
-			if err != nil {
-				return err
-			}
-			for _, c := range cs {
-				if err := deleteContainer(ctx, c, false); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Remove: forceRemove(r),
 	})
 }
 
@@ -51,19 +39,7 @@ func TestPoolRunLease(t *testing.T) {
 	}
 	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
 		Runner: warmOnly{p}, Other: other, Image: image, Leftovers: leftovers(r),
-		Remove: func(ctx context.Context, runID string) error {
-			ctx = r.ns(ctx)
-			cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
-			if err != nil {
-				return err
-			}
-			for _, c := range cs {
-				if err := deleteContainer(ctx, c, false); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Remove: forceRemove(r),
 	})
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -102,4 +78,35 @@ func TestPoolLeaseAcrossNamespaces(t *testing.T) {
 	if left := ownedLeftovers(t, r); len(left) > 0 {
 		t.Errorf("after the host died and a sweep: %v", left)
 	}
+}
+
+// forceRemove removes a run's containers (and tasks) from under it, as an operator
+// would.
+func forceRemove(r *Runner) func(ctx context.Context, runID string) error {
+	return func(ctx context.Context, runID string) error {
+		ctx = r.ns(ctx)
+		cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			if err := deleteContainer(ctx, c, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestSessionLease: an open session handle holds a lease like a run
+// (sandboxtest.TestSessionLease). About 10 s.
+func TestSessionLease(t *testing.T) {
+	owner := testenv.Owner("sess-lease")
+	root := t.TempDir()
+	opts := []Option{WithOwner(owner), WithBridge(testenv.Bridge(t)), WithSessionDir(root)}
+	r, image := runnerEnv(t, opts...)
+	other, _ := runnerEnv(t, opts...)
+	sandboxtest.TestSessionLease(t, sandboxtest.SessionLeaseHarness{
+		Runner: r, Other: other, Image: image, Leftovers: leftovers(r), Remove: forceRemove(r),
+	})
 }

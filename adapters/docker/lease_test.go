@@ -26,18 +26,7 @@ func TestRunLease(t *testing.T) {
 	}
 	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
 		Runner: r, Other: other, Image: image, Leftovers: drained(r, leftovers(cli)),
-		Remove: func(ctx context.Context, runID string) error {
-			cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", port.LabelRunID+"="+runID)})
-			if err != nil {
-				return err
-			}
-			for _, c := range cs.Items {
-				if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Remove: forceRemove(cli),
 	})
 }
 
@@ -116,4 +105,39 @@ func TestPoolLeaseAcrossNamespaces(t *testing.T) {
 	if left := ownedLeftovers(t, r, cli); len(left) > 0 {
 		t.Errorf("after the host died and a sweep: %v", left)
 	}
+}
+
+// forceRemove removes a run's containers from under it, as an operator would.
+func forceRemove(cli *client.Client) func(ctx context.Context, runID string) error {
+	return func(ctx context.Context, runID string) error {
+		cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", port.LabelRunID+"="+runID)})
+		if err != nil {
+			return err
+		}
+		for _, c := range cs.Items {
+			if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestSessionLease: an open session handle holds a lease like a run
+// (sandboxtest.TestSessionLease). About 10 s.
+func TestSessionLease(t *testing.T) {
+	cli, image := dockerEnv(t)
+	owner := testenv.Owner("sess-lease")
+	root := t.TempDir()
+	mk := func() *Runner {
+		r, err := NewRunner(WithClient(cli), WithOwner(owner), WithBridge(testenv.Bridge(t)), WithSessionDir(root))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r, other := mk(), mk()
+	sandboxtest.TestSessionLease(t, sandboxtest.SessionLeaseHarness{
+		Runner: r, Other: other, Image: image, Leftovers: drained(r, leftovers(cli)), Remove: forceRemove(cli),
+	})
 }
