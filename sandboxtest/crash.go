@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -51,6 +52,9 @@ func CrashChildMain(newRunner func(bridge string) (port.SandboxRunner, error)) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(3)
+	}
+	if spec := os.Getenv(poolHostEnv); spec != "" {
+		poolHostMain(r, spec)
 	}
 	timeout, err := time.ParseDuration(os.Getenv(crashTimeoutEnv))
 	if err != nil {
@@ -171,9 +175,10 @@ func crashHost(t *testing.T, h CrashHarness, runID string, limit time.Duration) 
 
 // host is a child host process (the test binary in CrashChildMain) running one run.
 type host struct {
-	cmd  *exec.Cmd
-	done chan error
-	once sync.Once
+	cmd    *exec.Cmd
+	stdout io.Reader
+	done   chan error
+	once   sync.Once
 }
 
 // startHost starts the child host running runID with the given limit, its command
@@ -187,10 +192,14 @@ func startHost(t *testing.T, h CrashHarness, runID string, limit time.Duration, 
 	cmd.Stderr = os.Stderr
 	// A group of its own: kill takes the host and whatever prefix ran it at once.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &host{cmd: cmd, done: make(chan error, 1)}
+	c := &host{cmd: cmd, stdout: out, done: make(chan error, 1)}
 	go func() { c.done <- cmd.Wait() }()
 	t.Cleanup(c.kill)
 	return c

@@ -190,6 +190,14 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("create task: %w", classify(err))
 	}
 	s.task = task
+	// The shim keeps a writer of its own on the stub's stdin FIFO, so that the stream
+	// outlives its clients: without it, this process's writer is the only one, and
+	// the stub reads the end of its claim channel when this process dies, however it
+	// dies. A slot then ends by itself (and its pre-booted runtime with it) instead
+	// of waiting for a claim that can no longer come.
+	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
+		return nil, fmt.Errorf("close the shim's stdin writer: %w", classify(err))
+	}
 	s.mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))

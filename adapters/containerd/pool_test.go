@@ -93,6 +93,15 @@ func ownedLeftovers(t testing.TB, r *Runner) []string {
 	if n := strings.Count(string(mi), r.poolDir()); n > 0 {
 		out = append(out, fmt.Sprintf("mounts:%d", n))
 	}
+	// Shims: a shim of one of the owner's sandboxes outlives its container only when
+	// a host died making it (Sweep ends those).
+	for _, sh := range ownerShims(r.cfg.namespace, r.cfg.owner) {
+		out = append(out, fmt.Sprintf("shim:%d(%s)", sh.pid, sh.id))
+	}
+	runc, _ := filepath.Glob(filepath.Join("/run/containerd/runc", r.cfg.namespace, poolIDPrefix(r.cfg.namespace, r.cfg.owner)+"*"))
+	for _, d := range runc {
+		out = append(out, "runc:"+d)
+	}
 	// Leases: every holder of the owner is gone once its pools closed (a dead
 	// host's are pruned by the sweep).
 	ls, _ := runlease.List(runlease.DefaultRoot(), r.cfg.owner)

@@ -480,7 +480,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *
 	newContainer := func() (client.Container, error) {
 		return r.cli.NewContainer(lctx, id,
 			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
-			client.WithNewSpec(append(specOpts(spec, img, r.cfg.bridgePath), extra...)...),
+			client.WithNewSpec(append(append(specOpts(spec, img, r.cfg.bridgePath), extra...), withOwnerAnnotations(r.cfg.owner, spec.RunID))...),
 			client.WithContainerLabels(lbls),
 			r.withRuntime(),
 		)
