@@ -17,18 +17,30 @@ import (
 // (sandboxtest.TestPoolEndsWithHost) with its slot directories under the value.
 const poolHostDirEnv = "AGENTSANDBOX_TEST_POOL_HOST_DIR"
 
-// TestPoolEndsWithHost: the ready sandboxes of a host that died stop by themselves
-// (sandboxtest.TestPoolEndsWithHost): their stubs wait for a claim that can no longer
-// come. About 10 s.
-func TestPoolEndsWithHost(t *testing.T) {
+// poolHostHarness is the harness of the pool host tests for owner "pool-host".
+func poolHostHarness(t *testing.T, size int) sandboxtest.PoolHostHarness {
 	dir := t.TempDir()
 	r, image := runnerEnv(t, WithOwner(testenv.Owner("pool-host")), WithPoolDir(dir))
-	sandboxtest.TestPoolEndsWithHost(t, sandboxtest.PoolHostHarness{
+	return sandboxtest.PoolHostHarness{
 		Sweeper: r, Env: []string{poolHostDirEnv + "=" + dir}, Bridge: testenv.Bridge(t),
-		Template: port.TemplateOf(suiteSpec(image)), Size: 3,
+		Template: port.TemplateOf(suiteSpec(image)), Size: size,
 		Running:   func(ctx context.Context) ([]string, error) { return runningOf(ctx, r) },
 		Leftovers: func(context.Context) ([]string, error) { return ownedLeftovers(t, r), nil },
-	})
+	}
+}
+
+// TestPoolEndsWithHost: the ready sandboxes of a host that died stop by themselves
+// (sandboxtest.TestPoolEndsWithHost): their stubs read the end of their claim
+// channel. About 10 s.
+func TestPoolEndsWithHost(t *testing.T) {
+	sandboxtest.TestPoolEndsWithHost(t, poolHostHarness(t, 3))
+}
+
+// TestPoolHostKilledWhileFilling: hosts killed while their pools' sandboxes are being
+// made leave nothing running and, after a sweep, nothing at all: no shim without a
+// task (sandboxtest.TestPoolHostKilledWhileFilling). About 15 s.
+func TestPoolHostKilledWhileFilling(t *testing.T) {
+	sandboxtest.TestPoolHostKilledWhileFilling(t, poolHostHarness(t, 4))
 }
 
 // runningOf lists r's owner's containers whose task runs (a created task runs none of
@@ -59,18 +71,4 @@ func runningOf(ctx context.Context, r *Runner) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// TestPoolHostKilledWhileFilling: hosts killed while their pools' sandboxes are being
-// made leave nothing running and, after a sweep, nothing at all: no shim without a
-// task (sandboxtest.TestPoolHostKilledWhileFilling). About 15 s.
-func TestPoolHostKilledWhileFilling(t *testing.T) {
-	dir := t.TempDir()
-	r, image := runnerEnv(t, WithOwner(testenv.Owner("pool-host")), WithPoolDir(dir))
-	sandboxtest.TestPoolHostKilledWhileFilling(t, sandboxtest.PoolHostHarness{
-		Sweeper: r, Env: []string{poolHostDirEnv + "=" + dir}, Bridge: testenv.Bridge(t),
-		Template: port.TemplateOf(suiteSpec(image)), Size: 4,
-		Running:   func(ctx context.Context) ([]string, error) { return runningOf(ctx, r) },
-		Leftovers: func(context.Context) ([]string, error) { return ownedLeftovers(t, r), nil },
-	})
 }
