@@ -317,6 +317,37 @@ func Prune(root, owner string) int {
 	return n
 }
 
+// ErrHeld is RemoveDead's refusal of a lease whose holder is alive.
+var ErrHeld = errors.New("runlease: the lease is held")
+
+// RemoveDead removes one lease List returned (owner, run and holder from i) if its
+// holder is still gone, and the run's directory if that was its last lease. A lease
+// already gone is success; one a live process holds is ErrHeld. A sweeper that lists
+// leases first (a dry run reports exactly what the real sweep removes) removes them
+// with it.
+func RemoveDead(root string, i Info) error {
+	dir, err := runDir(root, i.Owner, i.RunID)
+	if err != nil {
+		return err
+	}
+	if err := checkName(i.Holder); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, i.Holder)
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !removeDead(p) {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", ErrHeld, p)
+	}
+	_ = os.Remove(dir) // empty only
+	_ = os.Remove(filepath.Dir(dir))
+	return nil
+}
+
 // removeDead removes the lease at p if no one holds it: under its lock, so a holder
 // cannot be taking it meanwhile, and only if p is still that file.
 func removeDead(p string) bool {

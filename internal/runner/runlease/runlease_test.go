@@ -2,6 +2,7 @@ package runlease
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -211,5 +212,44 @@ func TestBadNames(t *testing.T) {
 		if _, err := Hold(t.TempDir(), "owner", n, KindRun); err == nil {
 			t.Errorf("Hold(%q) succeeded", n)
 		}
+	}
+}
+
+// TestRemoveDead: a sweeper removes exactly the dead leases it listed; a live one is
+// refused, one already gone is success.
+func TestRemoveDead(t *testing.T) {
+	root := t.TempDir()
+	cmd := startHolder(t, nil, nil, root, "owner", "dead")
+	live, err := Hold(root, "owner", "live", KindRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Release()
+	killHolder(t, cmd)
+	ls, err := List(root, "owner")
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("List = %+v, %v", ls, err)
+	}
+	for _, l := range ls {
+		err := RemoveDead(root, l)
+		switch {
+		case l.Held && !errors.Is(err, ErrHeld):
+			t.Errorf("RemoveDead of a held lease = %v, want ErrHeld", err)
+		case !l.Held && err != nil:
+			t.Errorf("RemoveDead of a dead lease = %v", err)
+		case !l.Held:
+			if err := RemoveDead(root, l); err != nil {
+				t.Errorf("RemoveDead of a lease already gone = %v, want success", err)
+			}
+		}
+	}
+	if !Held(root, "owner", "live") || Held(root, "owner", "dead") {
+		t.Error("RemoveDead removed the wrong lease")
+	}
+	if _, err := os.Stat(filepath.Join(root, "owner", "dead")); !os.IsNotExist(err) {
+		t.Errorf("the dead run's directory is left: %v", err)
+	}
+	if err := RemoveDead(root, Info{Owner: "owner", RunID: "../x", Holder: "h"}); err == nil {
+		t.Error("RemoveDead took a bad name")
 	}
 }
