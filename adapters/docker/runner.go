@@ -190,11 +190,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates the run's container. A lease it cannot take is a
 // *leaseError (nothing was created).
 func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint []string, start time.Time) (string, *runlease.Lease, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return "", nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
