@@ -11,6 +11,8 @@
 //
 // One concern, one file:
 //
+//	runtimes    runtime.go (Runtime, RuntimeDriver, RegisterRuntime, OpenRuntime: a
+//	            runner chosen by a target string, database/sql style)
 //	running     runner.go (SandboxRunner), spec.go (RunSpec, its defaults and checks),
 //	            result.go (RunResult, ErrorCode, RunError), env.go (the sandbox's
 //	            environment), image.go (ImagePuller, pull policy, credentials),

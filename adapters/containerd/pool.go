@@ -155,7 +155,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	s.img = img
 	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
-	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.lease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
@@ -180,6 +180,14 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("create task: %w", classify(err))
 	}
 	s.task = task
+	// The shim keeps a writer of its own on the stub's stdin FIFO, so that the stream
+	// outlives its clients: without it, this process's writer is the only one, and
+	// the stub reads the end of its claim channel when this process dies, however it
+	// dies. A slot then ends by itself (and its pre-booted runtime with it) instead
+	// of waiting for a claim that can no longer come.
+	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
+		return nil, fmt.Errorf("close the shim's stdin writer: %w", classify(err))
+	}
 	s.mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
@@ -299,7 +307,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}()
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	var err error
-	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return toSlot(run.Fail(port.CodeInternal, err))
 	}
 
@@ -526,8 +534,8 @@ func (p *Pool) destroy(s *slot) {
 
 // holdLease takes runID's run lease (see slot.lease); one it cannot take is
 // ErrInternal.
-func holdLease(owner, runID string) (*runlease.Lease, error) {
-	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID)
+func holdLease(owner, runID, kind string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, kind)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
 	}

@@ -181,10 +181,10 @@ func (r *Runner) timedOut(ctx context.Context, spec port.RunSpec, task client.Ta
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates its container. A lease it cannot take is ErrInternal.
 func (r *Runner) createHeld(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string) (*runlease.Lease, client.Container, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return nil, nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
@@ -384,7 +384,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *
 	newContainer := func() (client.Container, error) {
 		return r.cli.NewContainer(lctx, id,
 			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
-			client.WithNewSpec(append(specOpts(spec, img, r.cfg.bridgePath), extra...)...),
+			client.WithNewSpec(append(append(specOpts(spec, img, r.cfg.bridgePath), extra...), withOwnerAnnotations(r.cfg.owner, spec.RunID))...),
 			client.WithContainerLabels(lbls),
 			r.withRuntime(),
 		)

@@ -26,6 +26,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -85,12 +86,19 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	root, dir, lbls := st.Root, st.Dir, st.Labels
 	var c client.Container
+	// Held from before the sandbox exists: another process's Sweep leaves it alone.
+	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
+	if err != nil {
+		_ = session.RemoveDir(root, dir)
+		return nil, opErr("Start", ss.RunID, err)
+	}
 	defer func() {
 		if err != nil {
 			if c != nil {
 				r.remove(c, ss.RunID, false)
 			}
 			_ = session.RemoveDir(root, dir)
+			lease.Release()
 		}
 	}()
 	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
@@ -104,7 +112,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
-	s := r.newSession(st.Meta(id, ss), c)
+	s := r.newSession(st.Meta(id, ss), c, lease)
 	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
 		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
 		return sessionIO(cio.Config{
@@ -170,7 +178,11 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", "", err)
 	}
 	m.ID = id
-	s := r.newSession(m, c)
+	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	if err != nil {
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	s := r.newSession(m, c, lease)
 	task, err := c.Task(ctx, func(f *cio.FIFOSet) (cio.IO, error) {
 		if f == nil {
 			return nil, errors.New("the task has no stdio")
@@ -206,8 +218,8 @@ type ctrSession struct {
 	started  chan struct{} // closed once the task runs
 }
 
-func (r *Runner) newSession(m session.Meta, c client.Container) *ctrSession {
-	h := session.NewHandle(m)
+func (r *Runner) newSession(m session.Meta, c client.Container, lease *runlease.Lease) *ctrSession {
+	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("containerd")
 	return &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
 }
@@ -290,6 +302,10 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 	tail := errOut[max(0, len(errOut)-256):]
 	if reason, ok := execFailed(true, res.ExitCode, tail); ok && !stopping {
 		fail(port.CodeContainerFailed, errors.New(reason))
+		return
+	}
+	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.c) {
+		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
 		return
 	}
 	if code == 137 {

@@ -78,15 +78,10 @@ var (
 )
 
 // NewProxyManager returns a ProxyManager. It does no I/O.
-func NewProxyManager(opts ...ProxyOption) (*ProxyManager, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, opErr("NewProxyManager", "", err)
-		}
+func NewProxyManager(opts ...Option) (*ProxyManager, error) {
+	cfg := defaultConfig(ctorProxy)
+	if err := cfg.apply(opts); err != nil {
+		return nil, opErr("NewProxyManager", "", err)
 	}
 	if err := cfg.connect(); err != nil {
 		return nil, opErr("NewProxyManager", "", err)

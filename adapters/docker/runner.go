@@ -38,7 +38,7 @@ var (
 
 // NewRunner returns a Runner. It does no I/O; use Ping to check the daemon.
 func NewRunner(opts ...Option) (*Runner, error) {
-	cfg := defaultConfig()
+	cfg := defaultConfig(ctorRunner)
 	if err := cfg.apply(opts); err != nil {
 		return nil, opErr("NewRunner", "", err)
 	}
@@ -96,11 +96,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates the run's container. A lease it cannot take is a
 // *leaseError (nothing was created).
 func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint []string, start time.Time) (string, *runlease.Lease, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return "", nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
@@ -316,24 +316,25 @@ func short(id string) string {
 	return id
 }
 
-// LoadImage loads a Docker image archive (as made by `docker save`, or
-// agentimage.Image.Archive) into the daemon. It returns only an error: the daemon's
-// progress output is read and dropped, and an error it reports there becomes an error
-// wrapping port.ErrInvalidSpec.
-func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
+// LoadImage implements port.ImageLoader: it loads a Docker image archive (as made by
+// `docker save`, or agentimage.Image.Archive) into the daemon and returns the names
+// of the images it held ("name:tag", or the image ID for an untagged one). An error
+// the daemon reports in its output becomes an error wrapping port.ErrInvalidSpec.
+func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
 	rc, err := r.cfg.api.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
 	if err != nil {
-		return opErr("LoadImage", "", classify(err))
+		return nil, opErr("LoadImage", "", classify(err))
 	}
 	defer rc.Close()
 	out, err := io.ReadAll(io.LimitReader(rc, 1<<20))
 	if err != nil {
-		return opErr("LoadImage", "", err)
+		return nil, opErr("LoadImage", "", err)
 	}
-	if msg := loadError(out); msg != "" {
-		return opErr("LoadImage", "", fmt.Errorf("%w: %s", port.ErrInvalidSpec, msg))
+	names, msg := loadOutput(out)
+	if msg != "" {
+		return nil, opErr("LoadImage", "", fmt.Errorf("%w: %s", port.ErrInvalidSpec, msg))
 	}
-	return nil
+	return names, nil
 }
 
 func randHex(n int) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -31,7 +32,7 @@ var _ port.SessionRunner = (*Runner)(nil)
 // temporary directory. Sweep and Attach only act on session directories directly under
 // it, whatever a label says.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error { return optcheck.AbsDir(&c.sessionRoot, dir, "session dir") }
+	return only(ctorRunner, "WithSessionDir", func(c *config) error { return optcheck.AbsDir(&c.sessionRoot, dir, "session dir") })
 }
 
 func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
@@ -92,6 +93,12 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	// replays it. The agent never blocks on output: the daemon always reads it.
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
 	var id string
+	// Held from before the sandbox exists: another process's Sweep leaves it alone.
+	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
+	if err != nil {
+		_ = session.RemoveDir(root, dir)
+		return nil, opErr("Start", ss.RunID, err)
+	}
 	defer func() {
 		if err != nil {
 			// A fresh context: a cancelled caller must not leak the container.
@@ -99,6 +106,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 				r.remove(context.WithoutCancel(ctx), id, ss.RunID)
 			}
 			_ = session.RemoveDir(root, dir)
+			lease.Release()
 		}
 	}()
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
@@ -106,7 +114,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
 	}
 	id = created.ID
-	s := r.newSession(st.Meta(id, ss))
+	s := r.newSession(st.Meta(id, ss), lease)
 	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, err)
@@ -142,7 +150,11 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", "", err)
 	}
 	m.ID = c.ID
-	s := r.newSession(m)
+	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	if err != nil {
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	s := r.newSession(m, lease)
 	if err := s.watch(ctx, container.WaitConditionNotRunning); err != nil {
 		s.halt()
 		return nil, opErr("Attach", m.RunID, err)
@@ -163,8 +175,8 @@ type dockerSession struct {
 	stopped  bool // removed
 }
 
-func (r *Runner) newSession(m session.Meta) *dockerSession {
-	h := session.NewHandle(m)
+func (r *Runner) newSession(m session.Meta, lease *runlease.Lease) *dockerSession {
+	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("docker")
 	return &dockerSession{Handle: h, r: r}
 }
@@ -208,7 +220,7 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 				if wctx.Err() != nil {
 					return // detached or stopped
 				}
-				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}, nil)
+				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: s.r.waitFailed(wctx, s.ID(), err, "session's sandbox")}, nil)
 				return
 			case <-timer:
 				timer = nil
@@ -247,6 +259,10 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 	errOut, _ := s.Stderr.Bytes()
 	if reason, ok := execFailed(true, code, lastBytes(errOut, 256)); ok && !stopping {
 		fail(port.CodeContainerFailed, errors.New(reason))
+		return
+	}
+	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.ID()) {
+		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
 		return
 	}
 	if code == 137 {

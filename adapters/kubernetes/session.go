@@ -234,7 +234,7 @@ type kubeSession struct {
 
 func (r *Runner) newSession(m session.Meta, prefix []string) *kubeSession {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &kubeSession{Handle: session.NewHandle(m), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
+	return &kubeSession{Handle: session.NewHandle(m, nil), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
 		started: make(chan struct{}), followed: make(chan struct{})}
 }
 
