@@ -71,30 +71,31 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# bg NAME CMD...: CMD in the background, its stdout in $guard/NAME.out, stderr in
-# $guard/NAME.log, and when it ended in $guard/NAME.done.
+# bg NAME WHAT CMD...: CMD in the background, its stdout in $guard/NAME.out and stderr in
+# $guard/NAME.log; when it ends, an `at` line says WHAT (with the step's own timing when
+# it prints one: "built in N s").
 bg() {
-  local name=$1
-  shift
+  local name=$1 what=$2
+  shift 2
   ("$@" >"$guard/$name.out" 2>"$guard/$name.log" && rc=0 || rc=$?
-    echo "$rc $(($(date +%s) - start))" >"$guard/$name.done"
+    echo "$rc" >"$guard/$name.rc"
+    if [ "$rc" = 0 ]; then
+      at "$what$(grep -ho ' built in [0-9]* s' "$guard/$name.log" | tail -n 1 | sed 's/^ /: /')"
+    else
+      at "$what: FAILED (exit $rc)"
+    fi
     exit "$rc") &
   bg_pid[$name]=$!
 }
-# await NAME WHAT: waits for NAME and prints when it ended; when it failed, the end of its
-# log too, and returns 1.
+# await NAME: waits for NAME; when it failed, prints the end of its log and returns 1.
 await() {
-  local name=$1 what=$2 rc=1 t=?
-  wait "${bg_pid[$name]}" 2>/dev/null || true
-  unset "bg_pid[$name]"
-  read -r rc t <"$guard/$name.done" 2>/dev/null || true
-  if [ "$rc" = 0 ]; then
-    # The installers' own timing, when they print one.
-    echo "   ($t s) $what$(grep -ho ' built in [0-9]* s' "$guard/$name.log" | tail -n 1 | sed 's/^ /: /')"
-    return 0
-  fi
-  echo "   ($t s) $what: FAILED (exit $rc)"
-  tail -n 40 "$guard/$name.log"
+  local rc=1
+  wait "${bg_pid[$1]}" 2>/dev/null || true
+  unset "bg_pid[$1]"
+  read -r rc <"$guard/$1.rc" 2>/dev/null || true
+  [ "$rc" = 0 ] && return 0
+  echo "== $1 failed; the end of its output:"
+  tail -n 40 "$guard/$1.log"
   return 1
 }
 
@@ -106,29 +107,29 @@ shuffle=${SANDBOX_SHUFFLE:-on}
 # Nomad and Kubernetes runners' tests; minutes of CPU from a cold Go build cache, seconds
 # warm), gVisor's runsc (setup.sh's runtimes step then finds it), and the package the
 # killed run below tests (compiled only: its run waits for the daemons).
-bg nomad bash scripts/install-nomad.sh
-bg kube bash scripts/install-kubernetes.sh
-if [ "$(id -u)" = 0 ]; then bg runsc bash scripts/install-runsc.sh; fi
-bg crashbuild go test -count=1 $race -c -o /dev/null ./adapters/containerd/
+bg nomad "Nomad built" bash scripts/install-nomad.sh
+bg kube "Kubernetes built" bash scripts/install-kubernetes.sh
+if [ "$(id -u)" = 0 ]; then bg runsc "runsc built" bash scripts/install-runsc.sh; fi
+bg crashbuild "the killed run's package compiled" go test -count=1 $race -c -o /dev/null ./adapters/containerd/
 
 bash scripts/setup.sh tests
 at "Debian packages and daemons ready"
 # What only some tests need, beside the rest: a real registry for the image pull tests
 # (Debian's docker-registry), Python for the Python agent image builder's tests, a real
 # Prometheus to scrape the shared daemon's metrics, and OpenClaw and Node from npm.
-bg installers bash -c 'set -e
+bg installers "registry, Python, Prometheus, OpenClaw and Node installed" bash -c 'set -e
   bash scripts/install-registry.sh
   bash scripts/install-python.sh >&2
   bash scripts/install-prometheus.sh >&2
   bash scripts/install-openclaw.sh'
 # go vet, with the tests' build flags: it compiles what the tests compile, so its work is
 # theirs too; at low priority, it takes what CPU the other steps leave.
-bg vet nice -n 10 go vet $race ./...
+bg vet "vetted" nice -n 10 go vet $race ./...
 if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
 
 # The runtimes (crun, runsc) registered with Docker and containerd, before the tripwire
 # records the files that registering writes.
-if [ -n "${bg_pid[runsc]:-}" ]; then await runsc "runsc built" || exit 1; fi
+if [ -n "${bg_pid[runsc]:-}" ]; then await runsc || exit 1; fi
 bash scripts/setup.sh runtimes
 at "runtimes registered"
 
@@ -142,7 +143,7 @@ bash scripts/tripwire.sh record "$guard/tripwire"
 # it) once its sandboxes exist, and the suite below must pass regardless. Each test
 # package sweeps the owners of dead test processes first (internal/testsupport/testenv).
 # It runs before any package of the suite starts.
-await crashbuild "the killed run's package compiled" || exit 1
+await crashbuild || exit 1
 if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   echo "== a go test of the pool and session tests, killed mid-run"
   bash scripts/outlive.sh begin "$guard/crash" >/dev/null
@@ -176,7 +177,7 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   at "the killed run is over"
 fi
 
-await installers "registry, Python, Prometheus, OpenClaw and Node installed" || exit 1
+await installers || exit 1
 eval "$(cat "$guard/installers.out")"
 export REGISTRY_BIN OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
 export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
@@ -185,15 +186,30 @@ export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
 # cluster rig) wait for those builds; every other package is tested now. The first go
 # test runs without NOMAD_BIN and KUBE_BIN_DIR, so a package put on the wrong side fails
 # (with every part required) instead of passing unseen.
+# go test starts the packages in the order given, two at a time: the slowest go first, so
+# that the longest (integration: about half of the suite's time) does not start last.
+# Slowest by the last run's log when there is one, else by the suite's runs recorded in
+# docs/testing.md.
+TEST_LOG=${TEST_LOG:-.cache/test.log}
+slowest_first() {
+  local m
+  m=$(go list -m)
+  awk -v m="$m" -v prev="$TEST_LOG" '
+    BEGIN {
+      n = split("integration:1700 adapters/containerd:460 preload:350 adapters/nomad:300 adapters/docker:290 adapters/kubernetes:290 openclaw/gateway:140 adapters/gitcli:130 openclaw:100 openclaw/billing:80", h, " ")
+      for (i = 1; i <= n; i++) { split(h[i], kv, ":"); t[m "/" kv[1]] = kv[2] }
+      while ((getline l < prev) > 0) { split(l, f, /[ \t]+/); if ((f[1] == "ok" || f[1] == "FAIL") && f[3] ~ /^[0-9.]+s$/) t[f[2]] = f[3] + 0 }
+    }
+    { print (($0 in t) ? t[$0] : 0), $0 }' | sort -s -rn -k1,1 | cut -d' ' -f2
+}
 cluster_pkgs=$(go list -test -f '{{if not .ForTest}}{{.ImportPath}} {{join .Deps " "}}{{end}}' ./... |
-  awk '$1 ~ /\.test$/ { for (i = 2; i <= NF; i++) if ($i ~ /\/(nomadtest|kubetest|nomadlocal|kubelocal)$/) { sub(/\.test$/, "", $1); print $1; break } }' | sort -u)
-other_pkgs=$(go list ./... | grep -vxF -f <(echo "$cluster_pkgs"))
+  awk '$1 ~ /\.test$/ { for (i = 2; i <= NF; i++) if ($i ~ /\/(nomadtest|kubetest|nomadlocal|kubelocal)$/) { sub(/\.test$/, "", $1); print $1; break } }' | sort -u | slowest_first)
+other_pkgs=$(go list ./... | grep -vxF -f <(echo "$cluster_pkgs") | slowest_first)
 [ -n "$cluster_pkgs" ] || { echo "no package starts a cluster: the cluster rigs moved? (test.sh looks for nomadtest and kubetest)"; exit 1; }
 
 echo "== go test $race -shuffle=$shuffle (SANDBOX_REQUIRE=$SANDBOX_REQUIRE)"
 # The verbose log is kept whole; what is printed is the summary, the failures and a
 # count that shows no test was skipped.
-TEST_LOG=${TEST_LOG:-.cache/test.log}
 mkdir -p "$(dirname "$TEST_LOG")"
 # Both go tests run in one cgroup of their own: whatever they started and left running is
 # found afterwards (scripts/outlive.sh), with the mounts and containers they left.
@@ -207,26 +223,26 @@ gotest() { # log, packages...: go test in the outlive cgroup
 }
 unset NOMAD_BIN KUBE_BIN_DIR
 # shellcheck disable=SC2086
-bg tests gotest "$TEST_LOG" $other_pkgs
+bg tests "the packages that need no cluster tested" gotest "$TEST_LOG" $other_pkgs
 at "go test of the $(wc -w <<<"$other_pkgs") packages that need no cluster started"
 
 cluster_log="$guard/test-clusters.log"
 : >"$cluster_log"
 built=1
-await nomad "Nomad built" || built=0
-await kube "Kubernetes built" || built=0
+await nomad || built=0
+await kube || built=0
 if [ "$built" = 1 ]; then
   eval "$(cat "$guard/nomad.out" "$guard/kube.out")"
   export NOMAD_BIN KUBE_BIN_DIR KUBE_VERSION
   # shellcheck disable=SC2086
-  bg clustertests gotest "$cluster_log" $cluster_pkgs
+  bg clustertests "the cluster packages tested" gotest "$cluster_log" $cluster_pkgs
   at "go test of the $(wc -w <<<"$cluster_pkgs") cluster packages started"
 fi
 
 rc=0
-await tests "the packages that need no cluster tested" || rc=1
+await tests || rc=1
 if [ "$built" = 1 ]; then
-  await clustertests "the cluster packages tested" || rc=1
+  await clustertests || rc=1
 else
   echo "the cluster packages were not tested: a build failed (above)"
   rc=1
@@ -243,8 +259,7 @@ if [ "$rc" != 0 ]; then
   grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL|WARNING: DATA RACE" "$TEST_LOG" | head -n 400 || true
 fi
 at "tests over"
-echo "== go vet $race"
-await vet "vetted" || rc=1
+await vet || rc=1
 echo "== what outlived the tests"
 outlived=0
 bash scripts/outlive.sh check "$guard/outlive" "${fresh:-/nonexistent}" "$PWD" || outlived=1
