@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -144,6 +145,7 @@ func WithoutLLM() Option {
 // option, or missing LiteLLM; ErrUnavailable when the runtime or LiteLLM does not
 // answer; each says what to do.
 func Open(ctx context.Context, target string, opts ...Option) (_ *Sandbox, err error) {
+	defer func() { err = withHint(err) }()
 	s := newSandbox(nil)
 	s.open = &openConfig{}
 	if err := s.apply(opts); err != nil {
@@ -170,6 +172,11 @@ func Open(ctx context.Context, target string, opts ...Option) (_ *Sandbox, err e
 	// The default LLM access and reconciler come unless the options say otherwise.
 	if err := s.checkOptions(s.llm != nil || !c.withoutLLM, s.reconciler != nil || (s.llm == nil && !c.withoutLLM)); err != nil {
 		return nil, fmt.Errorf("sandbox: open: %w", err)
+	}
+	if scheme, _, ok := strings.Cut(target, "://"); target != "" && (!ok || !slices.Contains(port.RuntimeDrivers(), scheme)) {
+		// A target no driver takes: say so before building anything.
+		_, err := port.OpenRuntime(ctx, target, port.RuntimeConfig{})
+		return nil, fmt.Errorf("sandbox: open %q: %w", target, err)
 	}
 	if c.bridge == "" {
 		if c.bridge, err = bridge.Build(ctx, ""); err != nil {
@@ -279,11 +286,11 @@ func (c *openConfig) close() error {
 func (s *Sandbox) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
 	l, ok := s.runner.(port.ImageLoader)
 	if !ok {
-		return nil, fmt.Errorf("sandbox: load image: %w: the runner (%T) loads no images; load it with the runtime's own tools", port.ErrUnsupported, s.runner)
+		return nil, withHint(fmt.Errorf("sandbox: load image: %w: the runner (%T) loads no images; load it with the runtime's own tools", port.ErrUnsupported, s.runner))
 	}
 	names, err := l.LoadImage(ctx, archive)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: load image: %w", err)
+		return nil, withHint(fmt.Errorf("sandbox: load image: %w", err))
 	}
 	return names, nil
 }

@@ -372,6 +372,7 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
+	defer func() { err = withHint(err) }()
 	req, done, err := s.withDefaults(req)
 	if err != nil {
 		return nil, err
@@ -659,7 +660,7 @@ func (s *Sandbox) reconcileAsync(ctx context.Context, req port.ReconcileRequest,
 		}()
 		r.usage, r.err = s.reconcile(ctx, req)
 		if r.err != nil {
-			r.err = fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, r.err)
+			r.err = withHint(fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, r.err))
 			log.Warn("reconciliation failed", logattr.Err, r.err)
 		}
 	}()

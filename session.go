@@ -67,6 +67,7 @@ type Session struct {
 // everything started is stopped. Errors: those of Run before the sandbox runs, and
 // port.ErrUnsupported for a runner without sessions.
 func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, err error) {
+	defer func() { err = withHint(err) }()
 	var done func()
 	if req.Request, done, err = s.withDefaults(req.Request); err != nil {
 		return nil, err
@@ -234,6 +235,7 @@ func (ss *Session) Audit() []port.AuditRecord {
 func (ss *Session) Stop(ctx context.Context, grace time.Duration) (*Result, error) {
 	ss.stopOnce.Do(func() {
 		ss.res, ss.err = ss.stop(ctx, grace)
+		ss.err = withHint(ss.err)
 		ss.done()
 	})
 	return ss.res, ss.err
