@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
@@ -22,7 +23,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -189,11 +189,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates the run's container. A lease it cannot take is a
 // *leaseError (nothing was created).
 func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint []string, start time.Time) (string, *runlease.Lease, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return "", nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
@@ -256,7 +256,7 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 	if r.cfg.bridgePath != "" {
 		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
 		// Docker's OOM event does.
-		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 	}
 	if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
 		// Docker sets its flag from the runtime's OOM event, which can come after
@@ -339,7 +339,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(runner.EgressPrefix(spec, sandboxbridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(runner.EgressPrefix(spec, bridgeapi.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }
@@ -439,12 +439,12 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
+	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
 		return "", false
 	}
-	return sandboxbridge.ExecFailure(tail)
+	return bridgeapi.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.

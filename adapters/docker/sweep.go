@@ -50,9 +50,6 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		return !session.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
 	}
 
-	if !opts.DryRun {
-		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
-	}
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
@@ -87,6 +84,9 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		if _, err := cfg.api.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
 			rep.Errors = append(rep.Errors, fmt.Errorf("volume %s: %w", v.Name, classify(err)))
 		}
+	}
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
 	}
 	cfg.logger.Info("sweep done", logattr.Owner, cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
