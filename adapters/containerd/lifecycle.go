@@ -54,8 +54,9 @@ func (s *oneShot) Validate(ctx context.Context, spec port.RunSpec) (port.RunSpec
 
 func (s *oneShot) Image(ctx context.Context, run *runner.Run) (err error) {
 	if s.img, err = s.r.imageInfo(ctx, run.Spec.Image); err != nil {
-		// A missing image or a bad reference fails the container, as on Docker.
-		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
+		// A bad reference fails the container, as on Docker; a missing image is
+		// port.ErrImageNotFound with no result: nothing was created.
+		if errors.Is(err, port.ErrInvalidSpec) {
 			return runner.Fail(port.CodeContainerFailed, err)
 		}
 		return err

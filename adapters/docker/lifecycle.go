@@ -52,15 +52,13 @@ func (s *oneShot) Image(ctx context.Context, run *runner.Run) (err error) {
 func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 	entrypoint, err := s.r.entrypoint(ctx, run.Spec)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
-			return runner.Fail(port.CodeContainerFailed, err)
-		}
+		// A missing image: nothing was created, so no result.
 		return err
 	}
 	id, lease, err := s.r.createHeld(ctx, run.Spec, entrypoint, run.Start)
 	if err != nil {
 		var le *leaseError
-		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || errors.Is(err, port.ErrImageNotFound) || ctx.Err() != nil {
 			return err
 		}
 		return runner.Fail(port.CodeContainerFailed, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/port"
@@ -111,7 +112,7 @@ func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint [
 	})
 	if err != nil {
 		lease.Release()
-		return "", nil, classify(err)
+		return "", nil, r.createError(ctx, spec.Image, err)
 	}
 	return made.ID, lease, nil
 }
@@ -233,7 +234,10 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 	if len(argv) == 0 {
 		img, err := r.cfg.api.ImageInspect(ctx, spec.Image)
 		if err != nil {
-			return nil, fmt.Errorf("image %q: %w", spec.Image, classify(err))
+			if cerr := classify(err); !errors.Is(cerr, port.ErrNotFound) {
+				return nil, fmt.Errorf("image %q: %w", spec.Image, cerr)
+			}
+			return nil, imagepull.Missing(spec.Image, "Docker", r.cfg.pullPolicy, nil)
 		}
 		if img.Config != nil {
 			argv = append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
@@ -287,7 +291,9 @@ func (r *Runner) kill(ctx context.Context, id string, wait client.ContainerWaitR
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.killGrace)
 	defer cancel()
 	if _, err := r.cfg.api.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		// Not running (never started, or already gone) or no daemon: no exit to await.
 		log.Warn("kill failed", logattr.Err, err)
+		return
 	}
 	select {
 	case <-wait.Result:

@@ -361,7 +361,10 @@ func TestPkgNothingToDo(t *testing.T) {
 // apt-get runs and gone afterwards; one that was there before (the machine's) is left
 // as it was; one a killed run of the helper left behind is taken over and removed.
 func TestPkgNoServiceStarts(t *testing.T) {
-	policy := func(f *fakeDebian) string { b, _ := os.ReadFile(filepath.Join(f.root, "usr/sbin/policy-rc.d")); return string(b) }
+	policy := func(f *fakeDebian) string {
+		b, _ := os.ReadFile(filepath.Join(f.root, "usr/sbin/policy-rc.d"))
+		return string(b)
+	}
 	policed := func(f *fakeDebian) bool {
 		for _, l := range f.log(t) {
 			if strings.HasPrefix(l, "policy ") && strings.HasSuffix(l, " exit 101") {
