@@ -78,60 +78,12 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 			done()
 		}
 	}()
+	runner, spec, pspec, err := s.planSession(req)
+	if err != nil {
+		return nil, err
+	}
 	fail := func(err error) (*Session, error) {
 		return nil, fmt.Errorf("sandbox: session %s: %w", req.RunID, err)
-	}
-	if !req.Grant.AllowSandbox {
-		return nil, fmt.Errorf("sandbox: session %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
-	}
-	if err := port.ValidateRunID(req.RunID); err != nil {
-		return nil, fmt.Errorf("sandbox: %w%s", err, s.runIDHint(req.RunID))
-	}
-	if err := s.checkRequest(req.Request, true); err != nil {
-		return fail(err)
-	}
-	runner, ok := s.runner.(port.SessionRunner)
-	if !ok {
-		return fail(fmt.Errorf("%w: the runner has no sessions", port.ErrUnsupported))
-	}
-	egressPolicy, err := s.egressPolicy(req.Request)
-	if err != nil {
-		return fail(err)
-	}
-	spec := port.SessionSpec{
-		RunSpec: port.RunSpec{
-			RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: s.agentEnv(req.Request),
-			WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
-			User: req.User, Network: req.Network, Labels: req.Labels, OwnBridge: req.OwnBridge,
-		},
-		Expose: req.Expose, LogLimit: req.LogLimit,
-	}
-	if err := spec.WithDefaults().Validate(); err != nil {
-		return fail(err)
-	}
-	if req.WorkspaceDir == "" {
-		return fail(port.Invalidf("SessionRequest.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per session)"))
-	}
-	if err := spec.CheckHostPaths(); err != nil {
-		return fail(err)
-	}
-	var pspec port.ProxySpec
-	if s.llm != nil {
-		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
-		}
-	}
-	// What the adapters declare they cannot do is refused before any side effect.
-	if err := s.checkCapabilities(spec.RunSpec, pspec); err != nil {
-		return fail(err)
-	}
-	if err := s.checkRepo(req.Request); err != nil {
-		return fail(err)
-	}
-	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
-		return fail(err)
 	}
 	if s.llm != nil {
 		if pspec.APIKey, err = s.proxyKey(ctx, spec.WithDefaults().Limits.Timeout); err != nil {
@@ -176,6 +128,68 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	}
 	ss.log.Info("session started", "id", ss.sess.ID())
 	return ss, nil
+}
+
+// planSession checks a session request as Run checks a run's (nothing is started) and
+// returns the session runner, the session's spec and its proxy's spec (without its key).
+func (s *Sandbox) planSession(req SessionRequest) (port.SessionRunner, port.SessionSpec, port.ProxySpec, error) {
+	var spec port.SessionSpec
+	var pspec port.ProxySpec
+	fail := func(err error) (port.SessionRunner, port.SessionSpec, port.ProxySpec, error) {
+		return nil, spec, pspec, fmt.Errorf("sandbox: session %s: %w", req.RunID, err)
+	}
+	if !req.Grant.AllowSandbox {
+		return nil, spec, pspec, fmt.Errorf("sandbox: session %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
+	}
+	if err := port.ValidateRunID(req.RunID); err != nil {
+		return nil, spec, pspec, fmt.Errorf("sandbox: %w%s", err, s.runIDHint(req.RunID))
+	}
+	if err := s.checkRequest(req.Request, true); err != nil {
+		return fail(err)
+	}
+	runner, ok := s.runner.(port.SessionRunner)
+	if !ok {
+		return fail(fmt.Errorf("%w: the runner has no sessions", port.ErrUnsupported))
+	}
+	egressPolicy, err := s.egressPolicy(req.Request)
+	if err != nil {
+		return fail(err)
+	}
+	spec = port.SessionSpec{
+		RunSpec: port.RunSpec{
+			RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: s.agentEnv(req.Request),
+			WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,
+			User: req.User, Network: req.Network, Labels: req.Labels, OwnBridge: req.OwnBridge,
+		},
+		Expose: req.Expose, LogLimit: req.LogLimit,
+	}
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return fail(err)
+	}
+	if req.WorkspaceDir == "" {
+		return fail(port.Invalidf("SessionRequest.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per session)"))
+	}
+	if err := spec.CheckHostPaths(); err != nil {
+		return fail(err)
+	}
+	if s.llm != nil {
+		pspec = port.ProxySpec{
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
+			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+			Egress: egressPolicy,
+		}
+	}
+	// What the adapters declare they cannot do is refused before any side effect.
+	if err := s.checkCapabilities(spec.RunSpec, pspec); err != nil {
+		return fail(err)
+	}
+	if err := s.checkRepo(req.Request); err != nil {
+		return fail(err)
+	}
+	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
+		return fail(err)
+	}
+	return runner, spec, pspec, nil
 }
 
 // ID is the runner's session ID.
