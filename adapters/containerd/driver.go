@@ -35,23 +35,8 @@ func (driver) Open(_ context.Context, target *url.URL, cfg port.RuntimeConfig) (
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Owner != "" {
-		opts = append(opts, WithOwner(cfg.Owner))
-	}
-	if cfg.Logger != nil {
-		opts = append(opts, WithLogger(cfg.Logger))
-	}
-	if cfg.Bridge != "" {
-		opts = append(opts, WithBridge(cfg.Bridge))
-	}
-	if cfg.Runtime != "" {
-		opts = append(opts, WithRuntime(cfg.Runtime))
-	}
-	r, err := NewRunner(opts...)
-	if err != nil {
-		return nil, err // not a nil *Runner in a non-nil port.Runtime
-	}
-	return r, nil
+	opts = runner.ConfigOptions(opts, cfg, WithOwner, WithLogger, WithBridge, WithRuntime)
+	return runner.AsRuntime(NewRunner(opts...))
 }
 
 // Detect implements port.RuntimeDriver: the daemon's version and address, and the
