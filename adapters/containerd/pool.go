@@ -155,7 +155,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	s.img = img
 	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
-	if s.lease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
+	if s.lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
@@ -307,7 +307,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}()
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	var err error
-	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
+	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return toSlot(run.Fail(port.CodeInternal, err))
 	}
 
@@ -530,16 +530,6 @@ func (p *Pool) destroy(s *slot) {
 		r.cfg.logger.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.dir, "err", err)
 	}
 	s.release()
-}
-
-// holdLease takes runID's run lease (see slot.lease); one it cannot take is
-// ErrInternal.
-func holdLease(owner, runID, kind string) (*runlease.Lease, error) {
-	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, kind)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
-	}
-	return l, nil
 }
 
 // release gives up the slot's leases: it is gone, or a Sweep may have what is left.

@@ -180,7 +180,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		s.img = imageConfig{argv: append(append([]string(nil), c.Entrypoint...), c.Cmd...), env: c.Env, dir: c.WorkingDir}
 	}
 	spec := p.tmpl.Spec("pool-" + name[len(poolNamePrefix):])
-	if s.lease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
+	if s.lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
@@ -308,7 +308,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	}()
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
 	var err error
-	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
+	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return toSlot(run.Fail(port.CodeInternal, err))
 	}
 
@@ -522,16 +522,6 @@ func (r *Runner) goneAfterRemoval(ctx context.Context, id string) bool {
 		}
 	}
 	return false
-}
-
-// holdLease takes runID's run lease (see slot.lease); one it cannot take is
-// ErrInternal.
-func holdLease(owner, runID, kind string) (*runlease.Lease, error) {
-	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, kind)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
-	}
-	return l, nil
 }
 
 // release ends the slot's connections to the daemon.
