@@ -96,16 +96,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 // the background, then closes the connection to the daemon. What a removal could not
 // finish stays labelled for Sweep.
 func (r *Runner) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
-	defer cancel()
-	for _, p := range r.pools.Close() {
-		if err := p.Close(ctx); err != nil {
-			r.cfg.logger.Warn("closing a warm pool failed; a Sweep will finish it", "err", err)
-		}
-	}
-	if err := r.cleanup.Close(ctx); err != nil {
-		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
-	}
+	warmpool.Shutdown(r.pools.Close(), r.cleanup, r.cfg.cleanupTimeout, r.cfg.logger)
 	r.oom.mu.Lock()
 	if r.oom.stop != nil {
 		r.oom.stop()

@@ -541,10 +541,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.r.pools.Remove(p)
-	if err := p.k.Drain(ctx); err != nil {
-		return opErr("Pool.Close", "", err)
-	}
-	if err := p.r.cleanup.Wait(ctx); err != nil {
+	if err := warmpool.Settle(ctx, p.k, p.r.cleanup); err != nil {
 		return opErr("Pool.Close", "", err)
 	}
 	return nil

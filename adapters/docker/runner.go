@@ -63,16 +63,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 // (unless it was passed in with WithClient). What a removal could not finish stays
 // labelled for Sweep.
 func (r *Runner) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.cleanupTimeout)
-	defer cancel()
-	for _, p := range r.pools.Close() {
-		if err := p.Close(ctx); err != nil {
-			r.cfg.logger.Warn("closing a warm pool did not finish; a Sweep will remove what is left", logattr.Err, err)
-		}
-	}
-	if err := r.cleanup.Close(ctx); err != nil {
-		r.cfg.logger.Warn("background removals still pending at Close; a Sweep will finish them", "err", err)
-	}
+	warmpool.Shutdown(r.pools.Close(), r.cleanup, r.cfg.cleanupTimeout, r.cfg.logger)
 	return r.cfg.api.Close()
 }
 
