@@ -160,10 +160,12 @@ type Request struct {
 	FailOnUpstream bool
 	// RequireAttestation gives the run no LLM access until its sandbox attested the
 	// promised isolation from inside (see port.Attestation); the proxy must be able
-	// to receive attestations (the in-process one can). The proxy takes the first
-	// report only, and only the runner's bridge, started before the agent's first
-	// process, can be sure to send it first: with OwnBridge the first report would
-	// come from the image (the agent could attest for itself), so Run refuses
+	// to receive attestations (the in-process one and the shared daemon can). The
+	// proxy takes one report, and only with the run's attestation key
+	// (port.LLMSocket.AttestKey), which the runner hands to its own bridge alone:
+	// no process of the sandbox's, not even one that ran before the bridge (a warm
+	// pool's pre-booted runtime), can report for it. With OwnBridge the image's
+	// bridge would report (the agent could attest for itself), so Run refuses
 	// RequireAttestation with OwnBridge (port.ErrInvalidSpec) rather than give it
 	// an attestation the agent can forge.
 	RequireAttestation bool

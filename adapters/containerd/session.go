@@ -467,7 +467,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	p := *spec.Process
 	p.Terminal = false
 	p.Args = append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
-	p.Env = mergeEnv(spec.Process.Env, es.Env)
+	p.Env = mergeEnv(spec.Process.Env, runner.ExecEnv(es.Env))
 	if es.Dir != "" {
 		p.Cwd = es.Dir
 	}

@@ -403,7 +403,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		dir = port.WorkspacePath
 	}
 	created, err := ex.ExecCreate(ctx, s.ID(), client.ExecCreateOptions{
-		User: s.User, Cmd: argv, Env: port.EnvList(es.Env), WorkingDir: dir, AttachStdout: true, AttachStderr: true,
+		User: s.User, Cmd: argv, Env: port.EnvList(runner.ExecEnv(es.Env)), WorkingDir: dir, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		return nil, opErr("Exec", s.RunID(), classify(err))
