@@ -402,6 +402,16 @@ func (s *Sandbox) agentEnv(req Request) map[string]string {
 	return env
 }
 
+// checkSelfAttestation refuses RequireAttestation with OwnBridge (Run and Start):
+// the image's own bridge, not the runner's, would report, so the agent could
+// attest for itself.
+func checkSelfAttestation(req Request) error {
+	if req.RequireAttestation && req.OwnBridge {
+		return port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would report the attestation, so the agent could attest for itself")
+	}
+	return nil
+}
+
 // prepare checks req and turns it into the runner's and the proxy's specs; it has
 // no side effects, so whatever it refuses leaves nothing behind. Its errors are
 // Run's, already wrapped.
@@ -422,8 +432,8 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		return wrap(err)
 	}
 	s.traceEgress(ctx, egressPolicy)
-	if req.RequireAttestation && req.OwnBridge {
-		return wrap(port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
+	if err := checkSelfAttestation(req); err != nil {
+		return wrap(err)
 	}
 	if (req.Reconcile || req.ReconcileAsync) && (s.reconciler == nil || s.llm == nil) {
 		return wrap(port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))

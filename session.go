@@ -80,6 +80,9 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	if req.Stdout != nil || req.Stderr != nil {
 		return fail(port.Invalidf("a session keeps its logs (Session.Logs); Stdout and Stderr must be nil"))
 	}
+	if err := checkSelfAttestation(req.Request); err != nil {
+		return fail(err)
+	}
 	egressPolicy, err := s.egressPolicy(req.Request)
 	if err != nil {
 		return fail(err)
