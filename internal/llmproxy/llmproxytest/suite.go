@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Config is what a front under test is built with.
@@ -66,6 +67,7 @@ func Test(t *testing.T, newFront NewFront) {
 	}{
 		{"ForwardsWithPolicyAndAudits", testForwards},
 		{"HeaderAllowlist", testHeaders},
+		{"ResponseHeaderAllowlist", testResponseHeaders},
 		{"TrailersAreDropped", testTrailers},
 		{"BodyAllowlist", testBodyPolicy},
 		{"NonJSONBodiesAreRefused", testNonJSON},
@@ -249,6 +251,47 @@ func testHeaders(t *testing.T, nf NewFront) {
 	}
 	if got.Get("Anthropic-Version") != "2023-06-01" || got.Get("User-Agent") != "agent/1" {
 		t.Errorf("allowlisted headers were lost: %v", got)
+	}
+}
+
+// transportHeaders are response headers a front's HTTP server writes itself.
+var transportHeaders = map[string]bool{"Date": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true}
+
+// testResponseHeaders: the agent sees only the response headers of the one
+// allowlist (proxypolicy.ResponseHeaders), on plain and streamed answers, errors
+// and refusals: none of the shared key's rate limits, the provider's headers or
+// the key's spend that LiteLLM sends (litellmtest.SharedKeyHeaders).
+func testResponseHeaders(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-resp-headers"))
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/v1/chat/completions", chatBody, 200},
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:s hi"}]}`, 200},
+		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"hi"}`, 200},
+		{"/v1/chat/completions", `{"model":"no-such-model","messages":[{"role":"user","content":"x"}]}`, 0},
+		{"/v1/models", "", 200},
+	} {
+		method := http.MethodPost
+		if c.body == "" {
+			method = http.MethodGet
+		}
+		r := Do(t, e.run, method, c.path, c.body, nil)
+		if c.status != 0 && r.Status != c.status {
+			t.Errorf("%s %s: %d %s", method, c.path, r.Status, r.Body)
+		}
+		for name, vals := range r.Header {
+			if !proxypolicy.IsResponseHeaderAllowed(name) && !transportHeaders[name] {
+				t.Errorf("%s %s (%d): the agent got %s: %q", method, c.path, r.Status, name, vals)
+			}
+			if strings.Contains(strings.Join(vals, ","), litellmtest.SharedKeyCanary) {
+				t.Errorf("%s %s: the shared key's header %s reached the agent", method, c.path, name)
+			}
+		}
+	}
+	if r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", chatBody, nil); r.Header.Get("X-Litellm-Call-Id") == "" || r.Header.Get("Content-Type") == "" {
+		t.Errorf("allowlisted headers were lost: %v", r.Header)
 	}
 }
 
