@@ -68,6 +68,7 @@ func Test(t *testing.T, newFront NewFront) {
 		{"ForwardsWithPolicyAndAudits", testForwards},
 		{"HeaderAllowlist", testHeaders},
 		{"ResponseHeaderAllowlist", testResponseHeaders},
+		{"AuditFieldsAreInert", testAuditInert},
 		{"TrailersAreDropped", testTrailers},
 		{"BodyAllowlist", testBodyPolicy},
 		{"NonJSONBodiesAreRefused", testNonJSON},
@@ -292,6 +293,30 @@ func testResponseHeaders(t *testing.T, nf NewFront) {
 	}
 	if r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", chatBody, nil); r.Header.Get("X-Litellm-Call-Id") == "" || r.Header.Get("Content-Type") == "" {
 		t.Errorf("allowlisted headers were lost: %v", r.Header)
+	}
+}
+
+// testAuditInert: control bytes an agent writes percent-encoded in a refused path,
+// or escaped in a model name, are stored encoded: the audit an operator reads holds
+// no escape sequence, CR/LF or tab (found decoded, they cleared screens and forged
+// rows of sandboxctl's table).
+func testAuditInert(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-audit-inert"))
+	Do(t, e.run, http.MethodGet, "/v1/%1b%5d0;owned%07%0d%0afake%09row", "", nil)
+	Do(t, e.run, http.MethodPost, "/v1/chat/completions", `{"model":"gpt\u001b[2J\r\nfake\trow","messages":[{"role":"user","content":"x"}]}`, nil)
+	recs := AuditN(t, e.run, 2)
+	if len(recs) < 2 {
+		t.Fatalf("audit: %+v", recs)
+	}
+	for _, r := range recs {
+		for _, f := range []string{r.Path, r.Model} {
+			if strings.IndexFunc(f, func(c rune) bool { return c < 0x20 || c == 0x7f }) >= 0 {
+				t.Errorf("an audit record holds a control byte: path %q model %q", r.Path, r.Model)
+			}
+		}
+	}
+	if !strings.Contains(recs[0].Path, "%1B") {
+		t.Errorf("the refused path is not stored as sent: %q", recs[0].Path)
 	}
 }
 
