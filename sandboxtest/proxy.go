@@ -81,6 +81,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"IsolationAttested", testIsolationAttested},
 		{"RedTeam", testRedTeam},
 		{"TrailersDropped", testTrailers},
+		{"ResponseHeaderAllowlist", testResponseHeaderAllowlist},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 		{"DeclaredRefusals", testProxyDeclaredRefusals},
