@@ -64,6 +64,9 @@ func (s *Sandbox) checkRequest(req Request, session bool) error {
 			return port.Invalidf("Request.%s asks for LLM access, but this Sandbox has none (%s): it would run the agent without it", field, s.noLLMFix())
 		}
 	}
+	if err := checkSelfAttestation(req); err != nil {
+		return err
+	}
 	switch {
 	case req.Reconcile && req.ReconcileAsync:
 		return port.Invalidf("Request.Reconcile and ReconcileAsync together: say one (wait for the usage, or get it from Result.Reconciling)")

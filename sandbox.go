@@ -188,10 +188,12 @@ type Request struct {
 	FailOnUpstream bool
 	// RequireAttestation gives the run no LLM access until its sandbox attested the
 	// promised isolation from inside (see port.Attestation); the proxy must be able
-	// to receive attestations (the in-process one can). The proxy takes the first
-	// report only, and only the runner's bridge, started before the agent's first
-	// process, can be sure to send it first: with OwnBridge the first report would
-	// come from the image (the agent could attest for itself), so Run refuses
+	// to receive attestations (the in-process one and the shared daemon can). The
+	// proxy takes one report, and only with the run's attestation key
+	// (port.LLMSocket.AttestKey), which the runner hands to its own bridge alone:
+	// no process of the sandbox's, not even one that ran before the bridge (a warm
+	// pool's pre-booted runtime), can report for it. With OwnBridge the image's
+	// bridge would report (the agent could attest for itself), so Run refuses
 	// RequireAttestation with OwnBridge (port.ErrInvalidSpec) rather than give it
 	// an attestation the agent can forge.
 	RequireAttestation bool
@@ -438,6 +440,17 @@ func (s *Sandbox) agentEnv(req Request) map[string]string {
 	return env
 }
 
+// checkSelfAttestation refuses RequireAttestation with OwnBridge (checkRequest, for
+// Run and Start):
+// the image's own bridge, not the runner's, would report, so the agent could
+// attest for itself.
+func checkSelfAttestation(req Request) error {
+	if req.RequireAttestation && req.OwnBridge {
+		return port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would report the attestation, so the agent could attest for itself")
+	}
+	return nil
+}
+
 // prepare checks req and turns it into the runner's and the proxy's specs; it has
 // no side effects, so whatever it refuses leaves nothing behind. Its errors are
 // Run's, already wrapped.
@@ -461,9 +474,6 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		return wrap(err)
 	}
 	s.traceEgress(ctx, egressPolicy)
-	if req.RequireAttestation && req.OwnBridge {
-		return wrap(port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
-	}
 	spec = port.RunSpec{
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: s.agentEnv(req),
 		WorkspaceDir: req.WorkspaceDir, Mounts: req.Mounts, Limits: req.Limits,

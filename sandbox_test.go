@@ -154,7 +154,7 @@ func TestRunRejectsBadInputBeforeStarting(t *testing.T) {
 		"reserved mount":    func(r *Request) { r.Mounts = []port.Mount{{Source: t.TempDir(), Target: port.WorkspacePath}} },
 		"missing mount":     func(r *Request) { r.Mounts = []port.Mount{{Source: "/nonexistent-mount-src", Target: "/opt/app"}} },
 		"missing workspace": func(r *Request) { r.WorkspaceDir = "/nonexistent-workspace" },
-		// The image's bridge would send the first attestation: the agent's own.
+		// The image's bridge would report the attestation: the agent's own.
 		"self-attestation": func(r *Request) { r.OwnBridge, r.RequireAttestation = true, true },
 	} {
 		req := llmRequest(t)

@@ -90,6 +90,12 @@ func TestStartSessionRefusals(t *testing.T) {
 	if _, err := sb.Start(context.Background(), SessionRequest{Request: llmRequest(t), Expose: []int{0}}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("bad port: %v", err)
 	}
+	// The image's bridge would report the attestation: the agent's own (as Run).
+	req = request(t)
+	req.OwnBridge, req.RequireAttestation = true, true
+	if _, err := sb.Start(context.Background(), SessionRequest{Request: req}); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Errorf("self-attestation: %v", err)
+	}
 	// A runner without sessions.
 	plain := llmSandbox(t, &fakeRunner{}, p)
 	if _, err := plain.Start(context.Background(), SessionRequest{Request: llmRequest(t)}); !errors.Is(err, port.ErrUnsupported) {

@@ -6,8 +6,9 @@ import "github.com/agentsandbox/sandbox/api/bridgeapi"
 // definition is in api/bridgeapi, and these names are that definition.
 
 // AttestationPath is where the in-sandbox bridge posts its Attestation over the run's
-// LLM socket, before it starts the agent. A proxy accepts one per run: the first, which
-// the bridge sends before any process of the agent exists; any later one is refused.
+// LLM socket, before it starts the agent. A proxy accepts one per run, and only with the
+// run's attestation key (LLMSocket.AttestKey), which the bridge alone holds; any other
+// is refused.
 const AttestationPath = bridgeapi.AttestationPath
 
 // Attestation is what the in-sandbox bridge observed about its own sandbox at start

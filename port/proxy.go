@@ -49,10 +49,10 @@ type ProxySpec struct {
 	Budget Budget
 	// RequireAttestation makes the proxy refuse every LLM call until the run's bridge
 	// has reported an Attestation without Violations. Adapters that cannot receive one
-	// refuse the spec with ErrUnsupported. The proxy keeps the first report only, so
-	// it is unforgeable only when the runner's bridge sends it before the agent runs:
-	// never combine it with an image that brings its own bridge (RunSpec.OwnBridge),
-	// which the facade refuses with ErrInvalidSpec.
+	// refuse the spec with ErrUnsupported. The proxy keeps one report, and only one
+	// that carries the run's attestation key (LLMSocket.AttestKey), which the runner
+	// hands to its own bridge alone: never combine it with an image that brings its
+	// own bridge (RunSpec.OwnBridge), which the facade refuses with ErrInvalidSpec.
 	RequireAttestation bool
 	// Labels are extra labels for created resources; the LabelPrefix namespace is reserved.
 	Labels map[string]string

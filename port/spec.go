@@ -74,6 +74,15 @@ type LLMSocket struct {
 	// bridge then listens on EgressProxyAddr and the runner points the agent's proxy
 	// and CA variables at it (see EgressEnv).
 	Egress bool
+	// AttestKey is the run's attestation key, minted by its proxy: the proxy takes
+	// the bridge's Attestation only when it carries this key, so no process of the
+	// sandbox that runs before the bridge has attested (a pre-booted runtime of a
+	// warm pool's slot) can report one that counts. A runner hands it to its bridge
+	// alone (bridgeapi.Claim.AttestKey in a slot's claim, bridgeapi.AttestKeyEnv in
+	// the bridge's environment otherwise), never to the agent: not in its
+	// environment, files or arguments. Empty for a proxy that takes no attestation
+	// or does not check its origin.
+	AttestKey string
 }
 
 // RunSpec describes one sandboxed run.

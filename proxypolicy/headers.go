@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -184,37 +185,42 @@ func (p *Policy) Apply(h http.Header) {
 	}
 }
 
-// passedResponse are LiteLLM's response headers a sandbox may see: the call's id, cost
-// and deployment, which an agent may log or show.
-var passedResponse = map[string]bool{
-	"X-Litellm-Call-Id":       true,
-	"X-Litellm-Response-Cost": true,
-	"X-Litellm-Model-Id":      true,
-	"X-Litellm-Model-Group":   true,
+// responseHeaders is the allowlist of upstream response headers a sandbox sees, one
+// table for every front (the Go fronts through IsResponseHeaderAllowed, the nginx
+// proxies through a header filter rendered from ResponseHeaders): what an SDK needs
+// to read an answer (its type, length and encoding) and to back off (Retry-After,
+// and OpenAI's Retry-After-Ms), and LiteLLM's id, cost and deployment of the call,
+// which an agent may log or show. Every other header is withheld: LiteLLM's
+// x-ratelimit-* (the shared key's live quota, so every tenant's use), the
+// provider's headers it relays as llm_provider-* (organisation, account limits),
+// its x-litellm-* headers about the key and the deployment (spend, budget, base
+// URLs), and whatever an upstream adds next. The transport's own headers (Date,
+// Connection, Transfer-Encoding, Server) are the proxy's, not the upstream's.
+var responseHeaders = []string{
+	"Content-Type", "Content-Length", "Content-Encoding",
+	"Retry-After", "Retry-After-Ms",
+	"X-Litellm-Call-Id", "X-Litellm-Response-Cost", "X-Litellm-Model-Id", "X-Litellm-Model-Group",
 }
+
+var responseAllowed = func() map[string]bool {
+	m := map[string]bool{}
+	for _, h := range responseHeaders {
+		if http.CanonicalHeaderKey(h) != h {
+			panic("proxypolicy: response header " + h + " is not canonical")
+		}
+		m[h] = true
+	}
+	return m
+}()
+
+// ResponseHeaders returns the allowlist of upstream response headers a sandbox sees
+// (canonical names; see IsResponseHeaderAllowed).
+func ResponseHeaders() []string { return slices.Clone(responseHeaders) }
+
+// IsResponseHeaderAllowed reports whether an upstream response header reaches the
+// sandbox: only the names ResponseHeaders lists do.
+func IsResponseHeaderAllowed(name string) bool { return responseAllowed[http.CanonicalHeaderKey(name)] }
 
 // IsResponseHeaderHidden reports whether an upstream response header is withheld from
-// the sandbox: every x-litellm-* header but the call id, cost and model ids, and the
-// provider headers LiteLLM relays as llm_provider-*. They describe the shared key (its
-// total spend, budget and limits) and the deployment behind it (provider base URLs,
-// organisation ids), which no single run should learn.
-func IsResponseHeaderHidden(name string) bool {
-	c := http.CanonicalHeaderKey(name)
-	if passedResponse[c] {
-		return false
-	}
-	return strings.HasPrefix(c, "X-Litellm-") || strings.HasPrefix(strings.ToLower(c), "llm_provider-")
-}
-
-// HiddenResponseHeaders names the hidden response headers LiteLLM is known to send, for
-// configurations that cannot match a prefix (nginx); IsResponseHeaderHidden is the rule.
-func HiddenResponseHeaders() []string {
-	return []string{
-		"X-Litellm-Key-Spend", "X-Litellm-Key-Max-Budget", "X-Litellm-Key-Tpm-Limit", "X-Litellm-Key-Rpm-Limit",
-		"X-Litellm-Model-Api-Base", "X-Litellm-Model-Region", "X-Litellm-Version", "X-Litellm-Cache-Key",
-		"X-Litellm-Response-Duration-Ms", "X-Litellm-Overhead-Duration-Ms", "X-Litellm-Callback-Duration-Ms",
-		"X-Litellm-Attempted-Retries", "X-Litellm-Attempted-Fallbacks", "X-Litellm-Applied-Guardrails",
-		"X-Litellm-Response-Cost-Original", "X-Litellm-Response-Cost-Discount-Amount", "X-Litellm-Timeout",
-		"X-Litellm-Semantic-Similarity",
-	}
-}
+// the sandbox: every header IsResponseHeaderAllowed does not allow.
+func IsResponseHeaderHidden(name string) bool { return !IsResponseHeaderAllowed(name) }

@@ -87,20 +87,31 @@ func TestIsStripped(t *testing.T) {
 	}
 }
 
+// TestResponseHeaderPolicy: the response headers are an allowlist: the shared
+// key's rate limits (LiteLLM's x-ratelimit-*, Anthropic's), the provider's headers
+// LiteLLM relays (llm_provider-*), its headers about the key and the deployment,
+// and any header nobody named yet are withheld, in every spelling.
 func TestResponseHeaderPolicy(t *testing.T) {
-	for name, hidden := range map[string]bool{
-		"x-litellm-call-id": false, "X-Litellm-Response-Cost": false, "x-litellm-model-id": false,
-		"x-litellm-key-spend": true, "x-litellm-model-api-base": true, "llm_provider-openai-organization": true,
-		"content-type": false, "x-ratelimit-remaining-requests": false,
+	for name, allowed := range map[string]bool{
+		"x-litellm-call-id": true, "X-Litellm-Response-Cost": true, "x-litellm-model-id": true, "X-LITELLM-MODEL-GROUP": true,
+		"content-type": true, "Content-Length": true, "content-encoding": true, "retry-after": true, "Retry-After-Ms": true,
+		"x-litellm-key-spend": false, "x-litellm-model-api-base": false, "llm_provider-openai-organization": false,
+		"x-ratelimit-remaining-requests": false, "X-Ratelimit-Limit-Tokens": false, "x-ratelimit-reset-tokens": false,
+		"anthropic-ratelimit-tokens-remaining": false, "llm_provider-x-ratelimit-remaining-tokens": false,
+		"openai-organization": false, "x-litellm-version": false, "set-cookie": false, "link": false,
+		"x-next-thing-an-upstream-adds": false, "": false, "Trailer": false, "Content-Type ": false,
 	} {
-		if got := IsResponseHeaderHidden(name); got != hidden {
-			t.Errorf("IsResponseHeaderHidden(%q) = %v, want %v", name, got, hidden)
+		if got := IsResponseHeaderAllowed(name); got != allowed {
+			t.Errorf("IsResponseHeaderAllowed(%q) = %v, want %v", name, got, allowed)
+		}
+		if IsResponseHeaderHidden(name) == IsResponseHeaderAllowed(name) {
+			t.Errorf("%q is both hidden and allowed, or neither", name)
 		}
 	}
-	for _, h := range HiddenResponseHeaders() {
-		if !IsResponseHeaderHidden(h) {
-			t.Errorf("listed %q is not hidden by the rule", h)
-		}
+	list := ResponseHeaders()
+	list[0] = "X-Changed"
+	if IsResponseHeaderAllowed("X-Changed") || ResponseHeaders()[0] == "X-Changed" {
+		t.Error("ResponseHeaders returns the table itself")
 	}
 }
 

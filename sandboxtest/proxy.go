@@ -81,6 +81,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"IsolationAttested", testIsolationAttested},
 		{"RedTeam", testRedTeam},
 		{"TrailersDropped", testTrailers},
+		{"ResponseHeaderAllowlist", testResponseHeaderAllowlist},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 		{"DeclaredRefusals", testProxyDeclaredRefusals},
@@ -660,7 +661,8 @@ func testProxyBadInput(t *testing.T, h ProxyHarness) {
 
 // testIsolationAttested: the bridge reports the sandbox's isolation before the agent
 // starts; with RequireAttestation the agent's first call already passes; the report
-// shows the promised lockdown; and the agent cannot replace it with its own.
+// shows the promised lockdown; the agent cannot replace it with its own, and cannot
+// read the attestation key that tells the bridge's report from its own.
 func testIsolationAttested(t *testing.T, h ProxyHarness) {
 	u := newUpstream(t)
 	spec := proxySpec(RunID("attest"), u)
@@ -681,9 +683,24 @@ func testIsolationAttested(t *testing.T, h ProxyHarness) {
 	if !strings.Contains(string(res.Stdout), "status 200") {
 		t.Errorf("the agent's first call did not pass the attestation gate:\n%s", res.Stdout)
 	}
+	// The agent's own report is refused for want of the run's attestation key,
+	// before its order matters (a process that got in before the bridge, a
+	// pre-booted runtime, is refused the same: TestPreloadAttestation).
 	res = h.sandbox(t, p, spec.RunID+"-again", "", "post", "http://127.0.0.1:8080"+port.AttestationPath, forged)
-	if !strings.Contains(string(res.Stdout), "status 409") {
-		t.Errorf("the agent's own attestation was not refused:\n%s", res.Stdout)
+	if !strings.Contains(string(res.Stdout), "status 403") {
+		t.Errorf("the agent's own attestation was not refused as not the bridge's (403):\n%s", res.Stdout)
+	}
+	// The key is the bridge's alone: nowhere the agent can read while the bridge
+	// that holds it runs (its environment, the processes' environments and
+	// command lines, the files). The scan is the one that finds a planted
+	// upstream key (KeyNowhereInSandbox).
+	key := p.Socket().AttestKey
+	if !bridgeapi.ValidAttestKey(key) {
+		t.Fatalf("the proxy's socket carries no attestation key (%q)", key)
+	}
+	res = h.sandbox(t, p, spec.RunID+"-scan", "", "scan", key[:len(key)/2], key[len(key)/2:])
+	if res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "clean" {
+		t.Errorf("the attestation key is visible in the sandbox: %s", res.Stdout)
 	}
 	at, ok := p.(port.Attester)
 	if !ok {

@@ -25,6 +25,7 @@ import (
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
@@ -446,7 +447,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	p := *spec.Process
 	p.Terminal = false
 	p.Args = append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
-	p.Env = mergeEnv(spec.Process.Env, es.Env)
+	p.Env = mergeEnv(spec.Process.Env, runner.ExecEnv(es.Env))
 	if es.Dir != "" {
 		p.Cwd = es.Dir
 	}

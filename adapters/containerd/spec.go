@@ -61,7 +61,7 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 		// No supplementary groups: the user is numeric and the image's /etc/group is
 		// not read (that would mount the root filesystem on every run).
 		oci.WithUIDGID(uid, gid),
-		oci.WithEnv(port.EnvList(spec.SandboxEnv())), // one precedence rule: port.RunSpec.SandboxEnv
+		oci.WithEnv(port.EnvList(runner.BridgeEnv(spec, bridgePath != ""))), // one precedence rule: port.RunSpec.SandboxEnv
 		oci.WithCapabilities([]string{}),
 		oci.WithAmbientCapabilities([]string{}),
 		oci.WithNoNewPrivileges,

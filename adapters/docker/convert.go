@@ -6,6 +6,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -57,7 +58,7 @@ func sandboxConfig(spec port.RunSpec, entrypoint []string, lbls map[string]strin
 	cfg := &container.Config{
 		Image:           spec.Image,
 		User:            spec.User,
-		Env:             port.EnvList(spec.SandboxEnv()), // one precedence rule: port.RunSpec.SandboxEnv
+		Env:             port.EnvList(runner.BridgeEnv(spec, bridge != "")), // one precedence rule: port.RunSpec.SandboxEnv
 		Entrypoint:      entrypoint,
 		Cmd:             []string{},
 		Labels:          lbls,

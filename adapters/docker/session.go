@@ -18,6 +18,7 @@ import (
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
@@ -385,7 +386,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		dir = port.WorkspacePath
 	}
 	created, err := ex.ExecCreate(ctx, s.ID(), client.ExecCreateOptions{
-		User: s.User, Cmd: argv, Env: port.EnvList(es.Env), WorkingDir: dir, AttachStdout: true, AttachStderr: true,
+		User: s.User, Cmd: argv, Env: port.EnvList(runner.ExecEnv(es.Env)), WorkingDir: dir, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		return nil, opErr("Exec", s.RunID(), classify(err))

@@ -159,7 +159,7 @@ func (m *Manager) start(ctx context.Context, spec port.ProxySpec) (*Proxy, error
 		cleanup()
 		return nil, opErr("Start", spec.RunID, internal("chmod socket: %w", err))
 	}
-	p := newProxy(m, spec, policy, upstream, name, dir, markerPath, created, trace.SpanContextFromContext(ctx))
+	p := newProxy(m, spec, policy, upstream, name, dir, markerPath, created, trace.SpanContextFromContext(ctx), "")
 	if egressPolicy != nil {
 		if err := p.startEgress(egressPolicy); err != nil {
 			_ = ln.Close()

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/peercred"
@@ -42,6 +43,8 @@ type Proxy struct {
 	markerPath string
 	created    time.Time
 	log        *slog.Logger
+	// attestKey is the run's attestation key: only the bridge gets it (Socket).
+	attestKey string
 
 	srv    *http.Server
 	ln     *llmproxy.LimitedListener
@@ -58,16 +61,22 @@ type Proxy struct {
 	stopped  chan struct{}
 }
 
-func newProxy(m *Manager, spec port.ProxySpec, policy *proxypolicy.Policy, upstream *url.URL, name, dir, markerPath string, created time.Time, parent trace.SpanContext) *Proxy {
+// newProxy makes the proxy of spec; attestKey is the run's attestation key ("":
+// a fresh one).
+func newProxy(m *Manager, spec port.ProxySpec, policy *proxypolicy.Policy, upstream *url.URL, name, dir, markerPath string, created time.Time, parent trace.SpanContext, attestKey string) *Proxy {
+	if attestKey == "" {
+		attestKey = bridgeapi.NewAttestKey()
+	}
 	p := &Proxy{
 		m: m, spec: spec, policy: policy, upstream: upstream,
 		name: name, dir: dir, markerPath: markerPath, created: created,
-		log:     m.cfg.logger.With(slog.String("run_id", spec.RunID)),
-		served:  make(chan struct{}),
-		stopped: make(chan struct{}),
+		log:       m.cfg.logger.With(slog.String("run_id", spec.RunID)),
+		attestKey: attestKey,
+		served:    make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
-	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation, Logger: p.log, Trace: parent})
+	p.meter = llmproxy.NewMeter(llmproxy.MeterConfig{RunID: spec.RunID, Attempt: spec.Attempt, Policy: policy, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation, AttestKey: p.attestKey, Logger: p.log, Trace: parent})
 	// The only errors are missing fields, which validate and New rule out.
 	p.engine, _ = llmproxy.NewEngine(llmproxy.Config{
 		Upstream: upstream, Transport: m.cfg.transport, MaxRequestBytes: m.cfg.maxRequestBytes,
@@ -98,10 +107,10 @@ func (p *Proxy) serve(ln net.Listener) {
 	}()
 }
 
-// Socket says where the socket directory is on the host. Runners bind-mount it at
-// port.LLMSocketDir.
+// Socket says where the socket directory is on the host (runners bind-mount it at
+// port.LLMSocketDir) and carries the run's attestation key for the runner's bridge.
 func (p *Proxy) Socket() port.LLMSocket {
-	return port.LLMSocket{HostDir: p.dir, Egress: p.egress != nil}
+	return port.LLMSocket{HostDir: p.dir, Egress: p.egress != nil, AttestKey: p.attestKey}
 }
 
 // SocketPath is the host path of the proxy's unix socket.

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -29,9 +30,15 @@ func ValidateSpec(spec port.ProxySpec) error {
 //
 // It is the entry point of a proxy that runs beside a sandbox rather than in the host
 // process (cmd/sandbox-llmproxy, the Nomad runner's sidecar). Errors are those of
-// Start for a bad spec; ln is closed on error.
-func (m *Manager) Serve(ctx context.Context, spec port.ProxySpec, ln net.Listener) (*Proxy, error) {
+// Start for a bad spec or option; ln is closed on error.
+func (m *Manager) Serve(ctx context.Context, spec port.ProxySpec, ln net.Listener, opts ...ServeOption) (*Proxy, error) {
 	policy, upstream, err := validate(spec)
+	var sc serveConfig
+	for _, o := range opts {
+		if err == nil && o != nil {
+			err = o(&sc)
+		}
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -42,10 +49,29 @@ func (m *Manager) Serve(ctx context.Context, spec port.ProxySpec, ln net.Listene
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "serve-" + spec.RunID + "-" + hex.EncodeToString(b[:])
-	p := newProxy(m, spec, policy, upstream, name, "", "", time.Now().UTC(), trace.SpanContextFromContext(ctx))
+	p := newProxy(m, spec, policy, upstream, name, "", "", time.Now().UTC(), trace.SpanContextFromContext(ctx), sc.attestKey)
 	m.mu.Lock()
 	m.active[name] = p
 	m.mu.Unlock()
 	p.serve(ln)
 	return p, nil
+}
+
+// ServeOption configures Serve.
+type ServeOption func(*serveConfig) error
+
+type serveConfig struct{ attestKey string }
+
+// WithAttestKey gives the proxy Serve starts the run's attestation key (made with
+// bridgeapi.NewAttestKey), which whoever starts the run's sandbox hands to its
+// bridge: the proxy takes only an attestation that carries it. Without it the proxy
+// mints its own (Proxy.Socket carries it).
+func WithAttestKey(key string) ServeOption {
+	return func(c *serveConfig) error {
+		if !bridgeapi.ValidAttestKey(key) {
+			return port.Invalidf("inproc: the attestation key is not %d hex digits", 2*bridgeapi.AttestKeyBytes)
+		}
+		c.attestKey = key
+		return nil
+	}
 }

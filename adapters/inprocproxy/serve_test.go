@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -52,8 +53,8 @@ func TestServeOnCallersSocket(t *testing.T) {
 	if got := u.seen[0].Header.Get("Authorization"); got != "Bearer "+testKey {
 		t.Errorf("upstream Authorization = %q", got)
 	}
-	if p.Socket() != (port.LLMSocket{}) {
-		t.Errorf("a served proxy names a socket directory: %+v", p.Socket())
+	if sock := p.Socket(); sock.HostDir != "" || sock.Volume != "" || !bridgeapi.ValidAttestKey(sock.AttestKey) {
+		t.Errorf("a served proxy names a socket directory, or no attestation key: %+v", sock)
 	}
 	audit, err := p.Stop(context.Background())
 	if err != nil || len(audit) != 1 || audit[0].Status != 200 || audit[0].RunID != "serve-1" {
@@ -75,5 +76,42 @@ func TestServeOnCallersSocket(t *testing.T) {
 	}
 	if err := ValidateSpec(port.ProxySpec{RunID: "ok", Upstream: "file:///x", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "a"}}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("ValidateSpec: %v", err)
+	}
+}
+
+// TestServeWithAttestKey: a served proxy takes the attestation key of whoever
+// starts the run's sandbox (a Nomad sidecar's), and refuses one that is not a key
+// (closing the caller's listener, as for any refused spec).
+func TestServeWithAttestKey(t *testing.T) {
+	u := newUpstream(t)
+	m, err := NewManager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := port.ProxySpec{RunID: "serve-key", Upstream: u.URL, APIKey: testKey, Attribution: port.Attribution{BillingAccountID: "acct"}}
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "llm.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bridgeapi.NewAttestKey()
+	p, err := m.Serve(context.Background(), spec, ln, WithAttestKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Socket().AttestKey; got != key {
+		t.Errorf("the served proxy's key %q, want the caller's", got)
+	}
+	if _, err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, err = net.Listen("unix", filepath.Join(t.TempDir(), "llm.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Serve(context.Background(), spec, ln, WithAttestKey("not-a-key")); !errors.Is(err, port.ErrInvalidSpec) {
+		t.Errorf("a bad key: %v, want ErrInvalidSpec", err)
+	}
+	if _, err := ln.Accept(); err == nil {
+		t.Error("the refused Serve left the listener open")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -167,7 +168,9 @@ func (r *Runner) podMeta(spec port.RunSpec, ps podSpec) (labels, annotations map
 // agentCommand is the agent container's command (the init, then the bridge, then the
 // argv) and its environment, in a stable order.
 func (r *Runner) agentCommand(spec port.RunSpec, ps podSpec) ([]string, []corev1.EnvVar) {
-	env := spec.SandboxEnv()
+	// The bridge alone gets the attestation key (runner.BridgeEnv): the init passes
+	// it on, and the bridge takes it out before the agent starts.
+	env := runner.BridgeEnv(spec, r.cfg.bridgePath != "")
 	names := make([]string, 0, len(env))
 	for k := range env {
 		names = append(names, k)

@@ -28,6 +28,7 @@ import (
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -528,13 +529,16 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 	if i := slices.Index(cmd, "-max"); i >= 0 && i+1 < len(cmd) {
 		cmd[i+1] = strconv.Itoa(es.OutputLimit)
 	}
-	keys := make([]string, 0, len(es.Env))
-	for k := range es.Env {
+	// The exec's command never holds the attestation key the session's bridge
+	// started with (the exec inherits the container's environment).
+	env := runner.ExecEnv(es.Env)
+	keys := make([]string, 0, len(env))
+	for k := range env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		cmd = append(cmd, "-env", k+"="+es.Env[k])
+		cmd = append(cmd, "-env", k+"="+env[k])
 	}
 	if es.Dir != "" {
 		cmd = append(cmd, "-dir", es.Dir)

@@ -171,3 +171,55 @@ func flatten(err error) []error {
 	}
 	return []error{err}
 }
+
+// Rows sound one by one whose sum is not: two of 1e308 USD (+Inf together) and
+// 1,024 of 2^53 tokens (2^63: past int64) are refused at the row that would overflow
+// the run's total, with a typed error naming it; the totals stay finite and
+// positive and equal the sum of the facts.
+func TestReconcileTotalsDoNotOverflow(t *testing.T) {
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	for _, tc := range []struct {
+		name   string
+		n      int
+		fields []string
+		field  string
+	}{
+		{"spend", 2, []string{"spend", "1e308"}, "spend (run total)"},
+		{"tokens", 1024, []string{"prompt_tokens", "9007199254740992", "completion_tokens", "0", "total_tokens", "9007199254740992"}, "prompt_tokens (run total)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rows []string
+			var calls []port.AuditRecord
+			for i := range tc.n {
+				id := fmt.Sprintf("chatcmpl-%d", i)
+				rows = append(rows, row(id, at, tc.fields...))
+				calls = append(calls, audited(id, at))
+			}
+			c, _ := hostileSpendAPI(t, func(int) ([]string, int) { return rows, 1 })
+			r, err := litellmspend.NewReconciler(c, litellmspend.WithPollInterval(time.Millisecond, 2*time.Millisecond), litellmspend.WithPageSize(500))
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			rec, err := r.Reconcile(ctx, port.ReconcileRequest{RunID: "run-h", Attempt: 1, BillingAccountID: "acct-1", Calls: calls})
+			require.ErrorIs(t, err, litellm.ErrBadRow)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "an overflowing row is not waited for")
+			var br *litellm.BadRowError
+			require.ErrorAs(t, err, &br)
+			assert.Equal(t, tc.field, br.Field)
+			require.NotNil(t, rec)
+			assert.Equal(t, []string{fmt.Sprintf("call-chatcmpl-%d", tc.n-1)}, rec.Missing, "the row that would overflow is not billed")
+			assert.Equal(t, tc.n-1, len(rec.Facts))
+			assert.False(t, math.IsInf(rec.Total.Spend, 0) || math.IsNaN(rec.Total.Spend), "total spend %v", rec.Total.Spend)
+			assert.Positive(t, rec.Total.PromptTokens)
+			assert.Positive(t, rec.Total.TotalTokens)
+			var spend float64
+			var tokens int64
+			for _, f := range rec.Facts {
+				spend += f.Spend
+				tokens += f.TotalTokens
+			}
+			assert.Equal(t, spend, rec.Total.Spend)
+			assert.Equal(t, tokens, rec.Total.TotalTokens)
+		})
+	}
+}

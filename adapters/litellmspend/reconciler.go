@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -173,6 +174,7 @@ type run struct {
 	runBytes  []byte
 	row       litellm.SpendLog // reused while decoding
 	bad       []error          // *litellm.BadRowError, one per call
+	total     port.Usage       // of the rows counted so far, kept from overflowing
 	anomalies []port.RowAnomaly
 	seenAnom  map[string]bool
 	requests  int // made so far, over every poll
@@ -194,7 +196,8 @@ func (st *run) settled() bool { return st.found+st.wrong+len(st.bad) == len(st.c
 // at once when the polls have made WithMaxRequests requests (a spend API whose pages
 // never end or whose cursor loops); a *litellm.BadRowError (litellm.ErrBadRow) naming
 // each row with an impossible value (a spend that is not a finite non-negative number,
-// a token count that is not a non-negative integer): such a row is never billed, its
+// a token count that is not a non-negative integer, a row that would make the run's
+// total spend infinite or a token total overflow): such a row is never billed, its
 // call is listed in Missing and not waited for. Rows billed but worth a look (a model
 // other than the audited call's, a second row with other values for one call) are
 // listed in the result's Anomalies; the first row found is the one billed.
@@ -472,7 +475,11 @@ func (st *run) consider(l *litellm.SpendLog) {
 		}
 		return
 	}
-	if err := l.Check(); err != nil {
+	err := l.Check()
+	if err == nil && l.EndUser == st.req.BillingAccountID {
+		err = st.add(l)
+	}
+	if err != nil {
 		// An impossible value is neither billed nor waited for: the row is named
 		// in the error.
 		c.bad = true
@@ -518,6 +525,36 @@ func (st *run) consider(l *litellm.SpendLog) {
 		}
 		st.anomaly(port.RowAnomaly{Call: c.key, RequestID: l.RequestID, Kind: port.AnomalyModelMismatch, Audited: c.model, Row: rowModel})
 	}
+}
+
+// add counts a sound row of the run in the running total, or returns a
+// *litellm.BadRowError when the total would overflow: each row is finite and
+// under 2^53 tokens, but two rows of 1e308 USD sum to +Inf and 1,025 rows of
+// 2^53 tokens to a negative count. The row that would overflow is not billed.
+func (st *run) add(l *litellm.SpendLog) error {
+	tokens := l.TotalTokens
+	if tokens == 0 {
+		tokens = l.PromptTokens + l.CompletionTokens // each at most 2^53
+	}
+	t := st.total
+	bad := func(field string, v any) error {
+		return &litellm.BadRowError{RequestID: l.RequestID, LitellmCallID: l.LitellmCallID, Field: field + " (run total)", Value: fmt.Sprint(v)}
+	}
+	switch {
+	case math.IsInf(t.Spend+l.Spend, 0):
+		return bad("spend", l.Spend)
+	case l.PromptTokens > math.MaxInt64-t.PromptTokens:
+		return bad("prompt_tokens", l.PromptTokens)
+	case l.CompletionTokens > math.MaxInt64-t.CompletionTokens:
+		return bad("completion_tokens", l.CompletionTokens)
+	case tokens > math.MaxInt64-t.TotalTokens:
+		return bad("total_tokens", tokens)
+	}
+	st.total.Spend += l.Spend
+	st.total.PromptTokens += l.PromptTokens
+	st.total.CompletionTokens += l.CompletionTokens
+	st.total.TotalTokens += tokens
+	return nil
 }
 
 // anomaly records a once.

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -143,7 +144,9 @@ func interpolated(v string) bool { return strings.Contains(v, "${") }
 
 func (r *Runner) agentTask(spec port.RunSpec, js jobSpec) *api.Task {
 	// One rule on every runner: the library's own variables win (port.RunSpec.SandboxEnv).
-	env := spec.SandboxEnv()
+	// The bridge alone gets the attestation key (runner.BridgeEnv): the init passes
+	// it on, and the bridge takes it out before the agent starts.
+	env := runner.BridgeEnv(spec, r.cfg.bridgePath != "")
 	entrypoint, env := r.agentEntrypoint(spec, js, env)
 	mounts := r.agentMounts(spec, js)
 	labels := map[string]string{}

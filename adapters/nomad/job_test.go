@@ -3,12 +3,14 @@ package nomad
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -66,11 +68,20 @@ func TestJobLockdown(t *testing.T) {
 	if lg := c["logging"].([]map[string]any)[0]; lg["type"] != "local" || lg["config"].([]map[string]string)[0]["max-file"] != "2" {
 		t.Errorf("docker logging %v, want the local driver, bounded", lg)
 	}
-	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + "," + hiddenTaskDir + "," + hiddenSecretsDir + " -keep A,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL -capture -max ",
+	for _, w := range []string{initTarget + " -unwritable " + hiddenAllocDir + "," + hiddenTaskDir + "," + hiddenSecretsDir + " -keep A,AGENTSANDBOX_ATTEST_KEY,ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,HOSTNAME,OPENAI_API_BASE,OPENAI_API_KEY,OPENAI_BASE_URL -capture -max ",
 		"-flushed " + flushedTarget("stdout") + "," + flushedTarget("stderr"), "-wait /llm-sock/llm.sock", bridgeTarget + " -subreaper -attest", "-- /agent x"} {
 		if !strings.Contains(ep, w) {
 			t.Errorf("entrypoint %q lacks %q", ep, w)
 		}
+	}
+	// The bridge's attestation key is in the agent task's environment for the init
+	// to pass to the bridge (which takes it out), and in the sidecar's config.
+	if !bridgeapi.ValidAttestKey(sock.AttestKey) || agent.Env[bridgeapi.AttestKeyEnv] != sock.AttestKey {
+		t.Errorf("the bridge's attestation key: socket %q, task env %q", sock.AttestKey, agent.Env[bridgeapi.AttestKeyEnv])
+	}
+	if b, err := json.Marshal(SidecarConfig{ProxySpec: port.ProxySpec{RunID: "r1"}, AttestKey: sock.AttestKey}); err != nil ||
+		!strings.Contains(string(b), `"RunID":"r1"`) || !strings.Contains(string(b), `"attest_key":"`+sock.AttestKey+`"`) {
+		t.Errorf("sidecar config %s %v", b, err)
 	}
 	var targets []string
 	for _, m := range c["mount"].([]map[string]any) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 )
@@ -28,6 +29,9 @@ type Proxy struct {
 	r     *Runner
 	spec  port.ProxySpec
 	token string
+	// attestKey is the run's attestation key: in the sidecar's configuration and
+	// the bridge's environment, never the agent's.
+	attestKey string
 
 	mu          sync.Mutex
 	records     []port.AuditRecord
@@ -54,7 +58,7 @@ func (r *Runner) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, er
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("Start", spec.RunID, err)
 	}
-	p := &Proxy{r: r, spec: spec, token: sockPrefix + spec.RunID + "-" + randHex(6)}
+	p := &Proxy{r: r, spec: spec, token: sockPrefix + spec.RunID + "-" + randHex(6), attestKey: bridgeapi.NewAttestKey()}
 	r.mu.Lock()
 	r.proxies[p.token] = p
 	r.mu.Unlock()
@@ -62,7 +66,16 @@ func (r *Runner) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, er
 }
 
 // Socket implements port.Proxy. The token means nothing to other runners.
-func (p *Proxy) Socket() port.LLMSocket { return port.LLMSocket{Volume: p.token} }
+func (p *Proxy) Socket() port.LLMSocket {
+	return port.LLMSocket{Volume: p.token, AttestKey: p.attestKey}
+}
+
+// SidecarConfig is what a Nomad sidecar proxy (cmd/sandbox-llmproxy) reads: the
+// run's proxy spec and its attestation key.
+type SidecarConfig struct {
+	port.ProxySpec
+	AttestKey string `json:"attest_key,omitempty"`
+}
 
 // RunID is the run this proxy serves.
 func (p *Proxy) RunID() string { return p.spec.RunID }
@@ -147,7 +160,7 @@ func (r *Runner) putProxyConfig(ctx context.Context, job string, p *Proxy) error
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(spec)
+	b, err := json.Marshal(SidecarConfig{ProxySpec: spec, AttestKey: p.attestKey})
 	if err != nil {
 		return fmt.Errorf("%w: proxy config: %w", port.ErrInternal, err)
 	}

@@ -170,9 +170,10 @@ type Proxy struct {
 // Registration is what the daemon answered to the registration (socket, token).
 func (p *Proxy) Registration() Registered { return p.reg }
 
-// Socket is the run's own socket directory; runners mount it at port.LLMSocketDir.
+// Socket is the run's own socket directory (runners mount it at
+// port.LLMSocketDir) with the run's attestation key for the runner's bridge.
 func (p *Proxy) Socket() port.LLMSocket {
-	return port.LLMSocket{HostDir: p.reg.SocketDir, Egress: p.reg.Egress}
+	return port.LLMSocket{HostDir: p.reg.SocketDir, Egress: p.reg.Egress, AttestKey: p.reg.AttestKey}
 }
 
 // Stop deregisters the run (calls in flight get the manager's grace) and

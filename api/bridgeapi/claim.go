@@ -41,6 +41,12 @@ type Claim struct {
 	// container's exit. It is random per claim and reaches the stub only through
 	// the claim channel, so the agent cannot write a record that counts.
 	ExitNonce string `json:"exit_nonce,omitempty"`
+	// AttestKey, when set, is the run's attestation key (see AttestKeyHeader): the
+	// stub sends it with its attestation, and keeps it from every other process of
+	// the sandbox. Like the exit nonce it reaches the stub only through the claim
+	// channel, so a process that ran before the claim (a pre-booted runtime) cannot
+	// send an attestation that counts.
+	AttestKey string `json:"attest_key,omitempty"`
 }
 
 // ErrBadClaim reports a claim the bridge refuses.
@@ -75,6 +81,9 @@ func ReadClaim(r io.Reader) (Claim, error) {
 	}
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return c, fmt.Errorf("%w: no command", ErrBadClaim)
+	}
+	if c.AttestKey != "" && !ValidAttestKey(c.AttestKey) {
+		return c, fmt.Errorf("%w: the attestation key is not %d hex digits", ErrBadClaim, 2*AttestKeyBytes)
 	}
 	return c, nil
 }

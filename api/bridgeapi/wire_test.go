@@ -27,7 +27,8 @@ func wireSamples() map[string]any {
 	}
 	return map[string]any{
 		"claim": Claim{Argv: []string{"/agent", "a b"}, Env: []string{"PATH=/bin"}, Dir: "/workspace", Forward: true,
-			DeadlineMS: 1_700_000_062_000, GraceMS: 2000, Egress: true, ExitNonce: "00112233445566778899aabbccddeeff"},
+			DeadlineMS: 1_700_000_062_000, GraceMS: 2000, Egress: true, ExitNonce: "00112233445566778899aabbccddeeff",
+			AttestKey: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 		"preload_ready":   PreloadReady{Ready: true, Protocol: PreloadProtocol},
 		"preload_claim":   PreloadClaim{Argv: []string{"/agent"}, Env: []string{"X=1"}, Dir: "/workspace", DeadlineMS: 1_700_000_062_000},
 		"preload_answer":  PreloadAnswer{Started: false, Error: &PreloadError{Code: PreloadErrEntryNotFound, Entry: "/app/main.js", Message: "no such module"}},

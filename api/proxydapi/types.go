@@ -111,6 +111,10 @@ type Registered struct {
 	Restarted string `json:"restarted,omitempty"`
 	// Egress says SocketDir also serves egress (its socket directory holds bridgeapi.EgressSocketName).
 	Egress bool `json:"egress,omitempty"`
+	// AttestKey is the run's attestation key (port.LLMSocket.AttestKey): the daemon
+	// takes the run's attestation only with it. The host hands it to the run's
+	// bridge alone; the daemon never writes it to the socket directory.
+	AttestKey string `json:"attest_key,omitempty"`
 }
 
 // RunInfo describes a registered run.

@@ -44,7 +44,7 @@ func wireSamples() map[string]any {
 			Network: &NetworkIdentity{IP: netip.MustParseAddr("10.1.2.3").String(), Name: "n", StartTime: now, SessionToken: "tok"},
 			Egress:  &EgressRegistration{Policy: pol, Credentials: []EgressCredential{{Provider: "github", Name: "token", Value: "v"}}}},
 		"registered": Registered{ID: "id-1", RunID: "run-1", Attempt: 2, SocketDir: "/run/proxyd/r1", SocketPath: "/run/proxyd/r1/llm.sock",
-			Token: "tok", TokenExpiry: now, Restarted: "id-0", Egress: true},
+			Token: "tok", TokenExpiry: now, Restarted: "id-0", Egress: true, AttestKey: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 		"run_info": RunInfo{ID: "id-1", RunID: "run-1", Attempt: 2, SocketDir: "/run/proxyd/r1", IP: "10.1.2.3",
 			RegisteredAt: now, LastSeen: now, Calls: 4, Tokens: 500},
 		"deregister_response": DeregisterResponse{Audit: []AuditRecord{rec}, Attestation: att, Error: "grace ran out",

@@ -100,6 +100,13 @@ func (o *options) logger(w io.Writer) *slog.Logger {
 }
 
 func run(args []string, stderr io.Writer) (code int) {
+	// Before anything else: the attestation key leaves the environment every child
+	// inherits, and the process that holds it becomes unreadable to them.
+	key, err := takeAttestKey()
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+		return bridgeapi.ExitBridgeFailed
+	}
 	var o options
 	fs := newFlagSet(&o, stderr)
 	if err := fs.Parse(args); err != nil {
@@ -108,6 +115,7 @@ func run(args []string, stderr io.Writer) (code int) {
 	cfg := sandboxbridge.Config{
 		NoForward: o.noForward,
 		Attest:    o.attest,
+		AttestKey: key,
 		Deadline:  deadlineTime(o.deadline),
 		KillGrace: o.grace,
 		Argv:      fs.Args(),
@@ -201,6 +209,31 @@ func runCommand(cfg sandboxbridge.Config, o *options, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 	}
 	return code
+}
+
+// takeAttestKey removes the run's attestation key (bridgeapi.AttestKeyEnv) from the
+// bridge's environment, so that no child inherits it, and returns it ("" when the
+// variable is empty or not a key: then the bridge has none). A bridge that had one
+// makes itself undumpable first: the environment it started with stays in its
+// /proc/PID/environ, which the sandbox's user can then no longer read (nor its
+// memory, nor can it ptrace it).
+func takeAttestKey() (string, error) {
+	key, ok := os.LookupEnv(bridgeapi.AttestKeyEnv)
+	if !ok {
+		return "", nil
+	}
+	if key != "" {
+		if err := sandboxbridge.SetUndumpable(); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Unsetenv(bridgeapi.AttestKeyEnv); err != nil {
+		return "", err
+	}
+	if !bridgeapi.ValidAttestKey(key) {
+		return "", nil
+	}
+	return key, nil
 }
 
 func deadlineTime(ms int64) time.Time {

@@ -20,8 +20,9 @@
 //     exec: the host ends an abandoned exec with the kill mode, as the exec
 //     subresource cannot signal);
 //   - lowers RLIMIT_NOFILE to -nofile, soft and hard (the Pod spec has no field for it);
-//   - marks itself non-dumpable, so the agent (the same uid) cannot open its
-//     descriptors through /proc and write to the container's own stdout;
+//   - marks itself non-dumpable, first, so the agent (the same uid) cannot open its
+//     descriptors through /proc and write to the container's own stdout, nor read
+//     its environment (the bridge's attestation key);
 //   - runs argv with stdout and stderr on pipes and writes both, in order, to its own
 //     stdout as frames the runner decodes from the Pod's log: "o <base64>\n" and
 //     "e <base64>\n", at most -max bytes of each stream, then "t <out> <err>\n" saying
@@ -79,6 +80,10 @@ func usage() {
 }
 
 func run(args []string) int {
+	// First: the agent (the same uid) can then neither read this process's
+	// environment (a run's attestation key for its bridge) through /proc nor open
+	// its descriptors (the container's own stdout).
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	keep := fs.String("keep", "", "comma-separated `names` of the variables to keep (besides PATH, HOME, HOSTNAME)")
 	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE, soft and hard (0 leaves it)")
@@ -108,7 +113,6 @@ func run(args []string) int {
 			return 126
 		}
 	}
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(environment(*keep), extra...)
 	cmd.Dir = *dir

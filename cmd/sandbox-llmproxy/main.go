@@ -60,7 +60,7 @@ func run(args []string, stderr io.Writer) int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	spec, err := readSpec(*config)
+	spec, key, err := readSpec(*config)
 	if err != nil {
 		log.Error("reading the config", "err", err)
 		return 1
@@ -95,7 +95,11 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	p, err := m.Serve(ctx, spec, ln)
+	var serveOpts []inprocproxy.ServeOption
+	if key != "" {
+		serveOpts = append(serveOpts, inprocproxy.WithAttestKey(key))
+	}
+	p, err := m.Serve(ctx, spec, ln, serveOpts...)
 	if err != nil {
 		log.Error("serve", "err", err)
 		return 1
@@ -123,18 +127,23 @@ func run(args []string, stderr io.Writer) int {
 	return 0
 }
 
-func readSpec(path string) (port.ProxySpec, error) {
-	var spec port.ProxySpec
+// readSpec reads the run's proxy spec and its attestation key (the Nomad runner's
+// SidecarConfig: the spec's fields and "attest_key"), and removes the file.
+func readSpec(path string) (port.ProxySpec, string, error) {
+	var cfg struct {
+		port.ProxySpec
+		AttestKey string `json:"attest_key"`
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return spec, err
+		return cfg.ProxySpec, "", err
 	}
 	// The key has no business staying on disk once it is in memory.
 	_ = os.Remove(path)
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return spec, fmt.Errorf("%s is not a proxy spec: %w", path, err)
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return cfg.ProxySpec, "", fmt.Errorf("%s is not a proxy spec: %w", path, err)
 	}
-	return spec, nil
+	return cfg.ProxySpec, cfg.AttestKey, nil
 }
 
 // writer rewrites the audit and attestation files when they change, each renamed

@@ -20,7 +20,9 @@
 //
 // With -upstream-key-file the daemon holds the upstream key itself (on Kubernetes a
 // Secret mounted into the daemon's Pod alone): every run gets it and registrations
-// must carry none, so the host application never has it.
+// must carry none, so the host application never has it. The file must be
+// accessible by its owner only (the daemon's user or root), as ssh requires of a
+// private key.
 //
 // The secret file holds the token-signing secret as 64 hex digits; it is made
 // (mode 0600) if missing. To rotate, move it to -previous-secret-file and let a
@@ -94,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.adminSock, "admin-socket", "/run/agentsandbox-proxyd/admin.sock", "admin API unix `socket`")
 	fs.StringVar(&o.secretFile, "secret-file", "", "token secret `file` (default <state-dir>/secret; made if missing)")
 	fs.StringVar(&o.prevFile, "previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
-	fs.StringVar(&o.keyFile, "upstream-key-file", "", "`file` holding the upstream (LiteLLM) key the daemon injects into every run; registrations then carry none (re-read at each registration)")
+	fs.StringVar(&o.keyFile, "upstream-key-file", "", "`file` holding the upstream (LiteLLM) key the daemon injects into every run; registrations then carry none (re-read at each registration; owner-only, mode 0600 or 0400, as ssh requires of a private key)")
 	fs.DurationVar(&o.tokenTTL, "token-ttl", proxydaemon.DefaultTokenTTL, "run token lifetime")
 	fs.DurationVar(&o.ttl, "ttl", identity.DefaultTTL, "registration lifetime without a request")
 	fs.DurationVar(&o.gc, "gc-interval", identity.DefaultGCInterval, "how often expired registrations are removed")
@@ -238,29 +240,52 @@ func openServer(ctx context.Context, o *options, cfg proxydaemon.Config) (*proxy
 }
 
 // upstreamKey reads the daemon's upstream key from file at each call (nil without a
-// file). Errors name the file, never its content.
+// file). As ssh does with a private key, the file must be the daemon's own (or
+// root's) and readable by no one else: no group or other permission bits. Errors
+// name the file, never its content.
 func upstreamKey(file string) func() (string, error) {
 	if file == "" {
 		return nil
 	}
 	return func() (string, error) {
-		fi, err := os.Stat(file)
+		f, err := os.Open(file)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		// The checks are on the file read, not on the name (which may change).
+		fi, err := f.Stat()
 		if err != nil {
 			return "", err
 		}
 		if !fi.Mode().IsRegular() || fi.Size() > 4096 {
 			return "", fmt.Errorf("%s is not a regular file of at most 4096 bytes", file)
 		}
-		b, err := os.ReadFile(file)
+		if err := ownerOnly(file, fi); err != nil {
+			return "", err
+		}
+		b, err := io.ReadAll(io.LimitReader(f, 4097))
 		if err != nil {
 			return "", err
 		}
 		k := strings.TrimSpace(string(b))
-		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		if k == "" || len(b) > 4096 || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r > '~' }) {
 			return "", fmt.Errorf("%s holds no key (empty, or not printable ASCII without spaces)", file)
 		}
 		return k, nil
 	}
+}
+
+// ownerOnly refuses a key file that anyone but its owner may read or write, or
+// whose owner is neither the daemon's user nor root.
+func ownerOnly(file string, fi os.FileInfo) error {
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%s has mode %04o: a key file must be accessible by its owner only (chmod 600)", file, perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
+		return fmt.Errorf("%s is owned by uid %d: a key file must be the daemon's (uid %d) or root's", file, st.Uid, os.Geteuid())
+	}
+	return nil
 }
 
 type prefixList []netip.Prefix

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,8 +36,8 @@ func TestEgressFlags(t *testing.T) {
 }
 
 // TestUpstreamKeyFile: the key file is read at each call (a rotated Secret takes
-// effect), trimmed, and refused when empty, binary or missing, without its content
-// in the error.
+// effect), trimmed, and refused when empty, binary, missing, or accessible by anyone
+// but its owner, without its content in the error.
 func TestUpstreamKeyFile(t *testing.T) {
 	if upstreamKey("") != nil {
 		t.Fatal("no file should mean no daemon-held key")
@@ -53,6 +54,28 @@ func TestUpstreamKeyFile(t *testing.T) {
 		if k, err := read(); err != nil || k != want {
 			t.Errorf("%q: %q %v", content, k, err)
 		}
+	}
+	// As ssh does: a key file someone else may read or write is refused, naming
+	// the file and its mode, never the key.
+	if err := os.WriteFile(f, []byte("sk-secret-world"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o602, 0o660} {
+		if err := os.Chmod(f, mode); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := read(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%04o", mode)) || strings.Contains(err.Error(), "sk-secret") {
+			t.Errorf("mode %04o: %q %v", mode, k, err)
+		}
+	}
+	if err := os.Chmod(f, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := read(); err != nil || k != "sk-secret-world" {
+		t.Errorf("mode 0400: %q %v", k, err)
+	}
+	if err := os.Chmod(f, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for _, bad := range []string{"\n", "sk-with space-secret", "sk-\x00secret"} {
 		if err := os.WriteFile(f, []byte(bad), 0o600); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
-	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/api/proxydapi"
@@ -132,8 +131,7 @@ func proxydAudit(ctx context.Context, cli *proxyd.Client, id string, follow, asJ
 			_ = enc.Encode(r)
 			return
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format("15:04:05.000"), r.Status, r.Method, r.Path, r.Model,
-			r.Latency.Round(time.Millisecond), r.Blocked, r.CallID)
+		io.WriteString(tw, auditRow(r))
 		if follow {
 			tw.Flush() // each record as it arrives
 		}

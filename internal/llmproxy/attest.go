@@ -6,15 +6,17 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
 // maxAttestationBytes bounds an attestation body; a real one is well under 2 KiB.
 const maxAttestationBytes = 64 << 10
 
-// Attest records the run's attestation. Only the first counts: the bridge sends it
-// before the agent's first process exists, so a later one can only be the agent's.
-// It reports whether a was recorded.
+// Attest records the run's attestation. Only the first counts (ServeAttestation
+// takes it only with the run's attestation key, which the bridge alone holds).
+// It reports whether a was recorded. It is the host's own path (a report read
+// from the slot's stub, say): it takes no attestation key.
 func (m *Meter) Attest(a *port.Attestation) bool {
 	ok, err := m.attest(a)
 	return ok && err == nil
@@ -63,11 +65,19 @@ func (m *Meter) attestationRefusal() *Refusal {
 }
 
 // ServeAttestation takes a run's attestation (POST port.AttestationPath): 204 when
-// recorded, 409 when the run already has one, 400 for a malformed body. Fronts call
-// it for that path instead of Forward; it is never forwarded.
+// recorded, 403 when the run has an attestation key and the request does not carry
+// it (bridgeapi.AttestKeyHeader), 409 when the run already has one, 400 for a
+// malformed body. A refused report changes nothing: the bridge's, which carries
+// the key, still counts when it arrives after it. Fronts call it for that path
+// instead of Forward; it is never forwarded.
 func ServeAttestation(w http.ResponseWriter, r *http.Request, m *Meter) {
 	if r.Method != http.MethodPost {
 		WriteError(w, http.StatusMethodNotAllowed, "invalid_request_error", "attestation: POST only")
+		return
+	}
+	if m.cfg.AttestKey != "" && !bridgeapi.AttestKeyMatches(m.cfg.AttestKey, r.Header.Get(bridgeapi.AttestKeyHeader)) {
+		m.log.Warn("an attestation without the run's attestation key was refused: only the bridge holds the key")
+		WriteError(w, http.StatusForbidden, "permission_error", "attestation: not sent by the run's bridge")
 		return
 	}
 	var a port.Attestation
@@ -83,7 +93,7 @@ func ServeAttestation(w http.ResponseWriter, r *http.Request, m *Meter) {
 		return
 	}
 	if !ok {
-		m.log.Warn("a second attestation was refused: only the bridge's first counts")
+		m.log.Warn("a second attestation was refused: the run has one")
 		WriteError(w, http.StatusConflict, "invalid_request_error", "attestation: the run already has one")
 		return
 	}

@@ -170,7 +170,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 	start := time.Now()
 	c := &Call{meter: m, start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
-		Method: Clip(r.Method, 16), Path: Clip(path, 256),
+		Method: Clip(r.Method, 16), Path: Clip(Inert(path), 256),
 	}}
 	ctx := e.startSpan(r, c) // the request's context with the call's span
 	if ref := m.attestationRefusal(); ref != nil {
@@ -183,7 +183,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		return
 	}
 	c.route, c.upPath = rt, up
-	c.rec.Path = Clip(up, 256)
+	c.rec.Path = Clip(Inert(up), 256)
 	if ref := Check(r, e.cfg.MaxRequestBytes); ref != nil {
 		e.refuse(w, c, ref)
 		return
@@ -213,7 +213,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		if len(pb.dropped) > 0 {
 			m.log.Debug("llmproxy: body keys off the allowlist dropped", "path", c.rec.Path, "keys", pb.dropped)
 		}
-		body, c.rec.Model = pb.body, pb.model
+		body, c.rec.Model = pb.body, Inert(pb.model)
 	}
 	res, ref := m.reserve(budgeted, pb.need, pb.maxOut, e.cfg.TokenEstimate)
 	if ref != nil {
@@ -337,7 +337,7 @@ func (e *Engine) Refuse(w http.ResponseWriter, r *http.Request, m *Meter, path s
 	start := time.Now()
 	c := &Call{meter: m, start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
-		Method: Clip(r.Method, 16), Path: Clip(path, 256),
+		Method: Clip(r.Method, 16), Path: Clip(Inert(path), 256),
 	}}
 	e.startSpan(r, c)
 	e.refuse(w, c, ref)

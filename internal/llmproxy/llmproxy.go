@@ -75,15 +75,16 @@ func TooLarge(maxBody int64) *Refusal {
 	return &Refusal{http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error", "body_size: request body over " + strconv.FormatInt(maxBody, 10) + " bytes"}
 }
 
-// NoteResponse records LiteLLM's call id and response cost in rec, removes the
-// response headers the sandbox must not see (proxypolicy.IsResponseHeaderHidden:
-// the shared key's spend, the deployment behind it), and reports whether the body
-// is an event stream.
+// NoteResponse records LiteLLM's call id and response cost in rec, keeps only the
+// response headers the sandbox may see (proxypolicy.IsResponseHeaderAllowed: an
+// allowlist; the shared key's rate limits and spend, the provider's and the
+// deployment's headers never pass), and reports whether the body is an event
+// stream.
 func NoteResponse(resp *http.Response, rec *port.AuditRecord) (streamed bool) {
 	rec.CallID = Clip(resp.Header.Get(HeaderCallID), 256)
 	rec.ResponseCost = Clip(resp.Header.Get(HeaderResponseCost), 64)
 	for name := range resp.Header {
-		if proxypolicy.IsResponseHeaderHidden(name) {
+		if !proxypolicy.IsResponseHeaderAllowed(name) {
 			delete(resp.Header, name)
 		}
 	}

@@ -42,6 +42,11 @@ type MeterConfig struct {
 	// RequireAttestation refuses every call until the run's bridge attested an
 	// isolation without violations (see port.Attestation).
 	RequireAttestation bool
+	// AttestKey, when set, is the run's attestation key (port.LLMSocket.AttestKey):
+	// an attestation counts only when it carries it (bridgeapi.AttestKeyHeader). Set
+	// it on every front whose runner can hand the key to the bridge: without one,
+	// the first report counts, whoever sent it.
+	AttestKey string
 	// Logger receives the run's call logs (default: discard). It should already
 	// carry the run id.
 	Logger *slog.Logger

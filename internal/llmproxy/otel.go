@@ -82,7 +82,7 @@ func (e *Engine) observe(c *Call, ref *Refusal, usage GenAIUsage) {
 		return
 	}
 	if usage.Model != "" {
-		attrs = append(attrs, telemetry.GenAIResponseModel.String(usage.Model))
+		attrs = append(attrs, telemetry.GenAIResponseModel.String(Inert(usage.Model)))
 	}
 	if rec.RequestID != "" {
 		attrs = append(attrs, telemetry.GenAIResponseID.String(rec.RequestID))
@@ -111,7 +111,7 @@ func (e *Engine) observe(c *Call, ref *Refusal, usage GenAIUsage) {
 	// Metric attributes: a model name only when the upstream accepted the call (so
 	// an agent cannot mint series), never the run.
 	ctx := context.Background()
-	e.tel.GenAICall(ctx, rec.Latency, op, provider, rec.Model, usage.Model, errType, usage.Input, usage.Output)
+	e.tel.GenAICall(ctx, rec.Latency, op, provider, rec.Model, Inert(usage.Model), errType, usage.Input, usage.Output)
 	e.tel.LLMCall(ctx, outcome, "")
 }
 

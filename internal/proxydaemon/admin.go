@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
@@ -164,7 +165,7 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 		}
 	}
 	// Credential values stay in memory: never sealed into the registry file.
-	spec := storedSpec{Req: withoutCredentials(rr), TokenExpiry: s.tokenExpiry(rr.RunID, rr.Attempt)}
+	spec := storedSpec{Req: withoutCredentials(rr), TokenExpiry: s.tokenExpiry(rr.RunID, rr.Attempt), AttestKey: bridgeapi.NewAttestKey()}
 	sealed, err := s.sealSpec(spec)
 	if err != nil {
 		return api.Registered{}, err
@@ -189,7 +190,7 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 	s.mu.Unlock()
 	s.log.Debug("proxyd: run registered", "run_id", rr.RunID, "id", res.ID, "dir", r.dir)
 	return api.Registered{ID: res.ID, RunID: rr.RunID, Attempt: rr.Attempt, SocketDir: r.dir, SocketPath: r.sock,
-		Token: r.token, TokenExpiry: time.Unix(spec.TokenExpiry, 0).UTC(), Egress: r.egress != nil}, nil
+		Token: r.token, TokenExpiry: time.Unix(spec.TokenExpiry, 0).UTC(), Egress: r.egress != nil, AttestKey: spec.AttestKey}, nil
 }
 
 // registerNetwork registers a sandbox found by its source IP.
@@ -211,7 +212,7 @@ func (s *Server) registerNetwork(ctx context.Context, rr api.RegisterRequest) (a
 	sn := n
 	sn.SessionToken = ""
 	stored.Network = &sn
-	spec := storedSpec{Req: stored}
+	spec := storedSpec{Req: stored, AttestKey: bridgeapi.NewAttestKey()}
 	sealed, err := s.sealSpec(spec)
 	if err != nil {
 		return api.Registered{}, err
@@ -232,7 +233,7 @@ func (s *Server) registerNetwork(ctx context.Context, rr api.RegisterRequest) (a
 	if res.Restarted != "" {
 		s.log.Info("proxyd: network sandbox restarted; the old registration is left to expire", "run_id", rr.RunID, "id", res.ID, "old", res.Restarted)
 	}
-	return api.Registered{ID: res.ID, RunID: rr.RunID, Attempt: rr.Attempt, Restarted: res.Restarted}, nil
+	return api.Registered{ID: res.ID, RunID: rr.RunID, Attempt: rr.Attempt, Restarted: res.Restarted, AttestKey: spec.AttestKey}, nil
 }
 
 // dirName is <run id, shortened to fit>-<random hex>.

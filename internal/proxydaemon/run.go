@@ -34,6 +34,10 @@ import (
 type storedSpec struct {
 	Req         api.RegisterRequest `json:"req"`
 	TokenExpiry int64               `json:"token_expiry"`
+	// AttestKey is the run's attestation key, minted at registration: a restarted
+	// daemon still takes only the bridge's attestation. Registrations stored
+	// before keys existed have none (their first report counts).
+	AttestKey string `json:"attest_key,omitempty"`
 }
 
 // run is one registered run served on its own socket.
@@ -108,7 +112,7 @@ func (s *Server) newRun(g identity.Registration, spec storedSpec, eg *egress.Pol
 	}
 	r.seq = int64(len(restored.Records))
 	mc := llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
-		Budget: pspec.Budget, RequireAttestation: pspec.RequireAttestation, Logger: r.log,
+		Budget: pspec.Budget, RequireAttestation: pspec.RequireAttestation, AttestKey: spec.AttestKey, Logger: r.log,
 		Restored: restored, OnRecord: r.persist, OnAttest: r.persistAttestation}
 	if pspec.Budget.MaxCalls > 0 {
 		mc.OnAdmit = r.admit // only a call budget needs the count before the call

@@ -79,6 +79,32 @@ func DeadlineCause(ctx context.Context, limit time.Duration) error {
 // EgressOn says the run's socket directory serves egress.
 func EgressOn(spec port.RunSpec) bool { return spec.LLM != nil && spec.LLM.Egress }
 
+// BridgeEnv is the environment of a sandbox whose entrypoint is the runner's bridge
+// (bridge true): the run's (port.RunSpec.SandboxEnv) plus, with LLM access, the
+// run's attestation key (bridgeapi.AttestKeyEnv), which the bridge takes out before
+// any other process starts. Without the runner's bridge it is the run's alone: an
+// image's own bridge gets no key.
+func BridgeEnv(spec port.RunSpec, bridge bool) map[string]string {
+	env := spec.SandboxEnv()
+	if bridge && spec.LLM != nil && spec.LLM.AttestKey != "" {
+		env[bridgeapi.AttestKeyEnv] = spec.LLM.AttestKey
+	}
+	return env
+}
+
+// ExecEnv is the environment of a command run in a session's sandbox (env, the
+// command's own): it blanks the attestation key the sandbox's bridge started with
+// (BridgeEnv), which a runtime's exec would otherwise pass on from the sandbox's
+// environment, so the command never holds it, not even before its bridge starts.
+func ExecEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out[bridgeapi.AttestKeyEnv] = ""
+	return out
+}
+
 // EgressPrefix adds the bridge's egress listener to its command line (prefix) when
 // the run has egress.
 func EgressPrefix(spec port.RunSpec, prefix []string) []string {

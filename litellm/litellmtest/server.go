@@ -280,6 +280,31 @@ func WithMaxUsage() Option {
 	return func(c *config) error { c.maxUsage = true; return nil }
 }
 
+// SharedKeyHeaders are the response headers the fake sends on every answer, as
+// LiteLLM does (docs.litellm.ai/docs/proxy/response_headers): the rate limits of
+// the key it was called with (x-ratelimit-*: with a shared key, every tenant's
+// use), the provider's headers it relays with the llm_provider- prefix (the
+// provider's organisation and its account's limits), and its headers about the key
+// and the deployment. Each value holds "shared-key-canary", so a test can find any
+// of them wherever it surfaces. None may reach a sandbox.
+var SharedKeyHeaders = http.Header{
+	"X-Ratelimit-Remaining-Requests":                {"9998-shared-key-canary"},
+	"X-Ratelimit-Remaining-Tokens":                  {"99000-shared-key-canary"},
+	"X-Ratelimit-Limit-Requests":                    {"10000-shared-key-canary"},
+	"X-Ratelimit-Limit-Tokens":                      {"100000-shared-key-canary"},
+	"X-Ratelimit-Reset-Requests":                    {"6ms-shared-key-canary"},
+	"X-Ratelimit-Reset-Tokens":                      {"60ms-shared-key-canary"},
+	"Llm_provider-Openai-Organization":              {"org-shared-key-canary"},
+	"Llm_provider-X-Ratelimit-Remaining-Tokens":     {"12345-shared-key-canary"},
+	"Llm_provider-Anthropic-Ratelimit-Tokens-Limit": {"400000-shared-key-canary"},
+	"X-Litellm-Key-Spend":                           {"1234.5-shared-key-canary"},
+	"X-Litellm-Key-Max-Budget":                      {"5000-shared-key-canary"},
+	"X-Litellm-Model-Api-Base":                      {"http://10.0.0.7:8000/v1-shared-key-canary"},
+}
+
+// SharedKeyCanary is in every value of SharedKeyHeaders.
+const SharedKeyCanary = "shared-key-canary"
+
 // Server is a running fake LiteLLM.
 type Server struct {
 	// URL is the base URL, e.g. "http://127.0.0.1:41234", once serving.
@@ -348,6 +373,16 @@ func NewUnstartedServer(opts ...Option) (*Server, error) {
 		s.models[m.Name] = m
 	}
 	s.handler = s.routes()
+	// LiteLLM answers with the shared key's rate limits and the provider's own
+	// headers (relayed as llm_provider-*) on every call: a proxy must keep them
+	// from the agent.
+	inner := s.handler
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range SharedKeyHeaders {
+			w.Header()[k] = v
+		}
+		inner.ServeHTTP(w, r)
+	})
 	if hints := cfg.hints; len(hints) > 0 {
 		inner := s.handler
 		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -89,19 +89,34 @@ func (g *Gateway) serveRouter() error {
 		return fmt.Errorf("sandboxgw: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+attestationPath, func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-		if err == nil {
-			g.mu.Lock()
-			g.attestation = b
-			g.mu.Unlock()
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("POST "+attestationPath, g.serveAttestation)
 	mux.Handle("/", g.opts.Router)
 	g.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	go func() { g.srvErr <- g.srv.Serve(ln) }()
 	return nil
+}
+
+// serveAttestation takes the report of the latest sandbox's bridge: the first that
+// carries its attestation key (204); 403 without the key (the gateway's own
+// processes, any process of an earlier sandbox), 409 once it has reported.
+func (g *Gateway) serveAttestation(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		http.Error(w, "attestation: unreadable body", http.StatusBadRequest)
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case !bridgeapi.AttestKeyMatches(g.attestKey, r.Header.Get(bridgeapi.AttestKeyHeader)):
+		g.log.Warn("sandboxgw: an attestation without the sandbox's attestation key was refused")
+		http.Error(w, "attestation: not sent by the sandbox's bridge", http.StatusForbidden)
+	case g.attested:
+		http.Error(w, "attestation: the sandbox already has one", http.StatusConflict)
+	default:
+		g.attestation, g.attested = b, true
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // attestationPath is where the bridge reports its sandbox's isolation.

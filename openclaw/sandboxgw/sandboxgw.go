@@ -103,7 +103,9 @@ type Gateway struct {
 	downErr     error
 	up          chan struct{} // closed when an incarnation is up; replaced when down
 	closed      bool
-	attestation []byte // the last isolation report the sandbox's bridge sent
+	attestation []byte // the isolation report the latest sandbox's bridge sent
+	attestKey   string // the latest sandbox's attestation key
+	attested    bool   // the latest sandbox's bridge has reported
 
 	stop      context.CancelFunc // ends the supervisor
 	superCtx  context.Context

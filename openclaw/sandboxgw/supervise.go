@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/openclaw/billing"
 	"github.com/agentsandbox/sandbox/openclaw/gateway"
@@ -20,6 +21,10 @@ func (g *Gateway) startIncarnation(ctx context.Context) (*incarnation, error) {
 	g.mu.Lock()
 	g.gen++
 	gen := g.gen
+	// Each sandbox's bridge attests with a key of its own: no process of an
+	// earlier incarnation, nor the gateway itself, can report for it.
+	key := bridgeapi.NewAttestKey()
+	g.attestKey, g.attested = key, false
 	g.mu.Unlock()
 	runID := fmt.Sprintf("%s-%d", g.opts.RunID, gen)
 	ws := filepath.Join(g.opts.Dir, wsDir)
@@ -72,7 +77,7 @@ func (g *Gateway) startIncarnation(ctx context.Context) (*incarnation, error) {
 			WorkspaceDir: ws,
 			Mounts:       g.opts.Mounts,
 			Limits:       g.opts.Limits,
-			LLM:          &port.LLMSocket{HostDir: filepath.Join(g.opts.Dir, sockDir), Egress: g.egress != nil},
+			LLM:          &port.LLMSocket{HostDir: filepath.Join(g.opts.Dir, sockDir), Egress: g.egress != nil, AttestKey: key},
 			Labels:       map[string]string{"agentsandbox-openclaw-gateway": g.opts.RunID},
 		},
 		Expose: []int{g.opts.Port},
@@ -363,7 +368,9 @@ func (g *Gateway) Client() (*gateway.Client, error) {
 // Token is the gateway's auth token, for a host that re-attaches after a restart.
 func (g *Gateway) Token() string { return g.opts.Token }
 
-// Attestation is the last isolation report the sandbox's bridge sent (JSON), if any.
+// Attestation is the isolation report the bridge of the latest sandbox sent (JSON),
+// or of an earlier one while the latest has not; nil before any. Only a report
+// carrying the sandbox's attestation key counts, the first one.
 func (g *Gateway) Attestation() []byte {
 	g.mu.Lock()
 	defer g.mu.Unlock()

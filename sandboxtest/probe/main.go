@@ -123,6 +123,8 @@ func networkCommand(cmd string, args []string) bool {
 		httpPost(args[0], args[1])
 	case "reqs":
 		rawRequests(args[0])
+	case "rawdump":
+		rawDump(args[0])
 	case "burst":
 		burst(atoi(args[0]), args[1:]...)
 	case "trailers":
@@ -440,6 +442,54 @@ func rawRequests(file string) {
 			c.Close()
 		}
 		fmt.Printf("req %d status %s\n", i, status)
+	}
+}
+
+// rawDump sends each request of file (as rawRequests) and prints, one JSON line
+// each, everything the bridge answered on the connection until it closed: every
+// status line and header the agent's HTTP client could parse, informational and
+// upgraded answers and what follows them included.
+func rawDump(file string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fail(4, err.Error())
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r struct {
+			Method, Path, Body string
+			Headers            [][2]string
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			fail(4, "bad request line: "+err.Error())
+		}
+		var req bytes.Buffer
+		fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: llm\r\nConnection: close\r\nContent-Length: %d\r\n", r.Method, r.Path, len(r.Body))
+		for _, h := range r.Headers {
+			fmt.Fprintf(&req, "%s: %s\r\n", h[0], h[1])
+		}
+		req.WriteString("\r\n" + r.Body)
+		var out struct {
+			I   int    `json:"i"`
+			Raw string `json:"raw"`
+			Err string `json:"err,omitempty"`
+		}
+		out.I = i
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:8080", 5*time.Second); err != nil {
+			out.Err = err.Error()
+		} else {
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := c.Write(req.Bytes()); err != nil {
+				out.Err = err.Error()
+			}
+			raw, err := io.ReadAll(io.LimitReader(c, 1<<20))
+			if err != nil {
+				out.Err = err.Error()
+			}
+			out.Raw = string(raw)
+			c.Close()
+		}
+		j, _ := json.Marshal(out)
+		fmt.Println(string(j))
 	}
 }
 

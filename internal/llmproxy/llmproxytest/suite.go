@@ -23,6 +23,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
 // Config is what a front under test is built with.
@@ -66,6 +67,8 @@ func Test(t *testing.T, newFront NewFront) {
 	}{
 		{"ForwardsWithPolicyAndAudits", testForwards},
 		{"HeaderAllowlist", testHeaders},
+		{"ResponseHeaderAllowlist", testResponseHeaders},
+		{"AuditFieldsAreInert", testAuditInert},
 		{"TrailersAreDropped", testTrailers},
 		{"BodyAllowlist", testBodyPolicy},
 		{"NonJSONBodiesAreRefused", testNonJSON},
@@ -249,6 +252,71 @@ func testHeaders(t *testing.T, nf NewFront) {
 	}
 	if got.Get("Anthropic-Version") != "2023-06-01" || got.Get("User-Agent") != "agent/1" {
 		t.Errorf("allowlisted headers were lost: %v", got)
+	}
+}
+
+// transportHeaders are response headers a front's HTTP server writes itself.
+var transportHeaders = map[string]bool{"Date": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true}
+
+// testResponseHeaders: the agent sees only the response headers of the one
+// allowlist (proxypolicy.ResponseHeaders), on plain and streamed answers, errors
+// and refusals: none of the shared key's rate limits, the provider's headers or
+// the key's spend that LiteLLM sends (litellmtest.SharedKeyHeaders).
+func testResponseHeaders(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-resp-headers"))
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/v1/chat/completions", chatBody, 200},
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"MARKER:s hi"}]}`, 200},
+		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"hi"}`, 200},
+		{"/v1/chat/completions", `{"model":"no-such-model","messages":[{"role":"user","content":"x"}]}`, 0},
+		{"/v1/models", "", 200},
+	} {
+		method := http.MethodPost
+		if c.body == "" {
+			method = http.MethodGet
+		}
+		r := Do(t, e.run, method, c.path, c.body, nil)
+		if c.status != 0 && r.Status != c.status {
+			t.Errorf("%s %s: %d %s", method, c.path, r.Status, r.Body)
+		}
+		for name, vals := range r.Header {
+			if !proxypolicy.IsResponseHeaderAllowed(name) && !transportHeaders[name] {
+				t.Errorf("%s %s (%d): the agent got %s: %q", method, c.path, r.Status, name, vals)
+			}
+			if strings.Contains(strings.Join(vals, ","), litellmtest.SharedKeyCanary) {
+				t.Errorf("%s %s: the shared key's header %s reached the agent", method, c.path, name)
+			}
+		}
+	}
+	if r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", chatBody, nil); r.Header.Get("X-Litellm-Call-Id") == "" || r.Header.Get("Content-Type") == "" {
+		t.Errorf("allowlisted headers were lost: %v", r.Header)
+	}
+}
+
+// testAuditInert: control bytes an agent writes percent-encoded in a refused path,
+// or escaped in a model name, are stored encoded: the audit an operator reads holds
+// no escape sequence, CR/LF or tab (found decoded, they cleared screens and forged
+// rows of sandboxctl's table).
+func testAuditInert(t *testing.T, nf NewFront) {
+	e := newEnv(t, nf, spec("run-audit-inert"))
+	Do(t, e.run, http.MethodGet, "/v1/%1b%5d0;owned%07%0d%0afake%09row", "", nil)
+	Do(t, e.run, http.MethodPost, "/v1/chat/completions", `{"model":"gpt\u001b[2J\r\nfake\trow","messages":[{"role":"user","content":"x"}]}`, nil)
+	recs := AuditN(t, e.run, 2)
+	if len(recs) < 2 {
+		t.Fatalf("audit: %+v", recs)
+	}
+	for _, r := range recs {
+		for _, f := range []string{r.Path, r.Model} {
+			if strings.IndexFunc(f, func(c rune) bool { return c < 0x20 || c == 0x7f }) >= 0 {
+				t.Errorf("an audit record holds a control byte: path %q model %q", r.Path, r.Model)
+			}
+		}
+	}
+	if !strings.Contains(recs[0].Path, "%1B") {
+		t.Errorf("the refused path is not stored as sent: %q", recs[0].Path)
 	}
 }
 

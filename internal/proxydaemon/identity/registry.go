@@ -628,8 +628,9 @@ func (r *Registry) appendLine(id string, rec *port.AuditRecord, u Usage) error {
 
 // SetAttestation stores a registration's attestation, once: it is committed
 // when SetAttestation returns, and a second one is refused (ErrConflict
-// semantics: false, nil). The first report is the bridge's; a restarted daemon
-// must not take another (the agent's).
+// semantics: false, nil). The report stored is the bridge's (the daemon takes
+// none without the run's attestation key); a restarted daemon must not take
+// another.
 func (r *Registry) SetAttestation(ctx context.Context, id string, a *port.Attestation) (bool, error) {
 	b, err := json.Marshal(a)
 	if err != nil {

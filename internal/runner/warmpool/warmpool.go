@@ -343,7 +343,8 @@ func AwaitReady[E any](ctx context.Context, st Stub, exit <-chan E) (att *port.A
 // run's environment.
 //
 // The claim carries a fresh exit nonce, returned with it: the stub ends its output
-// streams with exit records keyed by it (see ExitWatch).
+// streams with exit records keyed by it (see ExitWatch); and the run's attestation
+// key (port.LLMSocket.AttestKey), which only the stub holds.
 func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) (msg []byte, nonce string, err error) {
 	argv := spec.Argv
 	if len(argv) == 0 {
@@ -359,6 +360,11 @@ func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) (
 	claim := bridgeapi.NewClaim(argv, env, dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
 	claim.Egress = runner.EgressOn(spec)
 	claim.ExitNonce = bridgeapi.NewExitNonce()
+	if spec.LLM != nil {
+		// The stub alone gets the key: the pre-booted runtime saw the socket
+		// directory before the claim, but never sees the claim.
+		claim.AttestKey = spec.LLM.AttestKey
+	}
 	msg, err = claim.Encode()
 	return msg, claim.ExitNonce, err
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 )
 
@@ -23,5 +24,23 @@ func TestAllowedRequestHeadersMatchNginx(t *testing.T) {
 	}
 	if len(nginx) != 0 {
 		t.Errorf("nginx forwards more: %v", nginx)
+	}
+}
+
+// Every header the fake LiteLLM sends about the shared key is one nginx hides by
+// name (it cannot keep only the allowlist), and none of the names it hides is one
+// the Go fronts forward.
+func TestHiddenResponseHeadersCoverSharedKey(t *testing.T) {
+	hidden := map[string]bool{}
+	for _, n := range nginxconf.HiddenResponseHeaders() {
+		if proxypolicy.IsResponseHeaderAllowed(n) {
+			t.Errorf("nginx hides %s, which the allowlist forwards", n)
+		}
+		hidden[http.CanonicalHeaderKey(n)] = true
+	}
+	for n := range litellmtest.SharedKeyHeaders {
+		if !hidden[http.CanonicalHeaderKey(n)] {
+			t.Errorf("nginx forwards %s", n)
+		}
 	}
 }

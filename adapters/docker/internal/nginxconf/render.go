@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -99,15 +100,57 @@ var forwarded = []forwardedHeader{
 // the call id, cost and deployment of each call.
 var passedResponseHeaders = []string{"X-Litellm-Call-Id", "X-Litellm-Response-Cost", "X-Litellm-Model-Id"}
 
+// hiddenResponseHeaders are the upstream response headers nginx withholds by name.
+// The Go fronts forward only proxypolicy.ResponseHeaders (an allowlist); stock nginx
+// cannot drop response headers by pattern or keep only listed ones (that needs njs
+// or Lua), so this front names what LiteLLM and the providers it relays are known
+// to send: LiteLLM's headers about the key and the deployment, the shared key's
+// rate limits (x-ratelimit-*: every tenant's use), and the provider headers
+// LiteLLM relays as llm_provider-* (organisation, account limits). A header an
+// upstream adds later passes this front until it is named here.
+var hiddenResponseHeaders = []string{
+	"X-Litellm-Key-Spend", "X-Litellm-Key-Max-Budget", "X-Litellm-Key-Tpm-Limit", "X-Litellm-Key-Rpm-Limit",
+	"X-Litellm-Model-Api-Base", "X-Litellm-Model-Region", "X-Litellm-Version", "X-Litellm-Cache-Key",
+	"X-Litellm-Response-Duration-Ms", "X-Litellm-Overhead-Duration-Ms", "X-Litellm-Callback-Duration-Ms",
+	"X-Litellm-Attempted-Retries", "X-Litellm-Attempted-Fallbacks", "X-Litellm-Applied-Guardrails",
+	"X-Litellm-Response-Cost-Original", "X-Litellm-Response-Cost-Discount-Amount", "X-Litellm-Timeout",
+	"X-Litellm-Semantic-Similarity", "X-Litellm-Key-Remaining-Requests", "X-Litellm-Key-Remaining-Tokens",
+	"X-Ratelimit-Limit-Requests", "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Requests",
+	"X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens",
+	"Llm_provider-Openai-Organization", "Llm_provider-Openai-Processing-Ms", "Llm_provider-Openai-Version",
+	"Llm_provider-Openai-Project", "Llm_provider-X-Request-Id", "Llm_provider-Request-Id",
+	"Llm_provider-X-Ratelimit-Limit-Requests", "Llm_provider-X-Ratelimit-Limit-Tokens",
+	"Llm_provider-X-Ratelimit-Remaining-Requests", "Llm_provider-X-Ratelimit-Remaining-Tokens",
+	"Llm_provider-X-Ratelimit-Reset-Requests", "Llm_provider-X-Ratelimit-Reset-Tokens",
+	"Llm_provider-Anthropic-Organization-Id",
+	"Llm_provider-Anthropic-Ratelimit-Requests-Limit", "Llm_provider-Anthropic-Ratelimit-Requests-Remaining",
+	"Llm_provider-Anthropic-Ratelimit-Requests-Reset", "Llm_provider-Anthropic-Ratelimit-Tokens-Limit",
+	"Llm_provider-Anthropic-Ratelimit-Tokens-Remaining", "Llm_provider-Anthropic-Ratelimit-Tokens-Reset",
+	"Llm_provider-Anthropic-Ratelimit-Input-Tokens-Limit", "Llm_provider-Anthropic-Ratelimit-Input-Tokens-Remaining",
+	"Llm_provider-Anthropic-Ratelimit-Input-Tokens-Reset", "Llm_provider-Anthropic-Ratelimit-Output-Tokens-Limit",
+	"Llm_provider-Anthropic-Ratelimit-Output-Tokens-Remaining", "Llm_provider-Anthropic-Ratelimit-Output-Tokens-Reset",
+	"Llm_provider-Retry-After", "Llm_provider-Set-Cookie", "Llm_provider-Cf-Ray", "Llm_provider-Server",
+	"Anthropic-Organization-Id", "Openai-Organization", "Openai-Project", "Set-Cookie", "Link",
+}
+
 func init() {
 	// The allowlist and the strip list must never overlap; a change that breaks this
 	// must fail loudly at start-up rather than forward a credential.
+	for _, h := range hiddenResponseHeaders {
+		if proxypolicy.IsResponseHeaderAllowed(h) || !hiddenNameRe.MatchString(h) {
+			panic("nginxconf: bad hidden response header " + h)
+		}
+	}
 	for _, h := range forwarded {
 		if proxypolicy.IsStripped(h.Name) || "http_"+strings.ReplaceAll(strings.ToLower(h.Name), "-", "_") != h.Var {
 			panic("nginxconf: bad forwarded header " + h.Name)
 		}
 	}
 }
+
+// HiddenResponseHeaders lists the upstream response headers the nginx proxy
+// withholds by name (stock nginx cannot keep only proxypolicy.ResponseHeaders).
+func HiddenResponseHeaders() []string { return slices.Clone(hiddenResponseHeaders) }
 
 // ForwardedRequestHeaders lists the client request headers the nginx proxy forwards
 // upstream. Every other client header is dropped, and none of these is one proxypolicy.IsStripped
@@ -260,7 +303,7 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 		Forwarded:     forwarded,
 		Injected:      p.Injected(),
 		PassHeaders:   passedResponseHeaders,
-		HiddenHeaders: proxypolicy.HiddenResponseHeaders(),
+		HiddenHeaders: hiddenResponseHeaders,
 	}
 	for _, h := range d.Injected {
 		if !headerNameRe.MatchString(h.Name) {
@@ -347,6 +390,8 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 
 var (
 	headerNameRe = regexp.MustCompile(`^[A-Za-z0-9-]+$`)
+	// hiddenNameRe admits the underscore of LiteLLM's llm_provider- prefix.
+	hiddenNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	safePathRe   = regexp.MustCompile(`^/[A-Za-z0-9._/-]*$`)
 	dnsLabelRe   = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)
 	identRe      = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)

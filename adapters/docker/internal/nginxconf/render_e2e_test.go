@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
+	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 )
@@ -76,6 +77,9 @@ func (u *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 
 	h := w.Header()
+	for k, v := range litellmtest.SharedKeyHeaders {
+		h[k] = v
+	}
 	h.Set("X-Litellm-Model-Id", "deployment-1")
 	h.Set("X-Litellm-Model-Group", "gpt-test")
 	h.Set("X-Litellm-Key-Spend", "12.5")
@@ -328,6 +332,13 @@ func TestNginxEndToEnd(t *testing.T) {
 	assert.Equal(t, "deployment-1", resp.Header.Get("X-Litellm-Model-Id"))
 	assert.Empty(t, resp.Header.Get("X-Litellm-Key-Spend"), "the shared key's spend is hidden")
 	assert.Empty(t, resp.Header.Get("X-Litellm-Model-Api-Base"), "the deployment's address is hidden")
+	// The shared key's rate limits and the provider's relayed headers LiteLLM sends
+	// (litellmtest.SharedKeyHeaders) stay out of the sandbox, as on the Go fronts.
+	for name, vals := range resp.Header {
+		if strings.Contains(strings.Join(vals, ","), litellmtest.SharedKeyCanary) {
+			t.Errorf("the shared key's header %s reached the client: %q", name, vals)
+		}
+	}
 
 	seen := up.requests()
 	require.Len(t, seen, 1)

@@ -170,8 +170,9 @@ func readSmall(p string) ([]byte, error) {
 	return b, err
 }
 
-// postAttestation sends a to the proxy on socket, before the agent exists.
-func postAttestation(ctx context.Context, socket string, a bridgeapi.Attestation) error {
+// postAttestation sends a to the proxy on socket, before the agent exists, with the
+// run's attestation key when there is one.
+func postAttestation(ctx context.Context, socket, key string, a bridgeapi.Attestation) error {
 	body, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -189,6 +190,9 @@ func postAttestation(ctx context.Context, socket string, a bridgeapi.Attestation
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(bridgeapi.AttestKeyHeader, key)
+	}
 	setRunToken(req, socket) // a shared proxy checks it (token.go)
 	resp, err := cli.Do(req)
 	if err != nil {

@@ -62,9 +62,14 @@ type Config struct {
 	Listen string
 	// Attest makes the bridge report an Attestation of its sandbox to the proxy on
 	// Socket before it starts the child, so the report precedes every process of the
-	// agent (a proxy keeps the first it gets). A failed report is logged, not fatal:
-	// the host's policy decides what a run without one may do.
+	// agent, with AttestKey (a proxy keeps the first that carries its run's key). A
+	// failed report is logged, not fatal: the host's policy decides what a run
+	// without one may do.
 	Attest bool
+	// AttestKey is the run's attestation key (bridgeapi.AttestKeyHeader), sent with
+	// the attestation; empty sends none (a proxy that minted one then refuses the
+	// report). The bridge gives it to no other process.
+	AttestKey string
 	// NoForward runs the child with no listener: for a sandbox without an LLM socket,
 	// where the bridge is only the init (signals, reaping, OOM notice).
 	NoForward bool
@@ -204,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 
 	if cfg.Attest && !cfg.NoForward {
-		if err := postAttestation(ctx, cfg.Socket, Attest()); err != nil {
+		if err := postAttestation(ctx, cfg.Socket, cfg.AttestKey, Attest()); err != nil {
 			// Debug: a proxy that takes no attestation (nginx) is not an error here.
 			log.Debug("bridge: reporting the attestation failed", slog.Any("err", err))
 		}

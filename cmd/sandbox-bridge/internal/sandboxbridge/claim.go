@@ -10,7 +10,7 @@ import (
 // child's stdin given by the caller (the claim channel is never the child's).
 func ClaimConfig(c bridgeapi.Claim) Config {
 	// A forwarding run reports its attestation, as a cold one does (Prefix).
-	cfg := Config{Argv: c.Argv, Env: c.Env, Dir: c.Dir, NoForward: !c.Forward, Attest: c.Forward, ExitNonce: c.ExitNonce}
+	cfg := Config{Argv: c.Argv, Env: c.Env, Dir: c.Dir, NoForward: !c.Forward, Attest: c.Forward, AttestKey: c.AttestKey, ExitNonce: c.ExitNonce}
 	if c.Env == nil {
 		cfg.Env = []string{}
 	}
