@@ -198,14 +198,9 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	if red != nil {
 		h.Del("Accept-Encoding") // the reflection guard reads plain bodies
 	}
-	ctx := r.Context()
 	cnt := &countReader{p: p}
 	out, d := p.outbound(r, t, h, escPath, rawQuery, vals, body, cnt, &rec)
 	if d != nil {
-		p.deny(w, rec, d)
-		return
-	}
-	if d := p.precheck(ctx, t.host, t.host); d != nil {
 		p.deny(w, rec, d)
 		return
 	}

@@ -8,11 +8,9 @@
 package egress
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -125,20 +123,13 @@ func New(cfg Config) (*Proxy, error) {
 		ExpectContinueTimeout:  time.Second,
 	}
 	if up != nil {
-		// The host chose this proxy: it is dialled as is, and nothing else is. Targets
-		// are checked here first (precheck), resolved by this process.
+		// The host chose this proxy: it is dialled as is, and nothing else is. It is
+		// asked to CONNECT to addresses checked here, never to names (upstream.go).
 		p.upstream = up.Host
 		if up.Port() == "" {
 			p.upstream = net.JoinHostPort(up.Hostname(), "80")
 		}
-		nd := &net.Dialer{Timeout: dialTimeout}
-		p.transport.Proxy = http.ProxyURL(up)
-		p.transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr != p.upstream {
-				return nil, errors.New("egress: only the upstream proxy is dialled")
-			}
-			return nd.DialContext(ctx, network, addr)
-		}
+		p.transport.DialContext = p.dialUpstream
 	}
 	return p, nil
 }
