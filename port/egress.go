@@ -136,7 +136,11 @@ const (
 	GuardPlaceholder = "placeholder" // unresolved or refused placeholder
 	GuardBytes       = "bytes"       // a byte cap was reached
 	GuardAmbiguous   = "ambiguous"   // two providers match
-	GuardEncoding    = "encoding"    // a response the reflection guard cannot read (compressed)
+	GuardEncoding    = "encoding"    // a response the reflection guard cannot read (compressed, overlong escapes)
+	// GuardReflection: a response reflected part of a credential (a run of its
+	// characters that is not the whole value); the response was cut and the run's
+	// later requests that carry a credential are refused with this guard too.
+	GuardReflection = "reflection"
 )
 
 // EgressDenial is the proxy's refusal of one egress request. The agent receives it as

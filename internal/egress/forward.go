@@ -180,6 +180,11 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		}
 	}
 	names := pc.names
+	if len(names) > 0 && p.withdrawn.Load() {
+		p.deny(w, rec, &port.EgressDenial{Status: http.StatusForbidden, Guard: port.GuardReflection, Target: t.host,
+			Message: "the run's credentials are withdrawn: a response to an earlier request reflected part of one"})
+		return
+	}
 	vals, d := resolve(r.Context(), p.pol.src.Credentials, p.cfg.RunID, pr, names, t.host)
 	if d != nil {
 		p.deny(w, rec, d)
@@ -230,14 +235,16 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		src = &redactReader{r: dec, red: red}
 	}
 	rec.Status = resp.StatusCode
+	hdr, err := guardHeaders(resp.Header, red)
+	if err != nil {
+		rec.ReqBytes, _ = cnt.state()
+		rec.Reflected = red.Count
+		p.refuseReflection(w, rec, t, err)
+		return
+	}
 	wh := w.Header()
-	for k, vs := range resp.Header {
-		if red.Name(k) {
-			continue // a value spelled in a header's name: the header is dropped
-		}
-		for _, v := range vs {
-			wh.Add(k, red.Header(v))
-		}
+	for k, vs := range hdr {
+		wh[k] = vs
 	}
 	for _, k := range droppedRespHeaders {
 		wh.Del(k)
@@ -246,7 +253,11 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		wh.Del("Content-Length")
 		wh.Del("Content-Encoding")
 	}
+	recorded := false
 	defer func() {
+		if recorded {
+			return
+		}
 		// The transport may still be sending the body when the answer arrives.
 		n, _ := cnt.state()
 		rec.ReqBytes += n
@@ -256,7 +267,57 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		rec.Latency = time.Since(rec.Time)
 		p.record(rec)
 	}()
-	p.writeResponse(w, resp.StatusCode, src, red, &rec, limit)
+	if err := p.writeResponse(w, resp.StatusCode, src, red, &rec, limit); err != nil {
+		// The reflection guard refused the body before any of it was written.
+		n, _ := cnt.state()
+		rec.ReqBytes += n
+		rec.Reflected = red.Count
+		recorded = true
+		p.refuseReflection(w, rec, t, err)
+	}
+}
+
+// guardHeaders passes a response's headers through the reflection guard: a value
+// spelled in a header's name drops the header, values are redacted; an error (a
+// partial reflection, an overlong escape) refuses the response.
+func guardHeaders(h http.Header, red *Redactor) (http.Header, error) {
+	out := make(http.Header, len(h))
+	for k, vs := range h {
+		drop, err := red.Name(k)
+		if err != nil {
+			return nil, err
+		}
+		if drop {
+			continue
+		}
+		for _, v := range vs {
+			v, err := red.Header(v)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = append(out[k], v)
+		}
+	}
+	return out, nil
+}
+
+// guardFor is the guard that refused a response the reflection guard read.
+func guardFor(err error) string {
+	if errors.Is(err, errPartialReflection) {
+		return port.GuardReflection
+	}
+	return port.GuardEncoding
+}
+
+// refuseReflection answers a response the reflection guard refused before anything
+// of it was written; a partial reflection withdraws the run's credentials.
+func (p *Proxy) refuseReflection(w http.ResponseWriter, rec port.EgressRecord, t *target, err error) {
+	g := guardFor(err)
+	if g == port.GuardReflection {
+		p.withdrawn.Store(true)
+	}
+	rec.Error = err.Error()
+	p.deny(w, rec, &port.EgressDenial{Status: http.StatusBadGateway, Guard: g, Target: t.host, Message: err.Error()})
 }
 
 // admit runs the checks a request passes before anything is read or resolved:
@@ -405,10 +466,13 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, rec port.EgressRecord, t *
 // writeResponse writes the upstream's answer: whole and truncated to limit when
 // limit > 0 (the endpoint), else streamed and flushed chunk by chunk against the
 // run's byte cap (over it the connection is cut).
-func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, red *Redactor, rec *port.EgressRecord, limit int64) {
+func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, red *Redactor, rec *port.EgressRecord, limit int64) error {
 	wh := w.Header()
 	if limit > 0 {
 		buf, err := io.ReadAll(io.LimitReader(src, limit+1))
+		if guardError(err) {
+			return err
+		}
 		if int64(len(buf)) > limit {
 			buf, rec.Truncated = buf[:limit], true
 			wh.Set("X-Truncated", "true")
@@ -421,13 +485,21 @@ func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, 
 		if err != nil {
 			rec.Error = "upstream body: " + clip(red.String(err.Error()), 200)
 		}
-		return
+		return nil
 	}
-	w.WriteHeader(status)
+	// The status goes out with the first bytes of the body (or its end), so a
+	// refusal before any byte is still a plain denial.
+	wrote := false
 	fl, _ := w.(http.Flusher)
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := src.Read(buf)
+		if n > 0 || rerr != nil && !guardError(rerr) {
+			if !wrote {
+				w.WriteHeader(status)
+				wrote = true
+			}
+		}
 		if n > 0 {
 			if p.runBytes.Add(int64(n)) > p.maxRun {
 				rec.Error, rec.Guard = "the run's egress byte cap was reached mid-response", port.GuardBytes
@@ -435,20 +507,37 @@ func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, 
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				rec.Error = "client gone"
-				return
+				return nil
 			}
 			rec.RespBytes += int64(n)
 			if fl != nil {
 				fl.Flush()
 			}
 		}
+		if guardError(rerr) && !wrote {
+			return rerr
+		}
+		if guardError(rerr) {
+			// The reflection guard ends the response: the connection is cut, so the
+			// agent cannot take what it got for a whole answer.
+			rec.Guard, rec.Error = guardFor(rerr), rerr.Error()
+			if rec.Guard == port.GuardReflection {
+				p.withdrawn.Store(true)
+			}
+			panic(http.ErrAbortHandler)
+		}
 		if rerr != nil {
 			if rerr != io.EOF {
 				rec.Error = "upstream body: " + clip(red.String(rerr.Error()), 200)
 			}
-			return
+			return nil
 		}
 	}
+}
+
+// guardError reports an error of the reflection guard (not of the upstream).
+func guardError(err error) bool {
+	return errors.Is(err, errPartialReflection) || errors.Is(err, errOverlong)
 }
 
 // countReader counts a request body against the per-request and per-run caps.
@@ -486,13 +575,14 @@ func (c *countReader) state() (int64, error) {
 	return c.n, c.err
 }
 
-// redactReader runs a body through a Redactor.
+// redactReader runs a body through a Redactor. An error of the guard ends it; an
+// error of the upstream is returned after the guard's final release.
 type redactReader struct {
-	r    io.Reader
-	red  *Redactor
-	buf  []byte
-	out  []byte
-	done bool
+	r   io.Reader
+	red *Redactor
+	buf []byte
+	out []byte
+	err error // returned once out is drained
 }
 
 func (rr *redactReader) Read(b []byte) (int, error) {
@@ -500,20 +590,18 @@ func (rr *redactReader) Read(b []byte) (int, error) {
 		rr.buf = make([]byte, 32<<10)
 	}
 	for len(rr.out) == 0 {
-		if rr.done {
-			return 0, io.EOF
+		if rr.err != nil {
+			return 0, rr.err
 		}
 		n, err := rr.r.Read(rr.buf)
-		final := err != nil
-		rr.out = append(rr.out, rr.red.Feed(rr.buf[:n], final)...)
-		if err != nil {
-			rr.done = true
-			if err != io.EOF {
-				if len(rr.out) == 0 {
-					return 0, err
-				}
-			}
+		out, gerr := rr.red.Feed(rr.buf[:n], err != nil)
+		switch {
+		case gerr != nil:
+			return 0, gerr // nothing more goes out
+		case err != nil:
+			rr.err = err
 		}
+		rr.out = append(rr.out, out...)
 	}
 	n := copy(b, rr.out)
 	rr.out = rr.out[n:]

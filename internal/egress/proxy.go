@@ -69,6 +69,9 @@ type Proxy struct {
 	maxReq, maxRun         int64
 	respLimit, respCeiling int64
 	runBytes               atomic.Int64
+	// withdrawn is set when a response reflected part of a credential: the run's
+	// later requests that carry one are refused (see reflect.go).
+	withdrawn atomic.Bool
 
 	mu       sync.Mutex
 	audit    auditLog
