@@ -182,21 +182,25 @@ type EgressRecord struct {
 	Reflected int    `json:"reflected,omitempty"`
 	Error     string `json:"error,omitempty"`
 	// Credentials are the placeholder names the proxy resolved into the request
-	// (names only, never values). A record with credentials is never summarised away.
+	// (names only, never values).
 	Credentials []string `json:"credentials,omitempty"`
 }
 
 // EgressSummary says how much of a run's egress audit was kept. Every record reaches
-// EgressPolicy.OnAudit; what a run returns is bounded: every request that carried a
-// credential, the forwarded requests (up to 100,000), the first 1,000 and the most
-// recent 4,000 of the rest. Summarised counts, per guard ("forwarded" for requests
-// that were forwarded), the records that were not kept.
+// EgressPolicy.OnAudit; what a run returns is bounded per class, each class keeping
+// its own first and most recent records, so that a flood of one class pushes out
+// nothing of another: each refusing guard (the first and last 1,000), requests that
+// carried a credential ("credentialed": 5,000 and 5,000; a credentialed request
+// refused by the ssrf, placeholder, reflection or encoding guard counts with its
+// guard) and forwarded requests ("forwarded": the first 100,000 and the last 1,000).
+// Summarised counts, per class, the records that were not kept.
 type EgressSummary struct {
 	// Records is how many records were written (and delivered live).
 	Records int `json:"records"`
 	// Kept is how many are returned.
 	Kept int `json:"kept"`
-	// Summarised counts the records not kept, by guard.
+	// Summarised counts the records not kept, by class (a guard, "credentialed" or
+	// "forwarded").
 	Summarised map[string]int `json:"summarised,omitempty"`
 }
 

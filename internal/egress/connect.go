@@ -93,6 +93,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 // (tlsOK), for plain HTTP (plainOK), or both; which one a tunnel gets is decided by
 // its first byte. It fills rec's host and provider.
 func (p *Proxy) connectTarget(r *http.Request, rec *port.EgressRecord) (_ *target, _ *provider, tlsOK, plainOK bool, _ *port.EgressDenial) {
+	rec.Host = clip(strings.ToLower(r.Host), 256)
 	hostS, portS, err := net.SplitHostPort(r.Host)
 	if err != nil {
 		return nil, nil, false, false, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: clip(r.Host, 256), Message: "CONNECT needs host:port"}
@@ -104,6 +105,14 @@ func (p *Proxy) connectTarget(r *http.Request, rec *port.EgressRecord) (_ *targe
 	t := &target{scheme: "https", port: portN}
 	if strings.Contains(hostS, ":") {
 		hostS = "[" + hostS + "]"
+	}
+	// Recorded as asked for, before the check can refuse it.
+	rec.Host = clip(strings.ToLower(hostS), 256)
+	if name, ip, err := ParseHost(hostS); err == nil {
+		rec.Host = name
+		if ip.IsValid() {
+			rec.Host = ip.String()
+		}
 	}
 	if d := p.checkHost(hostS, t, clip(r.Host, 256)); d != nil {
 		return nil, nil, false, false, d

@@ -46,6 +46,27 @@ func redactQuery(q string) string {
 	return "?" + strings.Join(parts, "&")
 }
 
+// shownTarget fills rec's target from a URL before any check, so that a refusal
+// records what was asked for: the host (an IP literal in its normal form), the path
+// in template form with query values redacted. The checks overwrite it with the
+// normalised target when they pass.
+func shownTarget(rec *port.EgressRecord, u *url.URL) {
+	rec.Scheme = clip(strings.ToLower(u.Scheme), 16)
+	host := u.Hostname()
+	if name, ip, err := ParseHost(host); err == nil {
+		host = name
+		if ip.IsValid() {
+			host = ip.String()
+		}
+	}
+	rec.Host = clip(strings.ToLower(host), 256)
+	path := u.EscapedPath()
+	if path == "" && u.Host != "" {
+		path = "/"
+	}
+	rec.Path = clip(path+redactQuery(u.RawQuery), 512)
+}
+
 // checkTarget normalises and checks a URL's scheme, user info, host and path.
 func (p *Proxy) checkTarget(u *url.URL) (*target, *port.EgressDenial) {
 	shown := clip(u.Scheme+"://"+u.Host, 256)
@@ -144,6 +165,7 @@ var unbrace = strings.NewReplacer("%7B", "{", "%7b", "{", "%7D", "}", "%7d", "}"
 // truncates the response (the endpoint).
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string, u *url.URL, want string, substBody bool, limit int64) {
 	rec := port.EgressRecord{Time: time.Now().UTC(), Mode: mode, Method: clip(r.Method, 16)}
+	shownTarget(&rec, u)
 	t, pr, d := p.admit(r, &rec, mode, u, want)
 	if d != nil {
 		p.deny(w, rec, d)

@@ -212,7 +212,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	default:
-		p.deny(w, port.EgressRecord{Time: time.Now().UTC(), Mode: "forward", Method: clip(r.Method, 16)},
+		p.deny(w, port.EgressRecord{Time: time.Now().UTC(), Mode: "forward", Method: clip(r.Method, 16), Host: clip(strings.ToLower(r.Host), 256),
+			Path: clip(r.URL.EscapedPath()+redactQuery(r.URL.RawQuery), 512)},
 			&port.EgressDenial{Status: http.StatusBadRequest, Guard: port.GuardRequest, Message: "not a proxy request: use an absolute URL, CONNECT, or " + EndpointPath})
 	}
 }
