@@ -150,7 +150,7 @@ func TestAuditRefusalTargets(t *testing.T) {
 // TestAuditFloodThroughProxy: the same through the proxy itself, over one keep-alive
 // connection, with the live stream seeing everything.
 func TestAuditFloodThroughProxy(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, noRateLimit)
 	c, err := net.Dial("tcp", h.addr)
 	if err != nil {
 		t.Fatal(err)

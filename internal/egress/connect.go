@@ -37,6 +37,10 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	var up net.Conn
 	if pr.tunnelOnly {
+		if d := p.sendOne(t.hostPort()); d != nil {
+			p.deny(w, rec, d)
+			return
+		}
 		up, err = p.dialTunnel(r.Context(), t)
 		if err != nil {
 			if dd := denyFor(err, t.hostPort()); dd != nil {
@@ -312,6 +316,9 @@ func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			handled(r)
+			if !p.allow(w, r, mode) {
+				return
+			}
 			u := *r.URL
 			if !u.IsAbs() {
 				u.Scheme, u.Host = scheme, r.Host

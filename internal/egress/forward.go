@@ -227,10 +227,22 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	}
 	cnt := &countReader{p: p}
 	out, d := p.outbound(r, t, h, escPath, rawQuery, vals, body, cnt, &rec)
+	if d == nil {
+		d = p.sendOne(t.host)
+	}
+	if d == nil {
+		// The head goes upstream too: its bytes count against the run's cap.
+		head := requestHeadBytes(out)
+		if p.runBytes.Add(head) > p.maxRun {
+			p.runBytes.Add(-head) // not sent
+			d = &port.EgressDenial{Status: http.StatusForbidden, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"}
+		}
+	}
 	if d != nil {
 		p.deny(w, rec, d)
 		return
 	}
+	rec.ReqBytes += requestHeadBytes(out)
 	p.relay(w, out, rec, t, cnt, red, limit)
 }
 
@@ -257,6 +269,13 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		src = &redactReader{r: dec, red: red}
 	}
 	rec.Status = resp.StatusCode
+	rh := responseHeadBytes(resp)
+	rec.RespBytes += rh
+	if p.runBytes.Add(rh) > p.maxRun {
+		rec.ReqBytes, _ = cnt.state()
+		p.deny(w, rec, &port.EgressDenial{Status: http.StatusForbidden, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"})
+		return
+	}
 	hdr, err := guardHeaders(resp.Header, red)
 	if err != nil {
 		rec.ReqBytes, _ = cnt.state()
@@ -297,6 +316,28 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		recorded = true
 		p.refuseReflection(w, rec, t, err)
 	}
+}
+
+// requestHeadBytes is the size of a request's head on the wire (request line, Host,
+// headers, the blank line), as the upstream receives it.
+func requestHeadBytes(r *http.Request) int64 {
+	n := len(r.Method) + 1 + len(r.URL.RequestURI()) + len(" HTTP/1.1\r\n") + len("Host: \r\n") + len(r.Host) + 2
+	return int64(n) + headerBytes(r.Header)
+}
+
+// responseHeadBytes is the size of a response's head (status line, headers).
+func responseHeadBytes(r *http.Response) int64 {
+	return int64(len("HTTP/1.1 000 \r\n")+len(r.Status)+2) + headerBytes(r.Header)
+}
+
+func headerBytes(h http.Header) int64 {
+	var n int64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += int64(len(k) + len(": \r\n") + len(v))
+		}
+	}
+	return n
 }
 
 // guardHeaders passes a response's headers through the reflection guard: a value
@@ -502,7 +543,7 @@ func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, 
 		wh.Set("Content-Length", strconv.Itoa(len(buf)))
 		w.WriteHeader(status)
 		n, _ := w.Write(buf)
-		rec.RespBytes = int64(n)
+		rec.RespBytes += int64(n)
 		p.runBytes.Add(int64(n))
 		if err != nil {
 			rec.Error = "upstream body: " + clip(red.String(err.Error()), 200)

@@ -694,3 +694,7 @@ func TestPlainHTTPInsideConnect(t *testing.T) {
 		t.Fatal("a refused request reached an upstream")
 	}
 }
+
+// noRateLimit lifts the run's request rate, for tests and benchmarks that send
+// many requests on purpose.
+func noRateLimit(p *port.EgressPolicy) { p.Rate = port.EgressRate{RPS: 1e9, Burst: 1 << 30} }
