@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -600,7 +601,35 @@ func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, 
 
 // guardError reports an error of the reflection guard (not of the upstream).
 func guardError(err error) bool {
-	return errors.Is(err, errPartialReflection) || errors.Is(err, errOverlong)
+	return errors.Is(err, errPartialReflection) || errors.Is(err, errOverlong) || errors.Is(err, errInflated)
+}
+
+// Decompression bounds: a compressed response decoded for the reflection guard may
+// grow to inflateFree bytes, then to inflateRatio times the compressed bytes read
+// (JSON compresses 5 to 20 times). A gzip bomb (2 MB expanding to 960 MiB, the whole
+// run's byte cap and 20 s of scanning in the review) is refused after 8 MiB.
+const (
+	inflateFree  = 8 << 20
+	inflateRatio = 100
+)
+
+var errInflated = fmt.Errorf("the upstream's compressed response expands more than %d times: the reflection guard refuses to decode it", inflateRatio)
+
+// inflateBound counts bytes: on the compressed side (in == nil), or on the decoded
+// side against the bound above (in: the compressed side's count).
+type inflateBound struct {
+	r  io.Reader
+	in *inflateBound
+	n  int64
+}
+
+func (b *inflateBound) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.in != nil && b.n > inflateFree+inflateRatio*b.in.n {
+		return 0, errInflated
+	}
+	return n, err
 }
 
 // countReader counts a request body against the per-request and per-run caps.
@@ -678,21 +707,22 @@ func decodeBody(resp *http.Response) (io.Reader, error) {
 	if len(resp.Header.Values("Content-Encoding")) > 1 || strings.Contains(ce, ",") {
 		return nil, errors.New("the upstream sent a response with several content codings, which the reflection guard cannot read")
 	}
+	in := &inflateBound{r: resp.Body}
 	switch ce {
 	case "", "identity":
 		return resp.Body, nil
 	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(resp.Body)
+		zr, err := gzip.NewReader(in)
 		if err != nil {
 			return nil, errors.New("the upstream sent a gzip response that does not decode")
 		}
-		return zr, nil
+		return &inflateBound{r: zr, in: in}, nil
 	case "deflate":
-		zr, err := zlib.NewReader(resp.Body)
+		zr, err := zlib.NewReader(in)
 		if err != nil {
 			return nil, errors.New("the upstream sent a deflate response that does not decode")
 		}
-		return zr, nil
+		return &inflateBound{r: zr, in: in}, nil
 	}
 	return nil, errors.New("the upstream sent a " + clip(ce, 32) + "-coded response, which the reflection guard cannot read")
 }

@@ -2,13 +2,17 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -149,5 +153,83 @@ func TestRequestCap(t *testing.T) {
 	}
 	if n := len(h.up.Seen()) + len(h.plain.Seen()); n > 5 {
 		t.Fatalf("the upstreams saw %d requests", n)
+	}
+}
+
+// TestDecompressionBound: a compressed response to a credentialed request, decoded
+// for the reflection guard, may not expand more than inflateRatio times (after a
+// free 8 MiB): a gzip bomb is cut there (guard encoding), on the forward path and the
+// /proxy endpoint; 16 MiB of compressed JSON passes whole. In the review one 2 MB
+// response expanded to 960 MiB, scanned for 20 s.
+func TestDecompressionBound(t *testing.T) {
+	var bomb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
+	zero := make([]byte, 1<<20)
+	for range 200 {
+		zw.Write(zero) // 200 MiB of zeros
+	}
+	zw.Close()
+	// JSON as APIs send it: 16 MiB of records that differ (it compresses about 6 times).
+	var text bytes.Buffer
+	zw = gzip.NewWriter(&text)
+	rng := rand.New(rand.NewPCG(3, 4))
+	words := strings.Fields("repository issue pull request comment label milestone user organisation commit branch tag release")
+	plain := 0
+	for i := 0; plain < 16<<20; i++ {
+		line := fmt.Sprintf(`{"id": %d, "name": "%s-%x", "description": "%s %s %s", "stars": %d}`+"\n",
+			i, words[rng.IntN(len(words))], rng.Uint64(), words[rng.IntN(len(words))], words[rng.IntN(len(words))], words[rng.IntN(len(words))], rng.IntN(100000))
+		zw.Write([]byte(line))
+		plain += len(line)
+	}
+	zw.Close()
+	t.Logf("bomb: %d bytes compressed, 200 MiB decoded; text: %d bytes compressed, %d decoded", bomb.Len(), text.Len(), plain)
+	h := newHarness(t, func(p *port.EgressPolicy) { p.ResponseCeiling = 64 << 20 })
+	h.up.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		if strings.HasSuffix(r.URL.Path, "/bomb") {
+			w.Write(bomb.Bytes())
+			return
+		}
+		w.Write(text.Bytes())
+	})
+	get := func(path string) (int, int64, error) {
+		req, _ := http.NewRequest("GET", h.url("api.test", path), nil)
+		req.Header.Set("Authorization", "Bearer {{token}}")
+		resp, err := h.client().Do(req)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, n, err
+	}
+	start := time.Now()
+	status, n, err := get("/v1/bomb")
+	took := time.Since(start)
+	if err == nil && status == 200 || n > 2*inflateFree {
+		t.Fatalf("the bomb went through: %d, %d bytes, %v", status, n, err)
+	}
+	last := h.p.Audit()[len(h.p.Audit())-1]
+	if last.Guard != port.GuardEncoding || last.RespBytes > 2*inflateFree {
+		t.Fatalf("record %+v", last)
+	}
+	t.Logf("bomb refused after %d bytes delivered, in %v", n, took)
+	if status, n, err = get("/v1/text"); err != nil || status != 200 || n != int64(plain) {
+		t.Fatalf("compressed text: %d, %d of %d bytes, %v", status, n, plain, err)
+	}
+	// The /proxy endpoint buffers: the refusal comes before any byte.
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /proxy HTTP/1.1\r\nHost: proxy\r\nX-Provider: api\r\nX-Target: %s\r\nX-Max-Response-Size: %d\r\nAuthorization: Bearer {{token}}\r\n\r\n", h.url("api.test", "/v1/bomb"), 64<<20)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	if resp.StatusCode != 502 || resp.Header.Get("X-Egress-Guard") != port.GuardEncoding {
+		t.Fatalf("/proxy: %d %.200s", resp.StatusCode, body)
 	}
 }
