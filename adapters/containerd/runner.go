@@ -28,6 +28,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
@@ -35,7 +36,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -212,12 +212,22 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	var (
 		task   client.Task
 		exited atomic.Bool // its exit was seen: delete it without a kill
+		unsure atomic.Bool // its create was not answered: a task may exist
 	)
-	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
+	defer r.removeLater(container, spec.RunID, &task, &exited, &unsure, lease)
 	log.Debug("container created")
 
-	task, stdout, stderr, err := newTask(ctx, container, spec)
+	// The run's limit bounds the task's create and start too: a shim that stops
+	// answering (frozen, overloaded) must not hold RunOnce past the limit plus the
+	// kill grace, whichever call it is in.
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	task, stdout, stderr, err := newTask(runCtx, container, spec)
 	if err != nil {
+		if runCtx.Err() != nil && ctx.Err() == nil {
+			unsure.Store(true)
+			return fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
+		}
 		return fail(port.CodeContainerFailed, err)
 	}
 	r.phase("task")
@@ -227,9 +237,10 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	if err != nil {
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	}
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	if err := task.Start(ctx); err != nil {
+	if err := task.Start(runCtx); err != nil {
+		if runCtx.Err() != nil && ctx.Err() == nil {
+			return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, nil, time.Since(start), collect, log))
+		}
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	r.phase("start")
@@ -277,10 +288,10 @@ func (r *Runner) timedOut(ctx context.Context, spec port.RunSpec, task client.Ta
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates its container. A lease it cannot take is ErrInternal.
 func (r *Runner) createHeld(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string) (*runlease.Lease, client.Container, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return nil, nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
@@ -299,9 +310,9 @@ func (e *leaseError) Unwrap() error { return e.error }
 
 // removeLater removes the run's task (as *task holds it when called) and
 // container in the background.
-func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool, lease *runlease.Lease) {
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited, unsure *atomic.Bool, lease *runlease.Lease) {
 	r.cleanup.Go(func() {
-		gone := *task == nil
+		gone := *task == nil && !unsure.Load()
 		if *task != nil {
 			// Before the container: only this task value holds the IO, whose Close
 			// removes the FIFO directory (a task loaded again has no IO).
@@ -370,7 +381,7 @@ func collectOutput(task client.Task, until time.Time, res *port.RunResult, stdou
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
 	// The task's cgroup counter below is the truth; the bridge's notice is removed.
-	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 }
 
 // oomCounted says whether a task that exited 137 was OOM-killed. The /tasks/oom
@@ -480,7 +491,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *
 	newContainer := func() (client.Container, error) {
 		return r.cli.NewContainer(lctx, id,
 			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
-			client.WithNewSpec(append(specOpts(spec, img, r.cfg.bridgePath), extra...)...),
+			client.WithNewSpec(append(append(specOpts(spec, img, r.cfg.bridgePath), extra...), withOwnerAnnotations(r.cfg.owner, spec.RunID))...),
 			client.WithContainerLabels(lbls),
 			r.withRuntime(),
 		)
@@ -745,12 +756,12 @@ func parseUser(u string) (uint32, uint32) {
 	return uint32(uid), uint32(gid)
 }
 
-// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
+	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
 		return "", false
 	}
-	return sandboxbridge.ExecFailure(tail)
+	return bridgeapi.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.
