@@ -54,6 +54,7 @@ func WireEgressPolicy(p port.EgressPolicy) api.EgressPolicy {
 		}),
 		MaxRequestBytes: p.MaxRequestBytes, MaxRunBytes: p.MaxRunBytes,
 		ResponseLimit: p.ResponseLimit, ResponseCeiling: p.ResponseCeiling, UpstreamProxy: p.UpstreamProxy,
+		MaxRequests: p.MaxRequests, RPS: p.Rate.RPS, Burst: p.Rate.Burst,
 	}
 }
 
@@ -72,6 +73,7 @@ func EgressPolicy(p api.EgressPolicy) port.EgressPolicy {
 		}),
 		MaxRequestBytes: p.MaxRequestBytes, MaxRunBytes: p.MaxRunBytes,
 		ResponseLimit: p.ResponseLimit, ResponseCeiling: p.ResponseCeiling, UpstreamProxy: p.UpstreamProxy,
+		MaxRequests: p.MaxRequests, Rate: port.EgressRate{RPS: p.RPS, Burst: p.Burst},
 	}
 }
 
