@@ -40,12 +40,12 @@ func TestEgressRound3Containerd(t *testing.T) { testEgressRound3(t, containerdRu
 // oracleStep is how long the hostile upstream pauses after each guess.
 const oracleStep = 300 * time.Millisecond
 
-// testEgressRound3 is round 3 of the hostile egress run, in a real sandbox, two runs:
+// testEgressRound3 is round 3 of the hostile egress run, in a real sandbox, three runs:
 // A (the timing oracle on the reflection guard, a gzip bomb, a chunked body broken in
 // the middle of the echoed credential and the withdrawal after it, SSRF attempts
-// hidden in a flood, requests with 60 KiB headers on a byte cap) and B (names that
-// rebind to a loopback canary through the host's upstream proxy, a burst over the
-// request rate). About 30 s per runtime.
+// hidden in a flood), B (names that rebind to a loopback canary through the host's
+// upstream proxy, a burst over the request rate) and C (requests with 60 KiB headers
+// on a byte cap). About 30 s per runtime.
 func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
 	nodeBin := os.Getenv("NODE24_BIN")
 	testenv.Need(t, "node", nodeBin != "", "NODE24_BIN is not set (eval \"$(bash scripts/install-openclaw.sh)\")")
@@ -244,13 +244,6 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	}
 	assert.True(t, reflected, "the partial reflection is recorded")
 	assert.True(t, encoding, "the bomb's refusal is recorded")
-	// 5. Heads count against the byte cap.
-	var heads map[string]int
-	field(outA, "heads", &heads)
-	t.Logf("heads: %v; %d bytes of heads and paths reached the upstream", heads, headBytes.Load())
-	assert.Positive(t, heads["403 bytes"], "%v", heads)
-	assert.LessOrEqual(t, headBytes.Load(), int64(32<<20))
-
 	// Run B: through the host's upstream proxy.
 	resB, outB := run("b", &port.EgressPolicy{Providers: []port.EgressProvider{
 		{ID: "mitm", URIs: []string{"https://r0.test:" + up.Port() + "/", "https://r1.test:" + up.Port() + "/", "https://r2.test:" + up.Port() + "/", "https://r3.test:" + up.Port() + "/", "https://r4.test:" + up.Port() + "/"}},
@@ -279,4 +272,15 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 		}
 	}
 	assert.Positive(t, rateRecs)
+
+	// Run C: heads count against the byte cap (a run of its own, so that nothing
+	// else spends the cap first).
+	_, outC := run("c", &port.EgressPolicy{Providers: []port.EgressProvider{
+		{ID: "docs", URIs: []string{"http://docs.test:" + plain.Port() + "/"}},
+	}, MaxRunBytes: 32 << 20, Rate: port.EgressRate{RPS: 1e9, Burst: 1 << 30}})
+	var heads map[string]int
+	field(outC, "heads", &heads)
+	t.Logf("heads: %v; %d bytes of heads and paths reached the upstream", heads, headBytes.Load())
+	assert.Positive(t, heads["403 bytes"], "%v", heads)
+	assert.LessOrEqual(t, headBytes.Load(), int64(32<<20))
 }
