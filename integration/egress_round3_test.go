@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -41,7 +42,8 @@ func TestEgressRound3Containerd(t *testing.T) { testEgressRound3(t, containerdRu
 const oracleStep = 300 * time.Millisecond
 
 // testEgressRound3 is round 3 of the hostile egress run, in a real sandbox, three runs:
-// A (the timing oracle on the reflection guard, a gzip bomb, a chunked body broken in
+// A (the timing oracle on the reflection guard, a gzip bomb, the credential in
+// zero-padded HTML references, 10,500 credentialed requests, a chunked body broken in
 // the middle of the echoed credential and the withdrawal after it, SSRF attempts
 // hidden in a flood), B (names that rebind to a loopback canary through the host's
 // upstream proxy, a burst over the request rate) and C (requests with 60 KiB headers
@@ -80,6 +82,11 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 		case "/bomb":
 			w.Header().Set("Content-Encoding", "gzip")
 			w.Write(bomb.Bytes())
+		case "/echo-html":
+			io.WriteString(w, "token=")
+			for _, c := range strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") {
+				fmt.Fprintf(w, "&#%010d;", c)
+			}
 		case "/echo-cut":
 			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 			conn, brw, err := w.(http.Hijacker).Hijack()
@@ -199,6 +206,28 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	}
 	field(outA, "bomb", &bombOut)
 	assert.Less(t, bombOut.Bytes, 16<<20, "the bomb reached the agent: %+v", bombOut)
+	// 2b. Zero-padded references are caught; credentialed records are bounded.
+	var htmlOut struct {
+		Status int
+		Body   string
+	}
+	field(outA, "html", &htmlOut)
+	assert.Equal(t, 200, htmlOut.Status)
+	assert.NotContains(t, html.UnescapeString(htmlOut.Body), egressCanary[4:], "zero-padded references passed: %q", htmlOut.Body)
+	var credCounts map[string]int
+	field(outA, "credentialed", &credCounts)
+	assert.Equal(t, 10500, credCounts["200"], "%v", credCounts)
+	credRecs, firstCred, lastCred := 0, false, false
+	for _, r := range resA.Egress {
+		if strings.HasPrefix(r.Path, "/cred/") {
+			credRecs++
+			firstCred = firstCred || r.Path == "/cred/0"
+			lastCred = lastCred || r.Path == "/cred/10499"
+		}
+	}
+	t.Logf("credentialed: %d of 10,500 kept, summary %+v", credRecs, resA.EgressSummary)
+	assert.LessOrEqual(t, credRecs, 10000, "credentialed records are unbounded")
+	assert.True(t, firstCred && lastCred, "the first and the last credentialed request are kept")
 	// 3. The broken body shows no run of the credential; the credential is then
 	//    withdrawn, requests without one still pass.
 	var cut struct {
@@ -275,6 +304,7 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 
 	// Run C: heads count against the byte cap (a run of its own, so that nothing
 	// else spends the cap first).
+	headBytes.Store(0)
 	_, outC := run("c", &port.EgressPolicy{Providers: []port.EgressProvider{
 		{ID: "docs", URIs: []string{"http://docs.test:" + plain.Port() + "/"}},
 	}, MaxRunBytes: 32 << 20, Rate: port.EgressRate{RPS: 1e9, Burst: 1 << 30}})

