@@ -38,8 +38,18 @@ type EgressPolicy struct {
 	// upload); zero means DefaultEgressMaxRequestBytes.
 	MaxRequestBytes int64
 	// MaxRunBytes caps the bytes a run moves through the egress proxy in both
-	// directions; zero means DefaultEgressMaxRunBytes.
+	// directions: request and response heads (the request line, the path, every
+	// header) and bodies, and every byte of a tunnel-only CONNECT; zero means
+	// DefaultEgressMaxRunBytes.
 	MaxRunBytes int64
+	// MaxRequests caps the requests a run sends upstream (a request inside a
+	// terminated tunnel counts, and so does a tunnel-only CONNECT); zero means
+	// DefaultEgressMaxRequests. The next one gets 429 (guard "requests").
+	MaxRequests int
+	// Rate limits how fast a run may make requests of its egress proxy, refused ones
+	// included (a token bucket); zero RPS means DefaultEgressRate. Over it a request
+	// gets 429 with Retry-After (guard "rate").
+	Rate EgressRate
 	// ResponseLimit is the /proxy endpoint's default response size before truncation
 	// (zero: DefaultEgressResponseLimit); a request's X-Max-Response-Size may raise it
 	// up to ResponseCeiling (zero: DefaultEgressResponseCeiling).
@@ -52,8 +62,21 @@ type EgressPolicy struct {
 	OnAudit func(EgressRecord) `json:"-"`
 }
 
+// EgressRate is a token bucket of requests: RPS requests a second on average, Burst
+// at once.
+type EgressRate struct {
+	RPS   float64
+	Burst int
+}
+
+// DefaultEgressRate is the rate of a policy that names none: enough for an agent's
+// own use of APIs and documentation, far below a flood (the review's agent made
+// 2,500 to 3,500 requests a second).
+var DefaultEgressRate = EgressRate{RPS: 50, Burst: 200}
+
 // Egress defaults.
 const (
+	DefaultEgressMaxRequests     = 20000
 	DefaultEgressMaxRequestBytes = 16 << 20
 	DefaultEgressMaxRunBytes     = 1 << 30
 	DefaultEgressResponseLimit   = 50 << 10
@@ -136,7 +159,13 @@ const (
 	GuardPlaceholder = "placeholder" // unresolved or refused placeholder
 	GuardBytes       = "bytes"       // a byte cap was reached
 	GuardAmbiguous   = "ambiguous"   // two providers match
-	GuardEncoding    = "encoding"    // a response the reflection guard cannot read (compressed)
+	GuardEncoding    = "encoding"    // a response the reflection guard cannot read (compressed, overlong escapes)
+	// GuardReflection: a response reflected part of a credential (a run of its
+	// characters that is not the whole value); the response was cut and the run's
+	// later requests that carry a credential are refused with this guard too.
+	GuardReflection = "reflection"
+	GuardRate       = "rate"     // the run's request rate is exceeded (429, Retry-After)
+	GuardRequests   = "requests" // the run's request count is spent (429)
 )
 
 // EgressDenial is the proxy's refusal of one egress request. The agent receives it as
@@ -178,21 +207,25 @@ type EgressRecord struct {
 	Reflected int    `json:"reflected,omitempty"`
 	Error     string `json:"error,omitempty"`
 	// Credentials are the placeholder names the proxy resolved into the request
-	// (names only, never values). A record with credentials is never summarised away.
+	// (names only, never values).
 	Credentials []string `json:"credentials,omitempty"`
 }
 
 // EgressSummary says how much of a run's egress audit was kept. Every record reaches
-// EgressPolicy.OnAudit; what a run returns is bounded: every request that carried a
-// credential, the forwarded requests (up to 100,000), the first 1,000 and the most
-// recent 4,000 of the rest. Summarised counts, per guard ("forwarded" for requests
-// that were forwarded), the records that were not kept.
+// EgressPolicy.OnAudit; what a run returns is bounded per class, each class keeping
+// its own first and most recent records, so that a flood of one class pushes out
+// nothing of another: each refusing guard (the first and last 1,000), requests that
+// carried a credential ("credentialed": 5,000 and 5,000; a credentialed request
+// refused by the ssrf, placeholder, reflection or encoding guard counts with its
+// guard) and forwarded requests ("forwarded": the first 100,000 and the last 1,000).
+// Summarised counts, per class, the records that were not kept.
 type EgressSummary struct {
 	// Records is how many records were written (and delivered live).
 	Records int `json:"records"`
 	// Kept is how many are returned.
 	Kept int `json:"kept"`
-	// Summarised counts the records not kept, by guard.
+	// Summarised counts the records not kept, by class (a guard, "credentialed" or
+	// "forwarded").
 	Summarised map[string]int `json:"summarised,omitempty"`
 }
 
@@ -222,6 +255,9 @@ func (p *EgressPolicy) Validate() error {
 	}
 	if p.MaxRequestBytes < 0 || p.MaxRunBytes < 0 || p.ResponseLimit < 0 || p.ResponseCeiling < 0 {
 		return Invalidf("egress: negative byte limit")
+	}
+	if p.MaxRequests < 0 || p.Rate.RPS < 0 || p.Rate.Burst < 0 {
+		return Invalidf("egress: negative request limit or rate")
 	}
 	seen := map[string]bool{}
 	for i, pr := range p.Providers {

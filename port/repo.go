@@ -3,6 +3,9 @@ package port
 import (
 	"context"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentsandbox/sandbox/errdefs"
 )
@@ -241,19 +244,55 @@ type RejectError struct {
 	Detail string // what was found, for people; never a credential
 }
 
-// Error implements error.
+// Error implements error. Path, Commit and Detail may carry bytes an agent chose:
+// they are spelled with EscapeText.
 func (e *RejectError) Error() string {
 	s := "rejected (" + string(e.Rule) + ")"
 	if e.Path != "" {
 		s += fmt.Sprintf(" path %q", e.Path)
 	}
 	if e.Commit != "" {
-		s += " in " + e.Commit
+		s += " in " + EscapeText(e.Commit)
 	}
 	if e.Detail != "" {
-		s += ": " + e.Detail
+		s += ": " + EscapeText(e.Detail)
 	}
 	return s
+}
+
+// EscapeText spells untrusted text (a path, a ref, a message an agent's program
+// wrote) for an error or a log line so that every byte shows as what it is: control
+// characters (C0, DEL and C1), format characters (bidirectional overrides and
+// isolates such as U+202E, zero-width marks), every other rune that does not print,
+// and bytes that are not UTF-8 become \xNN, \uNNNN or \UNNNNNNNN. Printable text is
+// unchanged (so escaping twice changes nothing more).
+func EscapeText(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		case r > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // Unwrap returns ErrRejected.

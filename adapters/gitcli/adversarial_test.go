@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -254,6 +256,35 @@ func adversaries() []adversary {
 			sub := treeOf(t, ws, []object.TreeEntry{{Name: "config", Mode: filemode.Regular, Hash: blob(t, ws, []byte("x"))}})
 			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base), object.TreeEntry{Name: ".g\u200cit", Mode: filemode.Dir, Hash: sub}))
 		}},
+		// Round 3: what the pushed branch does to whoever clones it.
+		{name: "symlink into .git spelled for NTFS", rule: port.RuleSymlink, path: "hooks", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base),
+				object.TreeEntry{Name: "hooks", Mode: filemode.Symlink, Hash: blob(t, ws, []byte(".git::$INDEX_ALLOCATION/hooks"))}))
+		}},
+		{name: "symlink into .git spelled for HFS+", rule: port.RuleSymlink, path: "hooks", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base),
+				object.TreeEntry{Name: "hooks", Mode: filemode.Symlink, Hash: blob(t, ws, []byte(".G\u200cIT. /hooks"))}))
+		}},
+		{name: "symlink into .git through an NTFS short name", rule: port.RuleSymlink, path: "cfg", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base),
+				object.TreeEntry{Name: "cfg", Mode: filemode.Symlink, Hash: blob(t, ws, []byte("GIT~1\\config"))}))
+		}},
+		{name: "workflow change in other letter case", policy: port.RepoPolicy{DenyPaths: []string{".github/workflows/**"}}, rule: port.RuleDenied, path: ".GitHub/Workflows/ci.yml", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{".GitHub/Workflows/ci.yml": "on: push"}, 1)
+		}},
+		{name: "denied directory spelled in NFD", policy: port.RepoPolicy{DenyPaths: []string{"docs/café/**"}}, rule: port.RuleDenied, path: "docs/cafe\u0301/index.md", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"docs/cafe\u0301/index.md": "x"}, 1)
+		}},
+		{name: "workflow change with an HFS+ ignorable code point", policy: port.RepoPolicy{DenyPaths: []string{".github/workflows/**"}}, rule: port.RuleDenied, path: ".github\u200c/workflows/ci.yml", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{".github\u200c/workflows/ci.yml": "on: push"}, 1)
+		}},
+		{name: "workflow change through an NTFS short name", policy: port.RepoPolicy{DenyPaths: []string{".github/workflows/**"}}, rule: port.RuleDenied, path: "GITHUB~1/workflows/ci.yml", act: func(t *testing.T, ws string, _ plumbing.Hash, _ *fixture) {
+			commitFiles(t, ws, map[string]string{"GITHUB~1/workflows/ci.yml": "on: push"}, 1)
+		}},
+		{name: "bidirectional override and C1 controls in a refused name", rule: port.RuleSymlink, path: "a\u202egpj.exe\u0085\u009b", act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
+			rawCommit(t, ws, "main", []plumbing.Hash{base}, append(baseTree(t, ws, base),
+				object.TreeEntry{Name: "a\u202egpj.exe\u0085\u009b", Mode: filemode.Symlink, Hash: blob(t, ws, []byte("/etc/\u202eshadow\u0085"))}))
+		}},
 		// fsck-only refusals name the commit or the path their object has.
 		{name: "malformed commit", rule: port.RuleObject, commit: true, act: func(t *testing.T, ws string, base plumbing.Hash, _ *fixture) {
 			c, err := mustRepo(t, ws).CommitObject(base)
@@ -327,6 +358,10 @@ func TestAdversarialWorkspaces(t *testing.T) {
 					}
 					if strings.Contains(err.Error(), canaryToken) {
 						t.Fatal("error carries the token")
+					}
+					// Every byte the agent chose is escaped in the error.
+					if strings.ContainsFunc(err.Error(), func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }) {
+						t.Fatalf("the error carries raw control or format characters: %q", err.Error())
 					}
 				})
 			}

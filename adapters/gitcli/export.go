@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -212,16 +213,14 @@ func firstLine(b []byte) []byte {
 	return []byte(s)
 }
 
-// clip shortens untrusted text for an error and drops control characters.
+// clip shortens untrusted text for an error (at a character boundary) and escapes
+// every byte that does not print as itself (port.EscapeText).
 func clip(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
 	if len(s) > n {
-		s = s[:n] + "…"
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		return port.EscapeText(s[:n]) + "…"
 	}
-	return s
+	return port.EscapeText(s)
 }

@@ -266,26 +266,108 @@ func TestCheckPathAndSymlink(t *testing.T) {
 }
 
 func TestDenyGlobs(t *testing.T) {
-	res, err := compileGlobs([]string{".github/workflows/**", "**/*.pem", "secrets/?.txt"})
+	d, err := compileDeny([]string{".github/workflows/**", "**/*.pem", "secrets/?.txt", "docs/café/**"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	match := func(p string) bool {
-		for _, re := range res {
-			if re.MatchString(p) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, p := range []string{".github/workflows/ci.yml", ".github/workflows/a/b.yml", "key.pem", "a/b/key.pem", "secrets/a.txt"} {
+	match := func(p string) bool { _, ok := d.match(p); return ok }
+	for _, p := range []string{".github/workflows/ci.yml", ".github/workflows/a/b.yml", "key.pem", "a/b/key.pem", "secrets/a.txt", "docs/café/x"} {
 		if !match(p) {
 			t.Errorf("%q not denied", p)
 		}
 	}
-	for _, p := range []string{".github/dependabot.yml", "key.pem.txt", "secrets/ab.txt", "github/workflows/x"} {
+	for _, p := range []string{".github/dependabot.yml", "key.pem.txt", "secrets/ab.txt", "github/workflows/x", "docs/cafe/x"} {
 		if match(p) {
 			t.Errorf("%q denied", p)
+		}
+	}
+}
+
+// TestDenyPathsAsFileSystemsReadThem: a denied path in any spelling a checkout's
+// file system reads as that path is denied too: other letter case (NTFS, APFS and
+// HFS+ compare names case-insensitively), Unicode NFD or NFC, HFS+'s ignorable code
+// points, NTFS's trailing dots and spaces, streams, '\' separators and short names.
+// Before, DenyPaths matched byte for byte.
+func TestDenyPathsAsFileSystemsReadThem(t *testing.T) {
+	d, err := compileDeny([]string{".github/workflows/**", "docs/café/**", "CODEOWNERS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{
+		".GitHub/Workflows/ci.yml", ".GITHUB/WORKFLOWS/CI.YML",
+		"docs/cafe\u0301/x", "DOCS/CAFÉ/x", "docs/CAFE\u0301/x",
+		".github\u200c/workflows/ci.yml", ".git\u200dhub/workflows/ci.yml",
+		".github./workflows/ci.yml", ".github /workflows. /ci.yml",
+		".github/workflows:stream/ci.yml", "codeowners::$DATA", "CODEOWNERS.",
+		".github\\workflows\\ci.yml",
+		"GITHUB~1/workflows/ci.yml", ".github/WORKFL~1/ci.yml",
+	} {
+		if _, ok := d.match(p); !ok {
+			t.Errorf("%q not denied", p)
+		}
+	}
+	for _, p := range []string{".github/dependabot.yml", "docs/cafe/x", "src/codeowners.go", "a~b/c"} {
+		if g, ok := d.match(p); ok {
+			t.Errorf("%q denied by %s", p, g)
+		}
+	}
+}
+
+// TestDotGitLookalikes: ".git" in every spelling git's own path protections refuse
+// (NTFS: trailing dots and spaces, streams, git~N, '\' separators; HFS+: ignorable
+// code points; any case), as a path element and in a symlink's target alike. Before,
+// a symlink's target was compared with ".git" case-insensitively only.
+func TestDotGitLookalikes(t *testing.T) {
+	spellings := []string{".git", ".GIT", ".git.", ".git ", ".git. .", "git~1", "GIT~1", "Git~2", ".git::$INDEX_ALLOCATION",
+		".git:stream", ".g\u200cit", "\u200e.git", ".gi\u202et", ".git\ufeff"}
+	for _, sp := range spellings {
+		if checkPath(sp+"/config") == nil {
+			t.Errorf("path %q accepted", sp+"/config")
+		}
+		for _, c := range []struct{ path, target string }{
+			{"link", sp}, {"link", sp + "/config"}, {"a/link", "../" + sp + "/hooks"}, {"a/link", "..\\" + sp + "\\hooks"},
+		} {
+			if checkSymlink(c.path, c.target) == nil {
+				t.Errorf("symlink %s -> %q accepted", c.path, c.target)
+			}
+		}
+	}
+	for _, c := range []struct{ path, target string }{{"a", "C:\\Windows"}, {"a", "\\\\server\\share"}, {"a/b", "..\\..\\x"}, {"a", "c:x"}} {
+		if checkSymlink(c.path, c.target) == nil {
+			t.Errorf("symlink %s -> %q accepted", c.path, c.target)
+		}
+	}
+	for _, ok := range []string{".gitignore", ".github", "git", "git~", "git~x", "my.git", ".gits"} {
+		if err := checkPath(ok + "/x"); err != nil {
+			t.Errorf("path %q refused: %v", ok, err)
+		}
+		if err := checkSymlink("link", ok+"/x"); err != nil {
+			t.Errorf("symlink to %q refused: %v", ok, err)
+		}
+	}
+}
+
+// TestAgentBytesEscaped: control and format characters an agent put in a name (C1
+// controls, bidirectional overrides, bytes that are not UTF-8) are escaped in the
+// error, never written raw. Before, only C0 and DEL were masked.
+func TestAgentBytesEscaped(t *testing.T) {
+	name := "ok\u202egpj.exe\u0085\x9b[31m\xff"
+	for _, err := range []error{
+		checkSymlink("docs/"+name, "../"+name+"/.git"),
+		checkPath(name + "/.git/x"),
+		&port.RejectError{Rule: port.RuleLayout, Path: name, Detail: "exporter: " + clip(name, 512)},
+	} {
+		if err == nil {
+			t.Fatal("accepted")
+		}
+		msg := err.Error()
+		for _, bad := range []string{"\u202e", "\u0085", "\x9b", "\xff"} {
+			if strings.Contains(msg, bad) {
+				t.Errorf("%q reached the error raw: %q", bad, msg)
+			}
+		}
+		if !strings.Contains(msg, `\u202e`) {
+			t.Errorf("the override is not spelled out: %q", msg)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -72,7 +71,7 @@ func (r *Relay) ingest(ctx context.Context, runID string, co port.Checkout, pol 
 			return q, err
 		}
 	}
-	deny, err := compileGlobs(pol.DenyPaths)
+	deny, err := compileDeny(pol.DenyPaths)
 	if err != nil {
 		return q, err
 	}
@@ -289,7 +288,7 @@ func (r *Relay) objectPath(ctx context.Context, dir, oid, tip, base string) (com
 
 // checkDiff applies the path, size, symlink and submodule rules to what commit changes
 // against parent.
-func (r *Relay) checkDiff(ctx context.Context, dir, parent, commit string, pol port.RepoPolicy, deny []*regexp.Regexp) error {
+func (r *Relay) checkDiff(ctx context.Context, dir, parent, commit string, pol port.RepoPolicy, deny *denyRules) error {
 	out, err := r.run(ctx, gitCmd{gitDir: dir, args: []string{"diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-ext-diff", "--no-textconv", parent, commit}})
 	if err != nil {
 		return &port.RejectError{Rule: port.RuleObject, Commit: commit, Detail: clip(gitStderr(err), 512)}
@@ -307,10 +306,8 @@ func (r *Relay) checkDiff(ctx context.Context, dir, parent, commit string, pol p
 			err.Commit = commit
 			return err
 		}
-		for i, g := range deny {
-			if g.MatchString(p) {
-				return &port.RejectError{Rule: port.RuleDenied, Path: p, Commit: commit, Detail: "matches " + pol.DenyPaths[i]}
-			}
+		if g, ok := deny.match(p); ok {
+			return &port.RejectError{Rule: port.RuleDenied, Path: p, Commit: commit, Detail: "matches " + g}
 		}
 		if pol.NoSubmodules && (p == ".gitmodules" || strings.HasSuffix(p, "/.gitmodules") || meta[0] == "160000" || meta[1] == "160000") {
 			return &port.RejectError{Rule: port.RuleSubmodule, Path: p, Commit: commit, Detail: "submodules are not allowed"}
@@ -368,113 +365,6 @@ func (r *Relay) checkDiff(ctx context.Context, dir, parent, commit string, pol p
 	return nil
 }
 
-// checkPath refuses a path element that is empty, ".", ".." or ".git" (in any case),
-// and absolute paths or NUL bytes.
-func checkPath(p string) *port.RejectError {
-	if p == "" || strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
-		return &port.RejectError{Rule: port.RulePath, Path: p, Detail: "absolute or empty path"}
-	}
-	for _, el := range strings.Split(p, "/") {
-		switch {
-		case el == "", el == ".", el == "..":
-			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: fmt.Sprintf("path element %q", el)}
-		case isDotGit(el):
-			return &port.RejectError{Rule: port.RulePath, Path: p, Detail: "a .git path element"}
-		}
-	}
-	return nil
-}
-
-// isDotGit reports a path element some file system reads as ".git": any case, with
-// trailing dots or spaces (Windows), the NTFS short name "git~1" and alternate data
-// streams (".git::$INDEX_ALLOCATION"), and HFS+'s ignorable code points anywhere in it
-// (".g\u200cit"), as git's own verify_path refuses them.
-func isDotGit(el string) bool {
-	el = strings.Map(func(r rune) rune {
-		if hfsIgnorable(r) {
-			return -1
-		}
-		return r
-	}, el)
-	if i := strings.IndexByte(el, ':'); i >= 0 {
-		el = el[:i] // an NTFS stream names the file before the colon
-	}
-	el = strings.TrimRight(el, ". ")
-	return strings.EqualFold(el, ".git") || strings.EqualFold(el, "git~1")
-}
-
-// hfsIgnorable are the code points HFS+ drops when it compares names.
-func hfsIgnorable(r rune) bool {
-	switch {
-	case r >= 0x200c && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x206a && r <= 0x206f, r == 0xfeff:
-		return true
-	}
-	return false
-}
-
-// checkSymlink refuses a link whose target leaves the repository or enters .git.
-func checkSymlink(p, target string) *port.RejectError {
-	bad := func(why string) *port.RejectError {
-		return &port.RejectError{Rule: port.RuleSymlink, Path: p, Detail: fmt.Sprintf("target %q %s", clip(target, 256), why)}
-	}
-	if target == "" || strings.ContainsRune(target, 0) {
-		return bad("is empty or has NUL")
-	}
-	if strings.HasPrefix(target, "/") {
-		return bad("is absolute")
-	}
-	full := path.Join(path.Dir(p), target)
-	if full == ".." || strings.HasPrefix(full, "../") {
-		return bad("leaves the repository")
-	}
-	for _, el := range strings.Split(full, "/") {
-		if strings.EqualFold(el, ".git") {
-			return bad("points into .git")
-		}
-	}
-	return nil
-}
-
-// compileGlobs turns deny patterns into regexps: "**" matches any run of path
-// elements (including none), "*" and "?" stay within one element.
-func compileGlobs(globs []string) ([]*regexp.Regexp, error) {
-	var out []*regexp.Regexp
-	for _, g := range globs {
-		re, err := globRegexp(g)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, re)
-	}
-	return out, nil
-}
-
-func globRegexp(g string) (*regexp.Regexp, error) {
-	if g == "" || strings.HasPrefix(g, "/") {
-		return nil, port.Invalidf("deny pattern %q is empty or absolute", g)
-	}
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(g); i++ {
-		switch c := g[i]; {
-		case strings.HasPrefix(g[i:], "**/"):
-			b.WriteString("(?:.*/)?")
-			i += 2
-		case strings.HasPrefix(g[i:], "**"):
-			b.WriteString(".*")
-			i++
-		case c == '*':
-			b.WriteString("[^/]*")
-		case c == '?':
-			b.WriteString("[^/]")
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
-}
-
 func checkPolicy(p port.RepoPolicy) error {
 	switch {
 	case p.MaxCommits < 1 || p.MaxFileBytes < 1 || p.MaxTotalBytes < 1 || p.MaxBundleBytes < 1:
@@ -482,7 +372,7 @@ func checkPolicy(p port.RepoPolicy) error {
 	case !strings.HasSuffix(p.BranchPrefix, "/") || checkBranchName(p.BranchPrefix+"x") != nil:
 		return port.Invalidf("branch prefix %q must be a valid ref prefix ending in /", p.BranchPrefix)
 	}
-	if _, err := compileGlobs(p.DenyPaths); err != nil {
+	if _, err := compileDeny(p.DenyPaths); err != nil {
 		return err
 	}
 	if id := p.Identity.Rewrite; id != nil {

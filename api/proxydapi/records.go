@@ -34,6 +34,11 @@ type EgressPolicy struct {
 	MaxRunBytes                    int64
 	ResponseLimit, ResponseCeiling int64
 	UpstreamProxy                  string
+	// MaxRequests caps the requests sent upstream; RPS and Burst rate-limit every
+	// request (zero: the daemon's defaults).
+	MaxRequests int     `json:",omitempty"`
+	RPS         float64 `json:",omitempty"`
+	Burst       int     `json:",omitempty"`
 }
 
 // EgressProvider is one allowed destination: its URL prefixes, the credential names

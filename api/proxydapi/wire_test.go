@@ -32,6 +32,7 @@ func wireSamples() map[string]any {
 			Placements: map[string]CredentialPlacement{"token": {Headers: []string{"Authorization"}, Path: true, Query: true, Body: true}},
 			TunnelOnly: true}},
 		MaxRequestBytes: 1 << 20, MaxRunBytes: 1 << 30, ResponseLimit: 50 << 10, ResponseCeiling: 8 << 20, UpstreamProxy: "http://127.0.0.1:3128",
+		MaxRequests: 20000, RPS: 50, Burst: 200,
 	}
 	att := json.RawMessage(`{"time":"2023-11-14T22:13:20Z","uid":1001,"interfaces":["lo"]}`)
 	status, apiErr := ToAPIError(fmt.Errorf("run %q: %w", "r1", errdefs.ErrNotFound))

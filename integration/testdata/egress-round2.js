@@ -115,7 +115,7 @@ function connect(target) {
   out.placeHeader = curl(['-H', 'X-Note: {{token}}', `${api}/v1/store`]);
   out.readBack = curl([`https://store.test:${port}/v1/store`]);
 
-  // 5. The reflection guard: spellings, header names, split headers, compression.
+  // 5. The reflection guard: spellings, header names, compression.
   out.reflect = curl(['-D', '-', '-H', 'Authorization: Bearer {{token}}', `${api}/v1/reflect`]);
   out.gzip = curl(['-D', '-', '-H', 'Authorization: Bearer {{token}}', `${api}/v1/gzip`]);
   out.br = curl(['-D', '-', '-H', 'Authorization: Bearer {{token}}', `${api}/v1/br`]);

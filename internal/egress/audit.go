@@ -2,96 +2,148 @@ package egress
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/agentsandbox/sandbox/port"
 )
 
 // Audit retention. The live OnAudit stream sees every record; what a run keeps for
 // its result is bounded so that an agent cannot grow the host's memory, and shaped so
-// that it cannot push what matters out either: a flood of cheap refusals must not hide
-// the credentialed request or the SSRF attempt that follows it.
+// that it cannot push what matters out either. Each record belongs to one class: its
+// guard for a refusal of a security guard (ssrf, placeholder, reflection, encoding),
+// else "credentialed" for a request that carried a credential, else "forwarded" for
+// a request that was forwarded, else its guard. Every class keeps its own first and
+// most recent records, so a flood of one class (cheap allowlist refusals) evicts
+// nothing of another (the SSRF attempt in the middle of it), and a flood of one
+// class keeps how it began and how it ended.
 const (
-	// keepFirstRefused refusals are kept from the start of the run (how it began).
+	// keepFirstRefused and keepLastRefused bound each guard's class.
 	keepFirstRefused = 1000
-	// keepLastRefused refusals are kept from the end (a ring): the most recent.
-	keepLastRefused = 4000
-	// maxKeptForwarded forwarded requests without credentials are kept in full;
-	// beyond, they share the ring with refusals. Credentialed ones are always kept.
-	maxKeptForwarded = 100000
+	keepLastRefused  = 1000
+	// keepFirstCredentialed and keepLastCredentialed bound the requests that carried
+	// a credential (about 1 KiB of heap each).
+	keepFirstCredentialed = 5000
+	keepLastCredentialed  = 5000
+	// maxKeptForwarded forwarded requests without credentials are kept from the
+	// start, keepLastForwarded from the end.
+	maxKeptForwarded  = 100000
+	keepLastForwarded = 1000
 )
 
-// forwardedKey is the summary key of forwarded requests (their Guard is empty).
-const forwardedKey = "forwarded"
+// Class keys of records without a security guard (their Guard may be empty).
+const (
+	forwardedKey    = "forwarded"
+	credentialedKey = "credentialed"
+)
+
+// securityGuards are the refusals that say an agent tried something: they are
+// classed by guard even when the request carried a credential.
+var securityGuards = map[string]bool{
+	port.GuardSSRF: true, port.GuardPlaceholder: true, port.GuardReflection: true, port.GuardEncoding: true,
+}
+
+// classOf is the retention class of a record.
+func classOf(rec *port.EgressRecord) string {
+	switch {
+	case securityGuards[rec.Guard]:
+		return rec.Guard
+	case len(rec.Credentials) > 0:
+		return credentialedKey
+	case rec.Guard == "":
+		return forwardedKey
+	}
+	return rec.Guard
+}
+
+// limits is how many records of a class are kept from the start and from the end.
+func limits(class string) (first, last int) {
+	switch class {
+	case forwardedKey:
+		return maxKeptForwarded, keepLastForwarded
+	case credentialedKey:
+		return keepFirstCredentialed, keepLastCredentialed
+	}
+	return keepFirstRefused, keepLastRefused
+}
 
 type seqRecord struct {
 	seq uint64
 	rec port.EgressRecord
 }
 
+// classLog keeps one class: its first records, and a ring of its most recent.
+type classLog struct {
+	first []seqRecord
+	ring  []seqRecord
+	next  int // the ring's oldest slot once full
+}
+
 // auditLog keeps a run's egress records under the rules above. Not safe for
 // concurrent use: the proxy holds its lock.
 type auditLog struct {
-	seq           uint64
-	kept          []seqRecord // always-kept, in order
-	ring          []seqRecord // most recent of the rest
-	next          int         // the ring's oldest slot once full
-	firstRefused  int
-	keptForwarded int
-	summarised    map[string]int
+	seq        uint64
+	classes    map[string]*classLog
+	summarised map[string]int
 }
 
 func (a *auditLog) add(rec port.EgressRecord) {
 	a.seq++
 	sr := seqRecord{seq: a.seq, rec: rec}
+	class := classOf(&rec)
+	if a.classes == nil {
+		a.classes = map[string]*classLog{}
+	}
+	c := a.classes[class]
+	if c == nil {
+		c = &classLog{}
+		a.classes[class] = c
+	}
+	first, last := limits(class)
 	switch {
-	case len(rec.Credentials) > 0:
-		a.kept = append(a.kept, sr)
+	case len(c.first) < first:
+		c.first = append(c.first, sr)
 		return
-	case rec.Guard == "" && a.keptForwarded < maxKeptForwarded:
-		a.keptForwarded++
-		a.kept = append(a.kept, sr)
-		return
-	case rec.Guard != "" && a.firstRefused < keepFirstRefused:
-		a.firstRefused++
-		a.kept = append(a.kept, sr)
+	case len(c.ring) < last:
+		c.ring = append(c.ring, sr)
 		return
 	}
-	if len(a.ring) < keepLastRefused {
-		a.ring = append(a.ring, sr)
-		return
-	}
-	old := a.ring[a.next]
-	a.ring[a.next] = sr
-	a.next = (a.next + 1) % keepLastRefused
+	c.ring[c.next] = sr
+	c.next = (c.next + 1) % last
 	if a.summarised == nil {
 		a.summarised = map[string]int{}
 	}
-	key := old.rec.Guard
-	if key == "" {
-		key = forwardedKey
-	}
-	a.summarised[key]++
+	a.summarised[class]++
 }
 
 // records returns the kept records in the order they were written.
 func (a *auditLog) records() []port.EgressRecord {
-	out := make([]port.EgressRecord, 0, len(a.kept)+len(a.ring))
-	ring := append(append([]seqRecord(nil), a.ring[a.next:]...), a.ring[:a.next]...)
-	i, j := 0, 0
-	for i < len(a.kept) || j < len(ring) {
-		if j == len(ring) || i < len(a.kept) && a.kept[i].seq < ring[j].seq {
-			out = append(out, a.kept[i].rec)
-			i++
-		} else {
-			out = append(out, ring[j].rec)
-			j++
+	var all []seqRecord
+	for _, c := range a.classes {
+		all = append(all, c.first...)
+		all = append(all, c.ring...)
+	}
+	slices.SortFunc(all, func(x, y seqRecord) int {
+		switch {
+		case x.seq < y.seq:
+			return -1
+		case x.seq > y.seq:
+			return 1
 		}
+		return 0
+	})
+	out := make([]port.EgressRecord, len(all))
+	for i := range all {
+		out[i] = all[i].rec
 	}
 	return out
 }
 
 func (a *auditLog) summary() port.EgressSummary {
-	s := port.EgressSummary{Records: int(a.seq), Kept: len(a.kept) + len(a.ring)}
+	kept := 0
+	for _, c := range a.classes {
+		kept += len(c.first) + len(c.ring)
+	}
+	s := port.EgressSummary{Records: int(a.seq), Kept: kept}
 	if len(a.summarised) > 0 {
 		s.Summarised = maps.Clone(a.summarised)
 	}

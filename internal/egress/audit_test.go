@@ -16,7 +16,7 @@ import (
 
 // TestAuditKeepsWhatMatters floods the audit with refusals, then sends a credentialed
 // request and an SSRF attempt: the run's records keep both, the first and the most
-// recent refusals, and count what they summarised per guard.
+// recent refusals, and count what they summarised per class.
 func TestAuditKeepsWhatMatters(t *testing.T) {
 	var a auditLog
 	a.add(port.EgressRecord{Host: "first-forwarded"})
@@ -31,7 +31,7 @@ func TestAuditKeepsWhatMatters(t *testing.T) {
 	if sum.Records != flood+3 || sum.Kept != len(recs) {
 		t.Fatalf("summary %+v, %d records", sum, len(recs))
 	}
-	want := flood + 3 - keepFirstRefused - keepLastRefused - 1 - 1
+	want := flood - keepFirstRefused - keepLastRefused
 	if sum.Summarised[port.GuardAllowlist] != want || len(sum.Summarised) != 1 {
 		t.Fatalf("summarised %v, want %d allowlist", sum.Summarised, want)
 	}
@@ -52,10 +52,105 @@ func TestAuditKeepsWhatMatters(t *testing.T) {
 	}
 }
 
+// TestAuditFloodKeepsSecurityRefusals: SSRF and placeholder attempts spread through a
+// flood of cheap refusals, and one after it followed by more flood, are all kept:
+// each guard keeps its own first and last records, so noise evicts only noise. In
+// the review every one of 280 such attempts was evicted from the result.
+func TestAuditFloodKeepsSecurityRefusals(t *testing.T) {
+	var a auditLog
+	noise := func(n int) {
+		for range n {
+			a.add(port.EgressRecord{Guard: port.GuardAllowlist, Host: "evil.test"})
+		}
+	}
+	noise(1500)
+	for i := range 280 {
+		a.add(port.EgressRecord{Guard: port.GuardSSRF, Host: "169.254.169.254", Path: fmt.Sprintf("/latest/%d", i)})
+		a.add(port.EgressRecord{Guard: port.GuardPlaceholder, Host: "api.test", Path: fmt.Sprintf("/store/%d", i)})
+		noise(70)
+	}
+	a.add(port.EgressRecord{Guard: port.GuardSSRF, Host: "10.0.0.1", Path: "/after-flood"})
+	noise(5000)
+	ssrf, place := 0, 0
+	for _, r := range a.records() {
+		switch r.Guard {
+		case port.GuardSSRF:
+			ssrf++
+		case port.GuardPlaceholder:
+			place++
+		}
+	}
+	if ssrf != 281 || place != 280 {
+		t.Fatalf("kept %d SSRF and %d placeholder refusals of 281 and 280 (summary %+v)", ssrf, place, a.summary())
+	}
+	if sum := a.summary(); len(sum.Summarised) != 1 || sum.Summarised[port.GuardAllowlist] != 1500+280*70+5000-keepFirstRefused-keepLastRefused {
+		t.Fatalf("summary %+v", sum)
+	}
+}
+
+// TestAuditCredentialedBounded: requests that carried a credential are bounded like
+// the rest (50,000 of them were all kept before, about 1 KiB of heap each), keeping
+// the first and the most recent.
+func TestAuditCredentialedBounded(t *testing.T) {
+	var a auditLog
+	const n = 50000
+	for i := range n {
+		a.add(port.EgressRecord{Guard: port.GuardBytes, Host: "api.test", Path: fmt.Sprint(i), Credentials: []string{"token"}})
+	}
+	recs, sum := a.records(), a.summary()
+	if len(recs) != keepFirstCredentialed+keepLastCredentialed || sum.Summarised[credentialedKey] != n-len(recs) {
+		t.Fatalf("kept %d, summary %+v", len(recs), sum)
+	}
+	if recs[0].Path != "0" || recs[keepFirstCredentialed-1].Path != fmt.Sprint(keepFirstCredentialed-1) ||
+		recs[keepFirstCredentialed].Path != fmt.Sprint(n-keepLastCredentialed) || recs[len(recs)-1].Path != fmt.Sprint(n-1) {
+		t.Fatalf("first and last not kept: %s %s %s", recs[0].Path, recs[keepFirstCredentialed].Path, recs[len(recs)-1].Path)
+	}
+}
+
+// TestAuditRefusalTargets: a refusal records its target even when the guard returns
+// before the request is parsed further (an IP literal, a CONNECT to one, the /proxy
+// endpoint), and a flood through the proxy does not push it out.
+func TestAuditRefusalTargets(t *testing.T) {
+	h := newHarness(t, nil)
+	raw := func(req string) {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	raw("GET http://169.254.169.254/latest/meta-data/?k=v HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n")
+	raw("GET http://0x7f.1:8080/admin HTTP/1.1\r\nHost: 0x7f.1:8080\r\n\r\n")
+	raw("CONNECT 10.1.2.3:443 HTTP/1.1\r\nHost: 10.1.2.3:443\r\n\r\n")
+	raw("GET /proxy HTTP/1.1\r\nHost: x\r\nX-Provider: api\r\nX-Target: http://[::1]/secret/path\r\n\r\n")
+	raw("GET ftp://files.test/pub HTTP/1.1\r\nHost: files.test\r\n\r\n")
+	want := map[string]string{"169.254.169.254": "/latest/meta-data/?k=REDACTED", "127.0.0.1": "/admin", "10.1.2.3": "", "::1": "/secret/path", "files.test": "/pub"}
+	for deadline := time.Now().Add(5 * time.Second); len(h.p.Audit()) < len(want) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, r := range h.p.Audit() {
+		p, ok := want[r.Host]
+		if !ok || r.Path != p || r.Guard == "" {
+			t.Errorf("record %+v: host and path not filled in", r)
+		}
+		delete(want, r.Host)
+	}
+	if len(want) != 0 {
+		t.Fatalf("no record for %v", want)
+	}
+}
+
 // TestAuditFloodThroughProxy: the same through the proxy itself, over one keep-alive
 // connection, with the live stream seeing everything.
 func TestAuditFloodThroughProxy(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, noRateLimit)
 	c, err := net.Dial("tcp", h.addr)
 	if err != nil {
 		t.Fatal(err)

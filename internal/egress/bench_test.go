@@ -66,7 +66,7 @@ func (h *harness) directClient(keepAlive bool) *http.Client {
 // through CONNECT with TLS terminated (kept-alive tunnel), direct plain HTTP and
 // forward HTTP. Reports the distributions and the added p50 and p99.
 func BenchmarkEgressLatency(b *testing.B) {
-	h := newHarness(b, nil)
+	h := newHarness(b, noRateLimit)
 	h.up.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"ok":true}`) })
 	h.plain.Handler = h.up.Handler
 	direct, viaProxy, endpoint := h.directClient(true), h.client(), &http.Client{}
@@ -126,7 +126,7 @@ func BenchmarkEgressLatency(b *testing.B) {
 // BenchmarkEgressHandshake: a new connection per request: direct TLS versus CONNECT
 // plus a TLS handshake with the run's CA (a cached leaf) in front of the upstream's.
 func BenchmarkEgressHandshake(b *testing.B) {
-	h := newHarness(b, nil)
+	h := newHarness(b, noRateLimit)
 	h.up.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	direct := h.directClient(false)
 	pool := x509.NewCertPool()
@@ -153,7 +153,7 @@ func BenchmarkEgressHandshake(b *testing.B) {
 // the per-pair ratios (robust to a busy host slowing one side of a single pair).
 func BenchmarkEgressTunnelThroughput(b *testing.B) {
 	const size = 16 << 20
-	h := newHarness(b, nil)
+	h := newHarness(b, noRateLimit)
 	chunk := []byte(strings.Repeat("z", 64<<10))
 	h.up.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(size))

@@ -37,6 +37,10 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	var up net.Conn
 	if pr.tunnelOnly {
+		if d := p.sendOne(t.hostPort()); d != nil {
+			p.deny(w, rec, d)
+			return
+		}
 		up, err = p.dialTunnel(r.Context(), t)
 		if err != nil {
 			if dd := denyFor(err, t.hostPort()); dd != nil {
@@ -93,6 +97,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 // (tlsOK), for plain HTTP (plainOK), or both; which one a tunnel gets is decided by
 // its first byte. It fills rec's host and provider.
 func (p *Proxy) connectTarget(r *http.Request, rec *port.EgressRecord) (_ *target, _ *provider, tlsOK, plainOK bool, _ *port.EgressDenial) {
+	rec.Host = clip(strings.ToLower(r.Host), 256)
 	hostS, portS, err := net.SplitHostPort(r.Host)
 	if err != nil {
 		return nil, nil, false, false, &port.EgressDenial{Status: 400, Guard: port.GuardRequest, Target: clip(r.Host, 256), Message: "CONNECT needs host:port"}
@@ -104,6 +109,14 @@ func (p *Proxy) connectTarget(r *http.Request, rec *port.EgressRecord) (_ *targe
 	t := &target{scheme: "https", port: portN}
 	if strings.Contains(hostS, ":") {
 		hostS = "[" + hostS + "]"
+	}
+	// Recorded as asked for, before the check can refuse it.
+	rec.Host = clip(strings.ToLower(hostS), 256)
+	if name, ip, err := ParseHost(hostS); err == nil {
+		rec.Host = name
+		if ip.IsValid() {
+			rec.Host = ip.String()
+		}
 	}
 	if d := p.checkHost(hostS, t, clip(r.Host, 256)); d != nil {
 		return nil, nil, false, false, d
@@ -303,6 +316,9 @@ func (p *Proxy) serveTunnel(c net.Conn, t *target, scheme string) {
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			handled(r)
+			if !p.allow(w, r, mode) {
+				return
+			}
 			u := *r.URL
 			if !u.IsAbs() {
 				u.Scheme, u.Host = scheme, r.Host
@@ -397,73 +413,14 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-// precheck resolves and checks a target that an upstream proxy will dial (without
-// one, the dial hook checks every connection instead).
-func (p *Proxy) precheck(ctx context.Context, host, shown string) *port.EgressDenial {
-	if p.upstream == "" {
-		return nil
-	}
-	err := p.resolveCheck(ctx, host)
-	if err == nil {
-		return nil
-	}
-	if d := denyFor(err, shown); d != nil {
-		return d
-	}
-	return &port.EgressDenial{Status: http.StatusBadGateway, Guard: port.GuardSSRF, Target: shown, Message: "the destination could not be resolved"}
-}
-
-// resolveCheck resolves host and refuses it if any of its addresses is refused.
-func (p *Proxy) resolveCheck(ctx context.Context, host string) error {
-	addrs, err := p.cfg.Resolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return err
-	}
-	if len(addrs) == 0 {
-		return errors.New("egress: no address")
-	}
-	for _, a := range addrs {
-		if cl := p.cfg.Classifier.Classify(a); cl != ClassAllowed && cl != ClassAllowedByTest {
-			return &DenyError{Addr: a.WithZone("").Unmap(), Class: cl}
-		}
-	}
-	return nil
-}
-
-// dialTunnel connects a tunnel-only CONNECT: through the upstream proxy (its own
-// CONNECT) when there is one, else directly through the checking dialer.
+// dialTunnel connects a tunnel-only CONNECT: through the upstream proxy when there
+// is one (tunnelled to the checked address), else directly through the checking
+// dialer.
 func (p *Proxy) dialTunnel(ctx context.Context, t *target) (net.Conn, error) {
 	if p.upstream == "" {
 		return p.dialer.DialContext(ctx, "tcp", t.hostPort())
 	}
-	if err := p.resolveCheck(ctx, t.host); err != nil {
-		return nil, err
-	}
-	c, err := (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, "tcp", p.upstream)
-	if err != nil {
-		return nil, err
-	}
-	_ = c.SetDeadline(time.Now().Add(dialTimeout))
-	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", t.hostPort(), t.hostPort()); err != nil {
-		c.Close()
-		return nil, err
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		c.Close()
-		return nil, fmt.Errorf("egress: upstream proxy answered CONNECT with %d", resp.StatusCode)
-	}
-	_ = c.SetDeadline(time.Time{})
-	if n := br.Buffered(); n > 0 {
-		pre, _ := br.Peek(n)
-		return &prefixConn{Conn: c, pre: append([]byte(nil), pre...)}, nil
-	}
-	return c, nil
+	return p.dialUpstream(ctx, "tcp", t.hostPort())
 }
 
 // bufConn reads through the reader that peeked at the tunnel's first byte.

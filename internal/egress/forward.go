@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -44,6 +45,27 @@ func redactQuery(q string) string {
 		}
 	}
 	return "?" + strings.Join(parts, "&")
+}
+
+// shownTarget fills rec's target from a URL before any check, so that a refusal
+// records what was asked for: the host (an IP literal in its normal form), the path
+// in template form with query values redacted. The checks overwrite it with the
+// normalised target when they pass.
+func shownTarget(rec *port.EgressRecord, u *url.URL) {
+	rec.Scheme = clip(strings.ToLower(u.Scheme), 16)
+	host := u.Hostname()
+	if name, ip, err := ParseHost(host); err == nil {
+		host = name
+		if ip.IsValid() {
+			host = ip.String()
+		}
+	}
+	rec.Host = clip(strings.ToLower(host), 256)
+	path := u.EscapedPath()
+	if path == "" && u.Host != "" {
+		path = "/"
+	}
+	rec.Path = clip(path+redactQuery(u.RawQuery), 512)
 }
 
 // checkTarget normalises and checks a URL's scheme, user info, host and path.
@@ -144,6 +166,7 @@ var unbrace = strings.NewReplacer("%7B", "{", "%7b", "{", "%7D", "}", "%7d", "}"
 // truncates the response (the endpoint).
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string, u *url.URL, want string, substBody bool, limit int64) {
 	rec := port.EgressRecord{Time: time.Now().UTC(), Mode: mode, Method: clip(r.Method, 16)}
+	shownTarget(&rec, u)
 	t, pr, d := p.admit(r, &rec, mode, u, want)
 	if d != nil {
 		p.deny(w, rec, d)
@@ -180,6 +203,11 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		}
 	}
 	names := pc.names
+	if len(names) > 0 && p.withdrawn.Load() {
+		p.deny(w, rec, &port.EgressDenial{Status: http.StatusForbidden, Guard: port.GuardReflection, Target: t.host,
+			Message: "the run's credentials are withdrawn: a response to an earlier request reflected part of one"})
+		return
+	}
 	vals, d := resolve(r.Context(), p.pol.src.Credentials, p.cfg.RunID, pr, names, t.host)
 	if d != nil {
 		p.deny(w, rec, d)
@@ -198,17 +226,24 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 	if red != nil {
 		h.Del("Accept-Encoding") // the reflection guard reads plain bodies
 	}
-	ctx := r.Context()
 	cnt := &countReader{p: p}
 	out, d := p.outbound(r, t, h, escPath, rawQuery, vals, body, cnt, &rec)
+	if d == nil {
+		d = p.sendOne(t.host)
+	}
+	if d == nil {
+		// The head goes upstream too: its bytes count against the run's cap.
+		head := requestHeadBytes(out)
+		if p.runBytes.Add(head) > p.maxRun {
+			p.runBytes.Add(-head) // not sent
+			d = &port.EgressDenial{Status: http.StatusForbidden, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"}
+		}
+	}
 	if d != nil {
 		p.deny(w, rec, d)
 		return
 	}
-	if d := p.precheck(ctx, t.host, t.host); d != nil {
-		p.deny(w, rec, d)
-		return
-	}
+	rec.ReqBytes += requestHeadBytes(out)
 	p.relay(w, out, rec, t, cnt, red, limit)
 }
 
@@ -235,14 +270,23 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		src = &redactReader{r: dec, red: red}
 	}
 	rec.Status = resp.StatusCode
+	rh := responseHeadBytes(resp)
+	rec.RespBytes += rh
+	if p.runBytes.Add(rh) > p.maxRun {
+		rec.ReqBytes, _ = cnt.state()
+		p.deny(w, rec, &port.EgressDenial{Status: http.StatusForbidden, Guard: port.GuardBytes, Target: t.host, Message: "the run's egress byte cap is reached"})
+		return
+	}
+	hdr, err := guardHeaders(resp.Header, red)
+	if err != nil {
+		rec.ReqBytes, _ = cnt.state()
+		rec.Reflected = red.Count
+		p.refuseReflection(w, rec, t, err)
+		return
+	}
 	wh := w.Header()
-	for k, vs := range resp.Header {
-		if red.Name(k) {
-			continue // a value spelled in a header's name: the header is dropped
-		}
-		for _, v := range vs {
-			wh.Add(k, red.Header(v))
-		}
+	for k, vs := range hdr {
+		wh[k] = vs
 	}
 	for _, k := range droppedRespHeaders {
 		wh.Del(k)
@@ -251,7 +295,11 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		wh.Del("Content-Length")
 		wh.Del("Content-Encoding")
 	}
+	recorded := false
 	defer func() {
+		if recorded {
+			return
+		}
 		// The transport may still be sending the body when the answer arrives.
 		n, _ := cnt.state()
 		rec.ReqBytes += n
@@ -261,7 +309,79 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, rec port.EgressR
 		rec.Latency = time.Since(rec.Time)
 		p.record(rec)
 	}()
-	p.writeResponse(w, resp.StatusCode, src, red, &rec, limit)
+	if err := p.writeResponse(w, resp.StatusCode, src, red, &rec, limit); err != nil {
+		// The reflection guard refused the body before any of it was written.
+		n, _ := cnt.state()
+		rec.ReqBytes += n
+		rec.Reflected = red.Count
+		recorded = true
+		p.refuseReflection(w, rec, t, err)
+	}
+}
+
+// requestHeadBytes is the size of a request's head on the wire (request line, Host,
+// headers, the blank line), as the upstream receives it.
+func requestHeadBytes(r *http.Request) int64 {
+	n := len(r.Method) + 1 + len(r.URL.RequestURI()) + len(" HTTP/1.1\r\n") + len("Host: \r\n") + len(r.Host) + 2
+	return int64(n) + headerBytes(r.Header)
+}
+
+// responseHeadBytes is the size of a response's head (status line, headers).
+func responseHeadBytes(r *http.Response) int64 {
+	return int64(len("HTTP/1.1 000 \r\n")+len(r.Status)+2) + headerBytes(r.Header)
+}
+
+func headerBytes(h http.Header) int64 {
+	var n int64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += int64(len(k) + len(": \r\n") + len(v))
+		}
+	}
+	return n
+}
+
+// guardHeaders passes a response's headers through the reflection guard: a value
+// spelled in a header's name drops the header, values are redacted; an error (a
+// partial reflection, an overlong escape) refuses the response.
+func guardHeaders(h http.Header, red *Redactor) (http.Header, error) {
+	out := make(http.Header, len(h))
+	for k, vs := range h {
+		drop, err := red.Name(k)
+		if err != nil {
+			return nil, err
+		}
+		if drop {
+			continue
+		}
+		for _, v := range vs {
+			v, err := red.Header(v)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = append(out[k], v)
+		}
+	}
+	return out, nil
+}
+
+// guardFor is the guard that refused a response the reflection guard read.
+func guardFor(err error) string {
+	if errors.Is(err, errPartialReflection) {
+		return port.GuardReflection
+	}
+	return port.GuardEncoding
+}
+
+// refuseReflection answers a response the reflection guard refused before anything
+// of it was written; a partial reflection withdraws the run's credentials.
+func (p *Proxy) refuseReflection(w http.ResponseWriter, rec port.EgressRecord, t *target, err error) {
+	g := guardFor(err)
+	if g == port.GuardReflection {
+		p.withdrawn.Store(true)
+	}
+	rec.Error = err.Error()
+	p.deny(w, rec, &port.EgressDenial{Status: http.StatusBadGateway, Guard: g, Target: t.host, Message: err.Error()})
 }
 
 // admit runs the checks a request passes before anything is read or resolved:
@@ -410,10 +530,13 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, rec port.EgressRecord, t *
 // writeResponse writes the upstream's answer: whole and truncated to limit when
 // limit > 0 (the endpoint), else streamed and flushed chunk by chunk against the
 // run's byte cap (over it the connection is cut).
-func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, red *Redactor, rec *port.EgressRecord, limit int64) {
+func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, red *Redactor, rec *port.EgressRecord, limit int64) error {
 	wh := w.Header()
 	if limit > 0 {
 		buf, err := io.ReadAll(io.LimitReader(src, limit+1))
+		if guardError(err) {
+			return err
+		}
 		if int64(len(buf)) > limit {
 			buf, rec.Truncated = buf[:limit], true
 			wh.Set("X-Truncated", "true")
@@ -421,18 +544,26 @@ func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, 
 		wh.Set("Content-Length", strconv.Itoa(len(buf)))
 		w.WriteHeader(status)
 		n, _ := w.Write(buf)
-		rec.RespBytes = int64(n)
+		rec.RespBytes += int64(n)
 		p.runBytes.Add(int64(n))
 		if err != nil {
 			rec.Error = "upstream body: " + clip(red.String(err.Error()), 200)
 		}
-		return
+		return nil
 	}
-	w.WriteHeader(status)
+	// The status goes out with the first bytes of the body (or its end), so a
+	// refusal before any byte is still a plain denial.
+	wrote := false
 	fl, _ := w.(http.Flusher)
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := src.Read(buf)
+		if n > 0 || rerr != nil && !guardError(rerr) {
+			if !wrote {
+				w.WriteHeader(status)
+				wrote = true
+			}
+		}
 		if n > 0 {
 			if p.runBytes.Add(int64(n)) > p.maxRun {
 				rec.Error, rec.Guard = "the run's egress byte cap was reached mid-response", port.GuardBytes
@@ -440,20 +571,65 @@ func (p *Proxy) writeResponse(w http.ResponseWriter, status int, src io.Reader, 
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				rec.Error = "client gone"
-				return
+				return nil
 			}
 			rec.RespBytes += int64(n)
 			if fl != nil {
 				fl.Flush()
 			}
 		}
+		if guardError(rerr) && !wrote {
+			return rerr
+		}
+		if guardError(rerr) {
+			// The reflection guard ends the response: the connection is cut, so the
+			// agent cannot take what it got for a whole answer.
+			rec.Guard, rec.Error = guardFor(rerr), rerr.Error()
+			if rec.Guard == port.GuardReflection {
+				p.withdrawn.Store(true)
+			}
+			panic(http.ErrAbortHandler)
+		}
 		if rerr != nil {
 			if rerr != io.EOF {
 				rec.Error = "upstream body: " + clip(red.String(rerr.Error()), 200)
 			}
-			return
+			return nil
 		}
 	}
+}
+
+// guardError reports an error of the reflection guard (not of the upstream).
+func guardError(err error) bool {
+	return errors.Is(err, errPartialReflection) || errors.Is(err, errOverlong) || errors.Is(err, errInflated)
+}
+
+// Decompression bounds: a compressed response decoded for the reflection guard may
+// grow to inflateFree bytes, then to inflateRatio times the compressed bytes read
+// (JSON compresses 5 to 20 times). A gzip bomb (2 MB expanding to 960 MiB, the whole
+// run's byte cap and 20 s of scanning in the review) is refused after 8 MiB.
+const (
+	inflateFree  = 8 << 20
+	inflateRatio = 100
+)
+
+var errInflated = fmt.Errorf("the upstream's compressed response expands more than %d times: the reflection guard refuses to decode it", inflateRatio)
+
+// inflateBound counts bytes: on the compressed side (in == nil), or on the decoded
+// side against the bound above (in: the compressed side's count).
+type inflateBound struct {
+	r  io.Reader
+	in *inflateBound
+	n  int64
+}
+
+func (b *inflateBound) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.in != nil && b.n > inflateFree+inflateRatio*b.in.n {
+		return 0, errInflated
+	}
+	return n, err
 }
 
 // countReader counts a request body against the per-request and per-run caps.
@@ -491,13 +667,14 @@ func (c *countReader) state() (int64, error) {
 	return c.n, c.err
 }
 
-// redactReader runs a body through a Redactor.
+// redactReader runs a body through a Redactor. An error of the guard ends it; an
+// error of the upstream is returned after the guard's final release.
 type redactReader struct {
-	r    io.Reader
-	red  *Redactor
-	buf  []byte
-	out  []byte
-	done bool
+	r   io.Reader
+	red *Redactor
+	buf []byte
+	out []byte
+	err error // returned once out is drained
 }
 
 func (rr *redactReader) Read(b []byte) (int, error) {
@@ -505,20 +682,18 @@ func (rr *redactReader) Read(b []byte) (int, error) {
 		rr.buf = make([]byte, 32<<10)
 	}
 	for len(rr.out) == 0 {
-		if rr.done {
-			return 0, io.EOF
+		if rr.err != nil {
+			return 0, rr.err
 		}
 		n, err := rr.r.Read(rr.buf)
-		final := err != nil
-		rr.out = append(rr.out, rr.red.Feed(rr.buf[:n], final)...)
-		if err != nil {
-			rr.done = true
-			if err != io.EOF {
-				if len(rr.out) == 0 {
-					return 0, err
-				}
-			}
+		out, gerr := rr.red.Feed(rr.buf[:n], err != nil)
+		switch {
+		case gerr != nil:
+			return 0, gerr // nothing more goes out
+		case err != nil:
+			rr.err = err
 		}
+		rr.out = append(rr.out, out...)
 	}
 	n := copy(b, rr.out)
 	rr.out = rr.out[n:]
@@ -532,21 +707,22 @@ func decodeBody(resp *http.Response) (io.Reader, error) {
 	if len(resp.Header.Values("Content-Encoding")) > 1 || strings.Contains(ce, ",") {
 		return nil, errors.New("the upstream sent a response with several content codings, which the reflection guard cannot read")
 	}
+	in := &inflateBound{r: resp.Body}
 	switch ce {
 	case "", "identity":
 		return resp.Body, nil
 	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(resp.Body)
+		zr, err := gzip.NewReader(in)
 		if err != nil {
 			return nil, errors.New("the upstream sent a gzip response that does not decode")
 		}
-		return zr, nil
+		return &inflateBound{r: zr, in: in}, nil
 	case "deflate":
-		zr, err := zlib.NewReader(resp.Body)
+		zr, err := zlib.NewReader(in)
 		if err != nil {
 			return nil, errors.New("the upstream sent a deflate response that does not decode")
 		}
-		return zr, nil
+		return &inflateBound{r: zr, in: in}, nil
 	}
 	return nil, errors.New("the upstream sent a " + clip(ce, 32) + "-coded response, which the reflection guard cannot read")
 }

@@ -8,11 +8,9 @@
 package egress
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +21,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -71,6 +71,12 @@ type Proxy struct {
 	maxReq, maxRun         int64
 	respLimit, respCeiling int64
 	runBytes               atomic.Int64
+	maxRequests            int64
+	requests               atomic.Int64  // sent upstream
+	lim                    *rate.Limiter // every request the run makes
+	// withdrawn is set when a response reflected part of a credential: the run's
+	// later requests that carry one are refused (see reflect.go).
+	withdrawn atomic.Bool
 
 	mu       sync.Mutex
 	audit    auditLog
@@ -107,6 +113,15 @@ func New(cfg Config) (*Proxy, error) {
 	if p.respLimit > p.respCeiling {
 		p.respCeiling = p.respLimit
 	}
+	p.maxRequests = int64(src.MaxRequests)
+	if p.maxRequests == 0 {
+		p.maxRequests = port.DefaultEgressMaxRequests
+	}
+	rl := src.Rate
+	if rl.RPS == 0 {
+		rl = port.DefaultEgressRate
+	}
+	p.lim = rate.NewLimiter(rate.Limit(rl.RPS), max(rl.Burst, 1))
 	p.dialer = &Dialer{Classifier: cfg.Classifier, Resolver: cfg.Resolver, Timeout: dialTimeout}
 	up := cfg.UpstreamProxy
 	if src.UpstreamProxy != "" {
@@ -125,20 +140,13 @@ func New(cfg Config) (*Proxy, error) {
 		ExpectContinueTimeout:  time.Second,
 	}
 	if up != nil {
-		// The host chose this proxy: it is dialled as is, and nothing else is. Targets
-		// are checked here first (precheck), resolved by this process.
+		// The host chose this proxy: it is dialled as is, and nothing else is. It is
+		// asked to CONNECT to addresses checked here, never to names (upstream.go).
 		p.upstream = up.Host
 		if up.Port() == "" {
 			p.upstream = net.JoinHostPort(up.Hostname(), "80")
 		}
-		nd := &net.Dialer{Timeout: dialTimeout}
-		p.transport.Proxy = http.ProxyURL(up)
-		p.transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr != p.upstream {
-				return nil, errors.New("egress: only the upstream proxy is dialled")
-			}
-			return nd.DialContext(ctx, network, addr)
-		}
+		p.transport.DialContext = p.dialUpstream
 	}
 	return p, nil
 }
@@ -207,6 +215,9 @@ func (p *Proxy) record(rec port.EgressRecord) {
 // ServeHTTP dispatches: CONNECT, absolute-form forward requests, and /proxy.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	handled(r)
+	if r.URL.Path != "/health" && !p.allow(w, r, "forward") {
+		return
+	}
 	switch {
 	case r.Method == http.MethodConnect:
 		p.serveConnect(w, r)
@@ -218,9 +229,42 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	default:
-		p.deny(w, port.EgressRecord{Time: time.Now().UTC(), Mode: "forward", Method: clip(r.Method, 16)},
+		p.deny(w, port.EgressRecord{Time: time.Now().UTC(), Mode: "forward", Method: clip(r.Method, 16), Host: clip(strings.ToLower(r.Host), 256),
+			Path: clip(r.URL.EscapedPath()+redactQuery(r.URL.RawQuery), 512)},
 			&port.EgressDenial{Status: http.StatusBadRequest, Guard: port.GuardRequest, Message: "not a proxy request: use an absolute URL, CONNECT, or " + EndpointPath})
 	}
+}
+
+// allow takes one request from the run's rate limit, or refuses it (429 with
+// Retry-After, guard rate).
+func (p *Proxy) allow(w http.ResponseWriter, r *http.Request, mode string) bool {
+	now := time.Now()
+	res := p.lim.ReserveN(now, 1)
+	wait := res.DelayFrom(now)
+	if res.OK() && wait == 0 {
+		return true
+	}
+	res.CancelAt(now)
+	rec := port.EgressRecord{Time: now.UTC(), Mode: mode, Method: clip(r.Method, 16)}
+	if r.Method == http.MethodConnect {
+		rec.Mode, rec.Scheme, rec.Host = "tunnel", "https", clip(strings.ToLower(r.Host), 256)
+	} else if r.URL.IsAbs() {
+		shownTarget(&rec, r.URL)
+	}
+	secs := int(wait/time.Second) + 1
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	p.deny(w, rec, &port.EgressDenial{Status: http.StatusTooManyRequests, Guard: port.GuardRate,
+		Message: "the run's egress request rate is exceeded; retry after " + strconv.Itoa(secs) + "s"})
+	return false
+}
+
+// sendOne counts one request sent upstream against the run's request cap.
+func (p *Proxy) sendOne(target string) *port.EgressDenial {
+	if p.requests.Add(1) > p.maxRequests {
+		return &port.EgressDenial{Status: http.StatusTooManyRequests, Guard: port.GuardRequests, Target: target,
+			Message: "the run's egress request cap (" + strconv.FormatInt(p.maxRequests, 10) + " requests) is spent"}
+	}
+	return nil
 }
 
 // deny answers with the JSON denial and records it.
@@ -238,8 +282,12 @@ func writeDenial(w http.ResponseWriter, d *port.EgressDenial) {
 		"type": "egress_denied", "guard": d.Guard, "target": d.Target, "message": d.Message,
 	}})
 	h := w.Header()
+	retry := h.Get("Retry-After")
 	for k := range h {
 		delete(h, k)
+	}
+	if d.Guard == port.GuardRate && retry != "" {
+		h.Set("Retry-After", retry)
 	}
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Egress-Guard", d.Guard)

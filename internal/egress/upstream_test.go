@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -93,10 +95,14 @@ func TestUpstreamProxyCascade(t *testing.T) {
 		}
 	}
 	got := strings.Join(chain.requests(), ",")
-	for _, want := range []string{"CONNECT api.test:" + h.up.Port(), "GET plain.test:" + h.plain.Port(), "CONNECT tunnel.test:" + h.up.Port()} {
+	// Every destination, plain http included, is a tunnel to the address checked here.
+	for _, want := range []string{"CONNECT 127.0.0.1:" + h.up.Port(), "CONNECT 127.0.0.1:" + h.plain.Port()} {
 		if !strings.Contains(got, want) {
 			t.Errorf("upstream proxy did not see %q: %s", want, got)
 		}
+	}
+	if strings.Contains(got, ".test") {
+		t.Errorf("the upstream proxy was handed a name: %s", got)
 	}
 	if len(unused.requests()) != 0 {
 		t.Error("the manager's default proxy was used")
@@ -119,4 +125,75 @@ func mustURL(s string) *url.URL {
 		panic(err)
 	}
 	return u
+}
+
+// TestUpstreamProxyRebinding: a name that answers an allowed address and then a
+// loopback one cannot reach the loopback canary through the upstream proxy, which
+// resolves names itself: it is asked to CONNECT to the checked address (the name
+// travels only in the TLS server name and the Host header), for MITM, plain http
+// and tunnel-only destinations alike. Before, the upstream proxy was handed the name
+// and resolved it again (21 canary hits in the review).
+func TestUpstreamProxyRebinding(t *testing.T) {
+	fwd := egresstest.NewForwardProxy(t, nil)
+	h := newHarness(t, func(p *port.EgressPolicy) { p.UpstreamProxy = fwd.URL })
+	fwd.SetResolver(h.res)
+	canaries := []*egresstest.Canary{
+		egresstest.NewCanary(t, "127.0.0.2:"+h.up.Port()),
+		egresstest.NewCanary(t, "127.0.0.2:"+h.plain.Port()),
+	}
+	rebind := []netip.Addr{netip.MustParseAddr("127.0.0.2")}
+	c := h.client()
+	var failed []string
+	for i := 0; i < 5; i++ {
+		for name, u := range map[string]string{
+			"api.test":    h.url("api.test", "/v1/x"),
+			"plain.test":  "http://plain.test:" + h.plain.Port() + "/y",
+			"tunnel.test": h.url("tunnel.test", "/z"),
+		} {
+			// The first answer is the allowed upstream, every later one the canary.
+			h.res.Set(name, egresstest.Loopback, rebind)
+			c.CloseIdleConnections()
+			resp, err := c.Get(u)
+			if err != nil {
+				failed = append(failed, u+": "+err.Error())
+				continue
+			}
+			body := readAll(t, resp)
+			if resp.StatusCode != 200 || strings.Contains(body, "canary") {
+				failed = append(failed, fmt.Sprintf("%s: %d %s", u, resp.StatusCode, body))
+			}
+		}
+	}
+	for _, cn := range canaries {
+		if n := cn.Hits(); n != 0 {
+			t.Fatalf("%d connections reached the loopback canary through the upstream proxy", n)
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("requests failed: %q (audit %+v)", failed, h.p.Audit())
+	}
+	seen := fwd.Seen()
+	// Connections to the upstream are pooled: at least one tunnel per kind.
+	if len(seen) < 3 {
+		t.Fatalf("the upstream proxy saw %d requests: %q", len(seen), seen)
+	}
+	for _, s := range seen {
+		if !strings.HasPrefix(s, "CONNECT 127.0.0.1:") {
+			t.Fatalf("the upstream proxy was asked %q: a name it resolves itself", s)
+		}
+	}
+	// A name whose first answer is refused never reaches the upstream proxy.
+	h.res.Set("api.test", rebind)
+	h.p.transport.CloseIdleConnections()
+	resp, err := c.Get(h.url("api.test", "/v1/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 403 && resp.StatusCode != 502 {
+		t.Fatalf("a refused first answer: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	if len(fwd.Seen()) != len(seen) {
+		t.Fatal("a refused destination reached the upstream proxy")
+	}
 }

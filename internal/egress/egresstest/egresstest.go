@@ -117,12 +117,13 @@ func NewResolver() *Resolver {
 	return &Resolver{answers: map[string][][]netip.Addr{}, lookups: map[string]int{}}
 }
 
-// Set makes name resolve to addrs, then to the next answers on later lookups (the
-// last answer repeats).
+// Set makes name's next lookup answer the first of answers, the one after the next,
+// and so on (the last answer repeats); Lookups counts from zero again.
 func (r *Resolver) Set(name string, answers ...[]netip.Addr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.answers[strings.ToLower(name)] = answers
+	r.lookups[strings.ToLower(name)] = 0
 }
 
 // Lookups says how often name was looked up.
@@ -186,4 +187,148 @@ func newLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, names 
 		t.Fatal(err)
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// ForwardProxy is an HTTP forward proxy on loopback standing for a host's upstream
+// proxy: it resolves names itself, through its Resolver, as a real one would (so a
+// name handed to it may be resolved to another address than the one checked before),
+// serves CONNECT tunnels and absolute-form requests, and records what it was asked.
+type ForwardProxy struct {
+	*httptest.Server
+
+	mu   sync.Mutex
+	res  *Resolver
+	seen []string
+}
+
+// NewForwardProxy starts a ForwardProxy resolving through res (see SetResolver); it
+// is closed when the test ends.
+func NewForwardProxy(t testing.TB, res *Resolver) *ForwardProxy {
+	t.Helper()
+	f := &ForwardProxy{res: res}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// SetResolver replaces the proxy's resolver.
+func (f *ForwardProxy) SetResolver(res *Resolver) {
+	f.mu.Lock()
+	f.res = res
+	f.mu.Unlock()
+}
+
+// Seen returns "METHOD target" for every request the proxy received.
+func (f *ForwardProxy) Seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.seen...)
+}
+
+// dialTarget resolves hostPort's host (unless it is an address) and dials it.
+func (f *ForwardProxy) dialTarget(ctx context.Context, hostPort string) (net.Conn, error) {
+	host, portS, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		f.mu.Lock()
+		res := f.res
+		f.mu.Unlock()
+		if res == nil {
+			return nil, errors.New("no resolver")
+		}
+		addrs, err := res.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, err
+		}
+		host = addrs[0].String()
+	}
+	return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(host, portS))
+}
+
+func (f *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
+	target := r.Host
+	if r.Method != http.MethodConnect {
+		target = r.URL.String()
+	}
+	f.mu.Lock()
+	f.seen = append(f.seen, r.Method+" "+target)
+	f.mu.Unlock()
+	if r.Method == http.MethodConnect {
+		up, err := f.dialTarget(r.Context(), r.Host)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			up.Close()
+			return
+		}
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n")
+		go func() { _, _ = io.Copy(up, conn); up.Close() }()
+		_, _ = io.Copy(conn, up)
+		conn.Close()
+		return
+	}
+	hostPort := r.URL.Host
+	if r.URL.Port() == "" {
+		hostPort = net.JoinHostPort(r.URL.Hostname(), "80")
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return f.dialTarget(ctx, hostPort) }}
+	defer tr.CloseIdleConnections()
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	resp, err := tr.RoundTrip(out)
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// Canary listens on addr (an address on loopback the test owns, such as
+// 127.0.0.2:PORT) and counts the connections that reach it: none must.
+type Canary struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	hits int
+}
+
+// NewCanary listens on addr until the test ends.
+func NewCanary(t testing.TB, addr string) *Canary {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Canary{ln: ln}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.hits++
+			c.mu.Unlock()
+			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\ncanary")
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return c
+}
+
+// Hits is how many connections reached the canary.
+func (c *Canary) Hits() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits
 }

@@ -40,23 +40,41 @@ func Budget(b api.Budget) port.Budget { return port.Budget(b) }
 
 // WireEgressPolicy converts p to the wire: its credential source and audit callback stay
 // with the host (the values travel beside it, resolved).
-func WireEgressPolicy(p port.EgressPolicy) api.EgressPolicy { return viaJSON[api.EgressPolicy](p) }
+func WireEgressPolicy(p port.EgressPolicy) api.EgressPolicy {
+	return api.EgressPolicy{
+		Providers: each(p.Providers, func(v port.EgressProvider) api.EgressProvider {
+			w := api.EgressProvider{ID: v.ID, URIs: v.URIs, Credentials: v.Credentials, TunnelOnly: v.TunnelOnly}
+			if v.Placements != nil {
+				w.Placements = make(map[string]api.CredentialPlacement, len(v.Placements))
+				for k, pl := range v.Placements {
+					w.Placements[k] = api.CredentialPlacement(pl)
+				}
+			}
+			return w
+		}),
+		MaxRequestBytes: p.MaxRequestBytes, MaxRunBytes: p.MaxRunBytes,
+		ResponseLimit: p.ResponseLimit, ResponseCeiling: p.ResponseCeiling, UpstreamProxy: p.UpstreamProxy,
+		MaxRequests: p.MaxRequests, RPS: p.Rate.RPS, Burst: p.Rate.Burst,
+	}
+}
 
 // EgressPolicy converts p from the wire, without a credential source or audit callback.
-func EgressPolicy(p api.EgressPolicy) port.EgressPolicy { return viaJSON[port.EgressPolicy](p) }
-
-// viaJSON converts between two types whose JSON is the same by design (the wire
-// type mirrors the host's; TestRoundTrips checks every field makes the trip).
-func viaJSON[T any](v any) T {
-	var out T
-	b, err := json.Marshal(v)
-	if err == nil {
-		err = json.Unmarshal(b, &out)
+func EgressPolicy(p api.EgressPolicy) port.EgressPolicy {
+	return port.EgressPolicy{
+		Providers: each(p.Providers, func(w api.EgressProvider) port.EgressProvider {
+			v := port.EgressProvider{ID: w.ID, URIs: w.URIs, Credentials: w.Credentials, TunnelOnly: w.TunnelOnly}
+			if w.Placements != nil {
+				v.Placements = make(map[string]port.CredentialPlacement, len(w.Placements))
+				for k, pl := range w.Placements {
+					v.Placements[k] = port.CredentialPlacement(pl)
+				}
+			}
+			return v
+		}),
+		MaxRequestBytes: p.MaxRequestBytes, MaxRunBytes: p.MaxRunBytes,
+		ResponseLimit: p.ResponseLimit, ResponseCeiling: p.ResponseCeiling, UpstreamProxy: p.UpstreamProxy,
+		MaxRequests: p.MaxRequests, Rate: port.EgressRate{RPS: p.RPS, Burst: p.Burst},
 	}
-	if err != nil {
-		panic(fmt.Sprintf("portconv: %T and %T differ on the wire: %v", v, out, err)) // a programming error: the test fails first
-	}
-	return out
 }
 
 // WireAuditRecord converts r to the wire.
