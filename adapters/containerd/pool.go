@@ -258,8 +258,9 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	// sandbox to run in, started or not.
 	s, ok := p.k.Take(func(s *slot) bool {
 		select {
-		case <-s.statusC:
+		case st := <-s.statusC:
 			s.exited.Store(true)
+			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, int(st.ExitCode()))
 			return true
 		default:
 			return false
