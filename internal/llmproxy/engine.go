@@ -128,8 +128,8 @@ type Call struct {
 	resp     *ResponseTap
 	upErr    error
 	clientGo bool
-	reserved int64 // tokens reserved and not yet charged (Meter.mu)
-	charged  int64 // usage charged (Meter.mu)
+	reserved int64  // tokens reserved and not yet charged (Meter.mu)
+	charged  int64  // usage charged (Meter.mu)
 	ticket   string // the front's admission of the call (MeterConfig.OnAdmit)
 	// releaseBody gives back the call's body slot (idempotent); nil without a body.
 	releaseBody func()
