@@ -11,8 +11,10 @@
 // Remove deletes one at once. A new start time for a known name is a restart: a
 // new registration takes the IP, the old one is left to expire.
 //
-// Every completed call's audit record and the run's usage are written in the same
-// transaction before the call ends, so they survive a crash of the daemon.
+// Every call is admitted in the audit journal before it is forwarded and recorded
+// there before it ends (see journal.go), so a crash of the daemon loses neither a
+// completed call's record nor a cut call's count, and a full disk refuses calls
+// rather than dropping their records.
 package identity
 
 import (
