@@ -20,12 +20,12 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -453,7 +453,7 @@ func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*
 	p, res := c.p, c.res
 	res.Duration = time.Since(c.start)
 	if code, cause := slotExitResult(ctx, c.s, status, statusErr, res, c.stderr, c.spec, c.log); code != "" {
-		if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+		if entry, ok := bridgeapi.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 		}
 		return c.fail(code, cause)
@@ -461,8 +461,8 @@ func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*
 	if res.ExitCode == 137 && p.r.removedUnderUs(ctx, c.s.container) {
 		return c.fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
 	}
-	if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
-		if reason, ok := sandboxbridge.PreloadGoneIn(c.stderr.Tail()); ok {
+	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
+		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
 			c.s.runLease.Release() // the cold run that follows holds the run's lease
 			return &slotResult{RunResult: res, gone: reason}, nil
 		}
@@ -508,7 +508,7 @@ func slotExitResult(ctx context.Context, s *slot, code uint32, err error, res *p
 	}
 	res.ExitCode = int(code)
 	var noticed bool
-	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}

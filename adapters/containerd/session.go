@@ -22,12 +22,12 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -333,7 +333,7 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		ctx, cancel := s.r.cleanupCtx(context.Background())
 		n, err := oomKills(ctx, task)
 		cancel()
-		_, notice := capture.TrimNotice(errOut, tail, sandboxbridge.OOMNotice)
+		_, notice := capture.TrimNotice(errOut, tail, bridgeapi.OOMNotice)
 		if (err == nil && n > 0) || notice {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
@@ -466,7 +466,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	start := time.Now()
 	p := *spec.Process
 	p.Terminal = false
-	p.Args = append(sandboxbridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	p.Args = append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
 	p.Env = mergeEnv(spec.Process.Env, es.Env)
 	if es.Dir != "" {
 		p.Cwd = es.Dir
@@ -555,7 +555,7 @@ func (s *ctrSession) stopExec(ctx context.Context, proc client.Process, statusC 
 	_ = proc.Kill(kctx, syscall.SIGTERM)
 	select {
 	case <-statusC:
-	case <-time.After(sandboxbridge.DeadlineGrace):
+	case <-time.After(bridgeapi.DeadlineGrace):
 		_ = proc.Kill(kctx, syscall.SIGKILL)
 		select {
 		case <-statusC:

@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
@@ -23,7 +24,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -430,15 +430,15 @@ func (c *claimed) exited(ctx context.Context, status int) (slotResult, error) {
 	p, res := c.p, c.res
 	res.Duration = time.Since(c.start)
 	res.ExitCode = status
-	if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
-		if reason, ok := sandboxbridge.PreloadGoneIn(c.stderr.Tail()); ok {
+	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
+		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
 			c.s.runLease.Release() // the cold run that follows holds the run's lease
 			return slotResult{RunResult: res, gone: reason}, nil
 		}
 	}
 	// A pool always has the bridge: the runner's classification is the pool's.
 	if code, cause := p.r.exitResult(ctx, c.s.id, int64(status), res, c.stderr, c.spec, "pooled sandbox"); code != "" {
-		if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+		if entry, ok := bridgeapi.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 		}
 		return c.fail(code, cause)

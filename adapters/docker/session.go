@@ -15,12 +15,12 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -32,13 +32,13 @@ var _ port.SessionRunner = (*Runner)(nil)
 // temporary directory. Sweep and Attach only act on session directories directly under
 // it, whatever a label says.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error {
+	return only(ctorRunner, "WithSessionDir", func(c *config) error {
 		if !strings.HasPrefix(dir, "/") {
 			return port.Invalidf("session dir %q is not absolute", dir)
 		}
 		c.sessionRoot = dir
 		return nil
-	}
+	})
 }
 
 func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
@@ -287,7 +287,7 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		return
 	}
 	if code == 137 {
-		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), sandboxbridge.OOMNotice); oom {
+		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), bridgeapi.OOMNotice); oom {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
 		}
@@ -397,7 +397,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 	}
 	timeout := s.ExecTimeout(es.Timeout)
 	start := time.Now()
-	argv := append(sandboxbridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	argv := append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
 	dir := es.Dir
 	if dir == "" && s.Workspace != "" {
 		dir = port.WorkspacePath
@@ -434,7 +434,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		res.Duration = time.Since(start)
 	}
 	// The bridge ends the command at timeout+DeadlineSlack; give it its grace too.
-	t := time.NewTimer(timeout + sandboxbridge.DeadlineSlack + sandboxbridge.DeadlineGrace + time.Second)
+	t := time.NewTimer(timeout + bridgeapi.DeadlineSlack + bridgeapi.DeadlineGrace + time.Second)
 	defer t.Stop()
 	select {
 	case <-copied:
@@ -458,7 +458,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
 	}
-	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), sandboxbridge.ErrDeadline.Error()) {
+	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), bridgeapi.ErrDeadline.Error()) {
 		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: fmt.Errorf("exec exceeded its %v limit", timeout)})
 	}
 	return res, nil
