@@ -117,7 +117,10 @@ type Server struct {
 	closed     bool
 
 	stopLoops context.CancelFunc
-	loops     sync.WaitGroup
+	// closing is closed when Close starts: audit streams are cut (not ended, which
+	// would say their run ended), so followers reconnect to the next daemon.
+	closing chan struct{}
+	loops   sync.WaitGroup
 }
 
 // Open validates cfg, opens the registry and brings back every run it holds:
@@ -175,7 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Logger.Warn("proxyd: audit journal replayed", "damaged_lines_kept_aside", st.Salvaged, "calls_cut_by_the_last_stop", st.Cut)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: reg, verifier: v, runs: map[string]*run{}, engines: map[string]*llmproxy.Engine{},
-		conns: llmproxy.NewConnLimit(cfg.ConnsTotal)}
+		conns: llmproxy.NewConnLimit(cfg.ConnsTotal), closing: make(chan struct{})}
 	s.seal[0] = sealKey(cfg.Keys.Current)
 	if cfg.Keys.Previous != nil {
 		s.seal[1] = sealKey(cfg.Keys.Previous)
@@ -331,6 +334,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	rs := make([]*run, 0, len(s.runs))
 	for _, r := range s.runs {
 		rs = append(rs, r)
