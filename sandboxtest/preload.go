@@ -26,6 +26,10 @@ type PreloadHarness struct {
 	// Leftovers lists whatever the runner's owner still holds (after the pools
 	// closed): it must be empty.
 	Leftovers func(t testing.TB) []string
+	// KillReady (for TestPreloadDiesBeforeClaim) kills, in a ready sandbox of p, its
+	// pre-booted runtime (runtime true) or its stub, and returns once the pool can
+	// see that the sandbox ended.
+	KillReady func(p port.Pool, runtime bool) error
 }
 
 // TestPreloadPool runs the pre-booted slot suite on a runner's warm pools, with the
@@ -223,4 +227,43 @@ func preloadBadInput(t *testing.T, h PreloadHarness) {
 // PreloadHarness.
 func PreloadTemplate(t *testing.T, image, node string) port.PoolTemplate {
 	return port.TemplateOf(preloadSpec(PreloadHarness{Image: image, Node: node}, preloadDir(t)))
+}
+
+// TestPreloadDiesBeforeClaim: a ready sandbox whose pre-booted runtime died before
+// its claim is discarded and counted in PreloadFailed (and Failed); one whose stub was
+// killed counts in Failed only: the pool tells the runtime's death from a kill. The
+// run goes cold either way, saying so. About 15 s.
+func TestPreloadDiesBeforeClaim(t *testing.T, h PreloadHarness) {
+	if h.KillReady == nil {
+		t.Fatal("sandboxtest: PreloadHarness.KillReady is required")
+	}
+	spec := preloadSpec(h, preloadDir(t))
+	p, err := h.Pooler.WarmPool(context.Background(), port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	must(t, err)
+	for _, runtime := range []bool{true, false} {
+		waitFull(t, p, 1)
+		before := p.Stats()
+		must(t, h.KillReady(p, runtime))
+		spec.RunID = RunID("preload-dead")
+		spec.Argv = []string{h.Node, "-e", "console.log('ran')"}
+		res, err := p.RunOnce(context.Background(), spec)
+		if err != nil || strings.TrimSpace(string(res.Stdout)) != "ran" {
+			t.Fatalf("runtime killed %v: %v %+v", runtime, err, res)
+		}
+		if res.Start != port.StartCold {
+			t.Errorf("runtime killed %v: the run was served %q (%s), want cold", runtime, res.Start, res.StartNote)
+		}
+		st := p.Stats()
+		wantPreload := before.PreloadFailed
+		if runtime {
+			wantPreload++
+		}
+		if st.Failed != before.Failed+1 || st.PreloadFailed != wantPreload {
+			t.Errorf("runtime killed %v: stats %+v after %+v; want Failed +1 and PreloadFailed +%d", runtime, st, before, wantPreload-before.PreloadFailed)
+		}
+	}
+	must(t, p.Close(context.Background()))
+	if left := h.Leftovers(t); len(left) > 0 {
+		t.Errorf("after the pool closed: %v", left)
+	}
 }

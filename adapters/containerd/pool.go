@@ -244,15 +244,13 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	if err := p.r.check(spec); err != nil {
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
-	// A started stub that ended before its claim (killed from outside, say) is no
-	// sandbox to run in; one not started yet is.
+	// A sandbox whose task ended before its claim (killed from outside, say) is no
+	// sandbox to run in, started or not.
 	s, ok := p.k.Take(func(s *slot) bool {
-		if !s.started {
-			return false
-		}
 		select {
-		case <-s.statusC:
+		case st := <-s.statusC:
 			s.exited.Store(true)
+			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, int(st.ExitCode()))
 			return true
 		default:
 			return false
@@ -267,6 +265,13 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	defer p.k.Done()
 	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
 	res, err := p.run(ctx, spec, s)
+	if res != nil && res.broken != "" {
+		// The sandbox could not be started at the claim (its task died or its shim
+		// does not answer): nothing of the run ran in it, and it never will (it gets
+		// no claim). Run it cold, and say so.
+		p.k.Failed.Add(1)
+		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pooled sandbox could not be started at the claim: "+res.broken)
+	}
 	if res != nil && res.gone != "" {
 		// The runtime died between its last check and the claim: nothing of the run
 		// ran in the slot. Run it cold, and say so.
@@ -282,7 +287,8 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 // slotResult is a pooled run's result, with what the pool needs to know of it.
 type slotResult struct {
 	*port.RunResult
-	gone string // the stub's PreloadGone reason
+	gone   string // the stub's PreloadGone reason
+	broken string // why a slot not started yet could not be started at the claim
 }
 
 // run runs spec in the claimed slot s.
@@ -306,6 +312,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 		})
 	}()
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
+	if !s.started {
+		// Started before it has the run: a start that fails or does not return in time
+		// leaves a sandbox that can never run this claim, and the run goes cold.
+		if err := r.startSlot(ctx, s); err != nil {
+			log.Warn("the pooled sandbox could not be started at the claim; the run goes cold", "err", err)
+			return &slotResult{RunResult: res, broken: err.Error()}, nil
+		}
+	}
 	var err error
 	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return toSlot(run.Fail(port.CodeInternal, err))
@@ -341,12 +355,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	defer cancel()
 	r.phase("claim")
 	ph.Next("sandbox.start")
-	if !s.started {
-		if err := s.task.Start(ctx); err != nil {
-			return toSlot(run.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err))))
-		}
-	}
-	r.phase("start")
+	r.phase("start") // a stub not started before the claim was started first
 	ph.Next("sandbox.wait")
 	return c.await(ctx, runCtx)
 }
@@ -359,6 +368,27 @@ func toSlot(res *port.RunResult, err error) (*slotResult, error) {
 // fail ends the claimed run with code (runner.Run.Fail).
 func (c *claimed) fail(code port.ErrorCode, cause error) (*slotResult, error) {
 	return toSlot(c.run.Fail(code, cause))
+}
+
+// startSlot starts the stub of a slot created but not started, bounded by the kill
+// grace (a shim that does not answer is no sandbox to wait for).
+func (r *Runner) startSlot(ctx context.Context, s *slot) error {
+	select {
+	case <-s.statusC:
+		s.exited.Store(true)
+		return errors.New("its task had ended")
+	default:
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.killGrace)
+	defer cancel()
+	if err := s.task.Start(sctx); err != nil {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("its start was not confirmed within the %v kill grace (its shim did not answer)", r.cfg.killGrace)
+		}
+		return fmt.Errorf("start: %w", classify(err))
+	}
+	s.started = true
+	return nil
 }
 
 // claimed is a run in a claimed slot, once its claim is on the way.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -402,4 +403,86 @@ func TestPoolForgedExitRecord(t *testing.T) {
 func TestPoolStubUnreadable(t *testing.T) {
 	r, image := poolEnv(t, "pool-undump")
 	sandboxtest.TestPoolStubUnreadable(t, r, image)
+}
+
+// TestPoolCreatedSlotFailsOver: with stubs started only at the claim
+// (WithPoolStarted(false)), a ready sandbox whose task died, or whose shim is frozen,
+// before its claim is no sandbox to run in: the run goes cold (its result says so)
+// within a bound, the slot counts as failed, and nothing of it is left once the shim
+// resumes and the pool closes. About 15 s.
+func TestPoolCreatedSlotFailsOver(t *testing.T) {
+	const grace = 2 * time.Second
+	r, image := poolEnv(t, "pool-created-fault", WithPoolStarted(false), WithKillGrace(grace))
+	ctx := r.ns(context.Background())
+	spec := suiteSpec(image)
+	p, err := r.NewPool(ctx, port.TemplateOf(spec), port.PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, name string) *port.RunResult {
+		t.Helper()
+		spec.RunID = sandboxtest.RunID(name)
+		spec.Argv = []string{"/agent", "echo", "ran-" + name}
+		start := time.Now()
+		res, err := p.RunOnce(context.Background(), spec)
+		if err != nil || strings.TrimSpace(string(res.Stdout)) != "ran-"+name {
+			t.Fatalf("%s: %v %+v", name, err, res)
+		}
+		if took := time.Since(start); took > grace+10*time.Second {
+			t.Errorf("%s took %v: the claim of a broken slot is not bounded", name, took)
+		}
+		return res
+	}
+
+	t.Run("dead", func(t *testing.T) {
+		waitReady(t, p)
+		s := <-p.ready
+		if err := syscall.Kill(int(s.task.Pid()), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for len(s.statusC) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		p.ready <- s
+		failed := p.Stats().Failed
+		res := run(t, "created-dead")
+		if res.Start != port.StartCold {
+			t.Errorf("a run offered a dead slot was served %q (%s), want cold", res.Start, res.StartNote)
+		}
+		if st := p.Stats(); st.Failed != failed+1 {
+			t.Errorf("the dead slot was not counted failed: %+v", st)
+		}
+	})
+	t.Run("frozen", func(t *testing.T) {
+		waitReady(t, p)
+		s := <-p.ready
+		pid := shimPID(t, s.id)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		resume := func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+		t.Cleanup(resume)
+		timer := time.AfterFunc(30*time.Second, resume) // the old code waited for this
+		defer timer.Stop()
+		p.ready <- s
+		failed := p.Stats().Failed
+		res := run(t, "created-frozen")
+		if !timer.Stop() {
+			t.Error("the run returned only after the shim resumed")
+		}
+		if res.Start != port.StartCold {
+			t.Errorf("a run offered a frozen slot was served %q (%s), want cold", res.Start, res.StartNote)
+		}
+		if st := p.Stats(); st.Failed != failed+1 {
+			t.Errorf("the frozen slot was not counted failed: %+v", st)
+		}
+		resume()
+	})
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left := ownedLeftovers(t, r); len(left) > 0 {
+		t.Errorf("after the pool closed: %v", left)
+	}
 }

@@ -259,8 +259,13 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	}
 	s, ok := p.k.Take(func(s *slot) bool {
 		select {
-		case <-s.exit:
+		case st := <-s.exit:
 			s.exited.Store(true)
+			code := -1
+			if st.err == nil {
+				code = int(st.res.StatusCode)
+			}
+			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, code)
 			return true
 		default:
 			return false

@@ -2,11 +2,18 @@ package docker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
+	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
@@ -47,4 +54,51 @@ func TestPoolPreloadEndsWithHost(t *testing.T) {
 	}
 	h.Template = sandboxtest.PreloadTemplate(t, ref, testimages.NodeBinary)
 	sandboxtest.TestPoolEndsWithHost(t, h)
+}
+
+// TestPoolPreloadDiesBeforeClaim: a ready slot whose pre-booted runtime died counts in
+// PreloadFailed, one whose stub was killed only in Failed
+// (sandboxtest.TestPreloadDiesBeforeClaim). About 15 s.
+func TestPoolPreloadDiesBeforeClaim(t *testing.T) {
+	node := os.Getenv("NODE24_BIN")
+	testenv.Need(t, "node", node != "", "NODE24_BIN is not set (scripts/install-openclaw.sh)")
+	r, cli, _ := poolEnv(t, testenv.Owner("pool-preload-dies"))
+	ctx := context.Background()
+	ref, archive, err := testimages.NodeArchive(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.TestPreloadDiesBeforeClaim(t, sandboxtest.PreloadHarness{
+		Pooler: r, Image: ref, Node: testimages.NodeBinary,
+		Leftovers: func(t testing.TB) []string { return ownedLeftovers(t, r, cli) },
+		KillReady: func(pl port.Pool, runtime bool) error {
+			p := pl.(*Pool)
+			s := <-p.ready
+			defer func() { p.ready <- s }()
+			ins, err := cli.ContainerInspect(ctx, s.id, client.ContainerInspectOptions{})
+			if err != nil {
+				return err
+			}
+			pid := ins.Container.State.Pid
+			if runtime {
+				kids := testenv.Children(pid)
+				if len(kids) != 1 {
+					return fmt.Errorf("the stub %d has children %v, want its runtime alone", pid, kids)
+				}
+				pid = kids[0]
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				return err
+			}
+			for end := time.Now().Add(time.Minute); len(s.exit) == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(end) {
+					return errors.New("the slot never ended")
+				}
+			}
+			return nil
+		},
+	})
 }

@@ -157,7 +157,8 @@ func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, e
 }
 
 // StreamAudit calls fn with every record of the run stored after seq after, as
-// they are stored, until the run ends (nil), ctx ends, or fn fails (its error).
+// they are stored, until the run ends (nil), ctx ends, or fn fails (its error). A
+// stream the daemon cuts (its restart) is ErrStreamCut.
 func (c *Client) StreamAudit(ctx context.Context, id string, after int64, fn func(AuditEntry) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://proxyd"+PathRuns+"/"+url.PathEscape(id)+"/audit/stream?after="+strconv.FormatInt(after, 10), nil)
 	if err != nil {
@@ -186,7 +187,12 @@ func (c *Client) StreamAudit(ctx context.Context, id string, after int64, fn fun
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: proxyd: audit stream cut: %w", port.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w: %w", port.ErrUnavailable, ErrStreamCut, err)
 	}
 	return nil
 }
+
+// ErrStreamCut is StreamAudit's error (also port.ErrUnavailable) for a stream the
+// daemon cut: it stopped or restarted, which its runs survive. Stream again from the
+// last entry's Seq.
+var ErrStreamCut = errors.New("proxyd: audit stream cut")

@@ -83,7 +83,7 @@ type options struct {
 	network, rootsFile, upProxy, metricsAddr                      string
 	unsafe                                                        prefixList
 	admins                                                        uidList
-	verbose                                                       bool
+	verbose, salvage                                              bool
 }
 
 // parseFlags parses args; on a usage error it returns nil and the exit code.
@@ -112,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, int) {
 	fs.Var(&o.admins, "admin-uid", "another `uid` allowed on the admin socket (repeatable)")
 	fs.StringVar(&o.metricsAddr, "metrics-listen", "", "serve Prometheus metrics at /metrics on `unix:/path` or a loopback host:port (off by default; never a run socket)")
 	fs.BoolVar(&o.verbose, "v", false, "log debug messages")
+	fs.BoolVar(&o.salvage, "salvage-journal", false, "start although the audit journal has damaged lines: keep them aside (<journal>.damaged-<time>) and replay the rest")
 	if err := fs.Parse(args); err != nil {
 		return nil, 2
 	}
@@ -221,13 +222,24 @@ func run(args []string, stderr io.Writer) int {
 }
 
 // openServer opens the daemon's server on cfg completed from o; on failure it
-// logs why and returns nil and the exit code (3: the registry database is corrupt).
+// logs why and returns nil and the exit code (3: the registry database is corrupt;
+// 4: the audit journal has a damaged line, the database is intact).
 func openServer(ctx context.Context, o *options, cfg proxydaemon.Config) (*proxydaemon.Server, int) {
 	cfg.StateDir, cfg.SocketDir, cfg.TokenTTL, cfg.TTL, cfg.GCInterval = o.stateDir, o.socketDir, o.tokenTTL, o.ttl, o.gc
 	cfg.Rate = api.RateLimit{RPS: o.rps, Burst: o.burst, Streams: o.streams}
 	cfg.GlobalRPS, cfg.GlobalBurst, cfg.AdminUIDs, cfg.UpstreamKey = o.grps, o.gburst, o.admins, upstreamKey(o.keyFile)
+	cfg.SalvageJournal = o.salvage
 	srv, err := proxydaemon.Open(ctx, cfg)
 	if err != nil {
+		if errors.Is(err, identity.ErrJournalCorrupt) {
+			// The truth: the database is intact and must stay where it is (moving it
+			// aside would lose every run); one line of the journal is damaged.
+			cfg.Logger.Error("sandbox-proxyd: the audit journal has a damaged line; the registry database is intact (do not move it). "+
+				"Start again with -salvage-journal: the damaged lines are kept aside in "+filepath.Join(o.stateDir, proxydaemon.DBName)+".journal.damaged-<time> "+
+				"(the calls on them lose their audit records) and the rest is replayed",
+				"journal", filepath.Join(o.stateDir, proxydaemon.DBName+".journal"), "err", err)
+			return nil, 4
+		}
 		if errors.Is(err, identity.ErrCorrupt) {
 			cfg.Logger.Error("sandbox-proxyd: the registry database is corrupt; move it aside to start empty (its runs are lost)",
 				"path", filepath.Join(o.stateDir, proxydaemon.DBName), "err", err)

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/api/proxydapi"
+	"github.com/agentsandbox/sandbox/port"
 )
 
 // DefaultAdminSocket is sandbox-proxyd's default -admin-socket.
@@ -137,7 +139,7 @@ func proxydAudit(ctx context.Context, cli *proxyd.Client, id string, follow, asJ
 		}
 	}
 	if follow {
-		err := cli.StreamAudit(ctx, id, 0, func(e proxyd.AuditEntry) error { print(e.Record); return nil })
+		err := followAudit(ctx, cli, id, func(e proxyd.AuditEntry) { print(e.Record) }, stderr)
 		if tw != nil {
 			tw.Flush()
 		}
@@ -164,4 +166,45 @@ func proxydAudit(ctx context.Context, cli *proxyd.Client, id string, follow, asJ
 		tw.Flush()
 	}
 	return exitOK
+}
+
+// followBackoff bounds the wait between reconnections of a followed audit.
+var followBackoff = [2]time.Duration{100 * time.Millisecond, 2 * time.Second}
+
+// followAudit prints run id's records as they are stored until the run ends (nil) or
+// ctx does. A stream the daemon cuts (it stopped or restarted: runs survive it) is
+// followed again, once the daemon answers, from the last record printed, each record
+// once; a run gone meanwhile (deregistered) ends it too.
+func followAudit(ctx context.Context, cli *proxyd.Client, id string, fn func(proxyd.AuditEntry), stderr io.Writer) error {
+	var after int64
+	wait := followBackoff[0]
+	for followed := false; ; {
+		err := cli.StreamAudit(ctx, id, after, func(e proxyd.AuditEntry) error {
+			after, wait = e.Seq, followBackoff[0]
+			fn(e)
+			return nil
+		})
+		switch {
+		case err == nil:
+			return nil // the run ended
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, proxyd.ErrStreamCut):
+			fmt.Fprintf(stderr, "sandboxctl: the daemon cut the audit stream (%v); following again when it answers\n", err)
+			followed = true
+		case followed && errors.Is(err, port.ErrUnavailable):
+			// Not back yet.
+		case followed && errors.Is(err, port.ErrNotFound):
+			fmt.Fprintf(stderr, "sandboxctl: run %s ended while the daemon was away\n", id)
+			return nil
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, followBackoff[1])
+	}
 }

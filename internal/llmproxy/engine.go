@@ -128,8 +128,9 @@ type Call struct {
 	resp     *ResponseTap
 	upErr    error
 	clientGo bool
-	reserved int64 // tokens reserved and not yet charged (Meter.mu)
-	charged  int64 // usage charged (Meter.mu)
+	reserved int64  // tokens reserved and not yet charged (Meter.mu)
+	charged  int64  // usage charged (Meter.mu)
+	ticket   string // the front's admission of the call (MeterConfig.OnAdmit)
 	// releaseBody gives back the call's body slot (idempotent); nil without a body.
 	releaseBody func()
 	span        trace.Span // ended by observe
@@ -221,6 +222,10 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		return
 	}
 	c.reserved = res.tokens
+	if ref := m.admit(c); ref != nil {
+		e.refuse(w, c, ref)
+		return
+	}
 	if budgeted && pb.need.output {
 		// The cap the reservation was made for is the one the upstream gets.
 		if ref := pb.setCap(rt, res.outCap); ref != nil {
@@ -354,7 +359,7 @@ func (e *Engine) refuse(w http.ResponseWriter, c *Call, ref *Refusal) {
 	}
 	c.meter.log.Log(context.Background(), level, "llmproxy: call refused", "path", c.rec.Path, "status", ref.Status, "blocked", ref.Blocked)
 	e.observe(c, ref, GenAIUsage{})
-	c.meter.leave(c.rec, false, false)
+	c.meter.leave(c.rec, false, false, c.ticket)
 }
 
 // finish completes and stores the record of a forwarded call. v is a recovered panic.
@@ -375,5 +380,5 @@ func (e *Engine) finish(c *Call, sw *StatusWriter, v any) {
 	if rec.Error != "" {
 		c.meter.log.Warn("llmproxy: call failed", "path", rec.Path, "status", rec.Status, "err", rec.Error)
 	}
-	c.meter.leave(*rec, true, c.route.BodyKeys != nil)
+	c.meter.leave(*rec, true, c.route.BodyKeys != nil, c.ticket)
 }

@@ -120,7 +120,7 @@ func TestMeterStopWaitsForCalls(t *testing.T) {
 	if m.Enter() {
 		t.Fatal("Enter succeeded after Stop")
 	}
-	m.leave(port.AuditRecord{Path: "/v1/models"}, true, false)
+	m.leave(port.AuditRecord{Path: "/v1/models"}, true, false, "")
 	recs, err := m.Stop(context.Background())
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("Stop: %v %v", recs, err)

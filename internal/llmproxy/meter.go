@@ -56,13 +56,19 @@ type MeterConfig struct {
 	Restored Restored
 	// OnRecord, if set, is called with every record the meter keeps, and the
 	// run's usage after the call, before the call ends (before Stop can return
-	// and before the handler returns): a durable front persists them there.
-	OnRecord func(rec port.AuditRecord, used Usage)
-	// OnAdmit, if set, is called with the run's usage once a call was counted
-	// against the budget and before it is forwarded: a durable front persists
-	// it there, so a call a crash cuts short still counts after a restart. An
-	// error refuses the call (the budget cannot be kept without it).
-	OnAdmit func(used Usage) error
+	// and before the handler returns): a durable front persists them there. ticket
+	// is the call's admission (OnAdmit), "" for a call refused before it.
+	OnRecord func(rec port.AuditRecord, used Usage, ticket string)
+	// OnAdmit, if set, is called for every call about to be forwarded, once it was
+	// counted against the budget: with the run's usage, the tokens reserved for it
+	// and what is known of it (rec). A durable front persists them there and
+	// returns the call's ticket, so that a call a crash cuts short still counts (and
+	// is charged its reservation) after a restart. An error refuses the call: it is
+	// not forwarded unaccounted for.
+	OnAdmit func(used Usage, reserved int64, rec port.AuditRecord) (ticket string, err error)
+	// OnSettle, if set, is called when an admitted call ends without a record kept
+	// (past the audit caps), with the run's usage: the front settles its ticket.
+	OnSettle func(used Usage, ticket string)
 	// OnAttest, if set, persists the run's attestation before it is recorded;
 	// an error records nothing (the bridge may send it again).
 	OnAttest func(a *port.Attestation) error
@@ -175,8 +181,9 @@ func (m *Meter) Enter() bool {
 }
 
 // leave stores a finished call's record (within the caps) and wakes Stop when
-// it was the last. billable says the call may cost money.
-func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
+// it was the last. billable says the call may cost money; ticket is its admission
+// ("" if it had none).
+func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool, ticket string) {
 	m.mu.Lock()
 	n := len(m.records)
 	switch {
@@ -203,8 +210,11 @@ func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool) {
 	kept, used := len(m.records) > n, Usage{Calls: m.calls, Tokens: m.tokens}
 	m.mu.Unlock()
 	// Still in flight while the hook runs, so Stop waits for it.
-	if kept && m.cfg.OnRecord != nil {
-		m.cfg.OnRecord(rec, used)
+	switch {
+	case kept && m.cfg.OnRecord != nil:
+		m.cfg.OnRecord(rec, used, ticket)
+	case !kept && ticket != "" && m.cfg.OnSettle != nil:
+		m.cfg.OnSettle(used, ticket)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -246,16 +256,6 @@ func (m *Meter) reserve(budgeted bool, need tokenNeed, asked, defaultOut int64) 
 		return reservation{}, budgetRefusal("budget_exceeded: max_tokens", msg)
 	}
 	m.calls++
-	if m.cfg.OnAdmit != nil {
-		// Still under the lock: the calls counted durably are never fewer than
-		// the calls forwarded.
-		if err := m.cfg.OnAdmit(Usage{Calls: m.calls, Tokens: m.tokens}); err != nil {
-			m.calls--
-			m.log.Error("llmproxy: the call could not be counted durably; refused", "err", err)
-			return reservation{}, &Refusal{Status: http.StatusServiceUnavailable, Blocked: "accounting_unavailable", Type: "internal_error",
-				Message: "budget: the call could not be counted; try again later"}
-		}
-	}
 	if b.MaxTokens <= 0 || !budgeted {
 		return reservation{}, nil
 	}
@@ -275,6 +275,30 @@ func (m *Meter) reserve(budgeted bool, need tokenNeed, asked, defaultOut int64) 
 	}
 	m.reserved += r.tokens
 	return r, nil
+}
+
+// admit hands a call the budget took (reserve) to the front's OnAdmit before it is
+// forwarded, and notes its ticket. A call it cannot admit is given back and refused:
+// the front could not account for it. The admissions of a run's calls may reach the
+// front out of order: each carries the run's usage counted with it, and a durable
+// front keeps the largest, so the calls counted durably are never fewer than the
+// calls forwarded.
+func (m *Meter) admit(c *Call) *Refusal {
+	if m.cfg.OnAdmit == nil {
+		return nil
+	}
+	m.mu.Lock()
+	used := Usage{Calls: m.calls, Tokens: m.tokens}
+	m.mu.Unlock()
+	ticket, err := m.cfg.OnAdmit(used, c.reserved, c.rec)
+	if err != nil {
+		m.unreserve(c)
+		m.log.Error("llmproxy: the call could not be recorded durably; refused", "err", err)
+		return &Refusal{Status: http.StatusServiceUnavailable, Blocked: "accounting_unavailable", Type: "internal_error",
+			Message: "accounting: the call could not be recorded; try again later"}
+	}
+	c.ticket = ticket
+	return nil
 }
 
 // unreserve gives back what reserve took for c, for a call refused after it.

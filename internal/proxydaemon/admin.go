@@ -379,7 +379,11 @@ func (s *Server) auditStream(w http.ResponseWriter, req *http.Request) {
 		r.mu.Unlock()
 		es, next, err := s.reg.Entries(req.Context(), id, after)
 		if err != nil {
-			return
+			if req.Context().Err() == nil {
+				s.log.Warn("proxyd: audit stream cut", "id", id, "err", err)
+			}
+			// Cut, not ended: a stream that ends says its run ended.
+			panic(http.ErrAbortHandler)
 		}
 		for _, e := range es {
 			if enc.Encode(api.AuditEntry{Seq: e.Seq, Record: portconv.WireAuditRecord(e.Record)}) != nil {
@@ -393,9 +397,13 @@ func (s *Server) auditStream(w http.ResponseWriter, req *http.Request) {
 		select {
 		case <-notify:
 		case <-r.done:
-			return
+			return // the run ended: the stream ends
 		case <-req.Context().Done():
 			return
+		case <-s.closing:
+			// The daemon stops, the run does not: cut the stream, so that a follower
+			// reconnects to the next daemon instead of taking it for the run's end.
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

@@ -113,19 +113,25 @@ func (s *Server) newRun(g identity.Registration, spec storedSpec, eg *egress.Pol
 	r.seq = int64(len(restored.Records))
 	mc := llmproxy.MeterConfig{RunID: pspec.RunID, Attempt: pspec.Attempt, Policy: policy,
 		Budget: pspec.Budget, RequireAttestation: pspec.RequireAttestation, AttestKey: spec.AttestKey, Logger: r.log,
-		Restored: restored, OnRecord: r.persist, OnAttest: r.persistAttestation}
-	if pspec.Budget.MaxCalls > 0 {
-		mc.OnAdmit = r.admit // only a call budget needs the count before the call
-	}
+		Restored: restored, OnRecord: r.persist, OnAttest: r.persistAttestation, OnAdmit: r.admit, OnSettle: r.settle}
 	r.meter = llmproxy.NewMeter(mc)
 	return r, nil
 }
 
-// admit counts a call against the run's budget durably before it is
-// forwarded: a daemon killed while the call is in flight counts it after its
-// restart (the upstream may bill it; reconciliation says what it cost).
-func (r *run) admit(used llmproxy.Usage) error {
-	return r.s.reg.AppendUsage(context.Background(), r.id, identity.Usage{Calls: used.Calls, Tokens: used.Tokens})
+// admit records a call durably before it is forwarded, counted against the run's
+// budget with its token reservation: a daemon killed while the call is in flight
+// counts it, charges the reservation and records it as cut after its restart (the
+// upstream may bill it; reconciliation says what it cost). A call that cannot be
+// recorded (a full disk) is refused.
+func (r *run) admit(used llmproxy.Usage, reserved int64, rec port.AuditRecord) (string, error) {
+	return r.s.reg.AdmitCall(context.Background(), r.id, rec, identity.Usage{Calls: used.Calls, Tokens: used.Tokens}, reserved)
+}
+
+// settle ends an admitted call the meter keeps no record of (past its caps).
+func (r *run) settle(used llmproxy.Usage, ticket string) {
+	if err := r.s.reg.Settle(context.Background(), r.id, ticket, identity.Usage{Calls: used.Calls, Tokens: used.Tokens}); err != nil {
+		r.log.Error("proxyd: a call's settlement not stored", "err", err)
+	}
 }
 
 // persistAttestation commits the run's attestation before it counts, so a
@@ -140,8 +146,8 @@ func (r *run) persistAttestation(a *port.Attestation) error {
 
 // persist stores a completed call's record and the run's usage before the call
 // ends: a daemon killed after this loses nothing of the call.
-func (r *run) persist(rec port.AuditRecord, used llmproxy.Usage) {
-	if err := r.s.reg.AppendAudit(context.Background(), r.id, rec, identity.Usage{Calls: used.Calls, Tokens: used.Tokens}); err != nil {
+func (r *run) persist(rec port.AuditRecord, used llmproxy.Usage, ticket string) {
+	if err := r.s.reg.AppendAudit(context.Background(), r.id, rec, identity.Usage{Calls: used.Calls, Tokens: used.Tokens}, ticket); err != nil {
 		r.log.Error("proxyd: audit record not stored", "err", err)
 	}
 	r.mu.Lock()

@@ -87,6 +87,13 @@ type Config struct {
 	// Telemetry receives every call's span and metrics (default: the global
 	// OpenTelemetry providers); sandbox-proxyd exports its metrics to Prometheus.
 	Telemetry *telemetry.T
+	// JournalReserve is the space kept beside the audit journal for the records of
+	// calls in flight when the disk fills (identity.Config.JournalReserve; default
+	// identity.DefaultJournalReserve). Without it whole, calls are refused (503).
+	JournalReserve int64
+	// SalvageJournal opens a registry whose audit journal has damaged lines,
+	// keeping them aside (identity.Config.SalvageJournal).
+	SalvageJournal bool
 }
 
 // Server is the daemon. Open it, serve the admin API with ServeAdmin, Close it.
@@ -110,7 +117,10 @@ type Server struct {
 	closed     bool
 
 	stopLoops context.CancelFunc
-	loops     sync.WaitGroup
+	// closing is closed when Close starts: audit streams are cut (not ended, which
+	// would say their run ended), so followers reconnect to the next daemon.
+	closing chan struct{}
+	loops   sync.WaitGroup
 }
 
 // Open validates cfg, opens the registry and brings back every run it holds:
@@ -159,12 +169,16 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.SocketDir, 0o711); err != nil {
 		return nil, fmt.Errorf("proxyd: socket dir: %w", err)
 	}
-	reg, err := identity.Open(ctx, identity.Config{Path: filepath.Join(cfg.StateDir, DBName), TTL: cfg.TTL})
+	reg, err := identity.Open(ctx, identity.Config{Path: filepath.Join(cfg.StateDir, DBName), TTL: cfg.TTL,
+		JournalReserve: cfg.JournalReserve, SalvageJournal: cfg.SalvageJournal})
 	if err != nil {
 		return nil, err
 	}
+	if st := reg.Journal(); st.Salvaged > 0 || st.Cut > 0 {
+		cfg.Logger.Warn("proxyd: audit journal replayed", "damaged_lines_kept_aside", st.Salvaged, "calls_cut_by_the_last_stop", st.Cut)
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: reg, verifier: v, runs: map[string]*run{}, engines: map[string]*llmproxy.Engine{},
-		conns: llmproxy.NewConnLimit(cfg.ConnsTotal)}
+		conns: llmproxy.NewConnLimit(cfg.ConnsTotal), closing: make(chan struct{})}
 	s.seal[0] = sealKey(cfg.Keys.Current)
 	if cfg.Keys.Previous != nil {
 		s.seal[1] = sealKey(cfg.Keys.Previous)
@@ -320,6 +334,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	rs := make([]*run, 0, len(s.runs))
 	for _, r := range s.runs {
 		rs = append(rs, r)

@@ -26,7 +26,7 @@ func TestJournalReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.AppendAudit(ctx, g.ID, port.AuditRecord{CallID: "c1"}, Usage{Calls: 1}); err != nil {
+	if err := r.AppendAudit(ctx, g.ID, port.AuditRecord{CallID: "c1"}, Usage{Calls: 1}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Close(); err != nil {
@@ -64,9 +64,10 @@ func TestJournalReplay(t *testing.T) {
 }
 
 // TestJournalCorruptLine: a line other than a torn last one that does not
-// decode is corruption: Open fails with ErrCorrupt naming the line and leaves
-// the journal as it was, instead of dropping a call's record and undercounting
-// its run.
+// decode is damage: Open fails with ErrJournalCorrupt naming the line (not
+// ErrCorrupt: the database is intact) and leaves the journal as it was, instead of
+// dropping a call's record and undercounting its run; with SalvageJournal it opens,
+// replays the good lines and keeps the damaged one aside.
 func TestJournalCorruptLine(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "reg.db")
@@ -99,8 +100,8 @@ func TestJournalCorruptLine(t *testing.T) {
 			r2.Close()
 			t.Fatalf("%s: a corrupt middle line was skipped", name)
 		}
-		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "line 2") {
-			t.Errorf("%s: err = %v, want ErrCorrupt naming line 2", name, err)
+		if !errors.Is(err, ErrJournalCorrupt) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%s: err = %v, want ErrJournalCorrupt (not ErrCorrupt) naming line 2", name, err)
 		}
 		if b, _ := os.ReadFile(path + ".journal"); string(b) != content {
 			t.Errorf("%s: the journal was changed: %q", name, b)

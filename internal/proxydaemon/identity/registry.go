@@ -11,8 +11,10 @@
 // Remove deletes one at once. A new start time for a known name is a restart: a
 // new registration takes the IP, the old one is left to expire.
 //
-// Every completed call's audit record and the run's usage are written in the same
-// transaction before the call ends, so they survive a crash of the daemon.
+// Every call is admitted in the audit journal before it is forwarded and recorded
+// there before it ends (see journal.go), so a crash of the daemon loses neither a
+// completed call's record nor a cut call's count, and a full disk refuses calls
+// rather than dropping their records.
 package identity
 
 import (
@@ -102,17 +104,29 @@ type Config struct {
 	TTL time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// JournalReserve is the size of the space reserved beside the audit journal
+	// (default DefaultJournalReserve; negative: none): given up when the disk is
+	// full, so that the records of calls in flight still fit, and needed whole for a
+	// call to be admitted.
+	JournalReserve int64
+	// SalvageJournal opens a registry whose journal has damaged lines (Open's
+	// ErrJournalCorrupt): they are moved to <journal>.damaged-<unix time> (the calls
+	// on them lose their records; see Salvaged) and the rest replayed.
+	SalvageJournal bool
 }
 
 // Registry is the identity registry. It is safe for concurrent use.
 type Registry struct {
 	db *sql.DB
 	// Prepared statements of the per-call path (AppendAudit).
-	insAudit, updUsage *sql.Stmt
-	j                  *journal
-	moverErr           atomic.Value // string: the mover's last error
-	ttl                time.Duration
-	now                func() time.Time
+	insAudit, updUsage, insInflight, delInflight *sql.Stmt
+	j                                            *journal
+	moverErr                                     atomic.Value // string: the mover's last error
+	ttl                                          time.Duration
+	now                                          func() time.Time
+	// salvaged counts damaged journal lines moved aside by Open; cut the calls an
+	// earlier life admitted and never recorded.
+	salvaged, cut int
 
 	mu       sync.RWMutex
 	closed   bool
@@ -153,6 +167,12 @@ CREATE TABLE IF NOT EXISTS audit (
 	record BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_reg ON audit(reg_id, seq);
+CREATE TABLE IF NOT EXISTS inflight (
+	ticket TEXT PRIMARY KEY,
+	reg_id TEXT NOT NULL REFERENCES registrations(id) ON DELETE CASCADE,
+	tokens INTEGER NOT NULL,
+	record BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS attestations (
 	reg_id TEXT PRIMARY KEY REFERENCES registrations(id) ON DELETE CASCADE,
 	body BLOB NOT NULL
@@ -171,6 +191,12 @@ func Open(ctx context.Context, cfg Config) (*Registry, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	switch {
+	case cfg.JournalReserve == 0:
+		cfg.JournalReserve = DefaultJournalReserve
+	case cfg.JournalReserve < 0:
+		cfg.JournalReserve = 0
 	}
 	// Created 0600 before SQLite sees it: the registry holds sealed keys.
 	f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -195,12 +221,12 @@ func Open(ctx context.Context, cfg Config) (*Registry, error) {
 		db.Close()
 		return nil, err
 	}
-	if r.j, err = openJournal(cfg.Path + ".journal"); err != nil {
+	if r.j, err = openJournal(cfg.Path+".journal", cfg.JournalReserve); err != nil {
 		db.Close()
 		return nil, err
 	}
 	// The journal first: it may hold usage newer than the rows.
-	err = r.replay(ctx)
+	err = r.replay(ctx, cfg.SalvageJournal)
 	if err == nil {
 		err = r.load(ctx)
 	}
@@ -230,6 +256,12 @@ func (r *Registry) init(ctx context.Context) error {
 		return corrupt(err)
 	}
 	if r.updUsage, err = r.db.PrepareContext(ctx, "UPDATE registrations SET calls = max(calls, ?), tokens = max(tokens, ?) WHERE id = ?"); err != nil {
+		return corrupt(err)
+	}
+	if r.insInflight, err = r.db.PrepareContext(ctx, "INSERT OR IGNORE INTO inflight (ticket, reg_id, tokens, record) SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM registrations WHERE id = ?)"); err != nil {
+		return corrupt(err)
+	}
+	if r.delInflight, err = r.db.PrepareContext(ctx, "DELETE FROM inflight WHERE ticket = ?"); err != nil {
 		return corrupt(err)
 	}
 	return nil
@@ -600,30 +632,84 @@ type Usage struct {
 	Tokens int64
 }
 
-// AppendAudit stores one audit record of a registration and its usage after
-// the call. It returns once the record is in the journal (durable against the
-// process's death); it reaches the database within JournalFlushInterval.
-func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRecord, u Usage) error {
-	return r.appendLine(id, &rec, u)
+// AdmitCall records a call of a registration before it is forwarded: the run's
+// usage with the call counted (u), the tokens reserved for it, and what is known of
+// the call yet (rec). It returns the call's ticket, which its record settles
+// (AppendAudit, Settle). Once it returns the admission is durable against the
+// process's death: a call the death cuts short still counts after a restart, gets a
+// record (CutCallError) and is charged its reservation. When the admission cannot be
+// written (ErrNoSpace: the disk is full) the call must not be forwarded.
+func (r *Registry) AdmitCall(ctx context.Context, id string, rec port.AuditRecord, u Usage, reserved int64) (string, error) {
+	return r.appendLine(id, &rec, u, &admission{Tokens: reserved}, "")
 }
 
-// AppendUsage stores a registration's usage without a record: a call counted
-// against the budget before it is forwarded, so that a daemon killed while the
-// call is in flight still counts it after a restart. Durable like AppendAudit.
-func (r *Registry) AppendUsage(ctx context.Context, id string, u Usage) error {
-	return r.appendLine(id, nil, u)
+// AppendAudit stores one audit record of a registration and its usage after the
+// call; ticket, if not empty, is the call's admission (AdmitCall), which it settles.
+// It returns once the record is in the journal (durable against the process's
+// death), or, when the journal cannot take it (a full disk), held in memory until
+// the database does: a record is never dropped. It reaches the database within
+// JournalFlushInterval.
+func (r *Registry) AppendAudit(ctx context.Context, id string, rec port.AuditRecord, u Usage, ticket string) error {
+	_, err := r.appendLine(id, &rec, u, nil, ticket)
+	return err
 }
 
-func (r *Registry) appendLine(id string, rec *port.AuditRecord, u Usage) error {
-	if err := r.j.append(id, rec, u); err != nil {
-		return err
+// Settle ends an admitted call without an audit record (the front keeps none of it)
+// and stores the run's usage, like AppendAudit.
+func (r *Registry) Settle(ctx context.Context, id, ticket string, u Usage) error {
+	_, err := r.appendLine(id, nil, u, nil, ticket)
+	return err
+}
+
+func (r *Registry) appendLine(id string, rec *port.AuditRecord, u Usage, admit *admission, settles string) (string, error) {
+	if admit != nil {
+		// An admission carries what is known of the call in its record field, but
+		// it is no audit record.
+		a := *rec
+		rid, err := r.j.append(id, &a, u, admit, "")
+		if err != nil {
+			return "", err
+		}
+		r.noteUsage(id, u)
+		return rid, nil
 	}
+	rid, err := r.j.append(id, rec, u, nil, settles)
+	if err != nil {
+		return "", err
+	}
+	r.noteUsage(id, u)
+	return rid, nil
+}
+
+func (r *Registry) noteUsage(id string, u Usage) {
 	r.mu.Lock()
 	if e := r.byID[id]; e != nil {
 		e.reg.Calls, e.reg.Tokens = max(e.reg.Calls, u.Calls), max(e.reg.Tokens, u.Tokens)
 	}
 	r.mu.Unlock()
-	return nil
+}
+
+// JournalState is the audit journal's health.
+type JournalState struct {
+	// Unwritten counts records only memory holds: the journal could not take them
+	// (a full disk); the database takes them at the next move.
+	Unwritten int
+	// Reserved says the reserve beside the journal is whole: calls are admitted.
+	Reserved bool
+	// MoveError is the last move into the database's error ("" if it succeeded).
+	MoveError string
+	// Salvaged counts the damaged lines Open moved aside (Config.SalvageJournal);
+	// Cut the calls an earlier life of the daemon admitted and never recorded.
+	Salvaged, Cut int
+}
+
+// Journal reports the audit journal's health.
+func (r *Registry) Journal() JournalState {
+	r.j.mu.Lock()
+	st := JournalState{Unwritten: r.j.unwritten, Reserved: r.j.ballast.ok || r.j.ballast.size <= 0, Salvaged: r.salvaged, Cut: r.cut}
+	r.j.mu.Unlock()
+	st.MoveError, _ = r.moverErr.Load().(string)
+	return st
 }
 
 // SetAttestation stores a registration's attestation, once: it is committed

@@ -86,7 +86,7 @@ func TestRenewalsAreBatchedAndSurviveReopen(t *testing.T) {
 	c.add(time.Minute)
 	r.BySocket("a")
 	rec := port.AuditRecord{RunID: "run-a", Attempt: 2, Method: "POST", Path: "/v1/chat/completions", Status: 200, CallID: "c1"}
-	if err := r.AppendAudit(ctx, g.ID, rec, identity.Usage{Calls: 1, Tokens: 42}); err != nil {
+	if err := r.AppendAudit(ctx, g.ID, rec, identity.Usage{Calls: 1, Tokens: 42}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Close(); err != nil {
@@ -167,7 +167,7 @@ func TestProactiveRemoval(t *testing.T) {
 	c := newClock()
 	r := open(t, filepath.Join(t.TempDir(), "reg.db"), c)
 	g, _ := r.Register(ctx, identity.Registration{RunID: "run-a", Socket: "a"}, "")
-	_ = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: "run-a"}, identity.Usage{Calls: 1})
+	_ = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: "run-a"}, identity.Usage{Calls: 1}, "")
 	if err := r.Remove(ctx, g.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestConcurrentRegistrations(t *testing.T) {
 			defer wg.Done()
 			g, err := r.Register(ctx, identity.Registration{RunID: fmt.Sprintf("run-%d", i), Socket: fmt.Sprintf("s%d", i)}, "")
 			if err == nil {
-				err = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: g.RunID, Status: 200}, identity.Usage{Calls: 1})
+				err = r.AppendAudit(ctx, g.ID, port.AuditRecord{RunID: g.RunID, Status: 200}, identity.Usage{Calls: 1}, "")
 			}
 			errs <- err
 		}()

@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -317,31 +318,42 @@ func Prune(root, owner string) int {
 	return n
 }
 
-// ErrHeld is RemoveDead's refusal of a lease whose holder is alive.
-var ErrHeld = errors.New("runlease: the lease is held")
+// Dead returns the run IDs of owner's runs under root with a lease file no live holder
+// has (its holder died), sorted: what a sweep lists before it removes them one by one
+// with RemoveDead, so that a dry run and the sweep after it name the same leases.
+func Dead(root, owner string) []string {
+	ls, _ := List(root, owner)
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range ls {
+		if !l.Held && !seen[l.RunID] {
+			seen[l.RunID] = true
+			out = append(out, l.RunID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
-// RemoveDead removes one lease List returned (owner, run and holder from i) if its
-// holder is still gone, and the run's directory if that was its last lease. A lease
-// already gone is success; one a live process holds is ErrHeld. A sweeper that lists
-// leases first (a dry run reports exactly what the real sweep removes) removes them
-// with it.
-func RemoveDead(root string, i Info) error {
-	dir, err := runDir(root, i.Owner, i.RunID)
+// RemoveDead removes runID's lease files under root for owner whose holder is gone,
+// and the run's directory if none is left. Leases a live holder has stay; nothing to
+// remove is no error.
+func RemoveDead(root, owner, runID string) error {
+	dir, err := runDir(root, owner, runID)
 	if err != nil {
 		return err
 	}
-	if err := checkName(i.Holder); err != nil {
-		return err
-	}
-	p := filepath.Join(dir, i.Holder)
-	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if !removeDead(p) {
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+	hs, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		return fmt.Errorf("%w: %s", ErrHeld, p)
+		return fmt.Errorf("runlease: %w", err)
+	}
+	for _, h := range hs {
+		if h.Type().IsRegular() && !strings.HasPrefix(h.Name(), ".") {
+			removeDead(filepath.Join(dir, h.Name()))
+		}
 	}
 	_ = os.Remove(dir) // empty only
 	_ = os.Remove(filepath.Dir(dir))

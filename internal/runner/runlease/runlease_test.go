@@ -2,7 +2,6 @@ package runlease
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -215,41 +214,46 @@ func TestBadNames(t *testing.T) {
 	}
 }
 
-// TestRemoveDead: a sweeper removes exactly the dead leases it listed; a live one is
-// refused, one already gone is success.
-func TestRemoveDead(t *testing.T) {
+// TestDeadAndRemoveDead: a sweeper lists the runs with a dead holder's lease and
+// removes exactly those leases; a live holder's lease of the same run stays, and a
+// lease already gone is no error.
+func TestDeadAndRemoveDead(t *testing.T) {
 	root := t.TempDir()
 	cmd := startHolder(t, nil, nil, root, "owner", "dead")
+	cmd2 := startHolder(t, nil, nil, root, "owner", "mixed")
 	live, err := Hold(root, "owner", "live", KindRun)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Release()
-	killHolder(t, cmd)
-	ls, err := List(root, "owner")
-	if err != nil || len(ls) != 2 {
-		t.Fatalf("List = %+v, %v", ls, err)
+	mixed, err := Hold(root, "owner", "mixed", KindSession)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range ls {
-		err := RemoveDead(root, l)
-		switch {
-		case l.Held && !errors.Is(err, ErrHeld):
-			t.Errorf("RemoveDead of a held lease = %v, want ErrHeld", err)
-		case !l.Held && err != nil:
-			t.Errorf("RemoveDead of a dead lease = %v", err)
-		case !l.Held:
-			if err := RemoveDead(root, l); err != nil {
-				t.Errorf("RemoveDead of a lease already gone = %v, want success", err)
-			}
+	defer mixed.Release()
+	killHolder(t, cmd)
+	killHolder(t, cmd2)
+	if got := Dead(root, "owner"); len(got) != 2 || got[0] != "dead" || got[1] != "mixed" {
+		t.Fatalf("Dead = %v, want [dead mixed]", got)
+	}
+	for _, run := range []string{"live", "dead", "mixed", "dead"} {
+		if err := RemoveDead(root, "owner", run); err != nil {
+			t.Errorf("RemoveDead(%s) = %v", run, err)
 		}
 	}
-	if !Held(root, "owner", "live") || Held(root, "owner", "dead") {
-		t.Error("RemoveDead removed the wrong lease")
+	if got := Dead(root, "owner"); len(got) != 0 {
+		t.Errorf("after RemoveDead: %v", got)
+	}
+	if !Held(root, "owner", "live") || !Held(root, "owner", "mixed") || Held(root, "owner", "dead") {
+		t.Error("RemoveDead removed a live holder's lease")
+	}
+	if ls, _ := List(root, "owner"); len(ls) != 2 {
+		t.Errorf("leases left: %+v, want the two live ones", ls)
 	}
 	if _, err := os.Stat(filepath.Join(root, "owner", "dead")); !os.IsNotExist(err) {
 		t.Errorf("the dead run's directory is left: %v", err)
 	}
-	if err := RemoveDead(root, Info{Owner: "owner", RunID: "../x", Holder: "h"}); err == nil {
+	if err := RemoveDead(root, "owner", "../x"); err == nil {
 		t.Error("RemoveDead took a bad name")
 	}
 }

@@ -186,6 +186,16 @@ func (k *Keeper[S]) Take(ended func(S) bool) (S, bool) {
 	}
 }
 
+// EndedBeforeClaim counts a sandbox Take found ended before its claim (Take counts it
+// in Failed): with a pre-booted runtime (preload) whose stub exited with code because
+// the runtime died (bridgeapi.ExitBridgeFailed: the stub's own end is a kill), also in
+// PreloadFailed.
+func (k *Keeper[S]) EndedBeforeClaim(preload bool, code int) {
+	if preload && code == bridgeapi.ExitBridgeFailed {
+		k.PreloadFailed.Add(1)
+	}
+}
+
 // Done says the run in a sandbox Take gave has ended (a pool refilling between
 // runs may refill now).
 func (k *Keeper[S]) Done() {
