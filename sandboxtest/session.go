@@ -72,6 +72,7 @@ func TestSessions(t *testing.T, h SessionHarness) {
 			fn   func(*testing.T)
 		}{
 			{"WaitReportsExit", s.testWaitExit},
+			{"LongestRunIDAndDuration", s.testLongestRunID},
 			{"LogsRingCapped", s.testLogsCap},
 			{"StopTermThenKill", s.testStopKill},
 			{"LifetimeEnds", s.testLifetime},
@@ -376,6 +377,24 @@ func (s *sessionSuite) testWaitExit(t *testing.T) {
 	}
 	if _, err := sess.Exec(ctx, port.ExecSpec{Argv: []string{"/agent", "id"}}); !errors.Is(err, port.ErrClosed) {
 		t.Errorf("Exec in an ended session: %v, want ErrClosed", err)
+	}
+}
+
+// testLongestRunID starts a session with a run id of port.MaxRunIDLen bytes (the one
+// rule RunOnce follows) whose process lives about a second, and requires its result to
+// say how long it ran.
+func (s *sessionSuite) testLongestRunID(t *testing.T) {
+	spec := s.spec("longest", "sleep", "1")
+	spec.RunID = LongestRunID("ps-longest")
+	sess := s.startSpec(t, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := sess.Wait(ctx)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Wait = %+v, %v", res, err)
+	}
+	if res.Duration < time.Second || res.Duration > 30*time.Second {
+		t.Errorf("a session that slept 1 s reports a duration of %v", res.Duration)
 	}
 }
 

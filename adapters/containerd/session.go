@@ -125,7 +125,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User, Created: start}, c)
 	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
 		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
 		return sessionIO(cio.Config{
@@ -293,11 +293,11 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 	s.mu.Lock()
 	stopping := s.stopping
 	s.mu.Unlock()
-	code, _, err := st.Result()
+	code, exited, err := st.Result()
 	res := &port.RunResult{ExitCode: int(code)}
 	fail := func(c port.ErrorCode, cause error) {
 		res.ErrorCode = c
-		s.Handle.Finish(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}))
+		s.Handle.FinishAt(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}), exited)
 	}
 	if err != nil {
 		fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
@@ -323,7 +323,7 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 			return
 		}
 	}
-	s.Handle.Finish(res, nil)
+	s.Handle.FinishAt(res, nil, exited)
 }
 
 // halt stops watching (Start's and Attach's failure paths).

@@ -127,7 +127,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
 	}
 	id = created.ID
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User})
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User, Created: start})
 	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, err)

@@ -103,7 +103,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("creating the pod: %w", err)})
 	}
 	created = true
-	s := r.newSession(session.Meta{ID: ps.name, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User},
+	s := r.newSession(session.Meta{ID: ps.name, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User, Created: start},
 		execPrefix(createdPod))
 	s.watch(createdPod)
 	if err := s.waitStarted(ctx); err != nil {

@@ -59,10 +59,17 @@ func (h *Handle) beat() {
 // StopHeartbeat ends the heartbeat loop.
 func (h *Handle) StopHeartbeat() { h.beatOnce.Do(func() { close(h.stopBeat) }) }
 
-// Finish records the session's end (once; later calls are ignored) and closes Done.
-// res gets the rings' contents.
-func (h *Handle) Finish(res *port.RunResult, err error) {
+// Finish records the session's end, now (see FinishAt).
+func (h *Handle) Finish(res *port.RunResult, err error) { h.FinishAt(res, err, time.Now()) }
+
+// FinishAt records the session's end at ended (once; later calls are ignored) and
+// closes Done. res gets the rings' contents and, unless the adapter set it, the
+// Duration from the sandbox's creation to ended.
+func (h *Handle) FinishAt(res *port.RunResult, err error, ended time.Time) {
 	h.once.Do(func() {
+		if res != nil && res.Duration == 0 && !h.Created.IsZero() && !ended.IsZero() {
+			res.Duration = max(0, ended.Sub(h.Created))
+		}
 		h.outC.flush()
 		h.errC.flush()
 		if res != nil {

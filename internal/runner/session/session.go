@@ -85,7 +85,7 @@ func InsertFlags(args, flags []string) []string {
 // directory owned by the sandbox's user (the bridge creates the sockets there) and a
 // fresh heartbeat. root is created if missing.
 func CreateDir(root, name, user string) (string, error) {
-	if err := port.ValidateRunID(name); err != nil {
+	if err := checkDirName(name); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(root, 0o711); err != nil {
@@ -153,10 +153,32 @@ func OwnDir(root, label string) string {
 	if label == "" || !filepath.IsAbs(label) || filepath.Clean(label) != label || filepath.Dir(label) != filepath.Clean(root) {
 		return ""
 	}
-	if port.ValidateRunID(filepath.Base(label)) != nil {
+	if checkDirName(filepath.Base(label)) != nil {
 		return ""
 	}
 	return label
+}
+
+// maxDirName bounds a session directory's name: the runtime's name of the session's
+// sandbox, which holds the run ID (port.MaxRunIDLen bytes at most) between a prefix and
+// a random suffix.
+const maxDirName = 128
+
+// checkDirName checks a session directory's name: the run ID's alphabet (no
+// separator, no dot-dot) and at most maxDirName bytes. Errors wrap
+// port.ErrInvalidSpec.
+func checkDirName(name string) error {
+	if name == "" || len(name) > maxDirName {
+		return port.Invalidf("session directory name %q is empty or over %d bytes", name, maxDirName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return port.Invalidf("session directory name %q has characters outside [A-Za-z0-9_.-] or does not start with a letter or digit", name)
+		}
+	}
+	return nil
 }
 
 // Keep reports whether Sweep must keep a resource with these labels given cutoff: a
@@ -212,6 +234,9 @@ type Meta struct {
 	LogLimit  int
 	Deadline  time.Time
 	User      string
+	// Created is when the session's sandbox was created: its result's Duration runs
+	// from then to the exit.
+	Created time.Time
 }
 
 // ParseLabels reads a session's labels back, checking them as the spec was checked:
@@ -250,6 +275,7 @@ func ParseLabels(owner, root string, lbls map[string]string) (Meta, error) {
 		m.LogLimit = port.DefaultLogLimit
 	}
 	m.Deadline, _ = time.Parse(time.RFC3339Nano, lbls[port.LabelDeadline])
+	m.Created, _ = time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
 	m.User = lbls[port.LabelUser]
 	if m.User == "" {
 		m.User = port.DefaultUser

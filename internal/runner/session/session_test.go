@@ -116,3 +116,23 @@ func TestParseLabelsRoundTrip(t *testing.T) {
 		t.Errorf("bad expose label: %v", err)
 	}
 }
+
+// TestDirNameTakesLongestRunID: a session directory is named after its sandbox, which
+// holds a run ID of port.MaxRunIDLen bytes between a prefix and a suffix; the name
+// rule is not the run ID's.
+func TestDirNameTakesLongestRunID(t *testing.T) {
+	root := t.TempDir()
+	name := "agentsandbox-" + strings.Repeat("r", port.MaxRunIDLen) + "-0123abcd"
+	dir, err := CreateDir(root, name, "1001:1001")
+	if err != nil {
+		t.Fatalf("CreateDir with a %d-byte name: %v", len(name), err)
+	}
+	if OwnDir(root, dir) != dir {
+		t.Errorf("OwnDir refuses %s", dir)
+	}
+	for _, bad := range []string{"", "..", ".x", "a/b", strings.Repeat("a", maxDirName+1)} {
+		if _, err := CreateDir(root, bad, "1001:1001"); !errors.Is(err, port.ErrInvalidSpec) {
+			t.Errorf("CreateDir(%q): %v, want ErrInvalidSpec", bad, err)
+		}
+	}
+}
