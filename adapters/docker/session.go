@@ -49,18 +49,6 @@ func (c config) sessionDir() string {
 	return session.DefaultRoot()
 }
 
-// sweepSessionDir removes the host directory of a swept session (reported as "dir:").
-func sweepSessionDir(cfg config, lbls map[string]string, rep *port.SweepReport) {
-	d := session.OwnDir(cfg.sessionDir(), lbls[port.LabelSessionDir])
-	if d == "" {
-		return
-	}
-	rep.Removed = append(rep.Removed, "dir:"+d)
-	if err := session.RemoveDir(cfg.sessionDir(), d); err != nil {
-		rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", d, err))
-	}
-}
-
 // execAPI is the part of the SDK sessions use besides apiClient.
 type execAPI interface {
 	ExecCreate(ctx context.Context, containerID string, options client.ExecCreateOptions) (client.ExecCreateResult, error)

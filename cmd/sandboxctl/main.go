@@ -5,7 +5,7 @@
 //
 //	sandboxctl doctor                                  what this host can run, with a fix per failing line
 //	sandboxctl ps [--owner O] [--runtime R]            runs, sessions and pool slots, by owner and runtime
-//	sandboxctl sweep --owner O [--older-than D] [--dry-run] [--run-id ID]
+//	sandboxctl sweep --owner O [--older-than D] [--dry-run] [--run-id ID]   everything a dead host left
 //	sandboxctl logs|exec|stop --owner O --runtime R ID [...]   long-running sessions
 //	sandboxctl proxyd runs|usage|audit [--follow] ID   the shared proxy daemon's admin socket
 //
@@ -49,6 +49,7 @@ Usage:
   sandboxctl doctor [--json] [--docker-host H] [--containerd-address A] [--namespace NS]
   sandboxctl ps [--json] [--owner O] [--runtime docker|containerd|all]
   sandboxctl sweep --owner O [--older-than 10m] [--run-id ID] [--dry-run] [--runtime R] [--json]
+                   [--session-dir D] [--pool-dir D] [--proxy-dir D] [--workspace-dir D]
   sandboxctl sweep --owner O --runtime nomad-node [--nomad-addr A] [...]
   sandboxctl logs --owner O --runtime R [--follow] ID
   sandboxctl exec --owner O --runtime R [--timeout 1m] ID -- CMD [ARG...]
@@ -63,8 +64,11 @@ Commands:
            says what to do.
   ps       list the library's sandboxes (runs, sessions, pool slots) and proxies,
            with owner, runtime, age and state.
-  sweep    remove one owner's leftovers older than a grace period (never another
-           owner's; --dry-run lists them). --runtime nomad-node sweeps this Nomad
+  sweep    remove everything hosts of one owner left behind, older than a grace
+           period (never another owner's): sandboxes, sessions and their directories,
+           pool slots, run leases, proxy containers, the proxies' directories and
+           sockets, and NewWorkspace's workspaces. --dry-run lists exactly what a
+           sweep then removes. --runtime nomad-node sweeps this Nomad
            client machine's Docker: the owner's containers whose allocation Nomad
            (--nomad-addr, default $NOMAD_ADDR; token $NOMAD_TOKEN) no longer runs.
   logs     stream a session's output from now on (earlier output is held by the
@@ -115,6 +119,7 @@ type common struct {
 	owner             string
 	runtime           string
 	sessionDir        string
+	poolDir           string // sweep's --pool-dir
 }
 
 func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {

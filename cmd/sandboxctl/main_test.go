@@ -285,7 +285,7 @@ func testSessions(t *testing.T, runtime string) {
 	}
 	code, out, _ = ctl(t, append([]string{"sweep", "--json", "--older-than", "0s", "--dry-run"}, flags...)...)
 	var reps []sweepReport
-	if err := json.Unmarshal([]byte(out), &reps); err != nil || code != exitOK || len(reps) != 1 || !strings.Contains(strings.Join(reps[0].Removed, " "), s2.ID()) || !reps[0].DryRun {
+	if err := json.Unmarshal([]byte(out), &reps); err != nil || code != exitOK || len(reps) == 0 || reps[0].Runtime != runtime || !strings.Contains(strings.Join(reps[0].Removed, " "), s2.ID()) || !reps[0].DryRun {
 		t.Fatalf("sweep --dry-run: exit %d %s (%v)", code, out, err)
 	}
 	if es := ps(); len(es) != 1 || es[0].State != "running" {

@@ -77,3 +77,31 @@ func TestPrune(t *testing.T) {
 		t.Errorf("the dead holder's lease is still there: %v", err)
 	}
 }
+
+func TestDeadAndRemoveDead(t *testing.T) {
+	root := t.TempDir()
+	live, err := Hold(root, "owner", "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Release()
+	p := filepath.Join(root, "owner", "dead")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("%d 1\n", os.Getpid())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := Dead(root, "owner"); len(got) != 1 || got[0] != "dead" {
+		t.Fatalf("Dead = %v, want [dead]", got)
+	}
+	if err := RemoveDead(root, "owner", "live"); err != nil || !Held(root, "owner", "live") {
+		t.Errorf("RemoveDead took a held lease: %v", err)
+	}
+	if err := RemoveDead(root, "owner", "dead"); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDead(root, "owner", "dead"); err != nil {
+		t.Errorf("a second RemoveDead: %v", err)
+	}
+	if got := Dead(root, "owner"); len(got) != 0 {
+		t.Errorf("after RemoveDead: %v", got)
+	}
+}
