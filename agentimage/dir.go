@@ -11,8 +11,9 @@ import (
 )
 
 // Dir returns the tree of the host directory src as files under dst in an image, to
-// append to Image.Files: directories, regular files with their content and permission
-// bits (setuid and sticky included), and symbolic links as links. Every entry is owned
+// append to Image.Files: directories, regular files (their Source, read when the
+// archive is written) with their permission bits (setuid and sticky included), and
+// symbolic links as links. Every entry is owned
 // by root, so the sandbox user can read and execute what the modes allow and change
 // nothing. dst itself is included; its parents are not. Other file types (devices,
 // sockets, pipes) give an error wrapping errdefs.ErrInvalidSpec.
@@ -58,9 +59,7 @@ func dirFiltered(src, dst string, skip func(rel string) bool) ([]File, error) {
 				return err
 			}
 		case mode.IsRegular():
-			if f.Data, err = os.ReadFile(p); err != nil {
-				return err
-			}
+			f.Source = p // read when the archive is written
 		default:
 			return errdefs.Invalidf("agentimage: %s is a %v, not a file, directory or link", p, mode.Type())
 		}
