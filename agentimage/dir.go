@@ -71,3 +71,19 @@ func dirFiltered(src, dst string, skip func(rel string) bool) ([]File, error) {
 	}
 	return files, nil
 }
+
+// readSources reads each file's Source into its Data (for files whose source is about
+// to go away).
+func readSources(files []File) error {
+	for i := range files {
+		if files[i].Source == "" {
+			continue
+		}
+		b, err := os.ReadFile(files[i].Source)
+		if err != nil {
+			return fmt.Errorf("agentimage: %s: %w", files[i].Path, err)
+		}
+		files[i].Data, files[i].Source = b, ""
+	}
+	return nil
+}
