@@ -212,12 +212,22 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	var (
 		task   client.Task
 		exited atomic.Bool // its exit was seen: delete it without a kill
+		unsure atomic.Bool // its create was not answered: a task may exist
 	)
-	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
+	defer r.removeLater(container, spec.RunID, &task, &exited, &unsure, lease)
 	log.Debug("container created")
 
-	task, stdout, stderr, err := newTask(ctx, container, spec)
+	// The run's limit bounds the task's create and start too: a shim that stops
+	// answering (frozen, overloaded) must not hold RunOnce past the limit plus the
+	// kill grace, whichever call it is in.
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	task, stdout, stderr, err := newTask(runCtx, container, spec)
 	if err != nil {
+		if runCtx.Err() != nil && ctx.Err() == nil {
+			unsure.Store(true)
+			return fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
+		}
 		return fail(port.CodeContainerFailed, err)
 	}
 	r.phase("task")
@@ -227,9 +237,10 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	if err != nil {
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	}
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	if err := task.Start(ctx); err != nil {
+	if err := task.Start(runCtx); err != nil {
+		if runCtx.Err() != nil && ctx.Err() == nil {
+			return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, nil, time.Since(start), collect, log))
+		}
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	r.phase("start")
@@ -299,9 +310,9 @@ func (e *leaseError) Unwrap() error { return e.error }
 
 // removeLater removes the run's task (as *task holds it when called) and
 // container in the background.
-func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool, lease *runlease.Lease) {
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited, unsure *atomic.Bool, lease *runlease.Lease) {
 	r.cleanup.Go(func() {
-		gone := *task == nil
+		gone := *task == nil && !unsure.Load()
 		if *task != nil {
 			// Before the container: only this task value holds the IO, whose Close
 			// removes the FIFO directory (a task loaded again has no IO).
