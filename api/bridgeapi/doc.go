@@ -15,8 +15,10 @@
 //   - the isolation report the bridge posts before the agent starts
 //     (Attestation at AttestationPath) and how the host judges it (Violations);
 //   - the claim line a pooled bridge stub reads from its stdin (Claim), and the
-//     exit record it ends its output streams with (ExitRecord).
+//     exit record it ends its output streams with (ExitRecord);
+//   - a session's output log, the ring files the bridge writes and any number of
+//     host readers read (SessionLogDir, CreateLog, LogWriter, ReadLog).
 //
-// It imports only the standard library: the bridge is a static binary inside
-// every sandbox and takes nothing else of the project.
+// It imports only the standard library and errdefs: the bridge is a static binary
+// inside every sandbox and takes nothing else of the project.
 package bridgeapi

@@ -2,13 +2,14 @@ package bridgeapi
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // A session's output log: the bridge of a long-running sandbox writes its command's
@@ -60,7 +61,7 @@ const (
 // ErrLogCorrupt is the error of a log file whose header or counters do not hold
 // together (not a log, another capacity, an end that went backwards): written by
 // something other than the bridge.
-var ErrLogCorrupt = errors.New("session log corrupt")
+var ErrLogCorrupt = errdefs.ErrLogCorrupt
 
 // CreateLog makes a new, empty log file of capacity bytes at path (it must not exist),
 // with mode perm, at its full size (the data is allocated up front: a full disk fails
