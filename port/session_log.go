@@ -80,7 +80,8 @@ type LogReader interface {
 	// once the handle it came from stopped watching (Detach); ErrLogCorrupt when the
 	// log does not hold together.
 	Next(ctx context.Context) (LogChunk, error)
-	// Position is where the reader is: after the last chunk Next returned.
+	// Position is where the reader is: after the last chunk Next returned. It may be
+	// called while Next runs (to watch a reader's lag, say).
 	Position() LogPosition
 	// Close releases the reader.
 	Close() error
