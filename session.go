@@ -23,8 +23,8 @@ type SessionRequest struct {
 	// Request is the sandbox and its LLM access, as for Run. Argv (or the image's
 	// entrypoint) is the session's main process; Limits.Timeout is the session's
 	// lifetime (default port.DefaultSessionLifetime). Reconcile and ReconcileAsync
-	// apply at Stop. Stdout and Stderr must be nil (a session keeps its logs: see
-	// Session.Logs); OutputLimit is ignored (LogLimit).
+	// apply at Stop. Stdout and Stderr must be nil (a session keeps its output in its
+	// log: see Session.Follow and CopyLogs); OutputLimit is ignored (LogLimit).
 	Request
 	// Expose lists loopback TCP ports in the sandbox the host may reach
 	// (Session.Dial).
@@ -78,7 +78,7 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 		return fail(fmt.Errorf("%w: the runner has no sessions", port.ErrUnsupported))
 	}
 	if req.Stdout != nil || req.Stderr != nil {
-		return fail(port.Invalidf("a session keeps its logs (Session.Logs); Stdout and Stderr must be nil"))
+		return fail(port.Invalidf("a session keeps its output in its log (Session.Follow, or CopyLogs to writers); Stdout and Stderr must be nil"))
 	}
 	egressPolicy, err := s.egressPolicy(req.Request)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
@@ -24,7 +25,10 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-var _ port.SessionRunner = (*Runner)(nil)
+var (
+	_ port.SessionRunner = (*Runner)(nil)
+	_ port.LogFollower   = (*dockerSession)(nil)
+)
 
 // WithSessionDir sets the directory under which sessions get their host directories
 // (exposed sockets, heartbeat). Default: agentsandbox-sessions in the system's
@@ -78,12 +82,11 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	// The bridge marks the streams with their offsets: the daemon's log rotation
-	// drops output without a count, and the marks give it to the next Attach.
-	entrypoint = session.InsertFlags(entrypoint, append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.MarkFlags(ss.LogLimit)...))
+	// The bridge writes the session's output log, which every handle reads.
+	entrypoint = session.InsertFlags(entrypoint, append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...))
 	name := containerName(ss.RunID)
 	root := r.sessionRoot()
-	dir, err := session.CreateDir(root, name, ss.User)
+	dir, err := session.CreateDir(root, name, ss.User, ss.LogLimit)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
@@ -95,10 +98,10 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget})
-	// The daemon keeps what the agent writes while no host is attached (at most two
-	// files of the log limit; it drops older output when it rotates), and an Attach
-	// replays it. The agent never blocks on output: the daemon always reads it.
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget},
+		mount.Mount{Type: mount.TypeBind, Source: session.LogDir(dir), Target: bridgeapi.SessionLogDir})
+	// The session's output is its log (session.LogDir); the daemon's copy is for
+	// `docker logs` only, bounded like it (two files of the log limit).
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
 	var id string
 	defer func() {
@@ -178,26 +181,16 @@ func (r *Runner) newSession(m session.Meta) *dockerSession {
 	return &dockerSession{Handle: h, r: r}
 }
 
-// watch attaches to the output (into the rings) and waits for the exit, which it
-// records as RunOnce would classify it.
+// watch waits for the exit, which it records as RunOnce would classify it, and ends the
+// session at its lifetime. The output is in the session's log, not in any stream of
+// the daemon's this handle would hold.
 func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	att, err := s.r.cfg.api.ContainerAttach(wctx, s.ID(), client.ContainerAttachOptions{Stream: true, Logs: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("attach: %w", classify(err))}
-	}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		stdout, stderr := s.Writers()
-		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
-	}()
 	wait := s.r.cfg.api.ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: cond})
 	s.watching.Add(1)
 	go func() {
 		defer s.watching.Done()
-		defer att.Close()
 		var timer <-chan time.Time
 		if !s.Deadline.IsZero() {
 			t := time.NewTimer(time.Until(s.Deadline))
@@ -207,10 +200,6 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 		for {
 			select {
 			case w := <-wait.Result:
-				select {
-				case <-copied:
-				case <-time.After(5 * time.Second):
-				}
 				s.finish(int(w.StatusCode), nil, nil)
 				return
 			case err := <-wait.Error:
@@ -253,13 +242,13 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		s.Handle.Finish(res, opErr("Session", s.RunID(), runErr))
 		return
 	}
-	errOut, _ := s.Stderr.Bytes()
-	if reason, ok := execFailed(true, code, lastBytes(errOut, 256)); ok && !stopping {
+	errOut := s.StderrTail(256)
+	if reason, ok := execFailed(true, code, errOut); ok && !stopping {
 		fail(port.CodeContainerFailed, errors.New(reason))
 		return
 	}
 	if code == 137 {
-		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), sandboxbridge.OOMNotice); oom {
+		if _, oom := capture.TrimNotice(errOut, errOut, sandboxbridge.OOMNotice); oom {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
 		}
@@ -271,13 +260,6 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 	s.Handle.Finish(res, nil)
 }
 
-func lastBytes(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
 // halt stops watching and removes the container (used on Start's failure paths by the
 // deferred cleanup, which removes the container itself).
 func (s *dockerSession) halt() {
@@ -287,6 +269,7 @@ func (s *dockerSession) halt() {
 	}
 	s.watching.Wait()
 	s.Handle.Finish(nil, fmt.Errorf("%w: session never started", port.ErrContainerFailed))
+	s.CloseLog()
 }
 
 // Stop implements port.Session.
@@ -337,6 +320,7 @@ func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.Ru
 	s.stopped = true
 	s.mu.Unlock()
 	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil) // no-op unless the exit was never seen
+	s.CloseLog()
 	return s.Result()
 }
 
@@ -348,6 +332,7 @@ func (s *dockerSession) Detach() error {
 	}
 	s.watching.Wait()
 	s.MarkDetached()
+	s.CloseLog()
 	return nil
 }
 

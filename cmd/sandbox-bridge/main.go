@@ -14,7 +14,9 @@
 // With -output-cap N the command's output passes through the bridge, so the command
 // never blocks on it: what no one reads yet (a long-running sandbox whose host is
 // away) is kept up to N bytes per stream, and what is dropped beyond is counted in a
-// line on that stream.
+// line on that stream. With -log-dir DIR too (a session) the output, and the bridge's
+// notices on stderr, also go to the session's output log in DIR as they are read (see
+// api/bridgeapi), which any number of host readers follow.
 //
 // With -expose-dir DIR -expose PORT (repeatable) it also listens on DIR/PORT.sock and
 // forwards each connection to 127.0.0.1:PORT: how a long-running sandbox's host reaches
@@ -34,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
@@ -71,6 +74,7 @@ func run(args []string, stderr io.Writer) (code int) {
 	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
 	outputMarks := fs.Int("output-marks", 0, "with -output-cap: mark each stream every this many `bytes` of the command's output with its offset (a host reading a rotated log counts what it lost)")
+	logDir := fs.String(bridgeapi.FlagLogDir, "", "with -output-cap: also write the command's stdout and stderr, and the bridge's notices, to the session's output log in this `directory` (api/bridgeapi's ring files, which the host made)")
 	outputCap := fs.Int("output-cap", 0, "pass the command's output through the bridge, keeping up to this many `bytes` per stream that no one reads yet (the command never blocks on output)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
@@ -142,6 +146,22 @@ func run(args []string, stderr io.Writer) (code int) {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
 	cfg.OutputCap, cfg.OutputMarks = *outputCap, *outputMarks
+	if *logDir != "" {
+		if *outputCap <= 0 {
+			fmt.Fprintln(stderr, "sandbox-bridge: -log-dir needs -output-cap")
+			return sandboxbridge.ExitBridgeFailed
+		}
+		logs, err := openLogs(*logDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "sandbox-bridge: session log: %v\n", err)
+			return sandboxbridge.ExitBridgeFailed
+		}
+		defer logs[0].Close()
+		defer logs[1].Close()
+		cfg.LogStdout, cfg.LogStderr = logs[0], logs[1]
+		// Our own messages about the run are the session's stderr too.
+		stderr = io.MultiWriter(logs[1], stderr)
+	}
 	code, err := sandboxbridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, sandboxbridge.ErrDeadline):
@@ -155,6 +175,22 @@ func run(args []string, stderr io.Writer) (code int) {
 		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 	}
 	return code
+}
+
+// openLogs opens the session's output log files in dir (stdout, stderr).
+func openLogs(dir string) ([2]*bridgeapi.LogWriter, error) {
+	var ws [2]*bridgeapi.LogWriter
+	for i, name := range []string{bridgeapi.LogStdout, bridgeapi.LogStderr} {
+		w, err := bridgeapi.OpenLogWriter(filepath.Join(dir, name))
+		if err != nil {
+			if i == 1 {
+				ws[0].Close()
+			}
+			return ws, err
+		}
+		ws[i] = w
+	}
+	return ws, nil
 }
 
 func deadlineTime(ms int64) time.Time {

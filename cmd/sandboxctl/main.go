@@ -6,7 +6,7 @@
 //	sandboxctl doctor                                  what this host can run, with a fix per failing line
 //	sandboxctl ps [--owner O] [--runtime R]            runs, sessions and pool slots, by owner and runtime
 //	sandboxctl sweep --owner O [--older-than D] [--dry-run] [--run-id ID]   everything a dead host left
-//	sandboxctl logs|exec|stop --owner O --runtime R ID [...]   long-running sessions
+//	sandboxctl logs|exec|stop --owner O --runtime R ID [...]   long-running sessions (logs --follow)
 //	sandboxctl proxyd runs|usage|audit [--follow] ID   the shared proxy daemon's admin socket
 //
 // Output is a table for people, or JSON with --json. Exit codes: 0 success;
@@ -51,7 +51,7 @@ Usage:
   sandboxctl sweep --owner O [--older-than 10m] [--run-id ID] [--dry-run] [--runtime R] [--json]
                    [--session-dir D] [--pool-dir D] [--proxy-dir D] [--workspace-dir D]
   sandboxctl sweep --owner O --runtime nomad-node [--nomad-addr A] [...]
-  sandboxctl logs --owner O --runtime R [--follow] ID
+  sandboxctl logs --owner O --runtime R [--follow [--now] [--for D]] ID
   sandboxctl exec --owner O --runtime R [--timeout 1m] ID -- CMD [ARG...]
   sandboxctl stop --owner O --runtime R [--grace 10s] ID
   sandboxctl proxyd runs|usage [--json] [--admin-socket S]
@@ -71,10 +71,14 @@ Commands:
            sweep then removes. --runtime nomad-node sweeps this Nomad
            client machine's Docker: the owner's containers whose allocation Nomad
            (--nomad-addr, default $NOMAD_ADDR; token $NOMAD_TOKEN) no longer runs.
-  logs     stream a session's output from now on (earlier output is held by the
-           host process that started it; on containerd the output goes to one
-           reader, so logs sees it once that host has detached or gone).
-  exec     run a command in a session, as its user with its lockdown.
+  logs     print what a session's output log holds (the last LogLimit bytes of each
+           stream); --follow goes on with every byte as it comes until the session
+           ends (--now: from now on). It reads the session's log as every reader
+           does: it takes nothing from the host that started the session or from
+           another reader, and says how many bytes came before what it could show.
+  exec     run a command in a session, as its user with its lockdown; its output is
+           the command's own, and the session's output is untouched (any number of
+           hosts, logs followers and execs at once).
   stop     stop a session (SIGTERM, SIGKILL after --grace) and remove it.
   proxyd   the shared proxy daemon: registered runs, per-run usage, a run's audit.
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -238,19 +239,16 @@ func testSessions(t *testing.T, runtime string) {
 	if code, _, errs := ctl(t, append(append([]string{"exec"}, flags...), "no-such-session", "/agent", "id")...); code != exitNotFound {
 		t.Errorf("exec on no session: exit %d %s", code, errs)
 	}
-	// logs streams what the session prints once attached: the agent waits for a file
-	// that the test then writes, and prints " done". The starting host lets go first
-	// (on containerd a session's output FIFO has one reader: the handle holding it).
-	if err := s.Detach(); err != nil {
-		t.Fatal(err)
-	}
+	// logs --follow prints what the session prints once it follows (the agent waits
+	// for a file the test then writes, and prints " done"), with the host that
+	// started the session still holding its handle.
 	logsOut := make(chan string, 1)
 	var logsErr syncBuf
 	go func() {
 		var out bytes.Buffer
 		lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer lcancel()
-		run(lctx, append(append([]string{"logs", "--for", "30s"}, flags...), s.ID()), &out, &logsErr)
+		run(lctx, append(append([]string{"logs", "--follow"}, flags...), s.ID()), &out, &logsErr)
 		logsOut <- out.String()
 	}()
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logsErr.String(), "following session"); {
@@ -264,12 +262,17 @@ func testSessions(t *testing.T, runtime string) {
 	}
 	select {
 	case out := <-logsOut:
-		if !strings.Contains(out, " done") {
+		if out != "out-ctl1 done" {
 			t.Errorf("logs: %q (stderr %q)", out, logsErr.String())
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("logs did not end with the session")
 	}
+	// And without --follow, what the log holds.
+	if code, out, errs := ctl(t, append(append([]string{"logs"}, flags...), s.ID())...); code != exitOK || out != "out-ctl1 done" || errs != "err-ctl1" {
+		t.Errorf("logs: exit %d out %q err %q", code, out, errs)
+	}
+	testLogsFollowByteExact(t, r, ref, flags)
 	code, out, _ = ctl(t, append(append([]string{"stop", "--json", "--grace", "1s"}, flags...), s.ID())...)
 	if code != exitOK || !strings.Contains(out, `"stopped":true`) {
 		t.Errorf("stop: exit %d %s", code, out)
@@ -387,18 +390,6 @@ func TestProxyd(t *testing.T) {
 	}
 }
 
-// tail prints only what a ring snapshot adds, also once the ring is full and moves.
-func TestTail(t *testing.T) {
-	var out bytes.Buffer
-	var tl tail
-	for _, snap := range []string{"", "abc", "abc", "abcdef", "cdefgh", "cdefgh", "zzzz"} {
-		tl.write(&out, []byte(snap))
-	}
-	if out.String() != "abcdefghzzzz" {
-		t.Errorf("printed %q", out.String())
-	}
-}
-
 type syncBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -414,4 +405,61 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// testLogsFollowByteExact: `logs --follow` prints every byte of a session's output,
+// repeated lines too (it once showed 3 of ~380 identical ones), while the host that
+// started the session follows it too and an exec runs in it; both get exactly what the
+// agent wrote.
+func testLogsFollowByteExact(t *testing.T, r sessionRunner, image string, flags []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 400
+	wantOut, wantErr := sandboxtest.LinesOutput(n)
+	s, err := r.Start(ctx, port.SessionSpec{RunSpec: port.RunSpec{RunID: sandboxtest.RunID("ctl-lines"), Image: image,
+		Argv: []string{"/agent", "lines", fmt.Sprint(n), "5"}, Limits: port.Limits{Timeout: 2 * time.Minute}}, LogLimit: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background(), time.Second)
+	hr, err := s.(port.LogFollower).Follow(ctx, port.FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostOut := make(chan []byte, 1)
+	go func() {
+		defer hr.Close()
+		var b []byte
+		for {
+			c, err := hr.Next(ctx)
+			if err != nil {
+				hostOut <- b
+				return
+			}
+			if c.Stream == port.LogStdout {
+				b = append(b, c.Data...)
+			}
+		}
+	}()
+	logsOut := make(chan [2]string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(ctx, append(append([]string{"logs", "--follow"}, flags...), s.ID()), &out, &errb)
+		logsOut <- [2]string{out.String(), errb.String()}
+	}()
+	if code, out, _ := ctl(t, append(append([]string{"exec"}, flags...), s.ID(), "--", "/agent", "echo", "exec-out", "")...); code != exitOK || out != "exec-out" {
+		t.Errorf("exec during the follow: exit %d %q", code, out)
+	}
+	got := <-logsOut
+	if got[0] != string(wantOut) {
+		t.Errorf("logs --follow printed %d bytes, %d lines of the same text; want %d bytes, %d", len(got[0]),
+			strings.Count(got[0], "the same line again"), len(wantOut), strings.Count(string(wantOut), "the same line again"))
+	}
+	if !strings.Contains(got[1], string(wantErr)) {
+		t.Errorf("logs --follow's stderr lacks the session's: %q", got[1])
+	}
+	if b := <-hostOut; !bytes.Equal(b, wantOut) {
+		t.Errorf("the starting host read %d bytes beside logs and exec, want %d", len(b), len(wantOut))
+	}
 }

@@ -22,11 +22,8 @@ import (
 // it with the bridge's writers.
 func testLog(t *testing.T, limit int) (dir string, out, errw *bridgeapi.LogWriter) {
 	t.Helper()
-	dir, err := CreateDir(t.TempDir(), "s1", "1001:1001")
+	dir, err := CreateDir(t.TempDir(), "s1", "1001:1001", limit)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := createLog(dir, "1001:1001", limit); err != nil {
 		t.Fatal(err)
 	}
 	if out, err = bridgeapi.OpenLogWriter(filepath.Join(LogDir(dir), bridgeapi.LogStdout)); err != nil {
