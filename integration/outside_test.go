@@ -120,7 +120,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+	if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
 	}
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())

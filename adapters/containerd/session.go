@@ -25,8 +25,8 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -96,12 +96,19 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		lbls[k] = v
 	}
 	var c client.Container
+	// Held from before the sandbox exists: another process's Sweep leaves it alone.
+	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
+	if err != nil {
+		_ = session.RemoveDir(root, dir)
+		return nil, opErr("Start", ss.RunID, err)
+	}
 	defer func() {
 		if err != nil {
 			if c != nil {
 				r.remove(c, ss.RunID, false)
 			}
 			_ = session.RemoveDir(root, dir)
+			lease.Release()
 		}
 	}()
 	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
@@ -112,7 +119,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		}
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
 	}
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User, Created: start}, c)
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User, Created: start}, c, lease)
 	// No stdio for the host: the session's output is its log, which the bridge
 	// writes and every handle reads (a FIFO has one reader: it would take the
 	// output from whoever else reads it). The shim gives the task /dev/null.
@@ -177,7 +184,11 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", "", err)
 	}
 	m.ID = id
-	s := r.newSession(m, c)
+	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	if err != nil {
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	s := r.newSession(m, c, lease)
 	task, err := c.Task(ctx, nil) // the output is in the session's log
 	if err != nil {
 		s.halt()
@@ -207,8 +218,8 @@ type ctrSession struct {
 	started  chan struct{} // closed once the task runs
 }
 
-func (r *Runner) newSession(m session.Meta, c client.Container) *ctrSession {
-	h := session.NewHandle(m)
+func (r *Runner) newSession(m session.Meta, c client.Container, lease *runlease.Lease) *ctrSession {
+	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("containerd")
 	return &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
 }
@@ -284,11 +295,15 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		fail(port.CodeContainerFailed, errors.New(reason))
 		return
 	}
+	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.c) {
+		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
+		return
+	}
 	if code == 137 {
 		ctx, cancel := s.r.cleanupCtx(context.Background())
 		n, err := oomKills(ctx, task)
 		cancel()
-		_, notice := capture.TrimNotice(tail, tail, sandboxbridge.OOMNotice)
+		_, notice := capture.TrimNotice(tail, tail, bridgeapi.OOMNotice)
 		if (err == nil && n > 0) || notice {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
@@ -413,7 +428,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	start := time.Now()
 	p := *spec.Process
 	p.Terminal = false
-	p.Args = append(sandboxbridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	p.Args = append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
 	p.Env = mergeEnv(spec.Process.Env, es.Env)
 	if es.Dir != "" {
 		p.Cwd = es.Dir
@@ -502,7 +517,7 @@ func (s *ctrSession) stopExec(ctx context.Context, proc client.Process, statusC 
 	_ = proc.Kill(kctx, syscall.SIGTERM)
 	select {
 	case <-statusC:
-	case <-time.After(sandboxbridge.DeadlineGrace):
+	case <-time.After(bridgeapi.DeadlineGrace):
 		_ = proc.Kill(kctx, syscall.SIGKILL)
 		select {
 		case <-statusC:

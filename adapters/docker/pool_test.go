@@ -106,6 +106,12 @@ func ownedLeftovers(t testing.TB, r *Runner, cli *client.Client) []string {
 	if n := strings.Count(string(mi), r.poolDir()); n > 0 {
 		out = append(out, fmt.Sprintf("mounts:%d", n))
 	}
+	// Leases: every holder of the owner is gone once its pools closed (a dead
+	// host's are pruned by the sweep).
+	ls, _ := runlease.List(runlease.DefaultRoot(), r.cfg.owner)
+	for _, l := range ls {
+		out = append(out, fmt.Sprintf("lease:%s/%s(held=%v)", l.RunID, l.Holder, l.Held))
+	}
 	return out
 }
 

@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner/imageref"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -430,7 +430,7 @@ func (r *Runner) drain(ctx context.Context, wg *sync.WaitGroup, stop context.Can
 func (r *Runner) fill(res *port.RunResult, out *output) {
 	res.Stdout, res.Stderr, res.StdoutTruncated, res.StderrTruncated = out.result()
 	// The bridge's OOM notice ends stderr when the kernel killed the agent.
-	if b, ok := bytes.CutSuffix(res.Stderr, []byte(sandboxbridge.OOMNotice)); ok {
+	if b, ok := bytes.CutSuffix(res.Stderr, []byte(bridgeapi.OOMNotice)); ok {
 		res.Stderr = b
 		res.ErrorCode = port.CodeOOMKilled // provisional; outcome decides
 	}
@@ -449,9 +449,9 @@ func (r *Runner) outcome(p *corev1.Pod, res *port.RunResult, fail func(port.Erro
 	if oomNotice || t.Reason == "OOMKilled" {
 		return fail(port.CodeOOMKilled, fmt.Errorf("the agent exceeded its memory limit"))
 	}
-	if res.ExitCode == sandboxbridge.ExitNotFound || res.ExitCode == sandboxbridge.ExitCannotExec {
+	if res.ExitCode == bridgeapi.ExitNotFound || res.ExitCode == bridgeapi.ExitCannotExec {
 		tail := res.Stderr[max(0, len(res.Stderr)-4096):]
-		if why, ok := sandboxbridge.ExecFailure(tail); ok {
+		if why, ok := bridgeapi.ExecFailure(tail); ok {
 			return fail(port.CodeContainerFailed, errors.New(why))
 		}
 		if i := bytes.LastIndex(tail, []byte("sandbox-kube-init: cannot start the command: ")); i >= 0 {

@@ -43,9 +43,6 @@ const (
 	LogHeaderSize = 64
 	// MaxLogCapacity bounds a log's data.
 	MaxLogCapacity = 1 << 30
-	// FlagLogDir is the bridge's flag that names the log directory (with a value:
-	// -log-dir DIR); the runners pass SessionLogDir.
-	FlagLogDir = "log-dir"
 )
 
 // Header layout.

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 )
 
 // readLogFile returns what a session log file holds.
@@ -49,15 +48,15 @@ func TestSessionLog(t *testing.T) {
 	mk()
 	stderr.Reset()
 	code = run([]string{"-no-forward", "-output-cap", "1024", "-" + bridgeapi.FlagLogDir, dir, "--", "/no/such/command"}, &stderr)
-	assert.Equal(t, sandboxbridge.ExitNotFound, code)
+	assert.Equal(t, bridgeapi.ExitNotFound, code)
 	logged := readLogFile(t, filepath.Join(dir, bridgeapi.LogStderr))
-	assert.Contains(t, logged, sandboxbridge.ExecFailedPrefix)
+	assert.Contains(t, logged, bridgeapi.ExecFailedPrefix)
 	assert.Equal(t, stderr.String(), logged, "the notice is on the bridge's stderr and in the log alike")
 
 	stderr.Reset()
-	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-no-forward", "-" + bridgeapi.FlagLogDir, dir, "--", "true"}, &stderr))
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, run([]string{"-no-forward", "-" + bridgeapi.FlagLogDir, dir, "--", "true"}, &stderr))
 	assert.Contains(t, stderr.String(), "needs -output-cap")
 	stderr.Reset()
-	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-no-forward", "-output-cap", "10", "-" + bridgeapi.FlagLogDir, t.TempDir(), "--", "true"}, &stderr))
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, run([]string{"-no-forward", "-output-cap", "10", "-" + bridgeapi.FlagLogDir, t.TempDir(), "--", "true"}, &stderr))
 	assert.Contains(t, stderr.String(), "session log")
 }

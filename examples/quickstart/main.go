@@ -204,7 +204,7 @@ func newRunner(ctx context.Context, runtime, bridgeBin string, archive []byte, l
 			r.Close()
 			return nil, nil, fmt.Errorf("docker (set DOCKER_HOST, or start it with `make demo`): %w", err)
 		}
-		if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+		if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 			r.Close()
 			return nil, nil, err
 		}

@@ -30,7 +30,7 @@ func TestHandleResultFromLog(t *testing.T) {
 	defer w.Close()
 	w.Write([]byte("0123456789ab"))
 	created := time.Now().Add(-2 * time.Second)
-	h := NewHandle(Meta{ID: "s1", RunID: "r1", Dir: dir, LogLimit: 8, Created: created})
+	h := NewHandle(Meta{ID: "s1", RunID: "r1", Dir: dir, LogLimit: 8, Created: created}, nil)
 	r, err := h.Follow(context.Background(), port.FollowOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestHandleResultFromLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h2 := NewHandle(Meta{ID: "s2", RunID: "r2", Dir: dir2, LogLimit: 8})
+	h2 := NewHandle(Meta{ID: "s2", RunID: "r2", Dir: dir2, LogLimit: 8}, nil)
 	r2, err := h2.Follow(context.Background(), port.FollowOptions{Now: true})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func TestChildReachesTheEgressSocket(t *testing.T) {
 }
 
 func TestWithEgressPrefix(t *testing.T) {
-	p := WithEgress(Prefix("/b", true, time.Minute, time.Unix(0, 0)))
+	p := bridgeapi.WithEgress(bridgeapi.Prefix("/b", true, time.Minute, time.Unix(0, 0)))
 	assert.Equal(t, []string{"-egress", DefaultEgressListen, "--"}, p[len(p)-3:])
 	assert.Equal(t, "/b", p[0])
 	c := bridgeapi.Claim{Argv: []string{"x"}, Egress: true, Forward: true}

@@ -39,16 +39,6 @@ const (
 	DefaultSocket = bridgeapi.LLMSocketPath
 )
 
-// Exit codes of the bridge itself, following the shell's and docker run's conventions.
-const (
-	// ExitBridgeFailed: the bridge could not start (bad configuration, cannot listen).
-	ExitBridgeFailed = 125
-	// ExitCannotExec: the command was found but could not be executed.
-	ExitCannotExec = 126
-	// ExitNotFound: the command was not found.
-	ExitNotFound = 127
-)
-
 // DefaultKillGrace is how long a child has to exit after SIGTERM when Run's context ends.
 const DefaultKillGrace = 10 * time.Second
 
@@ -56,12 +46,6 @@ const DefaultKillGrace = 10 * time.Second
 var (
 	// ErrInvalidConfig reports a Config that Run refuses before doing anything.
 	ErrInvalidConfig = errors.New("bridge: invalid config")
-	// ErrCommandNotFound reports an argv[0] that does not exist (exit code 127).
-	ErrCommandNotFound = errors.New("bridge: command not found")
-	// ErrCannotExec reports an argv[0] that exists but cannot be executed (exit code 126).
-	ErrCannotExec = errors.New("bridge: command cannot be executed")
-	// ErrDeadline reports a child ended because Config.Deadline passed.
-	ErrDeadline = errors.New("bridge: the sandbox's deadline passed")
 )
 
 // forwardedSignals are passed on to the child. SIGKILL and SIGSTOP cannot be caught;
@@ -106,10 +90,10 @@ type Config struct {
 	// bridge (see spool.go) so the child never blocks on output: what the bridge's own
 	// Stdout or Stderr cannot take yet (a long-running sandbox with no host reading)
 	// is kept up to OutputCap bytes per stream, the oldest dropped beyond and counted
-	// in a DroppedNotice line on that stream.
+	// in a bridgeapi.DroppedNotice line on that stream.
 	OutputCap int
 	// OutputMarks, when positive (with OutputCap), marks each stream every that many
-	// bytes of the child's output (see OutputMark), so a host reading it from a log
+	// bytes of the child's output (see bridgeapi.OutputMark), so a host reading it from a log
 	// the runtime rotates can count what it never received.
 	OutputMarks int
 	// LogStdout and LogStderr, when set (with OutputCap), get the child's stdout and
@@ -129,7 +113,7 @@ type Config struct {
 	KillGrace time.Duration
 	// Deadline, if set, ends the child as ctx ending does (SIGTERM, then SIGKILL after
 	// KillGrace) when the wall clock reaches it: the sandbox's time limit holds even
-	// when the host that should enforce it is gone. Run then returns ErrDeadline.
+	// when the host that should enforce it is gone. Run then returns bridgeapi.ErrDeadline.
 	Deadline time.Time
 	// Expose lists loopback TCP ports reachable from outside through unix sockets
 	// named PORT.sock in ExposeDir (see expose.go).
@@ -157,17 +141,17 @@ type Config struct {
 //
 // The listener is up before the child starts, and is closed (with every forwarded
 // connection) when the child has exited. Errors before the child runs come with the exit
-// code a shell would use: ExitBridgeFailed with ErrInvalidConfig or a listen error,
-// ExitNotFound with ErrCommandNotFound, ExitCannotExec with ErrCannotExec.
+// code a shell would use: bridgeapi.ExitBridgeFailed with ErrInvalidConfig or a listen error,
+// bridgeapi.ExitNotFound with bridgeapi.ErrCommandNotFound, bridgeapi.ExitCannotExec with bridgeapi.ErrCannotExec.
 func Run(ctx context.Context, cfg Config) (int, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return ExitBridgeFailed, err
+		return bridgeapi.ExitBridgeFailed, err
 	}
 	log := cfg.Logger
 	stopServices, err := startServices(cfg)
 	if err != nil {
-		return ExitBridgeFailed, err
+		return bridgeapi.ExitBridgeFailed, err
 	}
 	defer stopServices()
 
@@ -187,12 +171,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		// (Preloaded.copy), uncapped here.
 		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap, int64(cfg.OutputMarks), cfg.LogStdout)
 		if err != nil {
-			return ExitBridgeFailed, err
+			return bridgeapi.ExitBridgeFailed, err
 		}
 		se, we, err := newSpool("stderr", cfg.Stderr, cfg.OutputCap, int64(cfg.OutputMarks), cfg.LogStderr)
 		if err != nil {
 			_ = wo.Close()
-			return ExitBridgeFailed, err
+			return bridgeapi.ExitBridgeFailed, err
 		}
 		spools = []*spool{so, se}
 		cmd.Stdout, cmd.Stderr = wo, we
@@ -231,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 	}
 	// The OOM-kill counter before the child exists: a rise by the time it has been
-	// SIGKILLed means the kernel's OOM killer ended it (see OOMNotice).
+	// SIGKILLed means the kernel's OOM killer ended it (see bridgeapi.OOMNotice).
 	oomBefore, oomKnown := oomKills()
 	proc, code, err := startChild(cfg, cmd, len(spools) > 0, flush)
 	if err != nil {
@@ -242,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 
 	if !cfg.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, ErrDeadline)
+		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, bridgeapi.ErrDeadline)
 		defer cancel()
 	}
 	oomKilled := func() bool {
@@ -345,7 +329,7 @@ func startServices(cfg Config) (stop func(), err error) {
 // supervise waits for the child's exit code (from exited), forwarding signals to
 // it; when ctx ends, the child gets SIGTERM and, after KillGrace, SIGKILL. At the
 // exit, flush passes on what the output spools hold; an exit by SIGKILL that
-// oomKilled confirms is reported on stderr (OOMNotice).
+// oomKilled confirms is reported on stderr (bridgeapi.OOMNotice).
 func supervise(ctx context.Context, cfg Config, proc *os.Process, exited <-chan int, sigs <-chan os.Signal, oomKilled func() bool, flush func()) (int, error) {
 	log := cfg.Logger
 	var (
@@ -361,9 +345,9 @@ func supervise(ctx context.Context, cfg Config, proc *os.Process, exited <-chan 
 			}
 			flush()
 			if code == 128+int(syscall.SIGKILL) && oomKilled() {
-				_, _ = io.WriteString(cfg.Stderr, OOMNotice)
+				_, _ = io.WriteString(cfg.Stderr, bridgeapi.OOMNotice)
 				if cfg.LogStderr != nil {
-					_, _ = io.WriteString(cfg.LogStderr, OOMNotice)
+					_, _ = io.WriteString(cfg.LogStderr, bridgeapi.OOMNotice)
 				}
 			}
 			if ctx.Err() != nil {
@@ -437,9 +421,9 @@ func checkLoopback(addr string) error {
 func execFailure(name string, err error) (int, error) {
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
-		return ExitNotFound, fmt.Errorf("%w: %s: %v", ErrCommandNotFound, name, err)
+		return bridgeapi.ExitNotFound, fmt.Errorf("%w: %s: %v", bridgeapi.ErrCommandNotFound, name, err)
 	default:
-		return ExitCannotExec, fmt.Errorf("%w: %s: %v", ErrCannotExec, name, err)
+		return bridgeapi.ExitCannotExec, fmt.Errorf("%w: %s: %v", bridgeapi.ErrCannotExec, name, err)
 	}
 }
 
@@ -447,7 +431,7 @@ func execFailure(name string, err error) (int, error) {
 func exitCode(ps *os.ProcessState, err error) int {
 	if ps == nil {
 		if err != nil {
-			return ExitBridgeFailed
+			return bridgeapi.ExitBridgeFailed
 		}
 		return 0
 	}
@@ -464,6 +448,6 @@ func waitStatusCode(ws syscall.WaitStatus) int {
 	case ws.Signaled():
 		return 128 + int(ws.Signal())
 	default:
-		return ExitBridgeFailed
+		return bridgeapi.ExitBridgeFailed
 	}
 }

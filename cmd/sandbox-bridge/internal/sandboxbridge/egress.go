@@ -35,13 +35,3 @@ func startEgress(cfg Config) (func(), error) {
 	go fw.serve()
 	return fw.close, nil
 }
-
-// WithEgress adds the egress listener (DefaultEgressListen) to a command line made
-// by Prefix, before its "--".
-func WithEgress(prefix []string) []string {
-	if len(prefix) == 0 || prefix[len(prefix)-1] != "--" {
-		return prefix
-	}
-	out := append([]string(nil), prefix[:len(prefix)-1]...)
-	return append(out, "-egress", DefaultEgressListen, "--")
-}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the spool's writer and the test.
@@ -43,7 +45,7 @@ func TestSpoolMarks(t *testing.T) {
 	if !s.flush(time.Now().Add(5 * time.Second)) {
 		t.Fatal("the spool did not end")
 	}
-	want := in[:10] + fmt.Sprintf("%s10\x00", OutputMark) + in[10:20] + fmt.Sprintf("%s20\x00", OutputMark) + in[20:30] + fmt.Sprintf("%s30\x00", OutputMark) + in[30:]
+	want := in[:10] + fmt.Sprintf("%s10\x00", bridgeapi.OutputMark) + in[10:20] + fmt.Sprintf("%s20\x00", bridgeapi.OutputMark) + in[20:30] + fmt.Sprintf("%s30\x00", bridgeapi.OutputMark) + in[30:]
 	if got := out.String(); got != want {
 		t.Errorf("spool output %q, want %q", got, want)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // spoolChunk is the most a spool hands its writer at once.
@@ -15,23 +17,12 @@ const spoolChunk = 64 << 10
 // spools to hand what they keep to its own output (a host may not be reading).
 const SpoolFlushGrace = 2 * time.Second
 
-// DroppedNotice starts the line a spool writes on its stream, when it can write again,
-// after it dropped output: the line goes on with the count, the stream's name and why.
-const DroppedNotice = "[sandbox-bridge] dropped "
-
-// OutputMark starts the mark a spool with marks (Config.OutputMarks) writes in its
-// stream every so many bytes of the child's output: OutputMark, the number of bytes
-// the child wrote on that stream before the mark (in decimal), then a NUL. A host
-// that reads the stream from a log the runtime rotates (Docker's json-file) learns
-// from the next mark how many bytes it never received, and takes the marks out.
-const OutputMark = "\x00[sandbox-bridge] offset "
-
 // spool relays one output stream of the child to the bridge's own without ever
 // blocking the child: a reader drains the child's pipe into a buffer of at most max
 // bytes while a writer hands the buffer to out. When out does not take it (no host is
 // reading: a containerd shim's FIFO without a reader stops taking bytes), the buffer
 // keeps the newest max bytes, drops the oldest and counts them, and the writer says
-// how many in a DroppedNotice line before what it kept, once out takes bytes again.
+// how many in a bridgeapi.DroppedNotice line before what it kept, once out takes bytes again.
 type spool struct {
 	name string
 	out  io.Writer
@@ -55,7 +46,7 @@ type spool struct {
 }
 
 // newSpool returns the write end to give the child and starts relaying.
-// With every positive, it marks the stream every that many bytes (see OutputMark);
+// With every positive, it marks the stream every that many bytes (see bridgeapi.OutputMark);
 // zero or less: no marks.
 func newSpool(name string, out io.Writer, max int, every int64, tee io.Writer) (*spool, *os.File, error) {
 	r, w, err := os.Pipe()
@@ -131,12 +122,12 @@ func (s *spool) write() {
 		s.buf = append(s.buf[:0], s.buf[n:]...)
 		s.mu.Unlock()
 		if dropped > 0 {
-			if _, err := fmt.Fprintf(s.out, "\n%s%d bytes of %s: no host was reading\n", DroppedNotice, dropped, s.name); err != nil {
+			if _, err := fmt.Fprintf(s.out, "\n%s%d bytes of %s: no host was reading\n", bridgeapi.DroppedNotice, dropped, s.name); err != nil {
 				return
 			}
 		}
 		if mark {
-			if _, err := fmt.Fprintf(s.out, "%s%d\x00", OutputMark, at); err != nil {
+			if _, err := fmt.Fprintf(s.out, "%s%d\x00", bridgeapi.OutputMark, at); err != nil {
 				return
 			}
 		}

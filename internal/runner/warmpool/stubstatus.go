@@ -1,16 +1,15 @@
-package sandboxbridge
+package warmpool
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
-// StubStatus reads a -preload stub's stdout before its claim (the host side): the
+// StubStatus reads a -preload stub's stdout before its claim: the
 // first line is a bridgeapi.PreloadStatus, delivered once on Done; anything after it
 // before the claim is dropped (the stub writes nothing else).
 type StubStatus struct {
@@ -53,34 +52,4 @@ func (s *StubStatus) finish(st bridgeapi.PreloadStatus) {
 	s.done = true
 	s.buf = nil
 	s.c <- st
-}
-
-// PreloadGoneIn reports whether tail (the end of a stub's stderr) says its preloaded
-// runtime was gone at the claim: nothing of the run ran.
-func PreloadGoneIn(tail []byte) (string, bool) {
-	s := string(bytes.TrimSuffix(tail, []byte{'\n'}))
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return strings.CutPrefix(s, bridgeapi.PreloadGone)
-}
-
-// MissingEntry returns the entrypoint an ExecFailure reason says the preloaded
-// runtime did not have ("bridge: command not found: ENTRY: ...").
-func MissingEntry(reason string) (string, bool) {
-	rest, ok := strings.CutPrefix(reason, ErrCommandNotFound.Error()+": ")
-	if !ok {
-		return "", false
-	}
-	entry, _, _ := strings.Cut(rest, ": ")
-	return entry, entry != ""
-}
-
-// PreloadArgs is the stub's command line for a preloaded runtime.
-func PreloadArgs(path string, argv []string, timeout string) []string {
-	a := []string{path, "-claim", "-preload"}
-	if timeout != "" {
-		a = append(a, "-preload-timeout", timeout)
-	}
-	return append(append(a, "--"), argv...)
 }

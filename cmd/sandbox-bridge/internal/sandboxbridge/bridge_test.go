@@ -281,11 +281,11 @@ func TestCommandProblems(t *testing.T) {
 		code  int
 		err   error
 	}{
-		{"definitely-not-a-command-4f2a", ExitNotFound, ErrCommandNotFound},
-		{"/nonexistent/agent", ExitNotFound, ErrCommandNotFound},
-		{noInterp, ExitNotFound, ErrCommandNotFound},
-		{plain, ExitCannotExec, ErrCannotExec},
-		{dir, ExitCannotExec, ErrCannotExec},
+		{"definitely-not-a-command-4f2a", bridgeapi.ExitNotFound, bridgeapi.ErrCommandNotFound},
+		{"/nonexistent/agent", bridgeapi.ExitNotFound, bridgeapi.ErrCommandNotFound},
+		{noInterp, bridgeapi.ExitNotFound, bridgeapi.ErrCommandNotFound},
+		{plain, bridgeapi.ExitCannotExec, bridgeapi.ErrCannotExec},
+		{dir, bridgeapi.ExitCannotExec, bridgeapi.ErrCannotExec},
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.argv0), func(t *testing.T) {
@@ -310,7 +310,7 @@ func TestInvalidConfig(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, err := Run(context.Background(), cfg)
-			assert.Equal(t, ExitBridgeFailed, code)
+			assert.Equal(t, bridgeapi.ExitBridgeFailed, code)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
 		})
 	}
@@ -325,7 +325,7 @@ func TestListenFailure(t *testing.T) {
 	require.NoError(t, err)
 	defer busy.Close()
 	code, err := Run(context.Background(), Config{Listen: busy.Addr().String(), Argv: []string{"true"}})
-	assert.Equal(t, ExitBridgeFailed, code)
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, code)
 	assert.ErrorContains(t, err, "listen")
 }
 
@@ -466,7 +466,7 @@ func TestBinaryMissingCommand(t *testing.T) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
-	assert.Equal(t, ExitNotFound, exitOf(t, cmd))
+	assert.Equal(t, bridgeapi.ExitNotFound, exitOf(t, cmd))
 	assert.Contains(t, stderr.String(), "command not found: no-such-agent-9c1d")
 }
 

@@ -25,9 +25,6 @@ var ErrPreloadFailed = errors.New("bridge: preload failed")
 // entrypoint before answering).
 const claimAnswerTimeout = 30 * time.Second
 
-// DefaultPreloadTimeout bounds a runtime's boot before it says it is ready.
-const DefaultPreloadTimeout = 2 * time.Minute
-
 // Preloaded is an agent runtime started before any run (bridgeapi's preload
 // protocol): Run hands it the run (Config.Preloaded) instead of starting Argv.
 type Preloaded struct {
@@ -66,7 +63,7 @@ func StartPreload(ctx context.Context, argv []string, timeout time.Duration, log
 		log = slog.New(slog.DiscardHandler)
 	}
 	if timeout <= 0 {
-		timeout = DefaultPreloadTimeout
+		timeout = bridgeapi.DefaultPreloadTimeout
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -247,7 +244,7 @@ func (p *Preloaded) Kill() {
 
 // claim hands the runtime its run and returns its process once it said it started.
 // Its output goes to stdout and stderr from now on. A refusal naming a missing
-// entrypoint is ErrCommandNotFound (ExitNotFound); a runtime gone is ErrPreloadFailed.
+// entrypoint is bridgeapi.ErrCommandNotFound (bridgeapi.ExitNotFound); a runtime gone is ErrPreloadFailed.
 func (p *Preloaded) claim(cfg Config) (*os.Process, int, error) {
 	p.mu.Lock()
 	p.claimed = true
@@ -255,7 +252,7 @@ func (p *Preloaded) claim(cfg Config) (*os.Process, int, error) {
 	p.mu.Unlock()
 	select {
 	case <-p.failed:
-		return nil, ExitBridgeFailed, fmt.Errorf("%w: %s", ErrPreloadFailed, p.reason)
+		return nil, bridgeapi.ExitBridgeFailed, fmt.Errorf("%w: %s", ErrPreloadFailed, p.reason)
 	default:
 	}
 	c := bridgeapi.PreloadClaim{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Dir}
@@ -266,7 +263,7 @@ func (p *Preloaded) claim(cfg Config) (*os.Process, int, error) {
 		c.Env = os.Environ()
 	}
 	if err := bridgeapi.WriteLine(p.ctl, c); err != nil {
-		return nil, ExitBridgeFailed, fmt.Errorf("%w: sending the claim: %v", ErrPreloadFailed, err)
+		return nil, bridgeapi.ExitBridgeFailed, fmt.Errorf("%w: sending the claim: %v", ErrPreloadFailed, err)
 	}
 	var (
 		a   bridgeapi.PreloadAnswer
@@ -283,13 +280,13 @@ func (p *Preloaded) claim(cfg Config) (*os.Process, int, error) {
 	_ = p.ctl.Close()
 	switch {
 	case err != nil:
-		return nil, ExitBridgeFailed, fmt.Errorf("%w: no answer to the claim: %v", ErrPreloadFailed, err)
+		return nil, bridgeapi.ExitBridgeFailed, fmt.Errorf("%w: no answer to the claim: %v", ErrPreloadFailed, err)
 	case a.Error != nil && a.Error.Code == bridgeapi.PreloadErrEntryNotFound:
-		return nil, ExitNotFound, fmt.Errorf("%w: %s: %v", ErrCommandNotFound, a.Error.Entry, a.Error)
+		return nil, bridgeapi.ExitNotFound, fmt.Errorf("%w: %s: %v", bridgeapi.ErrCommandNotFound, a.Error.Entry, a.Error)
 	case a.Error != nil:
-		return nil, ExitCannotExec, fmt.Errorf("%w: %s: %v", ErrCannotExec, a.Error.Entry, a.Error)
+		return nil, bridgeapi.ExitCannotExec, fmt.Errorf("%w: %s: %v", bridgeapi.ErrCannotExec, a.Error.Entry, a.Error)
 	case !a.Started:
-		return nil, ExitBridgeFailed, fmt.Errorf("%w: the runtime neither started nor refused the run", ErrPreloadFailed)
+		return nil, bridgeapi.ExitBridgeFailed, fmt.Errorf("%w: the runtime neither started nor refused the run", ErrPreloadFailed)
 	}
 	return p.cmd.Process, 0, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/cmd/sandbox-bridge/internal/sandboxbridge"
 )
 
 // Run as a sandbox's entrypoint does it: listen, forward to the proxy's socket, run the

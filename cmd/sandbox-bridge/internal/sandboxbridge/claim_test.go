@@ -13,7 +13,7 @@ import (
 
 func TestClaimRoundTrip(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	c := NewClaim([]string{"/agent", "a b", ""}, []string{"PATH=/bin", "X=1"}, "/workspace", true, time.Minute, now)
+	c := bridgeapi.NewClaim([]string{"/agent", "a b", ""}, []string{"PATH=/bin", "X=1"}, "/workspace", true, time.Minute, now)
 	b, err := c.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -26,13 +26,13 @@ func TestClaimRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", got, c)
 	}
 	cfg := ClaimConfig(got)
-	if cfg.NoForward || cfg.Dir != "/workspace" || !cfg.Deadline.Equal(now.Add(time.Minute+DeadlineSlack)) || cfg.KillGrace != DeadlineGrace {
+	if cfg.NoForward || cfg.Dir != "/workspace" || !cfg.Deadline.Equal(now.Add(time.Minute+bridgeapi.DeadlineSlack)) || cfg.KillGrace != bridgeapi.DeadlineGrace {
 		t.Errorf("config %+v", cfg)
 	}
 	if p, ok := got.Path(); !ok || p != "/bin" {
 		t.Errorf("Path = %q, %v", p, ok)
 	}
-	if cfg := ClaimConfig(NewClaim([]string{"x"}, nil, "", false, 0, now)); !cfg.NoForward || !cfg.Deadline.IsZero() || cfg.Env == nil {
+	if cfg := ClaimConfig(bridgeapi.NewClaim([]string{"x"}, nil, "", false, 0, now)); !cfg.NoForward || !cfg.Deadline.IsZero() || cfg.Env == nil {
 		t.Errorf("no forward, no deadline, empty env: %+v", cfg)
 	}
 }
