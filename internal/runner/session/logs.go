@@ -145,7 +145,7 @@ type logReader struct {
 	// pos is only written by Next, and read by Position from any goroutine.
 	posMu sync.Mutex
 	pos   port.LogPosition
-	done <-chan struct{} // the handle's: the session ended, or the handle was detached
+	done  <-chan struct{} // the handle's: the session ended, or the handle was detached
 	// gone reports whether done means the handle stopped watching (Detach), not that
 	// the session ended.
 	gone func() bool
