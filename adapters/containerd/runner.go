@@ -224,7 +224,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	defer cancel()
 	task, stdout, stderr, err := newTask(runCtx, container, spec)
 	if err != nil {
-		if runCtx.Err() != nil && ctx.Err() == nil {
+		if runCtx.Err() != nil {
 			unsure.Store(true)
 			return fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
 		}
@@ -238,7 +238,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	}
 	if err := task.Start(runCtx); err != nil {
-		if runCtx.Err() != nil && ctx.Err() == nil {
+		if runCtx.Err() != nil {
 			return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, nil, time.Since(start), collect, log))
 		}
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))

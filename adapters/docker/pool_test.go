@@ -224,7 +224,11 @@ func TestPoolLLMSocketAttachedAtClaim(t *testing.T) {
 	// through its name.
 	lease := filepath.Join(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if err := os.Remove(lease); err == nil {
+		// The run's lease directory holds one file per holder; gone, nobody holds it.
+		if ents, err := os.ReadDir(lease); err == nil && len(ents) > 0 {
+			if err := os.RemoveAll(lease); err != nil {
+				t.Fatal(err)
+			}
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the claimed run never held its lease: %v", err)

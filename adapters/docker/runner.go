@@ -154,7 +154,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
 	ph.Next("sandbox.start")
-	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+	// The start is bounded by the run's limit, and a limit or cancellation that ends it
+	// ends the run as one that ran past it: the daemon may start the container anyway.
+	if _, err := r.cfg.api.ContainerStart(runCtx, id, client.ContainerStartOptions{}); err != nil {
+		if runCtx.Err() != nil {
+			r.kill(ctx, id, wait, log)
+			collect()
+			return fail(port.CodeTimeout, runner.DeadlineCause(ctx, spec.Limits.Timeout))
+		}
 		collect()
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
@@ -381,7 +388,9 @@ func (r *Runner) kill(ctx context.Context, id string, wait client.ContainerWaitR
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.killGrace)
 	defer cancel()
 	if _, err := r.cfg.api.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		// Not running (never started, or already gone) or no daemon: no exit to await.
 		log.Warn("kill failed", logattr.Err, err)
+		return
 	}
 	select {
 	case <-wait.Result:
