@@ -47,8 +47,11 @@ type File struct {
 // Image describes a single-layer image for the host's architecture.
 type Image struct {
 	// Name is the repository, such as "example.com/my-agent"; the tag is derived
-	// from the content by Archive.
+	// from the content by Archive, unless Tag names one.
 	Name string
+	// Tag, if set, is the image's tag ("latest", "v1") instead of the one derived
+	// from the content: a name a program can hold while the content changes.
+	Tag string
 	// Entrypoint is the image's ENTRYPOINT. A run's argv, when given, replaces it.
 	Entrypoint []string
 	// Env is the image's environment, as KEY=value.
@@ -75,6 +78,9 @@ func (img Image) Command(args ...string) []string {
 // A repository name as Docker and containerd accept it: lowercase path components
 // with an optional registry host.
 var nameRe = regexp.MustCompile(`^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$`)
+
+// A tag as Docker and containerd accept it.
+var tagRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
 var epoch = time.Unix(0, 0).UTC()
 
@@ -116,6 +122,9 @@ func (img Image) pack() (*packed, error) {
 	if !nameRe.MatchString(img.Name) {
 		return nil, errdefs.Invalidf("agentimage: image name %q is not a repository name (lowercase, no tag)", img.Name)
 	}
+	if img.Tag != "" && !tagRe.MatchString(img.Tag) {
+		return nil, errdefs.Invalidf("agentimage: tag %q is not a tag ([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})", img.Tag)
+	}
 	labels := map[string]string{}
 	for k, v := range img.Labels {
 		if k == "" || k == ImageLabel || strings.ContainsFunc(k+v, func(r rune) bool { return !unicode.IsPrint(r) }) {
@@ -155,6 +164,9 @@ func (img Image) pack() (*packed, error) {
 	cfgSum := sha256.Sum256(p.cfg)
 	p.cfgName = hex.EncodeToString(cfgSum[:]) + ".json"
 	p.ref = img.Name + ":" + hex.EncodeToString(cfgSum[:])[:16]
+	if img.Tag != "" {
+		p.ref = img.Name + ":" + img.Tag
+	}
 	p.layerName = hex.EncodeToString(p.layerSum[:]) + "/layer.tar"
 	if p.manifest, err = json.Marshal([]map[string]any{{"Config": p.cfgName, "RepoTags": []string{p.ref}, "Layers": []string{p.layerName}}}); err != nil {
 		return nil, err

@@ -104,6 +104,8 @@ func TestArchiveRefusesBadInput(t *testing.T) {
 		"uppercase name": {Name: "Agent"},
 		"space in name":  {Name: "my agent"},
 		"relative path":  {Name: "agent", Files: []File{{Path: "etc/passwd"}}},
+		"bad tag":        {Name: "agent", Tag: "a:b"},
+		"dotted tag":     {Name: "agent", Tag: ".x"},
 	} {
 		if _, _, err := img.Archive(); !errors.Is(err, errdefs.ErrInvalidSpec) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
@@ -168,5 +170,20 @@ func TestCommand(t *testing.T) {
 	got[0] = "changed"
 	if img.Entrypoint[0] != NodeBin || len(img.Command()) != 2 {
 		t.Errorf("Command shares the entrypoint: %q", img.Entrypoint)
+	}
+}
+
+// A given tag names the image instead of the content's.
+func TestArchiveTag(t *testing.T) {
+	img := Static("agentsandbox/agent", []byte("one"))
+	img.Tag = "latest"
+	ref, a, err := img.Archive()
+	if err != nil || ref != "agentsandbox/agent:latest" {
+		t.Fatalf("ref %q, %v", ref, err)
+	}
+	_, data := entries(t, a)
+	var m []struct{ RepoTags []string }
+	if err := json.Unmarshal(data["manifest.json"], &m); err != nil || len(m) != 1 || len(m[0].RepoTags) != 1 || m[0].RepoTags[0] != ref {
+		t.Errorf("manifest %s: %v", data["manifest.json"], err)
 	}
 }

@@ -180,8 +180,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
-		// A missing image or a bad reference fails the container, as on Docker.
-		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
+		// A bad reference fails the container, as on Docker; a missing image is
+		// port.ErrImageNotFound with no result: nothing was created.
+		if errors.Is(err, port.ErrInvalidSpec) {
 			return fail(port.CodeContainerFailed, err)
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)

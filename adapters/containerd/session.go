@@ -78,7 +78,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	ctx = r.ns(ctx)
 	img, err := r.imageInfo(ctx, ss.Image)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
+		if errors.Is(err, port.ErrNotFound) && !errors.Is(err, port.ErrImageNotFound) {
 			return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
 		}
 		return nil, opErr("Start", ss.RunID, err)

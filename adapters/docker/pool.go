@@ -20,6 +20,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
@@ -180,7 +181,10 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}()
 	ins, err := r.cfg.api.ImageInspect(ctx, p.tmpl.Image)
 	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", p.tmpl.Image, classify(err))
+		if cerr := classify(err); !errors.Is(cerr, port.ErrNotFound) {
+			return nil, fmt.Errorf("image %q: %w", p.tmpl.Image, cerr)
+		}
+		return nil, imagepull.Missing(p.tmpl.Image, "Docker", r.cfg.pullPolicy, nil)
 	}
 	if c := ins.Config; c != nil {
 		s.img = imageConfig{argv: append(append([]string(nil), c.Entrypoint...), c.Cmd...), env: c.Env, dir: c.WorkingDir}
@@ -207,7 +211,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	cfg.OpenStdin, cfg.StdinOnce, cfg.AttachStdin = true, true, true
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
 	if err != nil {
-		return nil, fmt.Errorf("create: %w", classify(err))
+		return nil, fmt.Errorf("create: %w", r.createError(ctx, p.tmpl.Image, err))
 	}
 	s.id = created.ID
 	att, err := r.cfg.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})

@@ -19,6 +19,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
@@ -115,15 +116,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 
 	entrypoint, err := r.entrypoint(ctx, spec)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
-			return fail(port.CodeContainerFailed, err)
-		}
+		// A missing image: nothing was created, so no result.
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	id, lease, err := r.createHeld(ctx, spec, entrypoint, start)
 	if err != nil {
 		var le *leaseError
-		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || errors.Is(err, port.ErrImageNotFound) || ctx.Err() != nil {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
 		return fail(port.CodeContainerFailed, err)
@@ -212,7 +211,7 @@ func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint [
 	})
 	if err != nil {
 		lease.Release()
-		return "", nil, classify(err)
+		return "", nil, r.createError(ctx, spec.Image, err)
 	}
 	return made.ID, lease, nil
 }
@@ -334,7 +333,10 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 	if len(argv) == 0 {
 		img, err := r.cfg.api.ImageInspect(ctx, spec.Image)
 		if err != nil {
-			return nil, fmt.Errorf("image %q: %w", spec.Image, classify(err))
+			if cerr := classify(err); !errors.Is(cerr, port.ErrNotFound) {
+				return nil, fmt.Errorf("image %q: %w", spec.Image, cerr)
+			}
+			return nil, imagepull.Missing(spec.Image, "Docker", r.cfg.pullPolicy, nil)
 		}
 		if img.Config != nil {
 			argv = append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)

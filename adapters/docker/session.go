@@ -122,6 +122,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}()
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
 	if err != nil {
+		if cerr := r.createError(ctx, ss.Image, err); errors.Is(cerr, port.ErrImageNotFound) {
+			return nil, opErr("Start", ss.RunID, cerr)
+		}
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
 	}
 	id = created.ID

@@ -254,8 +254,21 @@ func (r *Runner) check(spec port.RunSpec) error {
 type containerFailure struct{ reason, message string }
 
 func (e *containerFailure) Error() string {
+	if imageReasons[e.reason] {
+		return fmt.Sprintf("kubernetes: %s: image not found: the node has no such image and could not pull it: load it into the nodes' container runtime (LoadImage with the target's load=, kubernetes.WithImageLoader, `ctr -n k8s.io images import`) or push it to a registry the nodes pull from, and check the pull policy (WithImagePullPolicy): %s", e.reason, e.message)
+	}
 	return fmt.Sprintf("kubernetes: %s: %s", e.reason, e.message)
 }
+
+// Is makes a container that waits for an image it cannot get match
+// port.ErrImageNotFound (and port.ErrNotFound).
+func (e *containerFailure) Is(target error) bool {
+	return imageReasons[e.reason] && (target == port.ErrImageNotFound || target == port.ErrNotFound)
+}
+
+// imageReasons are the waiting reasons of a container whose image the node cannot
+// get.
+var imageReasons = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true}
 
 // Reasons a container waits forever: it will not start.
 var fatalWaiting = map[string]bool{

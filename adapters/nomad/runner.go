@@ -459,7 +459,13 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 		if len(problems) == 0 {
 			problems = append(problems, "the sandbox task ended without running: "+alloc.ClientDescription)
 		}
-		return fail(port.CodeContainerFailed, errors.New(strings.Join(problems, "; ")))
+		cause := errors.New(strings.Join(problems, "; "))
+		// The docker driver pulls only an image its node does not hold.
+		if strings.Contains(cause.Error(), "Failed to pull") {
+			cause = fmt.Errorf("%w: image %q is not on the node %s, and the docker driver could not pull it: load it into every client node's Docker engine (LoadImage with the target's load=, nomad.WithImageLoader, `docker load`) or push it to a registry the nodes pull from (%v)",
+				port.ErrImageNotFound, spec.Image, alloc.NodeName, cause)
+		}
+		return fail(port.CodeContainerFailed, cause)
 	}
 	res.ExitCode = term.ExitCode
 	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, tailOf(res.Stderr)); ok {
