@@ -166,7 +166,32 @@ func testSessions(t *testing.T, runtime string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r sessionRunner
+	// newRunner makes a runner of the owner: the host's, or another host process's
+	// (one that re-attaches to the host's sessions).
+	newRunner := func() sessionRunner {
+		t.Helper()
+		switch runtime {
+		case "docker":
+			cli, err := dockerClient("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cli.Close() })
+			r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(testenv.Bridge(t)), docker.WithOwner(owner), docker.WithSessionDir(sessDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		default:
+			cr, err := containerd.NewRunner(containerd.WithNamespace(ns), containerd.WithBridge(testenv.Bridge(t)), containerd.WithOwner(owner), containerd.WithSessionDir(sessDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cr.Close() })
+			return cr
+		}
+	}
+	r := newRunner()
 	switch runtime {
 	case "docker":
 		cli, err := dockerClient("")
@@ -177,19 +202,10 @@ func testSessions(t *testing.T, runtime string) {
 		if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 			t.Fatal(err)
 		}
-		if r, err = docker.NewRunner(docker.WithClient(cli), docker.WithBridge(testenv.Bridge(t)), docker.WithOwner(owner), docker.WithSessionDir(sessDir)); err != nil {
-			t.Fatal(err)
-		}
 	case "containerd":
-		cr, err := containerd.NewRunner(containerd.WithNamespace(ns), containerd.WithBridge(testenv.Bridge(t)), containerd.WithOwner(owner), containerd.WithSessionDir(sessDir))
-		if err != nil {
+		if _, err := r.(*containerd.Runner).LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 			t.Fatal(err)
 		}
-		defer cr.Close()
-		if _, err := cr.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
-			t.Fatal(err)
-		}
-		r = cr
 	}
 	// Whatever happens, nothing of this owner is left.
 	defer r.Sweep(context.Background(), port.SweepOptions{})
@@ -273,7 +289,7 @@ func testSessions(t *testing.T, runtime string) {
 	if code, out, errs := ctl(t, append(append([]string{"logs"}, flags...), s.ID())...); code != exitOK || out != "out-ctl1 done" || errs != "err-ctl1" {
 		t.Errorf("logs: exit %d out %q err %q", code, out, errs)
 	}
-	testLogsFollowByteExact(t, r, ref, flags)
+	testLogsFollowByteExact(t, r, newRunner(), ref, flags)
 	code, out, _ = ctl(t, append(append([]string{"stop", "--json", "--grace", "1s"}, flags...), s.ID())...)
 	if code != exitOK || !strings.Contains(out, `"stopped":true`) {
 		t.Errorf("stop: exit %d %s", code, out)
@@ -408,11 +424,13 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// testLogsFollowByteExact: `logs --follow` prints every byte of a session's output,
-// repeated lines too (it once showed 3 of ~380 identical ones), while the host that
-// started the session follows it too and an exec runs in it; both get exactly what the
-// agent wrote.
-func testLogsFollowByteExact(t *testing.T, r sessionRunner, image string, flags []string) {
+// testLogsFollowByteExact: four readers of one session's output, each byte-exact:
+// the host that started it (its handle), `sandboxctl logs --follow`, a host that
+// re-attached to it (another runner, as after a restart) and `sandboxctl exec`, which
+// runs beside them all and must take nothing of the session's output (on containerd
+// it used to: a FIFO has one reader at a time). The agent writes repeated lines
+// (logs --follow swallowed them) and about three times its 4 KiB log.
+func testLogsFollowByteExact(t *testing.T, r, other sessionRunner, image string, flags []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -424,33 +442,52 @@ func testLogsFollowByteExact(t *testing.T, r sessionRunner, image string, flags 
 		t.Fatal(err)
 	}
 	defer s.Stop(context.Background(), time.Second)
-	hr, err := s.(port.LogFollower).Follow(ctx, port.FollowOptions{})
+	// read follows a handle's log to its end: stdout, stderr and what it missed.
+	read := func(h port.Session) <-chan [3]string {
+		t.Helper()
+		fr, err := h.(port.LogFollower).Follow(ctx, port.FollowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := make(chan [3]string, 1)
+		go func() {
+			defer fr.Close()
+			var o, e []byte
+			var dropped int64
+			for {
+				ch, err := fr.Next(ctx)
+				if err != nil {
+					c <- [3]string{string(o), string(e), fmt.Sprintf("dropped %d, %v", dropped, err)}
+					return
+				}
+				dropped += ch.Dropped
+				if ch.Stream == port.LogStdout {
+					o = append(o, ch.Data...)
+				} else {
+					e = append(e, ch.Data...)
+				}
+			}
+		}()
+		return c
+	}
+	host := read(s)
+	reattached, err := other.Attach(ctx, s.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostOut := make(chan []byte, 1)
-	go func() {
-		defer hr.Close()
-		var b []byte
-		for {
-			c, err := hr.Next(ctx)
-			if err != nil {
-				hostOut <- b
-				return
-			}
-			if c.Stream == port.LogStdout {
-				b = append(b, c.Data...)
-			}
-		}
-	}()
+	defer reattached.Detach()
+	again := read(reattached)
 	logsOut := make(chan [2]string, 1)
 	go func() {
 		var out, errb bytes.Buffer
 		run(ctx, append(append([]string{"logs", "--follow"}, flags...), s.ID()), &out, &errb)
 		logsOut <- [2]string{out.String(), errb.String()}
 	}()
-	if code, out, _ := ctl(t, append(append([]string{"exec"}, flags...), s.ID(), "--", "/agent", "echo", "exec-out", "")...); code != exitOK || out != "exec-out" {
-		t.Errorf("exec during the follow: exit %d %q", code, out)
+	for i := range 3 {
+		want := fmt.Sprintf("exec-out-%d", i)
+		if code, out, _ := ctl(t, append(append([]string{"exec"}, flags...), s.ID(), "--", "/agent", "echo", want, "")...); code != exitOK || out != want {
+			t.Errorf("exec during the follow: exit %d %q", code, out)
+		}
 	}
 	got := <-logsOut
 	if got[0] != string(wantOut) {
@@ -460,7 +497,10 @@ func testLogsFollowByteExact(t *testing.T, r sessionRunner, image string, flags 
 	if !strings.Contains(got[1], string(wantErr)) {
 		t.Errorf("logs --follow's stderr lacks the session's: %q", got[1])
 	}
-	if b := <-hostOut; !bytes.Equal(b, wantOut) {
-		t.Errorf("the starting host read %d bytes beside logs and exec, want %d", len(b), len(wantOut))
+	want := [3]string{string(wantOut), string(wantErr), fmt.Sprintf("dropped 0, %v", io.EOF)}
+	for name, c := range map[string]<-chan [3]string{"the starting host": host, "a re-attached host": again} {
+		if b := <-c; b != want {
+			t.Errorf("%s read %d+%d bytes (%s) beside logs and exec, want %d+%d (%s)", name, len(b[0]), len(b[1]), b[2], len(wantOut), len(wantErr), want[2])
+		}
 	}
 }
