@@ -256,3 +256,29 @@ func ExampleSandbox_Run_repository() {
 		fmt.Println("not pushed:", res.Repo.NotPushed)
 	}
 }
+
+// After a host of owner "my-service" died: one call removes what it left (sandboxes,
+// sessions, pool slots, run leases, the proxies' directories and sockets, and the
+// workspaces with the prompts in them). Run it at start-up, before the new host makes
+// anything, or from cron with a grace period. With DryRun it lists the same items.
+func ExampleSweep() {
+	ctx := context.Background()
+	runner, err := docker.NewRunner(docker.WithOwner("my-service"))
+	if err != nil {
+		panic(err)
+	}
+	proxies, err := inprocproxy.NewManager(inprocproxy.WithOwner("my-service"))
+	if err != nil {
+		panic(err)
+	}
+	reps, err := sandbox.Sweep(ctx, port.SweepOptions{OlderThan: 10 * time.Minute},
+		runner, proxies, sandbox.WorkspaceSweeper("", "my-service"))
+	for _, rep := range reps {
+		for _, item := range rep.Removed {
+			fmt.Println("removed", item)
+		}
+	}
+	if err != nil {
+		fmt.Println("sweep:", err)
+	}
+}

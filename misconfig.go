@@ -78,7 +78,7 @@ func (s *Sandbox) checkRequest(req Request, session bool) error {
 	if session {
 		switch {
 		case req.Stdout != nil || req.Stderr != nil:
-			return port.Invalidf("a session keeps its logs (Session.Logs); Stdout and Stderr must be nil")
+			return port.Invalidf("a session keeps its output in its log (Session.Follow, or CopyLogs to writers); Stdout and Stderr must be nil")
 		case req.OutputLimit != 0:
 			return port.Invalidf("SessionRequest.OutputLimit: a session's logs are bounded by LogLimit")
 		case req.Preload != nil:

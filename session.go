@@ -24,7 +24,8 @@ type SessionRequest struct {
 	// entrypoint) is the session's main process; Limits.Timeout is the session's
 	// lifetime (default port.DefaultSessionLifetime). Reconcile and ReconcileAsync
 	// apply at Stop. Stdout, Stderr, OutputLimit and Preload must be unset (a session
-	// keeps its logs, bounded by LogLimit: see Session.Logs; it starts cold).
+	// keeps its output in its log, bounded by LogLimit: see Session.Follow and
+	// CopyLogs; it starts cold).
 	Request
 	// Expose lists loopback TCP ports in the sandbox the host may reach
 	// (Session.Dial).

@@ -1,9 +1,11 @@
 // Package agentimage packages an agent as a container image with no registry and no
 // Dockerfile: a statically linked binary (BuildGo compiles one from a Go main package)
 // goes into a FROM scratch image (Static), with host directory trees added as needed
-// (Dir), packed with exact modes and owners as an image archive (Image.Archive) that
-// both runners load: docker.Runner.LoadImage and containerd.Runner.LoadImage, or
-// `docker load` and `ctr images import`.
+// (Dir), packed with exact modes and owners as an image archive that both runners
+// load: docker.Runner.LoadImage and containerd.Runner.LoadImage, or `docker load` and
+// `ctr images import`. Image.Open streams the archive (files are read from the host as
+// it is written, so memory does not grow with the image); Image.Archive returns it as
+// bytes, for small images.
 //
 // The images are single-layer and deterministic: the same binary gives the same
 // reference, so loading an image a runtime already holds changes nothing.

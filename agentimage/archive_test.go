@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,6 +155,21 @@ func TestArchiveLabels(t *testing.T) {
 		if _, _, err := img.Archive(); !errors.Is(err, errdefs.ErrInvalidSpec) {
 			t.Errorf("labels %q: err = %v, want ErrInvalidSpec", bad, err)
 		}
+	}
+}
+
+// TestCommand: an agent's arguments come after the image's entrypoint, which is not
+// changed by the call.
+func TestCommand(t *testing.T) {
+	img := Image{Entrypoint: []string{NodeBin, AppPath + "/agent.mjs"}}
+	got := img.Command("--task", "a b")
+	want := []string{NodeBin, AppPath + "/agent.mjs", "--task", "a b"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Command = %q, want %q", got, want)
+	}
+	got[0] = "changed"
+	if img.Entrypoint[0] != NodeBin || len(img.Command()) != 2 {
+		t.Errorf("Command shares the entrypoint: %q", img.Entrypoint)
 	}
 }
 

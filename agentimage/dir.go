@@ -11,8 +11,9 @@ import (
 )
 
 // Dir returns the tree of the host directory src as files under dst in an image, to
-// append to Image.Files: directories, regular files with their content and permission
-// bits (setuid and sticky included), and symbolic links as links. Every entry is owned
+// append to Image.Files: directories, regular files (their Source, read when the
+// archive is written) with their permission bits (setuid and sticky included), and
+// symbolic links as links. Every entry is owned
 // by root, so the sandbox user can read and execute what the modes allow and change
 // nothing. dst itself is included; its parents are not. Other file types (devices,
 // sockets, pipes) give an error wrapping errdefs.ErrInvalidSpec.
@@ -58,9 +59,7 @@ func dirFiltered(src, dst string, skip func(rel string) bool) ([]File, error) {
 				return err
 			}
 		case mode.IsRegular():
-			if f.Data, err = os.ReadFile(p); err != nil {
-				return err
-			}
+			f.Source = p // read when the archive is written
 		default:
 			return errdefs.Invalidf("agentimage: %s is a %v, not a file, directory or link", p, mode.Type())
 		}
@@ -71,4 +70,20 @@ func dirFiltered(src, dst string, skip func(rel string) bool) ([]File, error) {
 		return nil, fmt.Errorf("agentimage: packing %s: %w", src, err)
 	}
 	return files, nil
+}
+
+// readSources reads each file's Source into its Data (for files whose source is about
+// to go away).
+func readSources(files []File) error {
+	for i := range files {
+		if files[i].Source == "" {
+			continue
+		}
+		b, err := os.ReadFile(files[i].Source)
+		if err != nil {
+			return fmt.Errorf("agentimage: %s: %w", files[i].Path, err)
+		}
+		files[i].Data, files[i].Source = b, ""
+	}
+	return nil
 }

@@ -20,8 +20,9 @@ const NginxName = "agentsandbox/nginx"
 // nginx proxy manager (docker.WithProxyImage), so that proxy needs no registry:
 //
 //	img, err := agentimage.Nginx(ctx)
-//	ref, archive, err := img.Archive()
-//	err = dockerRunner.LoadImage(ctx, bytes.NewReader(archive))
+//	ref, archive, err := img.Open()
+//	defer archive.Close()
+//	err = dockerRunner.LoadImage(ctx, archive)
 //	proxies, err := docker.NewProxyManager(docker.WithProxyImage(ref), ...)
 //
 // nginx is at /usr/sbin/nginx and on PATH; the image has the directories the proxy
@@ -78,15 +79,14 @@ func HostBinary(ctx context.Context, bin, target string) ([]File, error) {
 		if err != nil {
 			return nil, err
 		}
-		data, err := os.ReadFile(real)
-		if err != nil {
-			return nil, err
+		if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("agentimage: %s is not a regular file (%v)", real, err)
 		}
 		if p == bin {
 			p = target
 		}
 		files = WithDirs(files, filepath.Dir(p))
-		files = append(files, File{Path: p, Mode: 0o755, Data: data})
+		files = append(files, File{Path: p, Mode: 0o755, Source: real})
 	}
 	return files, nil
 }

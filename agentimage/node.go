@@ -42,7 +42,7 @@ type NodeApp struct {
 	// package.json's dependencies is packed, and a missing one is an error.
 	// Without it, the dependencies are installed from the npm registry (npm ci with
 	// a lockfile, else npm install), production dependencies only, with install
-	// scripts off.
+	// scripts off; with a lockfile, once per CacheDir.
 	NodeModules string
 	// Node is the host's node binary to pack (default: node on PATH). Its shared
 	// libraries come with it; it must be able to run the agent.
@@ -51,6 +51,16 @@ type NodeApp struct {
 	NPM string
 	// Env is added to the image's environment (KEY=value).
 	Env []string
+	// CacheDir keeps installs from the npm registry for the next build with the same
+	// package.json, lockfile, node version and platform (default DefaultNPMCacheDir;
+	// at most MaxNPMCacheEntries installs, the least recently used removed first). An
+	// app without a lockfile (package-lock.json or npm-shrinkwrap.json) is installed
+	// afresh every time: its ranges may resolve to other versions. The directory must
+	// be writable by this user only. The image's files are read from the cache when
+	// its archive is written.
+	CacheDir string
+	// NoCache installs afresh every time, in a scratch directory.
+	NoCache bool
 }
 
 // MissingDependencyError reports a package the application needs that its
@@ -98,14 +108,32 @@ func Node(ctx context.Context, app NodeApp) (Image, error) {
 		}
 	}
 	modules := app.NodeModules
+	// inline is set when the dependencies come from a scratch install removed on
+	// return: their content is read into the image's files then.
+	inline := false
 	if modules == "" {
-		tmp, err := os.MkdirTemp("", "agentimage-npm-*")
+		key, lockfile, err := npmCacheKey(ctx, app, nodeBin)
 		if err != nil {
 			return Image{}, err
 		}
-		defer os.RemoveAll(tmp)
-		if modules, err = npmInstall(ctx, app, tmp); err != nil {
-			return Image{}, err
+		if lockfile && !app.NoCache {
+			dir := app.CacheDir
+			if dir == "" {
+				dir = DefaultNPMCacheDir()
+			}
+			if modules, _, err = cachedInstall(ctx, app, dir, key); err != nil {
+				return Image{}, err
+			}
+		} else {
+			tmp, err := os.MkdirTemp("", "agentimage-npm-*")
+			if err != nil {
+				return Image{}, err
+			}
+			defer os.RemoveAll(tmp)
+			if modules, err = npmInstall(ctx, app, tmp); err != nil {
+				return Image{}, err
+			}
+			inline = true
 		}
 	}
 	closure, err := nodeClosure(modules, pkg)
@@ -153,6 +181,11 @@ func Node(ctx context.Context, app NodeApp) (Image, error) {
 		pf, err := dirFiltered(filepath.Join(modules, filepath.FromSlash(rel)), AppPath+"/node_modules/"+rel, func(r string) bool { return r == "node_modules" })
 		if err != nil {
 			return Image{}, err
+		}
+		if inline {
+			if err := readSources(pf); err != nil {
+				return Image{}, err
+			}
 		}
 		files = append(files, pf...)
 	}

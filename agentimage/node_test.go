@@ -11,9 +11,10 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 )
 
-func writeTree(t *testing.T, root string, files map[string]string) {
+func writeTree(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for p, c := range files {
 		full := filepath.Join(root, filepath.FromSlash(p))
@@ -111,4 +112,122 @@ func TestNodeFromNodeModules(t *testing.T) {
 	if _, err := Node(context.Background(), NodeApp{Name: "example.com/app", Dir: app, Entry: "../x.js", NodeModules: fakeModules(t), Node: node}); !errors.Is(err, errdefs.ErrInvalidSpec) {
 		t.Errorf("entry outside the app: %v", err)
 	}
+}
+
+// TestNodeCachedInstall: with a lockfile, the second build of the same dependencies
+// takes them from the cache (npm is not run: here it would fail) and gives the same
+// image; another lockfile misses the cache; no lockfile, no cache. Needs npm and the
+// npm registry.
+func TestNodeCachedInstall(t *testing.T) {
+	node, err := exec.LookPath("node")
+	testenv.Need(t, "openclaw", err == nil, "node is not installed")
+	npm := testenv.NeedCommand(t, "openclaw", "npm")
+	app := t.TempDir()
+	writeTree(t, app, map[string]string{
+		"package.json": `{"name":"cached-app","private":true,"dependencies":{"is-number":"7.0.0"}}`,
+		"agent.js":     `console.log(require('is-number')(5))`,
+	})
+	lock := exec.Command(npm, "install", "--package-lock-only", "--no-audit", "--no-fund", "--loglevel=error")
+	lock.Dir = app
+	if out, err := lock.CombinedOutput(); err != nil {
+		t.Fatalf("npm install --package-lock-only: %v\n%s", err, out)
+	}
+	cache := filepath.Join(t.TempDir(), "npm")
+	build := func(npmCmd string) (string, error) {
+		img, err := Node(context.Background(), NodeApp{Name: "example.com/cached", Dir: app, Entry: "agent.js", Node: node, NPM: npmCmd, CacheDir: cache})
+		if err != nil {
+			return "", err
+		}
+		return img.Ref()
+	}
+	first, err := build(npm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := build("/bin/false")
+	if err != nil {
+		t.Fatalf("a second build with the same lockfile ran npm: %v", err)
+	}
+	if first != second {
+		t.Errorf("the cached build gave %s, the first %s", second, first)
+	}
+	ents, _ := os.ReadDir(cache)
+	if len(ents) != 1 {
+		t.Errorf("cache holds %d entries, want 1", len(ents))
+	}
+	if fi, err := os.Stat(cache); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("cache mode: %v %v", fi.Mode(), err)
+	}
+	// Another lockfile (and package.json) is another install.
+	writeTree(t, app, map[string]string{"package.json": `{"name":"cached-app","private":true,"dependencies":{"is-number":"7.0.0"},"description":"changed"}`})
+	if _, err := build("/bin/false"); err == nil {
+		t.Error("a changed package.json was served from the cache")
+	}
+	// A cache another user could write is refused.
+	if err := os.Chmod(cache, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, app, map[string]string{"package.json": `{"name":"cached-app","private":true,"dependencies":{"is-number":"7.0.0"}}`})
+	if _, err := build("/bin/false"); err == nil || !strings.Contains(err.Error(), "only this user") {
+		t.Errorf("a world-writable cache: %v", err)
+	}
+	// Without a lockfile nothing is cached.
+	if err := os.Chmod(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(app, "package-lock.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := build("/bin/false"); err == nil {
+		t.Error("an app without a lockfile was served from the cache")
+	}
+}
+
+// BenchmarkNodeBuild times agentimage.Node for an agent depending on openai and
+// @anthropic-ai/sdk (pinned by a lockfile): the first build (npm ci from the npm
+// registry; npm's own download cache warm) and a second one with the same
+// dependencies (from agentimage's cache). Needs npm and the npm registry.
+func BenchmarkNodeBuild(b *testing.B) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		b.Skip("node is not installed")
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		b.Skip("npm is not installed")
+	}
+	app := b.TempDir()
+	writeTree(b, app, map[string]string{
+		"package.json": `{"name":"bench-agent","private":true,"dependencies":{"openai":"7.57.0","@anthropic-ai/sdk":"1.12.0"}}`,
+		"agent.mjs":    `import OpenAI from 'openai'; import Anthropic from '@anthropic-ai/sdk'; console.log(typeof OpenAI, typeof Anthropic)`,
+	})
+	lock := exec.Command(npm, "install", "--package-lock-only", "--no-audit", "--no-fund", "--loglevel=error")
+	lock.Dir = app
+	if out, err := lock.CombinedOutput(); err != nil {
+		b.Fatalf("npm install --package-lock-only: %v\n%s", err, out)
+	}
+	build := func(b *testing.B, cache string) {
+		img, err := Node(context.Background(), NodeApp{Name: "example.com/bench", Dir: app, Entry: "agent.mjs", Node: node, CacheDir: cache})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := img.Ref(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("first", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			cache := filepath.Join(b.TempDir(), "npm")
+			b.StartTimer()
+			build(b, cache)
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		cache := filepath.Join(b.TempDir(), "npm")
+		build(b, cache)
+		for b.Loop() {
+			build(b, cache)
+		}
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,6 +43,12 @@ type PythonApp struct {
 	Packages []string
 	// Env is added to the image's environment (KEY=value).
 	Env []string
+	// Optional names modules (such as "openai", or "openai.types") the entry script
+	// may run without: missing, they are no error; found, they are packed. Modules the
+	// script imports inside a try whose except catches ImportError,
+	// ModuleNotFoundError, Exception or BaseException (or a bare except) are optional
+	// without being named here.
+	Optional []string
 }
 
 // VenvSitePackages is where Python puts a venv's site-packages in the image.
@@ -57,7 +65,24 @@ type pythonInfo struct {
 	SitePaths  []string          `json:"site_paths"`
 	Modules    map[string]string `json:"modules"`
 	Missing    []string          `json:"missing"`
+	Guarded    []string          `json:"guarded"`
 }
+
+// required returns the missing modules the entry script cannot run without: those
+// neither guarded by it nor named optional (a name covers its submodules).
+func (p pythonInfo) required(optional []string) []string {
+	opt := append(append([]string(nil), p.Guarded...), optional...)
+	var out []string
+	for _, m := range p.Missing {
+		if !slices.ContainsFunc(opt, func(o string) bool { return m == o || strings.HasPrefix(m, o+".") }) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// moduleName is a dotted Python module name.
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // Python builds an image that runs a Python agent: the host's interpreter and the
 // shared libraries it and every packed extension module link, its standard library
@@ -66,12 +91,18 @@ type pythonInfo struct {
 // entry script's imports; a module found in a system site directory brings its whole
 // top-level package, and, when a Debian package owns it, that package's Python files
 // and those of the python3-* packages it depends on; a module the entry script itself
-// imports that cannot be found is a *MissingDependencyError (before anything runs).
+// imports that cannot be found is a *MissingDependencyError (before anything runs),
+// unless the script guards its import (try/except ImportError) or Optional names it.
 // Imports made only dynamically (importlib, __import__) are not seen: name their
 // Debian packages in Packages, or use a Venv, which is packed whole.
 func Python(ctx context.Context, app PythonApp) (Image, error) {
 	if app.Entry == "" || !filepath.IsLocal(app.Entry) || !strings.HasSuffix(app.Entry, ".py") {
 		return Image{}, errdefs.Invalidf("agentimage: entry %q is not a .py path inside the app directory", app.Entry)
+	}
+	for _, m := range app.Optional {
+		if !moduleName.MatchString(m) {
+			return Image{}, errdefs.Invalidf("agentimage: optional module %q is not a module name", m)
+		}
 	}
 	entry := filepath.Join(app.Dir, app.Entry)
 	if fi, err := os.Stat(entry); err != nil || !fi.Mode().IsRegular() {
@@ -93,8 +124,8 @@ func Python(ctx context.Context, app PythonApp) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	if len(info.Missing) > 0 {
-		return Image{}, &MissingDependencyError{Package: info.Missing[0], RequiredBy: []string{app.Entry}}
+	if req := info.required(app.Optional); len(req) > 0 {
+		return Image{}, &MissingDependencyError{Package: req[0], RequiredBy: []string{app.Entry}}
 	}
 
 	files, err := HostBinary(ctx, python, "/usr/bin/python3")
@@ -381,11 +412,10 @@ func sharedLibs(ctx context.Context, paths []string) ([]File, error) {
 				if err != nil {
 					return nil, err
 				}
-				data, err := os.ReadFile(real)
-				if err != nil {
-					return nil, err
+				if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() {
+					return nil, fmt.Errorf("agentimage: %s is not a regular file (%v)", real, err)
 				}
-				out = append(out, File{Path: f, Mode: 0o755, Data: data})
+				out = append(out, File{Path: f, Mode: 0o755, Source: real})
 			}
 		}
 	}

@@ -112,3 +112,52 @@ func TestPythonVenv(t *testing.T) {
 		t.Errorf("env %v", img.Env)
 	}
 }
+
+// TestPythonOptionalImports: a module imported under `try: ... except ImportError:`
+// (or ModuleNotFoundError, or a bare except) is optional: missing, it is no error (the
+// script handles its absence); found, it is packed. PythonApp.Optional marks one
+// optional whatever the script does. A missing module imported unguarded is still an
+// error.
+func TestPythonOptionalImports(t *testing.T) {
+	_, err := os.Stat("/usr/lib/python3/dist-packages/yaml/__init__.py")
+	testenv.Need(t, "python", err == nil, "Debian's python3 and python3-yaml are not installed (scripts/install-python.sh)")
+	app := t.TempDir()
+	writeTree(t, app, map[string]string{"main.py": `import json
+try:
+    import openai_not_installed_here
+except ImportError:
+    openai_not_installed_here = None
+try:
+    from anthropic_not_installed_here import Anthropic
+except (ModuleNotFoundError, OSError):
+    Anthropic = None
+try:
+    import yaml
+except ImportError:
+    yaml = None
+import dynamically_optional_module
+print(json.dumps({"openai": openai_not_installed_here is not None}))
+`})
+	build := func(optional ...string) (Image, error) {
+		return Python(context.Background(), PythonApp{Name: "example.com/pyopt", Dir: app, Entry: "main.py", Python: debianPython, Optional: optional})
+	}
+	_, err = build()
+	var me *MissingDependencyError
+	if !errors.As(err, &me) || me.Package != "dynamically_optional_module" {
+		t.Fatalf("an unguarded missing import: %v, want it named", err)
+	}
+	img, err := build("dynamically_optional_module")
+	if err != nil {
+		t.Fatalf("guarded imports and a module marked optional: %v", err)
+	}
+	have := false
+	for _, f := range img.Files {
+		have = have || f.Path == "/usr/lib/python3/dist-packages/yaml/__init__.py"
+	}
+	if !have {
+		t.Error("an optional module that is installed is not packed")
+	}
+	if _, err := build("bad name!"); !errors.Is(err, errdefs.ErrInvalidSpec) {
+		t.Errorf("a bad optional name: %v", err)
+	}
+}

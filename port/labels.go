@@ -17,7 +17,8 @@ const (
 	LabelRunID = LabelPrefix + "run-id"
 	// LabelCreatedAt is the creation time, RFC 3339 in UTC.
 	LabelCreatedAt = LabelPrefix + "created-at"
-	// LabelKind says what the resource is for: KindSandbox or KindProxy.
+	// LabelKind says what the resource is for: KindSandbox, KindSession, KindPool or
+	// KindProxy.
 	LabelKind = LabelPrefix + "kind"
 )
 
@@ -25,6 +26,10 @@ const (
 const (
 	KindSandbox = "sandbox"
 	KindProxy   = "proxy"
+	// KindPool is a warm pool's sandbox waiting for a run. A runtime that can relabel
+	// a sandbox (containerd) makes a claimed one KindSandbox; one that cannot (Docker)
+	// renames it after its run instead.
+	KindPool = "pool"
 )
 
 // DefaultOwner is the owner label value used when a caller sets none.

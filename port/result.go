@@ -40,10 +40,10 @@ type RunResult struct {
 	// Memory is what the sandbox's memory cgroup said while it ran (see
 	// MemoryPressure); nil where the runner cannot read it.
 	Memory *MemoryPressure
-	// StdoutDropped and StderrDropped count the bytes of a session's output its
-	// handle never received: written while no host was attached, beyond what the
-	// runtime keeps (see docs/sessions.md). Sessions only; runs count nothing here
-	// (their caps show in StdoutTruncated and StderrTruncated).
+	// StdoutDropped and StderrDropped count the bytes of a session's output that came
+	// before Stdout and Stderr: its output log keeps the last LogLimit bytes of each
+	// stream (see docs/sessions.md). Sessions only; runs count nothing here (their
+	// caps show in StdoutTruncated and StderrTruncated).
 	StdoutDropped, StderrDropped int64
 }
 

@@ -47,8 +47,10 @@ type SessionSpec struct {
 	// Expose lists loopback TCP ports inside the sandbox the host may reach, each
 	// through a unix socket (Session.Expose). At most MaxExposedPorts.
 	Expose []int
-	// LogLimit is how many of the last bytes of each of stdout and stderr a session
-	// keeps (default DefaultLogLimit).
+	// LogLimit is how many of the last bytes of each of stdout and stderr a session's
+	// output log keeps (default DefaultLogLimit): the host's disk holds two files of
+	// about this size per session, and a reader (LogFollower) may fall this far behind
+	// before it misses bytes.
 	LogLimit int
 }
 
@@ -101,8 +103,9 @@ type Session interface {
 	// Done is closed when the sandbox's process has exited (or the handle was detached).
 	Done() <-chan struct{}
 	// Wait blocks until the process exits or ctx ends. Its result and error are what
-	// RunOnce reports: the exit code, the logs' tails as Stdout and Stderr (truncated
-	// flags set when the ring dropped bytes), and a *RunError for a session that did not
+	// RunOnce reports: the exit code, what the output log holds as Stdout and Stderr
+	// (truncated flags and StdoutDropped, StderrDropped saying how many bytes came
+	// before), the Duration from creation to exit, and a *RunError for a session that did not
 	// complete (timeout at its lifetime, oom_killed, container_failed). A ctx that
 	// ends gives ctx's error and no result; a detached handle gives ErrClosed.
 	Wait(ctx context.Context) (*RunResult, error)
@@ -114,8 +117,9 @@ type Session interface {
 	// Detach releases the handle without stopping the sandbox (for a later Attach).
 	// The heartbeat stops with it.
 	Detach() error
-	// Logs returns the last LogLimit bytes of stdout and stderr seen by this handle
-	// (a handle rebuilt by Attach sees output from then on).
+	// Logs returns what the session's output log holds: the last LogLimit bytes of
+	// stdout and stderr (a handle rebuilt by Attach reads the same log). Runners whose
+	// sessions implement LogFollower also give readers that follow it.
 	Logs() (stdout, stderr []byte)
 	// Expose returns the host path of the unix socket that reaches port on the
 	// sandbox's loopback. The directory holding it is writable by the sandbox: dial

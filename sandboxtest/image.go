@@ -20,6 +20,7 @@ var probe struct {
 	sync.Mutex
 	ref     string
 	archive []byte
+	bin     []byte
 }
 
 // ProbeImage builds the probe agent image the suites need and returns its reference
@@ -43,18 +44,38 @@ func ProbeImage(ctx context.Context) (ref string, archive []byte, err error) {
 	if probe.ref != "" {
 		return probe.ref, probe.archive, nil
 	}
-	bin, err := gobuild.StaticBytes(ctx, gobuild.ModuleDir(), ProbePackage)
+	img, err := probeImage(ctx)
 	if err != nil {
-		return "", nil, fmt.Errorf("sandboxtest: building the probe: %w", err)
+		return "", nil, err
 	}
-	img := agentimage.Static(ProbeImageName, bin)
-	img.Labels = map[string]string{agentimage.TestImageLabel: "sandboxtest"}
-	img.Files = append(img.Files, agentimage.File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: bin},
-		agentimage.File{Path: ProbeWritableDir, Mode: 0o777, Dir: true})
 	ref, archive, err = img.Archive()
 	if err != nil {
 		return "", nil, err
 	}
 	probe.ref, probe.archive = ref, archive
 	return ref, archive, nil
+}
+
+// ProbeAgentImage is the probe agent image ProbeImage packs, for a test that pushes it
+// (Image.Push) rather than loading it.
+func ProbeAgentImage(ctx context.Context) (agentimage.Image, error) {
+	probe.Lock()
+	defer probe.Unlock()
+	return probeImage(ctx)
+}
+
+// probeImage builds the probe image, its binary once per process (probe.bin).
+func probeImage(ctx context.Context) (agentimage.Image, error) {
+	if probe.bin == nil {
+		bin, err := gobuild.StaticBytes(ctx, gobuild.ModuleDir(), ProbePackage)
+		if err != nil {
+			return agentimage.Image{}, fmt.Errorf("sandboxtest: building the probe: %w", err)
+		}
+		probe.bin = bin
+	}
+	img := agentimage.Static(ProbeImageName, probe.bin)
+	img.Labels = map[string]string{agentimage.TestImageLabel: "sandboxtest"}
+	img.Files = append(img.Files, agentimage.File{Path: "/agent-suid", Mode: 0o755 | fs.ModeSetuid, Data: probe.bin},
+		agentimage.File{Path: ProbeWritableDir, Mode: 0o777, Dir: true})
+	return img, nil
 }

@@ -59,6 +59,7 @@ var runnerCases = []struct {
 	{"TimeoutKills", testTimeoutKills},
 	{"CancelKills", testCancelKills},
 	{"ExitCodePassesThrough", testExitCode},
+	{"LongestRunID", testLongestRunID},
 	{"StdoutStderrSeparate", testStreamsSeparate},
 	{"OutputTruncated", testOutputTruncated},
 	{"RootReadOnlyTmpWritable", testRootReadOnly},
@@ -81,6 +82,16 @@ func RunID(prefix string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// LongestRunID returns a fresh run ID of exactly port.MaxRunIDLen bytes starting with
+// prefix: every runner and session must take it (the run-id rule is one rule).
+func LongestRunID(prefix string) string {
+	id := RunID(prefix) + "-"
+	for len(id) < port.MaxRunIDLen {
+		id += "x"
+	}
+	return id[:port.MaxRunIDLen]
 }
 
 func (s *suite) spec(name string, argv ...string) port.RunSpec {
@@ -355,6 +366,18 @@ func testExitCode(t *testing.T, s *suite) {
 	}
 	if res.ExitCode != 7 || res.ErrorCode != "" || res.OK() {
 		t.Errorf("exit=%d code=%q ok=%v, want 7", res.ExitCode, res.ErrorCode, res.OK())
+	}
+}
+
+func testLongestRunID(t *testing.T, s *suite) {
+	spec := s.spec("longest", "echo", "long-id", "")
+	spec.RunID = LongestRunID("pt-longest")
+	res, err := s.run(t, context.Background(), spec)
+	if err != nil {
+		t.Fatalf("a run id of %d bytes (port.MaxRunIDLen) is refused: %v", len(spec.RunID), err)
+	}
+	if res.ExitCode != 0 || string(res.Stdout) != "long-id" {
+		t.Errorf("exit=%d stdout=%q", res.ExitCode, res.Stdout)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -32,10 +31,6 @@ type SessionHarness struct {
 	// AgeHeartbeat moves a session's last heartbeat back by d (the adapter knows where
 	// it keeps it), simulating a host that stopped caring d ago.
 	AgeHeartbeat func(s port.Session, d time.Duration) error
-	// DetachedLossUncounted declares that output dropped while no host was attached
-	// (beyond the log limit) is dropped without a count in the session's result
-	// (RunResult.StdoutDropped); the rest of the detached-output case still holds.
-	DetachedLossUncounted bool
 }
 
 // servePort is the loopback port the probe serves on inside sessions.
@@ -72,6 +67,7 @@ func TestSessions(t *testing.T, h SessionHarness) {
 			fn   func(*testing.T)
 		}{
 			{"WaitReportsExit", s.testWaitExit},
+			{"LongestRunIDAndDuration", s.testLongestRunID},
 			{"LogsRingCapped", s.testLogsCap},
 			{"StopTermThenKill", s.testStopKill},
 			{"LifetimeEnds", s.testLifetime},
@@ -79,6 +75,8 @@ func TestSessions(t *testing.T, h SessionHarness) {
 			{"ReattachAfterRestart", s.testReattach},
 			{"SweepByHeartbeat", s.testSweep},
 			{"DetachedOutputNeverBlocks", s.testDetachedOutput},
+			{"ReadersByteExact", s.testReadersByteExact},
+			{"FollowFromAnyPoint", s.testFollowFromAnyPoint},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
@@ -379,6 +377,24 @@ func (s *sessionSuite) testWaitExit(t *testing.T) {
 	}
 }
 
+// testLongestRunID starts a session with a run id of port.MaxRunIDLen bytes (the one
+// rule RunOnce follows) whose process lives about a second, and requires its result to
+// say how long it ran.
+func (s *sessionSuite) testLongestRunID(t *testing.T) {
+	spec := s.spec("longest", "sleep", "1")
+	spec.RunID = LongestRunID("ps-longest")
+	sess := s.startSpec(t, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := sess.Wait(ctx)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Wait = %+v, %v", res, err)
+	}
+	if res.Duration < time.Second || res.Duration > 30*time.Second {
+		t.Errorf("a session that slept 1 s reports a duration of %v", res.Duration)
+	}
+}
+
 func (s *sessionSuite) testLogsCap(t *testing.T) {
 	spec := s.spec("logs", "flood", "300000")
 	spec.LogLimit = 4096
@@ -390,11 +406,9 @@ func (s *sessionSuite) testLogsCap(t *testing.T) {
 		t.Fatalf("Wait: %v", err)
 	}
 	out, _ := sess.Logs()
-	// A writer faster than the host reads loses its oldest bytes inside the sandbox
-	// rather than block, and the notice counting them may be in the ring.
-	kept := dropNotices(string(out))
-	if len(out) != 4096 || !res.StdoutTruncated || len(res.Stdout) != 4096 || strings.Trim(kept, "x") != "" {
-		t.Errorf("log ring: %d bytes kept, result %d truncated=%v", len(out), len(res.Stdout), res.StdoutTruncated)
+	// The log keeps the newest 4 KiB; the result says exactly how much came before.
+	if len(out) != 4096 || strings.Trim(string(out), "x") != "" || !res.StdoutTruncated || len(res.Stdout) != 4096 || res.StdoutDropped != 300000-4096 {
+		t.Errorf("log: %d bytes kept, result %d truncated=%v dropped=%d", len(out), len(res.Stdout), res.StdoutTruncated, res.StdoutDropped)
 	}
 }
 
@@ -557,8 +571,8 @@ func containsPrefix(ss []string, p string) bool {
 
 // testDetachedOutput: with no host attached, an agent writing 4 KiB every 20 ms
 // (about 600 KiB, beyond the pipes' buffers and the log limit) never blocks; a host
-// that attaches afterwards sees the newest output, contiguous up to the last line,
-// and a count of what was dropped before it. About 5 s.
+// that attaches afterwards has the newest output, exactly the log's size of it up to
+// the last line, and the exact count of what came before. About 5 s.
 func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 	const lines = 150
 	spec := s.spec("chatter", "chatter", port.WorkspacePath+"/progress", fmt.Sprint(lines))
@@ -590,82 +604,30 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 			again.Stop(context.Background(), time.Second)
 		}
 	}()
+	// What the probe wrote, byte for byte.
+	var want bytes.Buffer
+	pad := strings.Repeat("x", 4096-len("line 000000 ")-1)
+	for i := range lines {
+		fmt.Fprintf(&want, "line %06d %s\n", i, pad)
+	}
+	want.WriteString("chatter done\n")
 	var out []byte
 	for end := time.Now().Add(30 * time.Second); ; {
 		out, _ = again.Logs()
-		if bytes.Contains(out, []byte("chatter done")) || time.Now().After(end) {
+		if bytes.HasSuffix(out, []byte("chatter done\n")) || time.Now().After(end) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !bytes.Contains(out, []byte("chatter done")) {
-		t.Fatalf("the output written while detached is lost: %d bytes after re-attach, ending %q", len(out), clip(out[max(0, len(out)-200):]))
+	if !bytes.Equal(out, want.Bytes()[want.Len()-spec.LogLimit:]) {
+		t.Fatalf("after re-attach the log holds %d bytes ending %q; want the last %d written", len(out), clip(out[max(0, len(out)-200):]), spec.LogLimit)
 	}
-	// The newest lines, in order and without a gap, up to the last one.
-	var nums []int
-	notice := -1
-	for _, l := range strings.Split(string(out), "\n") {
-		if i := strings.Index(l, bridgeapi.DroppedNotice); i >= 0 {
-			notice = len(nums)
-			var n int
-			if _, err := fmt.Sscanf(l[i+len(bridgeapi.DroppedNotice):], "%d bytes", &n); err != nil || n <= 0 {
-				t.Errorf("a dropped-output notice without a count: %q", l)
-			}
-			continue
-		}
-		var n int
-		if _, err := fmt.Sscanf(l, "line %d ", &n); err == nil {
-			nums = append(nums, n)
-		}
-	}
-	if len(nums) == 0 || nums[len(nums)-1] != lines-1 {
-		t.Fatalf("the last line is missing after re-attach (saw %d lines)", len(nums))
-	}
-	for i := max(notice, 0) + 1; i < len(nums); i++ {
-		if nums[i] != nums[i-1]+1 {
-			t.Errorf("a gap after the kept output's start: line %d follows %d", nums[i], nums[i-1])
-			break
-		}
-	}
-	// The count, in the result: at least what the runtime cannot have kept (four log
-	// limits: the daemon's two files or the bridge's spool and the FIFOs, generously),
-	// at most what the result lacks of the agent's output.
 	stopped = true
 	res, err := again.Stop(context.Background(), time.Second)
 	if err != nil || res == nil {
 		t.Fatalf("Stop: %+v, %v", res, err)
 	}
-	const lineBytes = 4096 // the probe's chatter lines
-	written := int64(lines*lineBytes + len("chatter done\n"))
-	var kept int64 // the agent's bytes in the result: a notice and the newline before it are not
-	for _, l := range strings.SplitAfter(string(res.Stdout), "\n") {
-		if strings.Contains(l, bridgeapi.DroppedNotice) {
-			kept--
-			continue
-		}
-		kept += int64(len(l))
+	if !bytes.Equal(res.Stdout, out) || res.StdoutDropped != int64(want.Len()-spec.LogLimit) || !res.StdoutTruncated {
+		t.Errorf("the result has %d bytes of stdout and counts %d dropped; want the log's %d and %d", len(res.Stdout), res.StdoutDropped, len(out), want.Len()-spec.LogLimit)
 	}
-	missing := written - kept
-	low := written - 4*int64(spec.LogLimit)
-	t.Logf("%d bytes written while detached, %d in the result, %d counted as dropped (bounds [%d, %d])", written, written-missing, res.StdoutDropped, low, missing)
-	if s.h.DetachedLossUncounted {
-		return
-	}
-	if res.StdoutDropped < low || res.StdoutDropped > missing {
-		t.Errorf("the result counts %d bytes of stdout dropped; want between %d (what the runtime cannot keep) and %d (what the result lacks)", res.StdoutDropped, low, missing)
-	}
-	if nums[0] != 0 && res.StdoutDropped == 0 {
-		t.Errorf("output was dropped (the first line kept is %d) and the result does not count it", nums[0])
-	}
-}
-
-// dropNotices returns out without the bridge's dropped-output notices.
-func dropNotices(out string) string {
-	var b strings.Builder
-	for _, l := range strings.SplitAfter(out, "\n") {
-		if !strings.Contains(l, bridgeapi.DroppedNotice) {
-			b.WriteString(strings.TrimSuffix(l, "\n"))
-		}
-	}
-	return b.String()
 }

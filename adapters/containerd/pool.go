@@ -161,7 +161,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub.Argv))
@@ -330,7 +330,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	relabel.Add(1)
 	go func() {
 		defer relabel.Done()
-		r.labelForRun(s, spec, log)
+		r.labelForRun(s, p.key, spec, log)
 	}()
 
 	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
@@ -468,12 +468,14 @@ func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*
 }
 
 // labelForRun gives a claimed slot's container the run's labels, so Sweep by run ID
-// finds it. It runs beside the run, with its own bounded context: a failure only
-// leaves the pool's labels on it.
-func (r *Runner) labelForRun(s *slot, spec port.RunSpec, log *slog.Logger) {
+// finds it, keeping the pool's and its slot directory's (Sweep removes the directory
+// with the container). It runs beside the run, with its own bounded context: a
+// failure only leaves the pool's labels on it.
+func (r *Runner) labelForRun(s *slot, key string, spec port.RunSpec, log *slog.Logger) {
 	ctx, cancel := r.cleanupCtx(context.Background())
 	defer cancel()
 	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, time.Now())
+	lbls[LabelPool], lbls[LabelSlotDir] = key, s.dir
 	if _, err := s.container.SetLabels(ctx, lbls); err != nil {
 		log.Warn("labelling the claimed sandbox failed", "err", err)
 	}

@@ -624,9 +624,19 @@ func (r *Runner) loadImage(ctx context.Context, archive io.Reader, skipPresent b
 	return names, nil
 }
 
+// maxContainerID is containerd's limit on a container ID (identifiers.Validate).
+const maxContainerID = 76
+
+// containerID names a run's container: the prefix, as much of the run ID as fits in
+// containerd's limit (a run ID of port.MaxRunIDLen bytes does not: its label carries
+// it whole) and a random suffix that keeps the name unique.
 func containerID(runID string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
+	const prefix, suffix = len("agentsandbox-"), 1 + 2*len(b)
+	if n := maxContainerID - prefix - suffix; len(runID) > n {
+		runID = runID[:n]
+	}
 	return "agentsandbox-" + runID + "-" + hex.EncodeToString(b[:])
 }
 

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -33,10 +31,13 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-var _ port.SessionRunner = (*Runner)(nil)
+var (
+	_ port.SessionRunner = (*Runner)(nil)
+	_ port.LogFollower   = (*ctrSession)(nil)
+)
 
 // WithSessionDir sets the directory under which sessions get their host directories
-// (exposed sockets, heartbeat, stdio FIFOs). Default: agentsandbox-sessions in the
+// (exposed sockets, output log, heartbeat). Default: agentsandbox-sessions in the
 // system's temporary directory. Sweep and Attach only act on session directories
 // directly under it, whatever a label says.
 func WithSessionDir(dir string) Option {
@@ -44,19 +45,6 @@ func WithSessionDir(dir string) Option {
 }
 
 func (r *Runner) sessionRoot() string { return session.Root(r.cfg.sessionRoot) }
-
-// fifoDir holds a session's stdio FIFOs, in its host directory (out of the sandbox's
-// reach), so a new host process can attach to them again and Sweep removes them with it.
-const fifoDir = "fifo"
-
-// sessionIO attaches the rings to a session's FIFOs without ever removing them (Stop
-// and Sweep remove them with the session's directory), so a detached session can be
-// attached again.
-func sessionIO(fifos cio.Config, stdout, stderr io.Writer) (cio.IO, error) {
-	fifos.Stdin, fifos.Terminal = "", false
-	set := cio.NewFIFOSet(fifos, func() error { return nil })
-	return cio.NewAttach(cio.WithStreams(nil, stdout, stderr))(set)
-}
 
 // Start implements port.SessionRunner. Sessions need the bridge (WithBridge): it
 // exposes the ports and ends the session at its lifetime even without a host. Errors
@@ -110,17 +98,11 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		}
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
 	}
-	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
-		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
-	}
 	s := r.newSession(st.Meta(id, ss), c, lease)
-	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
-		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
-		return sessionIO(cio.Config{
-			Stdout: filepath.Join(dir, fifoDir, "stdout"),
-			Stderr: filepath.Join(dir, fifoDir, "stderr"),
-		}, stdout, stderr)
-	})
+	// No stdio for the host: the session's output is its log, which the bridge
+	// writes and every handle reads (a FIFO has one reader: it would take the
+	// output from whoever else reads it). The shim gives the task /dev/null.
+	task, err := c.NewTask(ctx, cio.NullIO)
 	if err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("create task: %w", classify(err))})
@@ -145,14 +127,16 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	return s, nil
 }
 
-// withExpose mounts the session's expose directory and has the bridge expose the
-// ports there, and relay the agent's output so that it never blocks on it with no
-// host attached (the shim stops reading its FIFOs then). It runs after the lockdown
-// options, which put the bridge first.
+// withExpose mounts the session's expose and log directories and has the bridge
+// expose the ports in the one and write the agent's output to the other, relaying it
+// so that the agent never blocks on it. It runs after the lockdown options, which put
+// the bridge first.
 func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: session.ExposeTarget, Type: "bind", Source: session.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-		s.Process.Args = session.InsertFlags(s.Process.Args, append(session.BridgeFlags(ports), session.OutputFlags(logLimit)...))
+		opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: session.ExposeTarget, Type: "bind", Source: session.ExposeDir(dir), Options: opts},
+			specs.Mount{Destination: bridgeapi.SessionLogDir, Type: "bind", Source: session.LogDir(dir), Options: opts})
+		s.Process.Args = session.InsertFlags(s.Process.Args, append(append(session.BridgeFlags(ports), session.OutputFlags(logLimit)...), session.LogFlags()...))
 		return nil
 	}
 }
@@ -184,13 +168,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", m.RunID, err)
 	}
 	s := r.newSession(m, c, lease)
-	task, err := c.Task(ctx, func(f *cio.FIFOSet) (cio.IO, error) {
-		if f == nil {
-			return nil, errors.New("the task has no stdio")
-		}
-		stdout, stderr := s.Writers()
-		return sessionIO(f.Config, stdout, stderr)
-	})
+	task, err := c.Task(ctx, nil) // the output is in the session's log
 	if err != nil {
 		s.halt()
 		return nil, opErr("Attach", m.RunID, classify(err))
@@ -274,22 +252,14 @@ func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
 }
 
 func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut error) {
-	if io := task.IO(); io != nil {
-		done := make(chan struct{})
-		go func() { io.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-		}
-	}
 	s.mu.Lock()
 	stopping := s.stopping
 	s.mu.Unlock()
-	code, _, err := st.Result()
+	code, exited, err := st.Result()
 	res := &port.RunResult{ExitCode: int(code)}
 	fail := func(c port.ErrorCode, cause error) {
 		res.ErrorCode = c
-		s.Handle.Finish(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}))
+		s.Handle.FinishAt(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}), exited)
 	}
 	if err != nil {
 		fail(port.CodeInternal, fmt.Errorf("exit status: %w", err))
@@ -299,8 +269,7 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		fail(port.CodeTimeout, timedOut)
 		return
 	}
-	errOut, _ := s.Stderr.Bytes()
-	tail := errOut[max(0, len(errOut)-256):]
+	tail := s.StderrTail(256)
 	if reason, ok := execFailed(true, res.ExitCode, tail); ok && !stopping {
 		fail(port.CodeContainerFailed, errors.New(reason))
 		return
@@ -313,31 +282,27 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		ctx, cancel := s.r.cleanupCtx(context.Background())
 		n, err := oomKills(ctx, task)
 		cancel()
-		_, notice := capture.TrimNotice(errOut, tail, bridgeapi.OOMNotice)
+		_, notice := capture.TrimNotice(tail, tail, bridgeapi.OOMNotice)
 		if (err == nil && n > 0) || notice {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
 		}
 	}
-	s.Handle.Finish(res, nil)
+	s.Handle.FinishAt(res, nil, exited)
 }
 
 // halt stops watching (Start's and Attach's failure paths).
 func (s *ctrSession) halt() {
 	s.StopHeartbeat()
 	s.mu.Lock()
-	cancel, task := s.cancel, s.task
+	cancel := s.cancel
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
 	s.watching.Wait()
-	if task != nil {
-		if io := task.IO(); io != nil {
-			io.Cancel()
-		}
-	}
 	s.Handle.Finish(nil, fmt.Errorf("%w: session not started or attached", port.ErrContainerFailed))
+	s.CloseLog()
 }
 
 // Stop implements port.Session.
@@ -398,6 +363,7 @@ func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunRe
 	s.stopped = true
 	s.mu.Unlock()
 	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil)
+	s.CloseLog()
 	return s.Result()
 }
 
@@ -405,19 +371,14 @@ func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunRe
 func (s *ctrSession) Detach() error {
 	s.StopHeartbeat()
 	s.mu.Lock()
-	cancel, task := s.cancel, s.task
+	cancel := s.cancel
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
 	s.watching.Wait()
-	if task != nil {
-		if io := task.IO(); io != nil {
-			io.Cancel() // closes our ends of the FIFOs; the FIFOs stay for the next Attach
-			io.Wait()
-		}
-	}
 	s.MarkDetached()
+	s.CloseLog()
 	return nil
 }
 

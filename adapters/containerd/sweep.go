@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
@@ -65,7 +66,9 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	sn := r.cli.SnapshotService(r.cfg.snapshotter)
 	var stray []string
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if info.Labels[port.LabelOwner] == r.cfg.owner && old(info.Labels) {
+		// A container's own snapshot (keyed by its ID) goes with it: listed as the
+		// container, it is not a stray (a dry run lists what the sweep removes).
+		if info.Labels[port.LabelOwner] == r.cfg.owner && old(info.Labels) && !live[info.Name] {
 			stray = append(stray, info.Name)
 		}
 		return nil
@@ -99,9 +102,8 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 			rep.Errors = append(rep.Errors, fmt.Errorf("lease %s: %w", l.ID, err))
 		}
 	}
-	if !opts.DryRun {
-		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
-	}
+	// Leases of hosts that died.
+	runner.SweepLeases(runlease.DefaultRoot(), r.cfg.owner, opts, &rep)
 	r.cfg.logger.Info("sweep done", logattr.Owner, r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
 }

@@ -186,7 +186,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	cfg, hc := sandboxConfig(spec.ColdSpec(), stub.Argv, lbls, r.cfg.bridgePath)

@@ -27,18 +27,6 @@ func ownSlotDir(cfg config, lbls map[string]string) string {
 	return d
 }
 
-// sweepSlotDir removes the slot directory of a swept pooled sandbox.
-func sweepSlotDir(cfg config, lbls map[string]string, rep *port.SweepReport) {
-	d := ownSlotDir(cfg, lbls)
-	if d == "" {
-		return
-	}
-	rep.Removed = append(rep.Removed, "dir:"+d)
-	if err := slotmount.RemoveDir(d); err != nil {
-		rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", d, err))
-	}
-}
-
 // poolRoot is Runner.poolDir for a config.
 func (c config) poolRoot() string { return filepath.Join(c.poolDir, "docker", c.owner) }
 
@@ -84,6 +72,10 @@ func (r *Runner) sweepPool(ctx context.Context, opts port.SweepOptions, rep *por
 		}
 		for _, c := range cs {
 			rep.Removed = append(rep.Removed, "container:"+c.ID)
+			d := ownSlotDir(r.cfg, c.Labels)
+			if d != "" {
+				rep.Removed = append(rep.Removed, "dir:"+d)
+			}
 			if opts.DryRun {
 				continue
 			}
@@ -91,7 +83,11 @@ func (r *Runner) sweepPool(ctx context.Context, opts port.SweepOptions, rep *por
 				rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", short(c.ID), classify(err)))
 				continue
 			}
-			sweepSlotDir(r.cfg, c.Labels, rep)
+			if d != "" {
+				if err := slotmount.RemoveDir(d); err != nil {
+					rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", d, err))
+				}
+			}
 		}
 		return
 	}

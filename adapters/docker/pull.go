@@ -66,7 +66,8 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 	if err != nil {
 		return port.PulledImage{}, pe(err)
 	}
-	if ir.Digest != "" && ir.Tag != "" {
+	switch {
+	case ir.Digest != "" && ir.Tag != "":
 		// The tag must name the pinned content now: otherwise the caller's two
 		// statements about the image disagree, and neither silently wins.
 		di, err := api.DistributionInspect(ctx, ir.Tagged(), client.DistributionInspectOptions{EncodedRegistryAuth: auth})
@@ -75,6 +76,14 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 		}
 		if err := q.CheckTag(di.Descriptor.Digest.String()); err != nil {
 			return port.PulledImage{}, err
+		}
+	case ir.Digest != "" && policy == port.PullAlways:
+		// The daemon answers a pull by digest from its store when it holds the
+		// content, even after the registry refused the credentials ("Image is up to
+		// date"): PullAlways asks the registry, as containerd's pull does, so a
+		// wrong or revoked password fails here too.
+		if _, err := api.DistributionInspect(ctx, local, client.DistributionInspectOptions{EncodedRegistryAuth: auth}); err != nil {
+			return port.PulledImage{}, pe(imagepull.Classify(classify(err)))
 		}
 	}
 	resp, err := api.ImagePull(ctx, local, client.ImagePullOptions{RegistryAuth: auth})

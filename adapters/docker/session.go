@@ -26,7 +26,10 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-var _ port.SessionRunner = (*Runner)(nil)
+var (
+	_ port.SessionRunner = (*Runner)(nil)
+	_ port.LogFollower   = (*dockerSession)(nil)
+)
 
 // WithSessionDir sets the directory under which sessions get their host directories
 // (exposed sockets, heartbeat). Default: agentsandbox-sessions in the system's
@@ -39,18 +42,6 @@ func WithSessionDir(dir string) Option {
 func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
 
 func (c config) sessionDir() string { return session.Root(c.sessionRoot) }
-
-// sweepSessionDir removes the host directory of a swept session (reported as "dir:").
-func sweepSessionDir(cfg config, lbls map[string]string, rep *port.SweepReport) {
-	d := session.OwnDir(cfg.sessionDir(), lbls[port.LabelSessionDir])
-	if d == "" {
-		return
-	}
-	rep.Removed = append(rep.Removed, "dir:"+d)
-	if err := session.RemoveDir(cfg.sessionDir(), d); err != nil {
-		rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", d, err))
-	}
-}
 
 // execAPI is the part of the SDK sessions use besides apiClient.
 type execAPI interface {
@@ -77,9 +68,8 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	// The bridge marks the streams with their offsets: the daemon's log rotation
-	// drops output without a count, and the marks give it to the next Attach.
-	entrypoint = session.InsertFlags(entrypoint, append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.MarkFlags(ss.LogLimit)...))
+	// The bridge writes the session's output log, which every handle reads.
+	entrypoint = session.InsertFlags(entrypoint, append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...))
 	name := containerName(ss.RunID)
 	st, err := session.Prepare(r.sessionRoot(), name, r.cfg.owner, ss)
 	if err != nil {
@@ -88,10 +78,10 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	root, dir, lbls := st.Root, st.Dir, st.Labels
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget})
-	// The daemon keeps what the agent writes while no host is attached (at most two
-	// files of the log limit; it drops older output when it rotates), and an Attach
-	// replays it. The agent never blocks on output: the daemon always reads it.
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget},
+		mount.Mount{Type: mount.TypeBind, Source: session.LogDir(dir), Target: bridgeapi.SessionLogDir})
+	// The session's output is its log (session.LogDir); the daemon's copy is for
+	// `docker logs` only, bounded like it (two files of the log limit).
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
 	var id string
 	// Held from before the sandbox exists: another process's Sweep leaves it alone.
@@ -185,26 +175,16 @@ func (r *Runner) newSession(m session.Meta, lease *runlease.Lease) *dockerSessio
 	return &dockerSession{Handle: h, r: r}
 }
 
-// watch attaches to the output (into the rings) and waits for the exit, which it
-// records as RunOnce would classify it.
+// watch waits for the exit, which it records as RunOnce would classify it, and ends the
+// session at its lifetime. The output is in the session's log, not in any stream of
+// the daemon's this handle would hold.
 func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	att, err := s.r.cfg.api.ContainerAttach(wctx, s.ID(), client.ContainerAttachOptions{Stream: true, Logs: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("attach: %w", classify(err))}
-	}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		stdout, stderr := s.Writers()
-		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
-	}()
 	wait := s.r.cfg.api.ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: cond})
 	s.watching.Add(1)
 	go func() {
 		defer s.watching.Done()
-		defer att.Close()
 		var timer <-chan time.Time
 		if !s.Deadline.IsZero() {
 			t := time.NewTimer(time.Until(s.Deadline))
@@ -214,10 +194,6 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 		for {
 			select {
 			case w := <-wait.Result:
-				select {
-				case <-copied:
-				case <-time.After(5 * time.Second):
-				}
 				s.finish(int(w.StatusCode), nil, nil)
 				return
 			case err := <-wait.Error:
@@ -260,8 +236,8 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		s.Handle.Finish(res, opErr("Session", s.RunID(), runErr))
 		return
 	}
-	errOut, _ := s.Stderr.Bytes()
-	if reason, ok := execFailed(true, code, lastBytes(errOut, 256)); ok && !stopping {
+	errOut := s.StderrTail(256)
+	if reason, ok := execFailed(true, code, errOut); ok && !stopping {
 		fail(port.CodeContainerFailed, errors.New(reason))
 		return
 	}
@@ -270,7 +246,7 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		return
 	}
 	if code == 137 {
-		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), bridgeapi.OOMNotice); oom {
+		if _, oom := capture.TrimNotice(errOut, errOut, bridgeapi.OOMNotice); oom {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
 		}
@@ -282,13 +258,6 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 	s.Handle.Finish(res, nil)
 }
 
-func lastBytes(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
 // halt stops watching and removes the container (used on Start's failure paths by the
 // deferred cleanup, which removes the container itself).
 func (s *dockerSession) halt() {
@@ -298,6 +267,7 @@ func (s *dockerSession) halt() {
 	}
 	s.watching.Wait()
 	s.Handle.Finish(nil, fmt.Errorf("%w: session never started", port.ErrContainerFailed))
+	s.CloseLog()
 }
 
 // Stop implements port.Session.
@@ -348,6 +318,7 @@ func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.Ru
 	s.stopped = true
 	s.mu.Unlock()
 	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil) // no-op unless the exit was never seen
+	s.CloseLog()
 	return s.Result()
 }
 
@@ -359,6 +330,7 @@ func (s *dockerSession) Detach() error {
 	}
 	s.watching.Wait()
 	s.MarkDetached()
+	s.CloseLog()
 	return nil
 }
 

@@ -12,8 +12,10 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
+	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -58,7 +60,15 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		if c.Labels[port.LabelOwner] != cfg.owner || !old(c.Labels) {
 			continue
 		}
+		// What goes with the container is listed with it, in a dry run too: a dry
+		// run lists exactly what the sweep removes.
 		rep.Removed = append(rep.Removed, "container:"+c.ID)
+		sessDir, slotDir := session.OwnDir(cfg.sessionDir(), c.Labels[port.LabelSessionDir]), ownSlotDir(cfg, c.Labels)
+		for _, d := range []string{sessDir, slotDir} {
+			if d != "" {
+				rep.Removed = append(rep.Removed, "dir:"+d)
+			}
+		}
 		if opts.DryRun {
 			continue
 		}
@@ -66,8 +76,14 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 			rep.Errors = append(rep.Errors, fmt.Errorf("container %s: %w", short(c.ID), classify(err)))
 			continue
 		}
-		sweepSessionDir(cfg, c.Labels, &rep)
-		sweepSlotDir(cfg, c.Labels, &rep)
+		if err := session.RemoveDir(cfg.sessionDir(), sessDir); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", sessDir, err))
+		}
+		if slotDir != "" {
+			if err := slotmount.RemoveDir(slotDir); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", slotDir, err))
+			}
+		}
 	}
 	vs, err := cfg.api.VolumeList(ctx, client.VolumeListOptions{Filters: f})
 	if err != nil {
@@ -85,9 +101,8 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 			rep.Errors = append(rep.Errors, fmt.Errorf("volume %s: %w", v.Name, classify(err)))
 		}
 	}
-	if !opts.DryRun {
-		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
-	}
+	// Leases of hosts that died.
+	runner.SweepLeases(runlease.DefaultRoot(), cfg.owner, opts, &rep)
 	cfg.logger.Info("sweep done", logattr.Owner, cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
 }

@@ -87,29 +87,6 @@ func TestRunLabelIsAlwaysALabelValue(t *testing.T) {
 	}
 }
 
-// TestDecodeFramesSkipsTakenLines: a session's follower that reconnects reads the log
-// from the start again and must add only the lines it had not taken.
-func TestDecodeFramesSkipsTakenLines(t *testing.T) {
-	log := frame("o", "one") + frame("e", "err") + frame("o", "two") + "t false false\n" + frame("o", "after end")
-	var out, errs bytes.Buffer
-	n, ended, err := decodeFrames(strings.NewReader(log), 0, &out, &errs)
-	if err != nil || !ended || n != 4 || out.String() != "onetwo" || errs.String() != "err" {
-		t.Fatalf("whole log: n=%d ended=%v err=%v out=%q errs=%q", n, ended, err, out.String(), errs.String())
-	}
-	// A stream broken off mid-line: the partial line is not taken.
-	out.Reset()
-	errs.Reset()
-	broken := log[:len(frame("o", "one"))+3]
-	n, ended, err = decodeFrames(strings.NewReader(broken), 0, &out, &errs)
-	if err != nil || ended || n != 1 || out.String() != "one" {
-		t.Fatalf("broken: n=%d ended=%v err=%v out=%q", n, ended, err, out.String())
-	}
-	n2, ended, _ := decodeFrames(strings.NewReader(log), n, &out, &errs)
-	if !ended || n2 != 4 || out.String() != "onetwo" || errs.String() != "err" {
-		t.Errorf("resumed: n=%d ended=%v out=%q errs=%q", n2, ended, out.String(), errs.String())
-	}
-}
-
 // TestSessionsDeclaredOnlyWhenPossible: a runner on a bare clientset (no REST
 // configuration for exec streams) or without host paths does not declare sessions,
 // and refuses them with ErrUnsupported before creating anything.

@@ -1,10 +1,8 @@
 package kubernetes
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -33,7 +31,10 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-var _ port.SessionRunner = (*Runner)(nil)
+var (
+	_ port.SessionRunner = (*Runner)(nil)
+	_ port.LogFollower   = (*kubeSession)(nil)
+)
 
 // WithSessionDir sets the directory under which sessions get their host directories
 // (exposed sockets, heartbeat), mounted into the session's Pod as a hostPath: it must
@@ -121,9 +122,10 @@ func (r *Runner) sessionsPossible() error {
 	return nil
 }
 
-// buildSessionPod is a run's Pod, marked as a session, with the session's directory
-// mounted for the bridge's exposed sockets and an init that forwards all output (the
-// handle's ring keeps the tail; the node's log file never blocks the agent).
+// buildSessionPod is a run's Pod, marked as a session, with the session's directory's
+// parts mounted for the bridge's exposed sockets and its output log (which every
+// handle reads), and an init that forwards all output to the node's log (which never
+// blocks the agent).
 func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, dir string, deadline time.Time) *corev1.Pod {
 	pod := r.buildPod(ss.RunSpec, ps)
 	pod.Labels[port.LabelKind] = port.KindSession
@@ -137,11 +139,14 @@ func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, dir string, de
 		cmd[i+1] = strconv.Itoa(math.MaxInt)
 	}
 	if i := slices.Index(cmd, "--"); i >= 0 {
-		cmd = append(cmd[:i+1:i+1], session.InsertFlags(cmd[i+1:], session.BridgeFlags(ss.Expose))...)
+		flags := append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...)
+		cmd = append(cmd[:i+1:i+1], session.InsertFlags(cmd[i+1:], flags)...)
 	}
 	c.Command = cmd
-	pod.Spec.Volumes = append(pod.Spec.Volumes, hostPathVolume("session-expose", session.ExposeDir(dir), corev1.HostPathDirectory))
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "session-expose", MountPath: session.ExposeTarget})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, hostPathVolume("session-expose", session.ExposeDir(dir), corev1.HostPathDirectory),
+		hostPathVolume("session-log", session.LogDir(dir), corev1.HostPathDirectory))
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "session-expose", MountPath: session.ExposeTarget},
+		corev1.VolumeMount{Name: "session-log", MountPath: bridgeapi.SessionLogDir})
 	return pod
 }
 
@@ -163,8 +168,7 @@ func execPrefix(p *corev1.Pod) []string {
 }
 
 // Attach implements port.SessionRunner: it finds the session's Pod by its labels
-// (this runner's owner, kind session) and follows its log from the start (the ring
-// keeps the tail).
+// (this runner's owner, kind session) and reads the session's log from its directory.
 func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	if err := port.ValidateRunID(id); err != nil {
 		return nil, opErr("Attach", "", fmt.Errorf("%w: %q is not a session id", port.ErrNotFound, id))
@@ -230,13 +234,12 @@ type kubeSession struct {
 	stopping bool
 	stopped  bool
 	timedOut bool
-	followed chan struct{} // closed when the log follower has ended
 }
 
 func (r *Runner) newSession(m session.Meta, prefix []string) *kubeSession {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &kubeSession{Handle: session.NewHandle(m, nil), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
-		started: make(chan struct{}), followed: make(chan struct{})}
+		started: make(chan struct{})}
 }
 
 func (s *kubeSession) markStarted() { s.startMu.Do(func() { close(s.started) }) }
@@ -272,21 +275,10 @@ func (s *kubeSession) isDone(p *corev1.Pod) (bool, error) {
 	return ok, err
 }
 
-// watch starts the goroutines that follow the Pod's status and log, and end the
-// session at its lifetime.
+// watch starts the goroutines that follow the Pod's status and end the session at its
+// lifetime.
 func (s *kubeSession) watch(p *corev1.Pod) {
 	log := s.r.cfg.logger.With(logattr.RunID, s.RunID(), "pod", s.ID())
-	var following sync.Once
-	follow := func() {
-		following.Do(func() {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer close(s.followed)
-				s.follow(log)
-			}()
-		})
-	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -294,7 +286,6 @@ func (s *kubeSession) watch(p *corev1.Pod) {
 		final, err := s.r.wait(s.ctx, p, s.isDone, func(p *corev1.Pod) {
 			last = p
 			if st := agentState(p); st != nil && (st.Running != nil || st.Terminated != nil) {
-				follow()
 				s.markStarted()
 			}
 		})
@@ -327,86 +318,8 @@ func (s *kubeSession) watch(p *corev1.Pod) {
 	}
 }
 
-// follow decodes the agent container's log into the handle's rings until the init's
-// end frame; a stream that breaks off is read again from the start, skipping the
-// lines already taken.
-func (s *kubeSession) follow(log interface{ Debug(string, ...any) }) {
-	stdout, stderr := s.Writers()
-	taken := 0
-	for attempt := 0; ; attempt++ {
-		st, err := s.r.cli.CoreV1().Pods(s.r.cfg.namespace).GetLogs(s.ID(), &corev1.PodLogOptions{Container: agentName, Follow: true}).Stream(s.ctx)
-		if err == nil {
-			n, ended, rerr := decodeFrames(st, taken, stdout, stderr)
-			st.Close()
-			taken += n
-			if ended {
-				return
-			}
-			err = rerr
-		}
-		if s.ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-s.Done():
-			return
-		default:
-		}
-		log.Debug("following the session's log broke; again", logattr.Err, err)
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
-		}
-	}
-}
-
-// decodeFrames writes the init's frames read from r (after the first skip lines) to
-// stdout and stderr. It returns how many whole lines it read (skipped ones included)
-// and whether the end frame came.
-func decodeFrames(r io.Reader, skip int, stdout, stderr io.Writer) (lines int, ended bool, err error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) == 0 || line[len(line)-1] != '\n' {
-			if err == io.EOF {
-				err = nil
-			}
-			return lines, false, err
-		}
-		lines++
-		if lines <= skip {
-			continue
-		}
-		line = bytes.TrimSuffix(line, []byte{'\n'})
-		if len(line) < 2 || line[1] != ' ' {
-			continue
-		}
-		switch line[0] {
-		case 'o', 'e':
-			b, derr := base64.StdEncoding.AppendDecode(nil, line[2:])
-			if derr != nil {
-				continue
-			}
-			w := stdout
-			if line[0] == 'e' {
-				w = stderr
-			}
-			_, _ = w.Write(b)
-		case 't':
-			return lines, true, nil
-		}
-	}
-}
-
 // finish records the session's end from its last Pod status.
 func (s *kubeSession) finish(p *corev1.Pod, waitErr error, log interface{ Debug(string, ...any) }) {
-	// The follower reaches the end frame shortly after the agent ends.
-	select {
-	case <-s.followed:
-	case <-time.After(5 * time.Second):
-	case <-s.ctx.Done():
-	}
 	s.mu.Lock()
 	stopping, timedOut := s.stopping, s.timedOut
 	s.mu.Unlock()
@@ -422,8 +335,7 @@ func (s *kubeSession) finish(p *corev1.Pod, waitErr error, log interface{ Debug(
 		res.ErrorCode = c
 		s.Handle.Finish(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}))
 	}
-	errOut, _ := s.Stderr.Bytes()
-	tail := errOut[max(0, len(errOut)-4096):]
+	tail := s.StderrTail(4096)
 	var lost *PodLostError
 	var cf *containerFailure
 	switch {
@@ -433,7 +345,7 @@ func (s *kubeSession) finish(p *corev1.Pod, waitErr error, log interface{ Debug(
 		fail(port.CodeInternal, waitErr)
 	case errors.As(waitErr, &cf):
 		fail(port.CodeContainerFailed, waitErr)
-	case st != nil && st.Terminated != nil && st.Terminated.Reason == "OOMKilled" || bytes.HasSuffix(errOut, []byte(bridgeapi.OOMNotice)):
+	case st != nil && st.Terminated != nil && st.Terminated.Reason == "OOMKilled" || bytes.HasSuffix(tail, []byte(bridgeapi.OOMNotice)):
 		fail(port.CodeOOMKilled, errors.New("the agent exceeded its memory limit"))
 	case !stopping && (res.ExitCode == bridgeapi.ExitNotFound || res.ExitCode == bridgeapi.ExitCannotExec):
 		if why, ok := bridgeapi.ExecFailure(tail); ok {
@@ -453,6 +365,7 @@ func (s *kubeSession) halt() {
 	s.cancel()
 	s.wg.Wait()
 	s.Handle.Finish(nil, fmt.Errorf("%w: session not started", port.ErrContainerFailed))
+	s.CloseLog()
 }
 
 // Stop implements port.Session: the Pod is deleted with grace as its termination
@@ -497,6 +410,7 @@ func (s *kubeSession) Stop(ctx context.Context, grace time.Duration) (*port.RunR
 	s.stopped = true
 	s.mu.Unlock()
 	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil)
+	s.CloseLog()
 	return s.Result()
 }
 
@@ -506,6 +420,7 @@ func (s *kubeSession) Detach() error {
 	s.cancel()
 	s.wg.Wait()
 	s.MarkDetached()
+	s.CloseLog()
 	return nil
 }
 

@@ -62,7 +62,6 @@ func TestSessionConformance(t *testing.T) {
 		// (up to the kubelet's rotation size), and a re-attached handle replays it
 		// from the start: nothing is dropped before the ring, so nothing is counted;
 		// what the kubelet's rotation drops is not counted either.
-		DetachedLossUncounted: true,
 	})
 }
 

@@ -26,6 +26,7 @@ const (
 	FlagExposeDir      = "expose-dir"      // the directory of the -expose sockets
 	FlagOutputCap      = "output-cap"      // pass output through, keeping this many bytes per stream
 	FlagOutputMarks    = "output-marks"    // mark each stream every this many bytes (OutputMark)
+	FlagLogDir         = "log-dir"         // with -output-cap: also write the output to the session log there (SessionLogDir)
 )
 
 // Deadline slack and grace used by runners: the bridge's own deadline comes after the

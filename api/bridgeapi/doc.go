@@ -22,11 +22,13 @@
 //   - what the bridge tells its host on the command's streams: its exit codes
 //     (ExitBridgeFailed, ExitCannotExec, ExitNotFound), the stderr notices (OOMNotice,
 //     ExecFailedPrefix, PreloadGone) and their readers (ExecFailure, MissingEntry,
-//     PreloadGoneIn), and the passed-through output's DroppedNotice and OutputMark.
+//     PreloadGoneIn), and the passed-through output's DroppedNotice and OutputMark;
+//   - a session's output log, the ring files the bridge writes and any number of
+//     host readers read (SessionLogDir, CreateLog, LogWriter, ReadLog).
 //
 // testdata/wire.golden.json pins all of it byte for byte (TestWireGolden), and
 // cmd/sandbox-bridge's tests check that its flags are exactly the ones named here.
 //
-// It imports only the standard library: the bridge is a static binary inside
-// every sandbox and takes nothing else of the project.
+// It imports only the standard library and errdefs: the bridge is a static binary
+// inside every sandbox and takes nothing else of the project.
 package bridgeapi

@@ -80,7 +80,7 @@ func TestHostCommandLinesParse(t *testing.T) {
 		"egress":  append(bridgeapi.WithEgress(bridgeapi.Prefix("/b", true, time.Minute, now)), cmd...),
 		"preload": bridgeapi.PreloadArgs("/b", cmd, "30s"),
 		"session": session.InsertFlags(append(bridgeapi.Prefix("/b", true, time.Minute, now), cmd...),
-			append(append(session.BridgeFlags([]int{8080, 9090}), session.OutputFlags(1<<20)...), session.MarkFlags(1<<20)...)),
+			append(append(session.BridgeFlags([]int{8080, 9090}), session.OutputFlags(1<<20)...), session.LogFlags()...)),
 	}
 	for name, argv := range lines {
 		var o options

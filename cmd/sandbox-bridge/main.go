@@ -14,7 +14,9 @@
 // With -output-cap N the command's output passes through the bridge, so the command
 // never blocks on it: what no one reads yet (a long-running sandbox whose host is
 // away) is kept up to N bytes per stream, and what is dropped beyond is counted in a
-// line on that stream.
+// line on that stream. With -log-dir DIR too (a session) the output, and the bridge's
+// notices on stderr, also go to the session's output log in DIR as they are read (see
+// api/bridgeapi), which any number of host readers follow.
 //
 // With -expose-dir DIR -expose PORT (repeatable) it also listens on DIR/PORT.sock and
 // forwards each connection to 127.0.0.1:PORT: how a long-running sandbox's host reaches
@@ -34,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
@@ -60,6 +63,7 @@ type options struct {
 	grace, preloadTimeout                                 time.Duration
 	expose                                                exposeFlag
 	outputMarks, outputCap                                int
+	logDir                                                string
 }
 
 // newFlagSet defines the bridge's flags on o.
@@ -82,6 +86,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&o.expose, bridgeapi.FlagExpose, "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
 	fs.StringVar(&o.exposeDir, bridgeapi.FlagExposeDir, "", "`directory` of the -expose sockets")
 	fs.IntVar(&o.outputMarks, bridgeapi.FlagOutputMarks, 0, "with -output-cap: mark each stream every this many `bytes` of the command's output with its offset (a host reading a rotated log counts what it lost)")
+	fs.StringVar(&o.logDir, bridgeapi.FlagLogDir, "", "with -output-cap: also write the command's stdout and stderr, and the bridge's notices, to the session's output log in this `directory` (api/bridgeapi's ring files, which the host made)")
 	fs.IntVar(&o.outputCap, bridgeapi.FlagOutputCap, 0, "pass the command's output through the bridge, keeping up to this many `bytes` per stream that no one reads yet (the command never blocks on output)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
@@ -196,6 +201,22 @@ func runCommand(cfg sandboxbridge.Config, o *options, stderr io.Writer) int {
 	cfg.Logger = o.logger(stderr)
 	cfg.Expose, cfg.ExposeDir = o.expose, o.exposeDir
 	cfg.OutputCap, cfg.OutputMarks = o.outputCap, o.outputMarks
+	if o.logDir != "" {
+		if o.outputCap <= 0 {
+			fmt.Fprintln(stderr, "sandbox-bridge: -log-dir needs -output-cap")
+			return bridgeapi.ExitBridgeFailed
+		}
+		logs, err := openLogs(o.logDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "sandbox-bridge: session log: %v\n", err)
+			return bridgeapi.ExitBridgeFailed
+		}
+		defer logs[0].Close()
+		defer logs[1].Close()
+		cfg.LogStdout, cfg.LogStderr = logs[0], logs[1]
+		// Our own messages about the run are the session's stderr too.
+		stderr = io.MultiWriter(logs[1], stderr)
+	}
 	code, err := sandboxbridge.Run(context.Background(), cfg)
 	switch {
 	case errors.Is(err, bridgeapi.ErrDeadline):
@@ -234,6 +255,22 @@ func takeAttestKey() (string, error) {
 		return "", nil
 	}
 	return key, nil
+}
+
+// openLogs opens the session's output log files in dir (stdout, stderr).
+func openLogs(dir string) ([2]*bridgeapi.LogWriter, error) {
+	var ws [2]*bridgeapi.LogWriter
+	for i, name := range []string{bridgeapi.LogStdout, bridgeapi.LogStderr} {
+		w, err := bridgeapi.OpenLogWriter(filepath.Join(dir, name))
+		if err != nil {
+			if i == 1 {
+				ws[0].Close()
+			}
+			return ws, err
+		}
+		ws[i] = w
+	}
+	return ws, nil
 }
 
 func deadlineTime(ms int64) time.Time {

@@ -5,8 +5,8 @@
 //
 //	sandboxctl doctor                                  what this host can run, with a fix per failing line
 //	sandboxctl ps [--owner O] [--runtime R]            runs, sessions and pool slots, by owner and runtime
-//	sandboxctl sweep --owner O [--older-than D] [--dry-run] [--run-id ID]
-//	sandboxctl logs|exec|stop --owner O --runtime R ID [...]   long-running sessions
+//	sandboxctl sweep --owner O [--older-than D] [--dry-run] [--run-id ID]   everything a dead host left
+//	sandboxctl logs|exec|stop --owner O --runtime R ID [...]   long-running sessions (logs --follow)
 //	sandboxctl proxyd runs|usage|audit [--follow] ID   the shared proxy daemon's admin socket
 //
 // Output is a table for people, or JSON with --json. Exit codes: 0 success;
@@ -49,8 +49,9 @@ Usage:
   sandboxctl doctor [--json] [--docker-host H] [--containerd-address A] [--namespace NS]
   sandboxctl ps [--json] [--owner O] [--runtime docker|containerd|all]
   sandboxctl sweep --owner O [--older-than 10m] [--run-id ID] [--dry-run] [--runtime R] [--json]
+                   [--session-dir D] [--pool-dir D] [--proxy-dir D] [--workspace-dir D]
   sandboxctl sweep --owner O --runtime nomad-node [--nomad-addr A] [...]
-  sandboxctl logs --owner O --runtime R [--follow] ID
+  sandboxctl logs --owner O --runtime R [--follow [--now] [--for D]] ID
   sandboxctl exec --owner O --runtime R [--timeout 1m] ID -- CMD [ARG...]
   sandboxctl stop --owner O --runtime R [--grace 10s] ID
   sandboxctl proxyd runs|usage [--json] [--admin-socket S]
@@ -64,14 +65,21 @@ Commands:
            says what to do.
   ps       list the library's sandboxes (runs, sessions, pool slots) and proxies,
            with owner, runtime, age and state.
-  sweep    remove one owner's leftovers older than a grace period (never another
-           owner's; --dry-run lists them). --runtime nomad-node sweeps this Nomad
+  sweep    remove everything hosts of one owner left behind, older than a grace
+           period (never another owner's): sandboxes, sessions and their directories,
+           pool slots, run leases, proxy containers, the proxies' directories and
+           sockets, and NewWorkspace's workspaces. --dry-run lists exactly what a
+           sweep then removes. --runtime nomad-node sweeps this Nomad
            client machine's Docker: the owner's containers whose allocation Nomad
            (--nomad-addr, default $NOMAD_ADDR; token $NOMAD_TOKEN) no longer runs.
-  logs     stream a session's output from now on (earlier output is held by the
-           host process that started it; on containerd the output goes to one
-           reader, so logs sees it once that host has detached or gone).
-  exec     run a command in a session, as its user with its lockdown.
+  logs     print what a session's output log holds (the last LogLimit bytes of each
+           stream); --follow goes on with every byte as it comes until the session
+           ends (--now: from now on). It reads the session's log as every reader
+           does: it takes nothing from the host that started the session or from
+           another reader, and says how many bytes came before what it could show.
+  exec     run a command in a session, as its user with its lockdown; its output is
+           the command's own, and the session's output is untouched (any number of
+           hosts, logs followers and execs at once).
   stop     stop a session (SIGTERM, SIGKILL after --grace) and remove it.
   proxyd   the shared proxy daemon: registered runs, per-run usage, a run's audit.
   bridge   build the in-sandbox bridge into the cache sandbox.Open reads and print
@@ -118,6 +126,7 @@ type common struct {
 	owner             string
 	runtime           string
 	sessionDir        string
+	poolDir           string // sweep's --pool-dir
 }
 
 func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {

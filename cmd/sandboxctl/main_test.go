@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -165,7 +166,32 @@ func testSessions(t *testing.T, runtime string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r sessionRunner
+	// newRunner makes a runner of the owner: the host's, or another host process's
+	// (one that re-attaches to the host's sessions).
+	newRunner := func() sessionRunner {
+		t.Helper()
+		switch runtime {
+		case "docker":
+			cli, err := dockerClient("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cli.Close() })
+			r, err := docker.NewRunner(docker.WithClient(cli), docker.WithBridge(testenv.Bridge(t)), docker.WithOwner(owner), docker.WithSessionDir(sessDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		default:
+			cr, err := containerd.NewRunner(containerd.WithNamespace(ns), containerd.WithBridge(testenv.Bridge(t)), containerd.WithOwner(owner), containerd.WithSessionDir(sessDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cr.Close() })
+			return cr
+		}
+	}
+	r := newRunner()
 	switch runtime {
 	case "docker":
 		cli, err := dockerClient("")
@@ -176,19 +202,10 @@ func testSessions(t *testing.T, runtime string) {
 		if err := testimages.EnsureDocker(ctx, cli, ref, archive); err != nil {
 			t.Fatal(err)
 		}
-		if r, err = docker.NewRunner(docker.WithClient(cli), docker.WithBridge(testenv.Bridge(t)), docker.WithOwner(owner), docker.WithSessionDir(sessDir)); err != nil {
-			t.Fatal(err)
-		}
 	case "containerd":
-		cr, err := containerd.NewRunner(containerd.WithNamespace(ns), containerd.WithBridge(testenv.Bridge(t)), containerd.WithOwner(owner), containerd.WithSessionDir(sessDir))
-		if err != nil {
+		if _, err := r.(*containerd.Runner).LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 			t.Fatal(err)
 		}
-		defer cr.Close()
-		if _, err := cr.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
-			t.Fatal(err)
-		}
-		r = cr
 	}
 	// Whatever happens, nothing of this owner is left.
 	defer r.Sweep(context.Background(), port.SweepOptions{})
@@ -239,19 +256,16 @@ func testSessions(t *testing.T, runtime string) {
 	if code, _, errs := ctl(t, append(append([]string{"exec"}, flags...), "no-such-session", "/agent", "id")...); code != exitNotFound {
 		t.Errorf("exec on no session: exit %d %s", code, errs)
 	}
-	// logs streams what the session prints once attached: the agent waits for a file
-	// that the test then writes, and prints " done". The starting host lets go first
-	// (on containerd a session's output FIFO has one reader: the handle holding it).
-	if err := s.Detach(); err != nil {
-		t.Fatal(err)
-	}
+	// logs --follow prints what the session prints once it follows (the agent waits
+	// for a file the test then writes, and prints " done"), with the host that
+	// started the session still holding its handle.
 	logsOut := make(chan string, 1)
 	var logsErr syncBuf
 	go func() {
 		var out bytes.Buffer
 		lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer lcancel()
-		run(lctx, append(append([]string{"logs", "--for", "30s"}, flags...), s.ID()), &out, &logsErr)
+		run(lctx, append(append([]string{"logs", "--follow"}, flags...), s.ID()), &out, &logsErr)
 		logsOut <- out.String()
 	}()
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logsErr.String(), "following session"); {
@@ -265,12 +279,17 @@ func testSessions(t *testing.T, runtime string) {
 	}
 	select {
 	case out := <-logsOut:
-		if !strings.Contains(out, " done") {
+		if out != "out-ctl1 done" {
 			t.Errorf("logs: %q (stderr %q)", out, logsErr.String())
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("logs did not end with the session")
 	}
+	// And without --follow, what the log holds.
+	if code, out, errs := ctl(t, append(append([]string{"logs"}, flags...), s.ID())...); code != exitOK || out != "out-ctl1 done" || errs != "err-ctl1" {
+		t.Errorf("logs: exit %d out %q err %q", code, out, errs)
+	}
+	testLogsFollowByteExact(t, r, newRunner(), ref, flags)
 	code, out, _ = ctl(t, append(append([]string{"stop", "--json", "--grace", "1s"}, flags...), s.ID())...)
 	if code != exitOK || !strings.Contains(out, `"stopped":true`) {
 		t.Errorf("stop: exit %d %s", code, out)
@@ -286,7 +305,7 @@ func testSessions(t *testing.T, runtime string) {
 	}
 	code, out, _ = ctl(t, append([]string{"sweep", "--json", "--older-than", "0s", "--dry-run"}, flags...)...)
 	var reps []sweepReport
-	if err := json.Unmarshal([]byte(out), &reps); err != nil || code != exitOK || len(reps) != 1 || !strings.Contains(strings.Join(reps[0].Removed, " "), s2.ID()) || !reps[0].DryRun {
+	if err := json.Unmarshal([]byte(out), &reps); err != nil || code != exitOK || len(reps) == 0 || reps[0].Runtime != runtime || !strings.Contains(strings.Join(reps[0].Removed, " "), s2.ID()) || !reps[0].DryRun {
 		t.Fatalf("sweep --dry-run: exit %d %s (%v)", code, out, err)
 	}
 	if es := ps(); len(es) != 1 || es[0].State != "running" {
@@ -388,18 +407,6 @@ func TestProxyd(t *testing.T) {
 	}
 }
 
-// tail prints only what a ring snapshot adds, also once the ring is full and moves.
-func TestTail(t *testing.T) {
-	var out bytes.Buffer
-	var tl tail
-	for _, snap := range []string{"", "abc", "abc", "abcdef", "cdefgh", "cdefgh", "zzzz"} {
-		tl.write(&out, []byte(snap))
-	}
-	if out.String() != "abcdefghzzzz" {
-		t.Errorf("printed %q", out.String())
-	}
-}
-
 type syncBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -415,4 +422,85 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// testLogsFollowByteExact: four readers of one session's output, each byte-exact:
+// the host that started it (its handle), `sandboxctl logs --follow`, a host that
+// re-attached to it (another runner, as after a restart) and `sandboxctl exec`, which
+// runs beside them all and must take nothing of the session's output (on containerd
+// it used to: a FIFO has one reader at a time). The agent writes repeated lines
+// (logs --follow swallowed them) and about three times its 4 KiB log.
+func testLogsFollowByteExact(t *testing.T, r, other sessionRunner, image string, flags []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 400
+	wantOut, wantErr := sandboxtest.LinesOutput(n)
+	s, err := r.Start(ctx, port.SessionSpec{RunSpec: port.RunSpec{RunID: sandboxtest.RunID("ctl-lines"), Image: image,
+		Argv: []string{"/agent", "lines", fmt.Sprint(n), "5"}, Limits: port.Limits{Timeout: 2 * time.Minute}}, LogLimit: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background(), time.Second)
+	// read follows a handle's log to its end: stdout, stderr and what it missed.
+	read := func(h port.Session) <-chan [3]string {
+		t.Helper()
+		fr, err := h.(port.LogFollower).Follow(ctx, port.FollowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := make(chan [3]string, 1)
+		go func() {
+			defer fr.Close()
+			var o, e []byte
+			var dropped int64
+			for {
+				ch, err := fr.Next(ctx)
+				if err != nil {
+					c <- [3]string{string(o), string(e), fmt.Sprintf("dropped %d, %v", dropped, err)}
+					return
+				}
+				dropped += ch.Dropped
+				if ch.Stream == port.LogStdout {
+					o = append(o, ch.Data...)
+				} else {
+					e = append(e, ch.Data...)
+				}
+			}
+		}()
+		return c
+	}
+	host := read(s)
+	reattached, err := other.Attach(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reattached.Detach()
+	again := read(reattached)
+	logsOut := make(chan [2]string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(ctx, append(append([]string{"logs", "--follow"}, flags...), s.ID()), &out, &errb)
+		logsOut <- [2]string{out.String(), errb.String()}
+	}()
+	for i := range 3 {
+		want := fmt.Sprintf("exec-out-%d", i)
+		if code, out, _ := ctl(t, append(append([]string{"exec"}, flags...), s.ID(), "--", "/agent", "echo", want, "")...); code != exitOK || out != want {
+			t.Errorf("exec during the follow: exit %d %q", code, out)
+		}
+	}
+	got := <-logsOut
+	if got[0] != string(wantOut) {
+		t.Errorf("logs --follow printed %d bytes, %d lines of the same text; want %d bytes, %d", len(got[0]),
+			strings.Count(got[0], "the same line again"), len(wantOut), strings.Count(string(wantOut), "the same line again"))
+	}
+	if !strings.Contains(got[1], string(wantErr)) {
+		t.Errorf("logs --follow's stderr lacks the session's: %q", got[1])
+	}
+	want := [3]string{string(wantOut), string(wantErr), fmt.Sprintf("dropped 0, %v", io.EOF)}
+	for name, c := range map[string]<-chan [3]string{"the starting host": host, "a re-attached host": again} {
+		if b := <-c; b != want {
+			t.Errorf("%s read %d+%d bytes (%s) beside logs and exec, want %d+%d (%s)", name, len(b[0]), len(b[1]), b[2], len(wantOut), len(wantErr), want[2])
+		}
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,8 +18,10 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/nomad"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -108,8 +112,17 @@ func psDocker(ctx context.Context, c common) ([]entry, error) {
 	}
 	var out []entry
 	for _, s := range list.Items {
-		out = append(out, entry{Runtime: "docker", Owner: s.Labels[port.LabelOwner], RunID: s.Labels[port.LabelRunID],
-			Kind: kindOf(s.Labels), ID: s.ID, Created: createdOf(s.Labels, time.Unix(s.Created, 0)), State: string(s.State)})
+		e := entry{Runtime: "docker", Owner: s.Labels[port.LabelOwner], RunID: s.Labels[port.LabelRunID],
+			Kind: kindOf(s.Labels), ID: s.ID, Created: createdOf(s.Labels, time.Unix(s.Created, 0)), State: string(s.State)}
+		// Docker cannot relabel a container: a pool's sandbox claimed by a run is
+		// renamed after it instead (agentsandbox-<run id>-<suffix>).
+		if name := dockerName(s.Names); e.Kind == port.KindPool && name != "" && !strings.HasPrefix(name, dockerPoolPrefix) {
+			e.Kind = kindPooled
+			if run, ok := runOfName(name); ok {
+				e.RunID = run
+			}
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }
@@ -147,18 +160,43 @@ func psContainerd(ctx context.Context, c common) ([]entry, error) {
 	return out, nil
 }
 
-// kindOf names what a container is for: a pool slot, a session, a sandbox, a proxy.
+// kindPooled is ps's kind of a pool's sandbox that a run claimed.
+const kindPooled = "sandbox (pooled)"
+
+// dockerPoolPrefix starts the name of a Docker pool's sandbox waiting for a run.
+const dockerPoolPrefix = "agentsandbox-pool-"
+
+// kindOf names what a container is for: a pool's sandbox waiting for a run (pool), one
+// a run claimed, a session, a sandbox, a proxy.
 func kindOf(l map[string]string) string {
-	if _, ok := l[containerd.LabelPool]; ok && l[port.LabelRunID] == "" {
-		return "pool"
-	}
-	if _, ok := l[containerd.LabelPool]; ok {
-		return "sandbox (pooled)"
-	}
-	if k := l[port.LabelKind]; k != "" {
+	_, pooled := l[containerd.LabelPool]
+	switch k := l[port.LabelKind]; {
+	case k == port.KindPool:
+		return port.KindPool
+	case pooled:
+		return kindPooled
+	case k != "":
 		return k
 	}
 	return "?"
+}
+
+// dockerName is a container's name without Docker's leading slash.
+func dockerName(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return strings.TrimPrefix(names[0], "/")
+}
+
+// runOfName is the run ID in the name of a sandbox named after its run
+// (agentsandbox-<run id>-<8 hex digits>).
+func runOfName(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "agentsandbox-")
+	if !ok || len(rest) < 10 || rest[len(rest)-9] != '-' || !isHex(rest[len(rest)-8:]) {
+		return "", false
+	}
+	return rest[:len(rest)-9], true
 }
 
 func createdOf(l map[string]string, fallback time.Time) time.Time {
@@ -200,12 +238,21 @@ func isHex(s string) bool {
 	return true
 }
 
-// sweepReport is sweep's JSON output, per runtime.
+// sweepReport is sweep's JSON output, per part swept: "docker", "docker-nginx" (the
+// Docker proxy manager's per-run directories), "containerd", "inproc-proxy" (the
+// in-process proxies' directories and sockets), "workspaces" (NewWorkspace's), or
+// "nomad-node".
 type sweepReport struct {
 	Runtime string   `json:"runtime"`
 	DryRun  bool     `json:"dry_run"`
 	Removed []string `json:"removed"`
 	Errors  []string `json:"errors,omitempty"`
+}
+
+// sweepPart is one sweeper of a sweep, named for the report.
+type sweepPart struct {
+	name string
+	sw   port.Sweeper
 }
 
 func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -215,6 +262,9 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	runID := fs.String("run-id", "", "sweep only this `run`")
 	dry := fs.Bool("dry-run", false, "list what would be removed, remove nothing")
 	nomadAddr := fs.String("nomad-addr", os.Getenv("NOMAD_ADDR"), "Nomad servers' `address`, for --runtime nomad-node (the token is $NOMAD_TOKEN)")
+	proxyDir := fs.String("proxy-dir", filepath.Join(os.TempDir(), inprocproxy.DefaultBaseDirName), "the proxies' per-run directories' `root` (in-process and Docker nginx proxies; default the library's)")
+	wsDir := fs.String("workspace-dir", os.TempDir(), "`parent` of the workspaces NewWorkspace made (default the library's)")
+	poolDir := fs.String("pool-dir", docker.DefaultPoolDir, "warm pools' slot directories' `root` (default the library's)")
 	if err := fs.Parse(args); err != nil {
 		return parseCode(err)
 	} else if fs.NArg() > 0 {
@@ -224,52 +274,73 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "sandboxctl sweep: --owner is required (a sweep never touches another owner's sandboxes)")
 		return exitUsage
 	}
+	c.poolDir = *poolDir
 	opts := port.SweepOptions{OlderThan: *older, RunID: *runID, DryRun: *dry}
-	var reps []sweepReport
+	var parts []sweepPart
 	var errs []error
-	sweep := func(name string, sw port.Sweeper, err error) {
+	add := func(name string, sw port.Sweeper, err error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			return
 		}
-		if tty(stderr) {
-			fmt.Fprintf(stderr, "sweeping %s (owner %s)...\n", name, c.owner)
+		parts = append(parts, sweepPart{name, sw})
+	}
+	// The sandboxes first (they mount the rest), then the proxies, then the
+	// workspaces.
+	switch c.runtime {
+	case "all", "docker", "containerd":
+		if c.runtime != "containerd" {
+			r, err := dockerRunner(c)
+			add("docker", r, err)
+			m, err := dockerProxies(c, *proxyDir)
+			if m != nil {
+				defer m.Close()
+			}
+			add("docker-nginx", m, err)
 		}
-		rep, err := sw.Sweep(ctx, opts)
-		r := sweepReport{Runtime: name, DryRun: *dry, Removed: rep.Removed}
+		if c.runtime != "docker" {
+			r, err := containerdRunner(c)
+			if r != nil {
+				defer r.Close()
+			}
+			add("containerd", r, err)
+		}
+		m, err := inprocproxy.NewManager(inprocproxy.WithOwner(c.owner), inprocproxy.WithBaseDir(*proxyDir))
+		add("inproc-proxy", m, err)
+		add("workspaces", sandbox.WorkspaceSweeper(*wsDir, c.owner), nil)
+	case "nomad-node":
+		// The node-local half of a Nomad sweep (nomad.Runner.SweepNode), against this
+		// host's Docker: run on each client machine, e.g. from cron. Not in "all": it
+		// needs the servers.
+		r, err := nomadNodeSweeper(c, *nomadAddr)
+		add("nomad-node", r, err)
+	default:
+		fmt.Fprintf(stderr, "sandboxctl sweep: unknown runtime %q\n", c.runtime)
+		return exitUsage
+	}
+	if tty(stderr) {
+		fmt.Fprintf(stderr, "sweeping owner %s...\n", c.owner)
+	}
+	sweepers := make([]port.Sweeper, len(parts))
+	for i, p := range parts {
+		sweepers[i] = p.sw
+	}
+	// One call, as a host would make it: each resource is named once, so the dry
+	// run lists exactly what the sweep removes.
+	got, err := sandbox.Sweep(ctx, opts, sweepers...)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var reps []sweepReport
+	for i, rep := range got {
+		r := sweepReport{Runtime: parts[i].name, DryRun: *dry, Removed: rep.Removed}
 		if r.Removed == nil {
 			r.Removed = []string{}
 		}
 		for _, e := range rep.Errors {
 			r.Errors = append(r.Errors, e.Error())
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
 		reps = append(reps, r)
-	}
-	switch c.runtime {
-	case "all", "docker", "containerd":
-	case "nomad-node":
-		// The node-local half of a Nomad sweep (nomad.Runner.SweepNode), against this
-		// host's Docker: run on each client machine, e.g. from cron. Not in "all": it
-		// needs the servers.
-		r, err := nomadNodeSweeper(c, *nomadAddr)
-		sweep("nomad-node", r, err)
-	default:
-		fmt.Fprintf(stderr, "sandboxctl sweep: unknown runtime %q\n", c.runtime)
-		return exitUsage
-	}
-	if c.runtime == "all" || c.runtime == "docker" {
-		r, err := dockerRunner(c)
-		sweep("docker", r, err)
-	}
-	if c.runtime == "all" || c.runtime == "containerd" {
-		r, err := containerdRunner(c)
-		if r != nil {
-			defer r.Close()
-		}
-		sweep("containerd", r, err)
 	}
 	if c.json {
 		_ = json.NewEncoder(stdout).Encode(reps)
@@ -279,7 +350,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if *dry {
 			verb = "WOULD REMOVE"
 		}
-		fmt.Fprintf(tw, "RUNTIME\t%s\n", verb)
+		fmt.Fprintf(tw, "FROM\t%s\n", verb)
 		for _, r := range reps {
 			for _, x := range r.Removed {
 				fmt.Fprintf(tw, "%s\t%s\n", r.Runtime, x)
@@ -301,6 +372,16 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailed
 	}
 	return exitOK
+}
+
+// dockerProxies is the Docker proxy manager of the owner, for its sweep: nginx
+// containers and their per-run directories under dir.
+func dockerProxies(c common, dir string) (*docker.ProxyManager, error) {
+	opts := []docker.ProxyOption{docker.WithOwner(c.owner), docker.WithProxyBaseDir(dir)}
+	if c.dockerHost != "" {
+		opts = append(opts, docker.WithHost(c.dockerHost))
+	}
+	return docker.NewProxyManager(opts...)
 }
 
 // nodeSweeper sweeps one Nomad client node's Docker engine (nomad.Runner.SweepNode).
@@ -334,6 +415,9 @@ func nomadNodeSweeper(c common, addr string) (port.Sweeper, error) {
 
 func dockerRunner(c common) (*docker.Runner, error) {
 	opts := []docker.Option{docker.WithOwner(c.owner)}
+	if c.poolDir != "" {
+		opts = append(opts, docker.WithPoolDir(c.poolDir))
+	}
 	if c.dockerHost != "" {
 		opts = append(opts, docker.WithHost(c.dockerHost))
 	}
@@ -345,6 +429,9 @@ func dockerRunner(c common) (*docker.Runner, error) {
 
 func containerdRunner(c common) (*containerd.Runner, error) {
 	opts := []containerd.Option{containerd.WithOwner(c.owner), containerd.WithAddress(c.containerdAddress), containerd.WithNamespace(c.namespace)}
+	if c.poolDir != "" {
+		opts = append(opts, containerd.WithPoolDir(c.poolDir))
+	}
 	if c.sessionDir != "" {
 		opts = append(opts, containerd.WithSessionDir(c.sessionDir))
 	}

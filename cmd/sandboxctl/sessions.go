@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,6 +45,13 @@ func attach(ctx context.Context, c common, id string) (port.Session, func(), err
 func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("exec", stderr, &c)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sandboxctl exec --owner O --runtime R [--timeout 1m] [-w DIR] ID [--] CMD [ARG...]")
+		fmt.Fprintln(stderr, "Runs CMD in the session as its user, with its lockdown, and prints the command's own output;")
+		fmt.Fprintln(stderr, "the session's output (its log) is untouched: the host that started it and any logs --follow")
+		fmt.Fprintln(stderr, "see every byte. Exits with the command's exit code.")
+		fs.PrintDefaults()
+	}
 	timeout := fs.Duration("timeout", time.Minute, "bound on the command")
 	workdir := fs.String("w", "", "working `directory` in the sandbox (default the workspace)")
 	if err := fs.Parse(args); err != nil {
@@ -120,12 +127,13 @@ func cmdStop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("logs", stderr, &c)
-	follow := fs.Bool("follow", false, "keep streaming until the session ends or Ctrl-C")
-	wait := fs.Duration("for", 2*time.Second, "without --follow: how long to collect output")
+	follow := fs.Bool("follow", false, "keep printing the output as it comes, until the session ends or Ctrl-C")
+	now := fs.Bool("now", false, "with --follow: only output from now on (not what the log holds)")
+	wait := fs.Duration("for", 0, "with --follow: stop after this long (0: until the session ends)")
 	if err := fs.Parse(args); err != nil {
 		return parseCode(err)
 	} else if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxctl logs --owner O --runtime R [--follow] ID")
+		fmt.Fprintln(stderr, "usage: sandboxctl logs --owner O --runtime R [--follow [--now] [--for D]] ID")
 		return exitUsage
 	}
 	s, done, err := attach(ctx, c, fs.Arg(0))
@@ -134,69 +142,57 @@ func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	defer s.Detach()
-	// On stderr, so stdout is the session's output only.
-	fmt.Fprintf(stderr, "sandboxctl: following session %s (run %s): its output from now on\n", fs.Arg(0), s.RunID())
-	// An attached handle sees the session's output from now on (the ring of the
-	// host that started it holds what came before); print what arrives.
-	var outTail, errTail tail
-	emit := func() {
-		o, e := s.Logs()
-		outTail.write(stdout, o)
-		errTail.write(stderr, e)
+	lf, ok := s.(port.LogFollower)
+	if !ok {
+		return errCode(stderr, "logs", fmt.Errorf("%w: this runtime's sessions have no output log", port.ErrUnsupported))
 	}
-	var stopAt <-chan time.Time
 	if !*follow {
-		stopAt = time.After(*wait)
-	}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			emit()
-		case <-s.Done():
-			emit()
-			return exitOK
-		case <-stopAt:
-			emit()
-			return exitOK
-		case <-ctx.Done():
-			emit()
-			return exitOK
+		snap, err := lf.LogSnapshot()
+		if err != nil {
+			return errCode(stderr, "logs", err)
 		}
+		_, _ = stdout.Write(snap.Stdout)
+		_, _ = stderr.Write(snap.Stderr)
+		noteDropped(stderr, snap.Start)
+		return exitOK
+	}
+	if *wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *wait)
+		defer cancel()
+	}
+	r, err := lf.Follow(ctx, port.FollowOptions{Now: *now})
+	if err != nil {
+		return errCode(stderr, "logs", err)
+	}
+	defer r.Close()
+	// On stderr, so stdout is the session's output only.
+	fmt.Fprintf(stderr, "sandboxctl: following session %s (run %s)\n", fs.Arg(0), s.RunID())
+	var dropped port.LogPosition
+	defer func() { noteDropped(stderr, dropped) }()
+	for {
+		ch, err := r.Next(ctx)
+		switch {
+		case errors.Is(err, io.EOF), ctx.Err() != nil:
+			return exitOK
+		case err != nil:
+			return errCode(stderr, "logs", err)
+		}
+		w := stdout
+		if ch.Stream == port.LogStderr {
+			w, dropped.Stderr = stderr, dropped.Stderr+ch.Dropped
+		} else {
+			dropped.Stdout += ch.Dropped
+		}
+		_, _ = w.Write(ch.Data)
 	}
 }
 
-// tail follows a session's log ring, which holds the last bytes only: it keeps the
-// end of what it printed and prints what follows that end in the next snapshot (all
-// of the snapshot when the ring has moved past it, a gap the ring could not hold).
-type tail struct{ last []byte }
-
-const tailKeep = 4096
-
-func (t *tail) write(w io.Writer, ring []byte) {
-	next := ring
-	if len(t.last) > 0 {
-		if i := bytes.LastIndex(ring, t.last); i >= 0 {
-			next = ring[i+len(t.last):]
-		} else {
-			// The ring starts inside what was printed: the longest overlap of its
-			// start with the printed end.
-			for k := min(len(ring), len(t.last)); k > 0; k-- {
-				if bytes.Equal(ring[:k], t.last[len(t.last)-k:]) {
-					next = ring[k:]
-					break
-				}
-			}
-		}
-	}
-	if len(next) == 0 {
-		return
-	}
-	_, _ = w.Write(next)
-	t.last = append(t.last, next...)
-	if len(t.last) > tailKeep {
-		t.last = append([]byte(nil), t.last[len(t.last)-tailKeep:]...)
+// noteDropped says on w how many bytes of each stream were not printed because the
+// session's log no longer held them.
+func noteDropped(w io.Writer, d port.LogPosition) {
+	if d.Stdout > 0 || d.Stderr > 0 {
+		fmt.Fprintf(w, "sandboxctl: %d bytes of stdout and %d of stderr came before what the session's log held and are not shown\n", d.Stdout, d.Stderr)
 	}
 }
 

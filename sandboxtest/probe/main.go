@@ -168,6 +168,8 @@ func networkCommand(cmd string, args []string) bool {
 		}
 	case "chatter":
 		chatter(args[0], atoi(args[1]))
+	case "lines":
+		lines(atoi(args[0]), atoi(args[1]))
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":

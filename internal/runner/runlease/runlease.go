@@ -360,6 +360,34 @@ func RemoveDead(root, owner, runID string) error {
 	return nil
 }
 
+// ErrHeld is RemoveDeadHolder's refusal of a lease whose holder is alive.
+var ErrHeld = errors.New("runlease: the lease is held")
+
+// RemoveDeadHolder removes the one lease file i names if its holder is gone (a
+// sweep's dry run listed it from List), and the run's directory if none is left.
+func RemoveDeadHolder(root string, i Info) error {
+	dir, err := runDir(root, i.Owner, i.RunID)
+	if err != nil {
+		return err
+	}
+	if err := checkName(i.Holder); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, i.Holder)
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !removeDead(p) {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", ErrHeld, p)
+	}
+	_ = os.Remove(dir) // empty only
+	_ = os.Remove(filepath.Dir(dir))
+	return nil
+}
+
 // removeDead removes the lease at p if no one holds it: under its lock, so a holder
 // cannot be taking it meanwhile, and only if p is still that file.
 func removeDead(p string) bool {

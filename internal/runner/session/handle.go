@@ -2,8 +2,8 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"slices"
@@ -27,20 +27,23 @@ func HoldLease(owner, runID string) (*runlease.Lease, error) {
 	return l, nil
 }
 
-// Handle is the state every adapter's session shares: identity, rings, the exit
-// result, the heartbeat loop and the file and socket access. Adapters embed it and add
-// Stop, Exec and Detach.
+// Handle is the state every adapter's session shares: identity, the output log, the
+// exit result, the heartbeat loop, the lease and the file and socket access. Adapters
+// embed it and add Stop, Exec and Detach.
 type Handle struct {
 	Meta
-	Stdout, Stderr *Ring
-	// outC and errC feed the rings (see Writers).
-	outC, errC *counter
+
+	// log is the session's output log, opened with the handle (a handle's files stay
+	// readable once Stop removed the directory); logErr says why it could not be.
+	log    *logFiles
+	logErr error
 
 	done     chan struct{}
 	once     sync.Once
 	mu       sync.Mutex
 	res      *port.RunResult
 	err      error
+	final    *port.LogSnapshot // the log at Finish
 	detached bool
 	stopBeat chan struct{}
 	beatOnce sync.Once
@@ -50,12 +53,12 @@ type Handle struct {
 	OnFinish func()
 }
 
-// NewHandle returns a handle for m and starts its heartbeat loop. lease (HoldLease),
-// if not nil, is the handle's: released when the session ends or the handle is
-// detached.
+// NewHandle returns a handle for m, with its session's output log open, and starts its
+// heartbeat loop. lease (HoldLease), if not nil, is the handle's: released when the
+// session ends or the handle is detached.
 func NewHandle(m Meta, lease *runlease.Lease) *Handle {
-	h := &Handle{Meta: m, Stdout: NewRing(m.LogLimit), Stderr: NewRing(m.LogLimit), done: make(chan struct{}), stopBeat: make(chan struct{}), lease: lease}
-	h.outC, h.errC = &counter{ring: h.Stdout, name: "stdout"}, &counter{ring: h.Stderr, name: "stderr"}
+	h := &Handle{Meta: m, done: make(chan struct{}), stopBeat: make(chan struct{}), lease: lease}
+	h.log, h.logErr = openLog(m.Dir, m.LogLimit)
 	go h.beat()
 	return h
 }
@@ -76,19 +79,31 @@ func (h *Handle) beat() {
 // StopHeartbeat ends the heartbeat loop.
 func (h *Handle) StopHeartbeat() { h.beatOnce.Do(func() { close(h.stopBeat) }) }
 
-// Finish records the session's end (once; later calls are ignored) and closes Done.
-// res gets the rings' contents.
-func (h *Handle) Finish(res *port.RunResult, err error) {
+// Finish records the session's end, now (see FinishAt).
+func (h *Handle) Finish(res *port.RunResult, err error) { h.FinishAt(res, err, time.Now()) }
+
+// FinishAt records the session's end at ended (once; later calls are ignored) and
+// closes Done. res gets what the log holds of the output (Stdout, Stderr; Truncated
+// and Dropped say how much came before) and, unless the adapter set it, the Duration
+// from the sandbox's creation to ended.
+func (h *Handle) FinishAt(res *port.RunResult, err error, ended time.Time) {
 	h.once.Do(func() {
-		h.outC.flush()
-		h.errC.flush()
+		snap, serr := h.LogSnapshot()
 		if res != nil {
-			res.Stdout, res.StdoutTruncated = h.Stdout.Bytes()
-			res.Stderr, res.StderrTruncated = h.Stderr.Bytes()
-			res.StdoutDropped, res.StderrDropped = h.Dropped()
+			if res.Duration == 0 && !h.Created.IsZero() && !ended.IsZero() {
+				res.Duration = max(0, ended.Sub(h.Created))
+			}
+			if serr == nil {
+				res.Stdout, res.Stderr = snap.Stdout, snap.Stderr
+				res.StdoutDropped, res.StderrDropped = snap.Start.Stdout, snap.Start.Stderr
+				res.StdoutTruncated, res.StderrTruncated = snap.Start.Stdout > 0, snap.Start.Stderr > 0
+			}
 		}
 		h.mu.Lock()
 		h.res, h.err = res, err
+		if serr == nil {
+			h.final = &snap
+		}
 		h.mu.Unlock()
 		h.StopHeartbeat()
 		h.lease.Release() // ended or detached: the heartbeat decides from now on
@@ -99,15 +114,59 @@ func (h *Handle) Finish(res *port.RunResult, err error) {
 	})
 }
 
-// Writers are where an adapter writes the session's stdout and stderr: into the
-// rings, with the bridge's offset marks taken out and the output this handle never
-// received counted (see Dropped).
-func (h *Handle) Writers() (stdout, stderr io.Writer) { return h.outC, h.errC }
+// CloseLog closes the handle's log files (Stop and Detach, once the handle is done
+// with them); Logs and LogSnapshot then give what the log held at Finish.
+func (h *Handle) CloseLog() {
+	h.mu.Lock()
+	l := h.log
+	h.log = nil
+	if h.logErr == nil {
+		h.logErr = fmt.Errorf("%w: the session's log is closed", port.ErrClosed)
+	}
+	h.mu.Unlock()
+	if l != nil {
+		_ = l.Close()
+	}
+}
 
-// Dropped returns how many bytes of each stream this handle never received: what the
-// bridge dropped while no host read (its notices) and what the runtime's log had
-// rotated out before this handle attached (the bridge's marks show it).
-func (h *Handle) Dropped() (stdout, stderr int64) { return h.outC.counts(), h.errC.counts() }
+// LogSnapshot implements port.LogFollower: what the log holds now (what it held at
+// Finish once the handle closed its log).
+func (h *Handle) LogSnapshot() (port.LogSnapshot, error) {
+	h.mu.Lock()
+	l, lerr, final := h.log, h.logErr, h.final
+	h.mu.Unlock()
+	if l == nil {
+		if final != nil {
+			return *final, nil
+		}
+		return port.LogSnapshot{}, lerr
+	}
+	return l.snapshot()
+}
+
+// StderrTail returns the last n bytes of stderr the log holds (the bridge's notices
+// end it: exec failures, OOM kills), for classifying the session's end.
+func (h *Handle) StderrTail(n int) []byte {
+	snap, err := h.LogSnapshot()
+	if err != nil {
+		return nil
+	}
+	return snap.Stderr[max(0, len(snap.Stderr)-n):]
+}
+
+// Follow implements port.LogFollower: a reader of the session's log with its own open
+// files, which ends with io.EOF once the session has ended, or ErrClosed once this
+// handle stopped watching it (Detach).
+func (h *Handle) Follow(_ context.Context, opts port.FollowOptions) (port.LogReader, error) {
+	if h.Detached() {
+		return nil, fmt.Errorf("%w: the handle was detached", port.ErrClosed)
+	}
+	r, err := newLogReader(h.Dir, h.LogLimit, opts, h.done, h.Detached)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: session %s has ended and its log is gone: %v", port.ErrClosed, h.Meta.RunID, err)
+	}
+	return r, err
+}
 
 // MarkDetached makes Wait return port.ErrClosed and closes Done.
 func (h *Handle) MarkDetached() {
@@ -154,11 +213,10 @@ func (h *Handle) Wait(ctx context.Context) (*port.RunResult, error) {
 	}
 }
 
-// Logs implements port.Session.
+// Logs implements port.Session: what the log holds of each stream.
 func (h *Handle) Logs() ([]byte, []byte) {
-	o, _ := h.Stdout.Bytes()
-	e, _ := h.Stderr.Bytes()
-	return o, e
+	snap, _ := h.LogSnapshot()
+	return snap.Stdout, snap.Stderr
 }
 
 // Expose implements port.Session.

@@ -1,7 +1,7 @@
 // Package session holds what the runner adapters' long-running sandboxes
-// (port.SessionRunner) share: the session's host directory (exposed sockets,
-// heartbeat), its labels, the log rings, the symlink-safe socket dial and workspace
-// file access, and the handle state every adapter's Session embeds.
+// (port.SessionRunner) share: the session's host directory (exposed sockets, output
+// log, heartbeat), its labels, the log's readers, the symlink-safe socket dial and
+// workspace file access, and the handle state every adapter's Session embeds.
 package session
 
 import (
@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -59,9 +58,9 @@ func BridgeFlags(ports []int) []string {
 }
 
 // OutputFlags are the bridge's flags that keep a session's agent from ever blocking on
-// output: while no host reads them, up to the log limit (less room for the notice that
-// counts what was dropped, so that a ring of the limit holds both) is kept per stream
-// (bridgeapi.FlagOutputCap).
+// the runtime's own output stream (what `docker logs` shows; the session's output is
+// its log, LogFlags): while the runtime does not take it, up to the log limit is kept
+// per stream (bridgeapi.FlagOutputCap).
 func OutputFlags(limit int) []string {
 	if limit <= 0 {
 		return nil
@@ -83,10 +82,11 @@ func InsertFlags(args, flags []string) []string {
 }
 
 // CreateDir makes a session's host directory under root, named name, with its expose
-// directory owned by the sandbox's user (the bridge creates the sockets there) and a
-// fresh heartbeat. root is created if missing.
-func CreateDir(root, name, user string) (string, error) {
-	if err := port.ValidateRunID(name); err != nil {
+// directory and its output log (two files of logLimit bytes) owned by the sandbox's
+// user (the bridge creates the sockets and writes the log there) and a fresh
+// heartbeat. root is created if missing.
+func CreateDir(root, name, user string, logLimit int) (string, error) {
+	if err := checkDirName(name); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(root, 0o711); err != nil {
@@ -109,6 +109,10 @@ func CreateDir(root, name, user string) (string, error) {
 			_ = os.RemoveAll(dir)
 			return "", fmt.Errorf("expose dir: %w", err)
 		}
+	}
+	if err := createLog(dir, user, logLimit); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
 	}
 	if err := Heartbeat(dir); err != nil {
 		_ = os.RemoveAll(dir)
@@ -154,10 +158,32 @@ func OwnDir(root, label string) string {
 	if label == "" || !filepath.IsAbs(label) || filepath.Clean(label) != label || filepath.Dir(label) != filepath.Clean(root) {
 		return ""
 	}
-	if port.ValidateRunID(filepath.Base(label)) != nil {
+	if checkDirName(filepath.Base(label)) != nil {
 		return ""
 	}
 	return label
+}
+
+// maxDirName bounds a session directory's name: the runtime's name of the session's
+// sandbox, which holds the run ID (port.MaxRunIDLen bytes at most) between a prefix and
+// a random suffix.
+const maxDirName = 128
+
+// checkDirName checks a session directory's name: the run ID's alphabet (no
+// separator, no dot-dot) and at most maxDirName bytes. Errors wrap
+// port.ErrInvalidSpec.
+func checkDirName(name string) error {
+	if name == "" || len(name) > maxDirName {
+		return port.Invalidf("session directory name %q is empty or over %d bytes", name, maxDirName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return port.Invalidf("session directory name %q has characters outside [A-Za-z0-9_.-] or does not start with a letter or digit", name)
+		}
+	}
+	return nil
 }
 
 // Keep reports whether Sweep must keep a resource with these labels given cutoff: a
@@ -213,6 +239,9 @@ type Meta struct {
 	LogLimit  int
 	Deadline  time.Time
 	User      string
+	// Created is when the session's sandbox was created: its result's Duration runs
+	// from then to the exit.
+	Created time.Time
 }
 
 // ParseLabels reads a session's labels back, checking them as the spec was checked:
@@ -251,6 +280,7 @@ func ParseLabels(owner, root string, lbls map[string]string) (Meta, error) {
 		m.LogLimit = port.DefaultLogLimit
 	}
 	m.Deadline, _ = time.Parse(time.RFC3339Nano, lbls[port.LabelDeadline])
+	m.Created, _ = time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
 	m.User = lbls[port.LabelUser]
 	if m.User == "" {
 		m.User = port.DefaultUser
@@ -382,41 +412,4 @@ func parseUser(u string) (int, int) {
 		gid, _ = strconv.Atoi(b)
 	}
 	return uid, gid
-}
-
-// Ring keeps the last Max bytes written, flagging what it dropped. It never blocks or
-// fails, so a chatty sandbox cannot stall its own output stream.
-type Ring struct {
-	mu      sync.Mutex
-	max     int
-	buf     []byte
-	dropped bool
-}
-
-// NewRing returns a ring of max bytes.
-func NewRing(max int) *Ring { return &Ring{max: max} }
-
-// Write implements io.Writer.
-func (r *Ring) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := len(p)
-	if len(p) >= r.max {
-		r.dropped = r.dropped || len(p) > r.max || len(r.buf) > 0
-		r.buf = append(r.buf[:0], p[len(p)-r.max:]...)
-		return n, nil
-	}
-	if over := len(r.buf) + len(p) - r.max; over > 0 {
-		r.buf = append(r.buf[:0], r.buf[over:]...)
-		r.dropped = true
-	}
-	r.buf = append(r.buf, p...)
-	return n, nil
-}
-
-// Bytes returns a copy of what the ring holds and whether bytes were dropped.
-func (r *Ring) Bytes() ([]byte, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]byte(nil), r.buf...), r.dropped
 }

@@ -13,31 +13,11 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-func TestRingKeepsTail(t *testing.T) {
-	r := NewRing(5)
-	for _, s := range []string{"ab", "cd", "efg"} {
-		_, _ = r.Write([]byte(s))
-	}
-	got, dropped := r.Bytes()
-	if string(got) != "cdefg" || !dropped {
-		t.Errorf("ring = %q dropped=%v", got, dropped)
-	}
-	r = NewRing(3)
-	_, _ = r.Write([]byte("abc"))
-	if got, dropped := r.Bytes(); string(got) != "abc" || dropped {
-		t.Errorf("exact fit = %q %v", got, dropped)
-	}
-	_, _ = r.Write([]byte("0123456789"))
-	if got, dropped := r.Bytes(); string(got) != "789" || !dropped {
-		t.Errorf("big write = %q %v", got, dropped)
-	}
-}
-
 // TestDialRefusesPlantedLink: the expose directory is the sandbox's to write; a link
 // planted in place of a socket never takes the host's connection elsewhere.
 func TestDialRefusesPlantedLink(t *testing.T) {
 	root := t.TempDir()
-	dir, err := CreateDir(root, "s1", "1001:1001")
+	dir, err := CreateDir(root, "s1", "1001:1001", 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +53,7 @@ func TestDialRefusesPlantedLink(t *testing.T) {
 
 func TestKeepByHeartbeat(t *testing.T) {
 	root := t.TempDir()
-	dir, err := CreateDir(root, "s2", "1001:1001")
+	dir, err := CreateDir(root, "s2", "1001:1001", 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +94,25 @@ func TestParseLabelsRoundTrip(t *testing.T) {
 	lbls[port.LabelExpose] = "80,x"
 	if _, err := ParseLabels("o", root, lbls); err == nil || !strings.Contains(err.Error(), "expose") {
 		t.Errorf("bad expose label: %v", err)
+	}
+}
+
+// TestDirNameTakesLongestRunID: a session directory is named after its sandbox, which
+// holds a run ID of port.MaxRunIDLen bytes between a prefix and a suffix; the name
+// rule is not the run ID's.
+func TestDirNameTakesLongestRunID(t *testing.T) {
+	root := t.TempDir()
+	name := "agentsandbox-" + strings.Repeat("r", port.MaxRunIDLen) + "-0123abcd"
+	dir, err := CreateDir(root, name, "1001:1001", 1024)
+	if err != nil {
+		t.Fatalf("CreateDir with a %d-byte name: %v", len(name), err)
+	}
+	if OwnDir(root, dir) != dir {
+		t.Errorf("OwnDir refuses %s", dir)
+	}
+	for _, bad := range []string{"", "..", ".x", "a/b", strings.Repeat("a", maxDirName+1)} {
+		if _, err := CreateDir(root, bad, "1001:1001", 1024); !errors.Is(err, port.ErrInvalidSpec) {
+			t.Errorf("CreateDir(%q): %v, want ErrInvalidSpec", bad, err)
+		}
 	}
 }

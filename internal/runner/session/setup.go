@@ -47,7 +47,7 @@ type Setup struct {
 // owner's and the run's, the caller's, and the session's). Errors wrap
 // port.ErrInternal; nothing is left behind then.
 func Prepare(root, name, owner string, ss port.SessionSpec) (Setup, error) {
-	dir, err := CreateDir(root, name, ss.User)
+	dir, err := CreateDir(root, name, ss.User, ss.LogLimit)
 	if err != nil {
 		return Setup{}, fmt.Errorf("%w: %w", port.ErrInternal, err)
 	}
@@ -63,5 +63,5 @@ func Prepare(root, name, owner string, ss port.SessionSpec) (Setup, error) {
 // Meta is the handle's description of the session ss set up as st, in the sandbox id.
 func (st Setup) Meta(id string, ss port.SessionSpec) Meta {
 	return Meta{ID: id, RunID: ss.RunID, Dir: st.Dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose,
-		LogLimit: ss.LogLimit, Deadline: st.Deadline, User: ss.User}
+		LogLimit: ss.LogLimit, Deadline: st.Deadline, User: ss.User, Created: st.Start}
 }

@@ -30,17 +30,14 @@ type PullHarness struct {
 // team/agent:v2 (for the digest mismatch), and returns their digests.
 func pushFixtures(ctx context.Context, t *testing.T, reg *Registry) (d1, d2 string) {
 	t.Helper()
-	_, archive, err := sandboxtest.ProbeImage(ctx)
+	probe, err := sandboxtest.ProbeAgentImage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d1, err = reg.Push(ctx, "team/agent", "v1", archive); err != nil {
+	if d1, err = reg.Push(ctx, "team/agent", "v1", probe); err != nil {
 		t.Fatal(err)
 	}
-	_, other, err := agentimage.Image{Name: "team/other", Files: []agentimage.File{{Path: "/hello", Mode: 0o644, Data: []byte("other")}}}.Archive()
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := agentimage.Image{Name: "team/other", Files: []agentimage.File{{Path: "/hello", Mode: 0o644, Data: []byte("other")}}}
 	if d2, err = reg.Push(ctx, "team/agent", "v2", other); err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +144,21 @@ func TestPuller(t *testing.T, h PullHarness) {
 		if strings.Contains(out, reg.Password) || strings.Contains(out, reg.User) {
 			t.Fatalf("the registry credentials reached the sandbox: %q", out)
 		}
+	})
+	t.Run("AlwaysAsksTheRegistry", func(t *testing.T) {
+		// The image is held (pulled with the right password): PullAlways still asks
+		// the registry, so a wrong or revoked password fails, pinned or tagged, on
+		// every runtime alike, and a run by policy does not start.
+		if _, err := h.New(t, port.PullIfNotPresent, good).PullImage(ctx, pinned, port.PullIfNotPresent); err != nil {
+			t.Fatal(err)
+		}
+		r := h.New(t, port.PullAlways, bad)
+		for _, ref := range []string{pinned, tagged, tagged + "@" + d1} {
+			_, err := r.PullImage(ctx, ref, port.PullAlways)
+			wantPullErr(t, err, port.ErrPermissionDenied)
+		}
+		_, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("revoked"), Image: pinned, Argv: []string{"/agent", "echo", "ran", ""}})
+		wantPullErr(t, err, port.ErrPermissionDenied)
 	})
 	t.Run("RunPullsByPolicy", func(t *testing.T) {
 		// A runner with IfNotPresent pulls a tag it does not hold on its first run.

@@ -2,10 +2,14 @@ package testimages
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/agentsandbox/sandbox/agentimage"
 )
 
 // CurlMountDir is where tests mount the directory CurlDir fills.
@@ -27,9 +31,24 @@ func CurlDir(ctx context.Context, dir string) error {
 		if f.Dir {
 			continue
 		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f.Path)), f.Data, 0o755); err != nil {
+		if err := copyFile(f, filepath.Join(dir, filepath.Base(f.Path))); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyFile writes f's content (its Data or Source) to dst, executable.
+func copyFile(f agentimage.File, dst string) error {
+	r, err := f.Open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(w, r)
+	return errors.Join(err, w.Close())
 }

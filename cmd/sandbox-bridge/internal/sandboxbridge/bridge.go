@@ -101,6 +101,11 @@ type Config struct {
 	// bytes of the child's output (see bridgeapi.OutputMark), so a host reading it from a log
 	// the runtime rotates can count what it never received.
 	OutputMarks int
+	// LogStdout and LogStderr, when set (with OutputCap), get the child's stdout and
+	// stderr as the bridge reads them, before anything can hold them up: a session's
+	// output log (bridgeapi.LogWriter), which never waits for a reader. LogStderr also
+	// gets the bridge's OOMNotice.
+	LogStdout, LogStderr io.Writer
 	// Reap makes the bridge reap every child process that ends, not only its own:
 	// orphans are re-parented to PID 1 (or to a subreaper) and would stay zombies. It
 	// is turned on automatically when the bridge is PID 1.
@@ -169,11 +174,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if cfg.OutputCap > 0 && cmd != nil {
 		// A preloaded runtime's output is forwarded by the bridge itself
 		// (Preloaded.copy), uncapped here.
-		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap, int64(cfg.OutputMarks))
+		so, wo, err := newSpool("stdout", cfg.Stdout, cfg.OutputCap, int64(cfg.OutputMarks), cfg.LogStdout)
 		if err != nil {
 			return bridgeapi.ExitBridgeFailed, err
 		}
-		se, we, err := newSpool("stderr", cfg.Stderr, cfg.OutputCap, int64(cfg.OutputMarks))
+		se, we, err := newSpool("stderr", cfg.Stderr, cfg.OutputCap, int64(cfg.OutputMarks), cfg.LogStderr)
 		if err != nil {
 			_ = wo.Close()
 			return bridgeapi.ExitBridgeFailed, err
@@ -346,6 +351,9 @@ func supervise(ctx context.Context, cfg Config, proc *os.Process, exited <-chan 
 			flush()
 			if code == 128+int(syscall.SIGKILL) && oomKilled() {
 				_, _ = io.WriteString(cfg.Stderr, bridgeapi.OOMNotice)
+				if cfg.LogStderr != nil {
+					_, _ = io.WriteString(cfg.LogStderr, bridgeapi.OOMNotice)
+				}
 			}
 			if ctx.Err() != nil {
 				return code, context.Cause(ctx)

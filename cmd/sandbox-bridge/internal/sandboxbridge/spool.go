@@ -27,6 +27,11 @@ type spool struct {
 	name string
 	out  io.Writer
 	max  int
+	// tee, if set, gets every byte as it is read from the child, before it is
+	// buffered: a session's output log, which never waits for a reader.
+	tee io.Writer
+	// read is closed once the child's pipe has been read to its end.
+	read chan struct{}
 
 	mu      sync.Mutex
 	wake    *sync.Cond
@@ -43,26 +48,32 @@ type spool struct {
 // newSpool returns the write end to give the child and starts relaying.
 // With every positive, it marks the stream every that many bytes (see bridgeapi.OutputMark);
 // zero or less: no marks.
-func newSpool(name string, out io.Writer, max int, every int64) (*spool, *os.File, error) {
+func newSpool(name string, out io.Writer, max int, every int64, tee io.Writer) (*spool, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("bridge: spool pipe: %w", err)
 	}
-	s := &spool{name: name, out: out, max: max, done: make(chan struct{})}
+	s := &spool{name: name, out: out, max: max, tee: tee, read: make(chan struct{}), done: make(chan struct{})}
 	if every > 0 {
 		s.every, s.next = every, every
 	}
 	s.wake = sync.NewCond(&s.mu)
-	go s.read(r)
+	go s.readPipe(r)
 	go s.write()
 	return s, w, nil
 }
 
-func (s *spool) read(r *os.File) {
+func (s *spool) readPipe(r *os.File) {
+	defer close(s.read)
 	defer r.Close()
 	b := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(b)
+		if n > 0 && s.tee != nil {
+			// The log holds the newest bytes of its size whatever happens to them
+			// below; a write it fails is the log's loss only.
+			_, _ = s.tee.Write(b[:n])
+		}
 		if n > 0 {
 			s.mu.Lock()
 			s.buf = append(s.buf, b[:n]...)
@@ -126,14 +137,18 @@ func (s *spool) write() {
 	}
 }
 
-// flush waits until the spool has handed out everything, or until the deadline.
+// flush waits until the spool has handed out everything, or until the deadline; what
+// it read goes to its tee in any case (the pipe is read to its end first, bounded by
+// the same deadline).
 func (s *spool) flush(deadline time.Time) bool {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	select {
-	case <-s.done:
-		return true
-	case <-t.C:
-		return false
+	for _, c := range []chan struct{}{s.read, s.done} {
+		select {
+		case <-c:
+		case <-t.C:
+			return false
+		}
 	}
+	return true
 }

@@ -33,7 +33,7 @@ func (l *lockedBuffer) String() string {
 // output, at the offset, and the output without the marks is the child's.
 func TestSpoolMarks(t *testing.T) {
 	out := &lockedBuffer{}
-	s, w, err := newSpool("stdout", out, 1<<20, 10)
+	s, w, err := newSpool("stdout", out, 1<<20, 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
