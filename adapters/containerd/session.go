@@ -163,8 +163,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 // options, which put the bridge first.
 func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: sessionkit.ExposeTarget, Type: "bind", Source: sessionkit.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, append(sessionkit.BridgeFlags(ports), sessionkit.OutputFlags(logLimit)...))
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: sessionkit.ExposeTarget, Type: "bind", Source: sessionkit.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: sessionkit.ControlTarget, Type: "bind", Source: sessionkit.ControlDir(dir), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, append(append(sessionkit.BridgeFlags(ports), sessionkit.OutputFlags(logLimit)...), sessionkit.ControlFlags()...))
 		return nil
 	}
 }
@@ -203,6 +204,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		s.halt()
 		return nil, opErr("Attach", m.RunID, classify(err))
 	}
+	s.InitPause(taskPaused(ctx, task))
 	close(s.started)
 	if err := s.watch(ctx, task); err != nil {
 		s.halt()
@@ -247,27 +249,37 @@ func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
 	s.watching.Add(1)
 	go func() {
 		defer s.watching.Done()
-		var timer <-chan time.Time
-		started := s.started // the lifetime is enforced once the task runs
+		// The lifetime's timer follows the deadline as resumes move it; it runs once
+		// the task does.
+		var life *sessionkit.Lifetime
+		var lifeC <-chan time.Time
+		var lifeChanged <-chan struct{}
+		defer func() {
+			if life != nil {
+				life.Stop()
+			}
+		}()
+		started := s.started
 		var timedOut error
 		for {
+			if life != nil {
+				lifeC, lifeChanged = life.C(), life.Changed()
+			}
 			select {
 			case <-started:
 				started = nil
-				if !s.Deadline.IsZero() {
-					t := time.NewTimer(time.Until(s.Deadline))
-					defer t.Stop()
-					timer = t.C
-				}
+				life = s.NewLifetime()
+			case <-lifeChanged:
+				life.Rearm()
 			case st := <-statusC:
 				if wctx.Err() != nil && st.Error() != nil {
 					return
 				}
 				s.finish(task, st, timedOut)
 				return
-			case <-timer:
-				timer = nil
-				timedOut = fmt.Errorf("session exceeded its lifetime (%s)", s.Deadline.Format(time.RFC3339))
+			case <-lifeC:
+				life.Disarm()
+				timedOut = fmt.Errorf("session exceeded its lifetime (%s)", s.CurrentDeadline().Format(time.RFC3339))
 				kctx, kcancel := s.r.cleanupCtx(wctx)
 				if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 					s.r.cfg.logger.Warn("session: kill at the end of its lifetime failed", logattr.RunID, s.RunID(), logattr.Err, err)
@@ -354,6 +366,7 @@ func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunRe
 	s.stopping = true
 	task := s.task
 	s.mu.Unlock()
+	s.thawForStop(ctx)
 	ctx = s.r.ns(ctx)
 	select {
 	case <-s.Done():
@@ -437,6 +450,9 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	case <-s.Done():
 		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
 	default:
+	}
+	if err := s.CheckRunning(); err != nil {
+		return nil, opErr("Exec", s.RunID(), err)
 	}
 	s.mu.Lock()
 	task := s.task

@@ -92,7 +92,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	// The bridge marks the streams with their offsets: the daemon's log rotation
 	// drops output without a count, and the marks give it to the next Attach.
-	entrypoint = sessionkit.InsertFlags(entrypoint, append(append(sessionkit.BridgeFlags(ss.Expose), sessionkit.OutputFlags(ss.LogLimit)...), sessionkit.MarkFlags(ss.LogLimit)...))
+	entrypoint = sessionkit.InsertFlags(entrypoint, append(append(append(sessionkit.BridgeFlags(ss.Expose), sessionkit.OutputFlags(ss.LogLimit)...), sessionkit.MarkFlags(ss.LogLimit)...), sessionkit.ControlFlags()...))
 	name := containerName(ss.RunID)
 	root := r.sessionRoot()
 	dir, err := sessionkit.CreateDir(root, name, ss.User)
@@ -107,7 +107,8 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: sessionkit.ExposeDir(dir), Target: sessionkit.ExposeTarget})
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: sessionkit.ExposeDir(dir), Target: sessionkit.ExposeTarget},
+		mount.Mount{Type: mount.TypeBind, Source: sessionkit.ControlDir(dir), Target: sessionkit.ControlTarget, ReadOnly: true})
 	// The daemon keeps what the agent writes while no host is attached (at most two
 	// files of the log limit; it drops older output when it rotates), and an Attach
 	// replays it. The agent never blocks on output: the daemon always reads it.
@@ -164,6 +165,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	}
 	m.ID = c.ID
 	s := r.newSession(m)
+	s.InitPause(c.State != nil && c.State.Paused)
 	if err := s.watch(ctx, container.WaitConditionNotRunning); err != nil {
 		s.halt()
 		return nil, opErr("Attach", m.RunID, err)
@@ -195,7 +197,7 @@ func (r *Runner) newSession(m sessionkit.Meta) *dockerSession {
 func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	att, err := s.r.cfg.api.ContainerAttach(wctx, s.ID(), client.ContainerAttachOptions{Stream: true, Logs: true, Stdout: true, Stderr: true})
+	out, err := s.output(wctx) // session_pause.go: a paused container's log is followed instead
 	if err != nil {
 		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("attach: %w", classify(err))}
 	}
@@ -203,21 +205,20 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 	go func() {
 		defer close(copied)
 		stdout, stderr := s.Writers()
-		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
+		_, _ = stdcopy.StdCopy(stdout, stderr, out)
 	}()
 	wait := s.r.cfg.api.ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: cond})
 	s.watching.Add(1)
 	go func() {
 		defer s.watching.Done()
-		defer att.Close()
-		var timer <-chan time.Time
-		if !s.Deadline.IsZero() {
-			t := time.NewTimer(time.Until(s.Deadline))
-			defer t.Stop()
-			timer = t.C
-		}
+		defer out.Close()
+		// The lifetime's timer follows the deadline as resumes move it.
+		life := s.NewLifetime()
+		defer life.Stop()
 		for {
 			select {
+			case <-life.Changed():
+				life.Rearm()
 			case w := <-wait.Result:
 				select {
 				case <-copied:
@@ -231,13 +232,14 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 				}
 				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}, nil)
 				return
-			case <-timer:
-				timer = nil
+			case <-life.C():
+				life.Disarm()
 				// The lifetime is over: end it now (the bridge would, a little later).
+				// Docker thaws a paused container after a SIGKILL.
 				kctx, kcancel := context.WithTimeout(context.Background(), s.r.cfg.killGrace)
 				_, _ = s.r.cfg.api.ContainerKill(kctx, s.ID(), client.ContainerKillOptions{Signal: "SIGKILL"})
 				kcancel()
-				s.finish(-1, nil, fmt.Errorf("session exceeded its lifetime (%s)", s.Deadline.Format(time.RFC3339)))
+				s.finish(-1, nil, fmt.Errorf("session exceeded its lifetime (%s)", s.CurrentDeadline().Format(time.RFC3339)))
 			case <-wctx.Done():
 				return
 			}
@@ -276,7 +278,7 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 			return
 		}
 	}
-	if !stopping && code == 128+15 && time.Now().After(s.Deadline) && !s.Deadline.IsZero() {
+	if dl := s.CurrentDeadline(); !stopping && code == 128+15 && time.Now().After(dl) && !dl.IsZero() {
 		fail(port.CodeTimeout, errors.New("session exceeded its lifetime"))
 		return
 	}
@@ -310,6 +312,7 @@ func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.Ru
 	}
 	s.stopping = true
 	s.mu.Unlock()
+	s.thawForStop(ctx)
 	api := s.r.cfg.api
 	select {
 	case <-s.Done():
@@ -374,6 +377,9 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 	case <-s.Done():
 		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
 	default:
+	}
+	if err := s.CheckRunning(); err != nil {
+		return nil, opErr("Exec", s.RunID(), err)
 	}
 	ex, ok := s.r.cfg.api.(execAPI)
 	if !ok {

@@ -59,6 +59,7 @@ func run(args []string, stderr io.Writer) (code int) {
 	attest := fs.Bool("attest", false, "report the sandbox's isolation to the proxy on -socket before starting the command")
 	noForward := fs.Bool("no-forward", false, "do not listen: run the command as its init only (no LLM socket)")
 	deadline := fs.Int64("deadline", 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
+	deadlineFile := fs.String("deadline-file", "", "with -deadline: when it passes, read this `file` (Unix milliseconds, written by the host) and wait until that time plus the bridge's slack if it is later")
 	grace := fs.Duration("grace", sandboxbridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
@@ -84,11 +85,12 @@ func run(args []string, stderr io.Writer) (code int) {
 		level = slog.LevelDebug
 	}
 	cfg := sandboxbridge.Config{
-		NoForward: *noForward,
-		Attest:    *attest,
-		Deadline:  deadlineTime(*deadline),
-		KillGrace: *grace,
-		Argv:      fs.Args(),
+		NoForward:    *noForward,
+		Attest:       *attest,
+		Deadline:     deadlineTime(*deadline),
+		DeadlineFile: *deadlineFile,
+		KillGrace:    *grace,
+		Argv:         fs.Args(),
 	}
 	if *claim {
 		var (

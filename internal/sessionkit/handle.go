@@ -33,12 +33,19 @@ type Handle struct {
 	// OnFinish, if set (before the handle is shared), runs once when the session
 	// ends or the handle is detached: the adapters' live-sessions count.
 	OnFinish func()
+	// life is the deadline as pauses move it, and the pause state (pause.go).
+	life lifetime
 }
 
 // NewHandle returns a handle for m and starts its heartbeat loop.
 func NewHandle(m Meta) *Handle {
 	h := &Handle{Meta: m, Stdout: NewRing(m.LogLimit), Stderr: NewRing(m.LogLimit), done: make(chan struct{}), stopBeat: make(chan struct{})}
 	h.outC, h.errC = &counter{ring: h.Stdout, name: "stdout"}, &counter{ring: h.Stderr, name: "stderr"}
+	d := m.Deadline
+	if moved, ok := ReadDeadline(m.Dir); ok && !d.IsZero() && moved.After(d) {
+		d = moved // a resume moved it (a handle rebuilt by Attach)
+	}
+	h.life.init(d)
 	go h.beat()
 	return h
 }
@@ -163,6 +170,9 @@ func (h *Handle) Dial(ctx context.Context, p int) (net.Conn, error) {
 		}
 	default:
 	}
+	if err := h.CheckRunning(); err != nil {
+		return nil, err
+	}
 	return Dial(ctx, h.Dir, p)
 }
 
@@ -181,8 +191,8 @@ func (h *Handle) Heartbeat() error { return Heartbeat(h.Dir) }
 
 // ExecTimeout bounds an exec by the session's deadline.
 func (h *Handle) ExecTimeout(d time.Duration) time.Duration {
-	if !h.Deadline.IsZero() {
-		if left := time.Until(h.Deadline); left < d {
+	if dl := h.CurrentDeadline(); !dl.IsZero() {
+		if left := time.Until(dl); left < d {
 			return max(left, time.Millisecond)
 		}
 	}

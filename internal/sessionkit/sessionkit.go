@@ -109,6 +109,10 @@ func CreateDir(root, name, user string) (string, error) {
 			return "", fmt.Errorf("expose dir: %w", err)
 		}
 	}
+	if err := createControl(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
 	if err := Heartbeat(dir); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
