@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -48,5 +49,19 @@ func TestSessionPauseConformance(t *testing.T) {
 			}
 			return int(cs.task.Pid()), nil
 		},
+	})
+}
+
+// BenchmarkSessionPause: a session's Pause and Resume against the task's own Pause
+// and Resume through the client, in one loop (sandboxtest.BenchmarkPause).
+func BenchmarkSessionPause(b *testing.B) {
+	r, image := runnerEnv(b, WithOwner(testenv.Owner("bench")), WithBridge(testenv.Bridge(b)), WithSessionDir(b.TempDir()))
+	sandboxtest.BenchmarkPause(b, r, image, func(s port.Session) (func(context.Context) error, func(context.Context) error) {
+		cs := s.(*ctrSession)
+		cs.mu.Lock()
+		task := cs.task
+		cs.mu.Unlock()
+		return func(ctx context.Context) error { return task.Pause(r.ns(ctx)) },
+			func(ctx context.Context) error { return task.Resume(r.ns(ctx)) }
 	})
 }

@@ -53,3 +53,22 @@ func ageHeartbeat(s port.Session, d time.Duration) error {
 	}
 	return sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
 }
+
+// BenchmarkSessionPause: a session's Pause and Resume against Docker's own pause and
+// unpause of the same container, in one loop (sandboxtest.BenchmarkPause).
+func BenchmarkSessionPause(b *testing.B) {
+	cli, image := dockerEnv(b)
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("bench")), WithBridge(testenv.Bridge(b)), WithSessionDir(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sandboxtest.BenchmarkPause(b, r, image, func(s port.Session) (func(context.Context) error, func(context.Context) error) {
+		return func(ctx context.Context) error {
+				_, err := cli.ContainerPause(ctx, s.ID(), client.ContainerPauseOptions{})
+				return err
+			}, func(ctx context.Context) error {
+				_, err := cli.ContainerUnpause(ctx, s.ID(), client.ContainerUnpauseOptions{})
+				return err
+			}
+	})
+}
