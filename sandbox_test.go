@@ -288,7 +288,9 @@ func TestLogsCarryComponentAndRun(t *testing.T) {
 }
 
 // The facade knows the ports only: no adapter, no proxy configuration, no agent's
-// output format (internal/telemetry is the OTel API's instruments, a leaf like logattr).
+// output format (internal/telemetry is the OTel API's instruments, a leaf like logattr;
+// internal/statearchive saves and restores a workspace tree, a leaf on the standard
+// library and port).
 func TestFacadeImportsPortsOnly(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
@@ -296,7 +298,7 @@ func TestFacadeImportsPortsOnly(t *testing.T) {
 	}
 	const mod = "github.com/agentsandbox/sandbox/"
 	for _, imp := range pkg.Imports {
-		if strings.HasPrefix(imp, mod) && imp != mod+"port" && imp != mod+"internal/logattr" && imp != mod+"internal/telemetry" {
+		if strings.HasPrefix(imp, mod) && imp != mod+"port" && imp != mod+"internal/logattr" && imp != mod+"internal/telemetry" && imp != mod+"internal/statearchive" {
 			t.Errorf("the facade imports %s", imp)
 		}
 	}
