@@ -220,7 +220,7 @@ func testHibernateResume(t *testing.T, newRunner func(testing.TB, string) (port.
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("hib-c"), Image: r.image,
 		Argv: []string{"/agent", "cat", "/workspace/notes.txt"}, WorkspaceDir: newWorkspace(t),
 		Attribution: port.Attribution{BillingAccountID: "acct-hib"},
-		Mounts: []port.Mount{{Source: openDir(t), Target: "/state", Writable: true}},
+		Mounts:      []port.Mount{{Source: openDir(t), Target: "/state", Writable: true}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -346,15 +346,17 @@ func testHibernateFork(t *testing.T, newRunner func(testing.TB, string) (port.Sa
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("fork-check"), Image: r.image,
 		Argv: []string{"/agent", "cat", "/workspace/parent"}, WorkspaceDir: newWorkspace(t),
 		Attribution: port.Attribution{BillingAccountID: "acct-check"},
-		Mounts: []port.Mount{{Source: openDir(t), Target: "/state", Writable: true}},
+		Mounts:      []port.Mount{{Source: openDir(t), Target: "/state", Writable: true}},
 	})
 	if err != nil || res.Text != "PARENT" {
 		t.Fatalf("the hibernation after the forks: %+v %v", res, err)
 	}
 }
 
-func TestHibernateHostileStateDocker(t *testing.T)     { testHibernateHostileState(t, dockerRunner) }
-func TestHibernateHostileStateContainerd(t *testing.T) { testHibernateHostileState(t, containerdRunner) }
+func TestHibernateHostileStateDocker(t *testing.T) { testHibernateHostileState(t, dockerRunner) }
+func TestHibernateHostileStateContainerd(t *testing.T) {
+	testHibernateHostileState(t, containerdRunner)
+}
 
 // testHibernateHostileState: a saved state changed in the store is refused on the
 // way back, before any sandbox starts: a stream changed without its digest
