@@ -614,6 +614,49 @@ func (h *Hibernation) checkResume(req Request) error {
 	return nil
 }
 
+// ResumeOption configures Resume and RunFrom.
+type ResumeOption func(*resumeConfig) error
+
+type resumeConfig struct {
+	prepare func(workspaceDir string) error
+}
+
+// WithPrepare runs f after the saved state is restored into the request's workspace
+// and before the sandbox starts: where the host writes the next turn's inputs
+// (openclaw.OneShot.PrepareNext, say). An error from f stops the resume (the
+// workspace keeps what was restored).
+func WithPrepare(f func(workspaceDir string) error) ResumeOption {
+	return func(c *resumeConfig) error {
+		if f == nil {
+			return port.Invalidf("WithPrepare: nil function")
+		}
+		c.prepare = f
+		return nil
+	}
+}
+
+// resume checks req against h, restores h's state and runs the prepare hook.
+func (h *Hibernation) resume(req Request, opts []ResumeOption) error {
+	var cfg resumeConfig
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	if err := h.checkResume(req); err != nil {
+		return err
+	}
+	if err := h.restore(req); err != nil {
+		return fmt.Errorf("restoring %s: %w", h.ID, err)
+	}
+	if cfg.prepare != nil {
+		if err := cfg.prepare(req.WorkspaceDir); err != nil {
+			return fmt.Errorf("preparing the restored workspace: %w", err)
+		}
+	}
+	return nil
+}
+
 // Resume starts a session from a hibernation: h's saved state is restored into
 // req's workspace and the mounts h saved (each an existing, empty directory of the
 // request; writable mounts for the latter), then the session starts as Start starts
@@ -627,12 +670,9 @@ func (h *Hibernation) checkResume(req Request) error {
 // (nothing restored), a *StateError (or port.ErrDigestMismatch) for a saved state
 // refused on the way back: nothing started, and the workspace and mounts emptied
 // again.
-func (s *Sandbox) Resume(ctx context.Context, h *Hibernation, req SessionRequest) (*Session, error) {
-	if err := h.checkResume(req.Request); err != nil {
+func (s *Sandbox) Resume(ctx context.Context, h *Hibernation, req SessionRequest, opts ...ResumeOption) (*Session, error) {
+	if err := h.resume(req.Request, opts); err != nil {
 		return nil, fmt.Errorf("sandbox: resume session %s: %w", req.RunID, err)
-	}
-	if err := h.restore(req.Request); err != nil {
-		return nil, fmt.Errorf("sandbox: resume session %s from %s: %w", req.RunID, h.ID, err)
 	}
 	ss, err := s.Start(ctx, req)
 	if err != nil {
@@ -650,12 +690,9 @@ func (s *Sandbox) Resume(ctx context.Context, h *Hibernation, req SessionRequest
 // hibernation between turns saves the run's state again with SaveRun.
 //
 // Errors: those of Run, and those of Resume before anything runs.
-func (s *Sandbox) RunFrom(ctx context.Context, h *Hibernation, req Request) (*Result, error) {
-	if err := h.checkResume(req); err != nil {
+func (s *Sandbox) RunFrom(ctx context.Context, h *Hibernation, req Request, opts ...ResumeOption) (*Result, error) {
+	if err := h.resume(req, opts); err != nil {
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
-	}
-	if err := h.restore(req); err != nil {
-		return nil, fmt.Errorf("sandbox: run %s from %s: %w", req.RunID, h.ID, err)
 	}
 	started := time.Now()
 	res, runErr := s.Run(ctx, req)

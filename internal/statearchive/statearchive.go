@@ -95,8 +95,9 @@ func (e *Error) Unwrap() error { return port.ErrInvalidSpec }
 
 // Write writes the tree under dir to w as a tar stream: directories and regular
 // files, read through an os.Root with every open refusing a link (O_NOFOLLOW) and a
-// FIFO never blocking (O_NONBLOCK). Anything else is skipped and reported, and so are
-// paths under exclude (slash-separated, relative to dir). The limits hold here too:
+// FIFO never blocking (O_NONBLOCK). Anything else is skipped and reported; paths
+// under exclude (slash-separated, relative to dir, each component a path.Match
+// pattern) are left out silently. The limits hold here too:
 // a tree beyond them is refused with an *Error (nothing of it is worth restoring
 // half).
 func Write(w io.Writer, dir string, exclude []string, lim Limits) (Report, error) {
@@ -133,9 +134,23 @@ func cleanAll(ps []string) []string {
 	return out
 }
 
+// excluded reports whether name is, or is under, an excluded path. Each component
+// of an exclusion is a path.Match pattern ("agents/*/agent/auth-profiles.json").
 func (w *writer) excluded(name string) bool {
+	parts := strings.Split(name, "/")
 	for _, e := range w.exclude {
-		if name == e || strings.HasPrefix(name, e+"/") {
+		pat := strings.Split(e, "/")
+		if len(pat) > len(parts) {
+			continue
+		}
+		match := true
+		for i, p := range pat {
+			if ok, err := path.Match(p, parts[i]); err != nil || !ok {
+				match = false
+				break
+			}
+		}
+		if match {
 			return true
 		}
 	}

@@ -22,6 +22,8 @@ func TestRoundTrip(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(src, "top"), []byte("x"), 0o4755)) // setuid bit dropped
 	must(t, os.Chmod(filepath.Join(src, "top"), 0o4755))
 	must(t, os.WriteFile(filepath.Join(src, "secret.key"), []byte("k"), 0o600))
+	must(t, os.MkdirAll(filepath.Join(src, "agents/main/agent"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "agents/main/agent/auth-profiles.json"), []byte("key"), 0o600))
 	must(t, os.MkdirAll(filepath.Join(src, "cache/x"), 0o755))
 	must(t, os.WriteFile(filepath.Join(src, "cache/x/big"), []byte("cached"), 0o644))
 	must(t, os.Symlink("/etc/passwd", filepath.Join(src, "link")))
@@ -30,11 +32,11 @@ func TestRoundTrip(t *testing.T) {
 	must(t, os.Chtimes(filepath.Join(src, "a/b/f.txt"), old, old))
 
 	var buf bytes.Buffer
-	rep, err := Write(&buf, src, []string{"secret.key", "/cache/"}, Limits{})
+	rep, err := Write(&buf, src, []string{"secret.key", "/cache/", "agents/*/agent/auth-profiles.json"}, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Files != 2 || rep.Dirs != 2 || rep.Bytes != 6 || rep.SkippedCount != 2 {
+	if rep.Files != 2 || rep.Dirs != 5 || rep.Bytes != 6 || rep.SkippedCount != 2 {
 		t.Errorf("write report %+v", rep)
 	}
 	if got := strings.Join(rep.Skipped, ","); got != "fifo (a FIFO),link (a symbolic link)" {
@@ -45,7 +47,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Files != 2 || back.Dirs != 2 || back.Bytes != 6 {
+	if back.Files != 2 || back.Dirs != 5 || back.Bytes != 6 {
 		t.Errorf("extract report %+v", back)
 	}
 	if b, err := os.ReadFile(filepath.Join(dst, "a/b/f.txt")); err != nil || string(b) != "hello" {
@@ -58,7 +60,7 @@ func TestRoundTrip(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dst, "top")); err != nil || fi.Mode()&fs.ModeSetuid != 0 {
 		t.Errorf("top: %v %v", fi.Mode(), err)
 	}
-	for _, gone := range []string{"secret.key", "cache", "link", "fifo"} {
+	for _, gone := range []string{"secret.key", "cache", "link", "fifo", "agents/main/agent/auth-profiles.json"} {
 		if _, err := os.Lstat(filepath.Join(dst, gone)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s restored (%v)", gone, err)
 		}
