@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -216,17 +217,41 @@ func testHibernateResume(t *testing.T, newRunner func(testing.TB, string) (port.
 	}
 
 	// The same hibernation once more, as one run: a fork of it.
-	res3, err := sb2.RunFrom(ctx, h2, sandbox.Request{
+	req3 := sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("hib-c"), Image: r.image,
-		Argv: []string{"/agent", "cat", "/workspace/notes.txt"}, WorkspaceDir: newWorkspace(t),
+		Argv: []string{"/agent", "write", "/state/memory", "state of run three"}, WorkspaceDir: newWorkspace(t),
+		Attribution: port.Attribution{BillingAccountID: "acct-hib"},
+		Mounts:      []port.Mount{{Source: openDir(t), Target: "/state", Writable: true}},
+	}
+	res3, err := sb2.RunFrom(ctx, h2, req3, sandbox.WithPrepare(func(ws string) error {
+		b, err := os.ReadFile(filepath.Join(ws, "notes.txt"))
+		if err != nil || string(b) != "written in segment one" {
+			return fmt.Errorf("the restored workspace holds %q (%v)", b, err)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res3.Segments) != 2 || res3.Segments[1].ResumedFrom != h.ID || res3.Segments[1].RunID != req3.RunID {
+		t.Errorf("RunFrom: segments %+v", res3.Segments)
+	}
+	// The run's state kept for the next turn (SaveRun), and run from again.
+	h3, err := store.SaveRun(req3, res3, sandbox.HibernateOptions{Mounts: []string{"/state"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res4, err := sb2.RunFrom(ctx, h3, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("hib-d"), Image: r.image,
+		Argv: []string{"/agent", "cat", "/state/memory"}, WorkspaceDir: newWorkspace(t),
 		Attribution: port.Attribution{BillingAccountID: "acct-hib"},
 		Mounts:      []port.Mount{{Source: openDir(t), Target: "/state", Writable: true}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res3.Text != "written in segment one" || len(res3.Segments) != 2 || res3.Segments[1].ResumedFrom != h.ID {
-		t.Errorf("RunFrom: %q, segments %+v", res3.Text, res3.Segments)
+	if res4.Text != "state of run three" || len(res4.Segments) != 3 || res4.Segments[0].RunID != req.RunID || res4.Segments[2].ResumedFrom != h3.ID {
+		t.Errorf("RunFrom a saved run: %q, segments %+v", res4.Text, res4.Segments)
 	}
 	// A segment's run id is its own.
 	if _, err := sb2.RunFrom(ctx, h2, sandbox.Request{Grant: sandbox.Grant{AllowSandbox: true}, RunID: req.RunID, Image: r.image, WorkspaceDir: newWorkspace(t)}); !errors.Is(err, port.ErrInvalidSpec) {

@@ -21,7 +21,8 @@ const conversationWord = "PINEAPPLE-7"
 
 // conversationReply answers the follow-up ("What was the code word?") from the
 // conversation the model is given: with the word when an earlier turn of the
-// request's messages holds it, NO-MEMORY when none does. Other prompts get NOTED.
+// request's messages holds it, NO-MEMORY when none does. A prompt with a MARKER gets
+// markerReply's answer; other prompts get NOTED.
 func conversationReply(req litellmtest.ChatRequest) litellmtest.Reply {
 	var all strings.Builder
 	for _, m := range req.Messages {
@@ -29,6 +30,8 @@ func conversationReply(req litellmtest.ChatRequest) litellmtest.Reply {
 		all.WriteByte('\n')
 	}
 	switch {
+	case strings.Contains(all.String(), "MARKER="):
+		return markerReply(req) // a compile cache's build run
 	case !strings.Contains(all.String(), "What was the code word"):
 		return litellmtest.Reply{Content: "NOTED", PromptTokens: 30, CompletionTokens: 2}
 	case strings.Contains(all.String(), conversationWord):
@@ -53,17 +56,28 @@ type openClawConversation struct {
 	store  *sandbox.HibernationStore
 	one    openclaw.OneShot
 	spec   port.RunSpec // the one-shot's argv and environment
+	mounts []port.Mount // added to sessions too (a compile cache)
 }
 
-func newOpenClawConversation(t testing.TB, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), fake *litellmtest.Server, warmUp bool) *openClawConversation {
+// openClawRunner is a runner of newRunner's kind with the Node image, and the
+// OpenClaw install.
+func openClawRunner(t testing.TB, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) (runner port.SandboxRunner, image, appDir string) {
 	t.Helper()
 	appDir, nodeBin := openClawInstall(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	runner, image := newRunner(t, testenv.Bridge(t), func(ctx context.Context) (string, []byte, error) {
+	runner, image = newRunner(t, testenv.Bridge(t), func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
-	c := &openClawConversation{runner: runner, image: image, appDir: appDir, pre: openClawPreload(t, appDir, warmUp)}
+	return runner, image, appDir
+}
+
+// newOpenClawConversation sets a conversation up on runner: a pool of one slot
+// pre-booted by the OpenClaw preloader (with its warm-up turn when warmUp, and mounts
+// added to its preload: a compile cache), the facade over it, the config and a store.
+func newOpenClawConversation(t testing.TB, runner port.SandboxRunner, image, appDir string, fake *litellmtest.Server, warmUp bool, mounts ...port.Mount) *openClawConversation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := &openClawConversation{runner: runner, image: image, appDir: appDir, pre: openClawPreload(t, appDir, warmUp, mounts...), mounts: mounts}
 	c.limits = port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
 	if warmUp {
 		c.limits.MemoryBytes = openClawWarmUpMemory
@@ -121,7 +135,7 @@ func (c *openClawConversation) startSession(ctx context.Context, t testing.TB, p
 	sess, err := c.sb.Start(ctx, sandbox.SessionRequest{Request: sandbox.Request{
 		Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("oc-seg"), Image: c.image,
 		Argv: []string{testimages.NodeBinary, "-e", "setInterval(() => {}, 1 << 30)"}, Env: c.spec.Env,
-		WorkspaceDir: ws, Mounts: []port.Mount{{Source: c.appDir, Target: testimages.AppDir}},
+		WorkspaceDir: ws, Mounts: append([]port.Mount{{Source: c.appDir, Target: testimages.AppDir}}, c.mounts...),
 		Attribution: port.Attribution{BillingAccountID: "acct-conv"},
 		Limits:      port.Limits{Timeout: 15 * time.Minute, MemoryBytes: 3 << 29},
 		Reconcile:   true,
@@ -187,7 +201,8 @@ func testOpenClawHibernateResume(t *testing.T, newRunner func(testing.TB, string
 	defer cancel()
 	fake := litellmtest.NewServer(litellmtest.WithReply(conversationReply), litellmtest.WithBatchWriteDelay(200*time.Millisecond))
 	defer fake.Close()
-	c := newOpenClawConversation(t, newRunner, fake, false)
+	runner, image, appDir := openClawRunner(t, newRunner)
+	c := newOpenClawConversation(t, runner, image, appDir, fake, false)
 
 	sess, _ := c.startSession(ctx, t, "Remember: the code word is "+conversationWord+". Reply NOTED.")
 	if got := c.turn(ctx, t, sess).Text(); got != "NOTED" {
