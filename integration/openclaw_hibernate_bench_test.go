@@ -23,12 +23,14 @@ import (
 //   - resumed: the conversation's follow-up from its hibernation, served by a slot of
 //     the same pool: the saved state restored into a fresh workspace, the turn's
 //     inputs written over it, the run (answered from the first turn's content);
+//   - resumed-follow-up: the same from a pool whose slots' warm-up also ran a
+//     follow-up turn on its own state (--warm-up-follow-up);
 //   - hibernate: an idle session holding the conversation's OpenClaw state (resumed
 //     from the hibernation, untimed) hibernated: stopped, removed, its state saved.
 //
 // The pool is full before each pooled sample. Reported: wall p50/p95 of each, the
-// boot overhead (wall minus OpenClaw's reported turn) of the runs, and
-// resumed/preboot. Goals: hibernate <= 2 s, resumed <= 1.3x preboot.
+// boot overhead (wall minus OpenClaw's reported turn) of the runs, the idle slots'
+// memory, and the resumed runs over preboot. Goals: hibernate <= 2 s, resumed <= 1.3x preboot.
 func BenchmarkOpenClawHibernate(b *testing.B) {
 	ctx := context.Background()
 	fake := litellmtest.NewServer(litellmtest.WithReply(conversationReply))
@@ -52,6 +54,9 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	cache, _ := buildCompileCache(ctx, b, &openClawStack{sb: plain, image: image, appDir: appDir, cfg: cfg})
 	cacheMount, _ := cache.Mount()
 	c := newOpenClawConversation(b, runner, image, appDir, fake, true, cacheMount)
+	// A second pool whose slots' warm-up also ran a follow-up turn on its own state.
+	f := newOpenClawConversationWith(b, runner, image, appDir, fake, "--warm-up-follow-up", cacheMount)
+	f.one, f.spec = c.one, c.spec
 
 	// The conversation's first turn, in a session, then hibernated.
 	sess, _ := c.startSession(ctx, b, "Remember: the code word is "+conversationWord+". Reply NOTED.")
@@ -66,9 +71,10 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	type sample struct{ wall, turn time.Duration }
 	samples := map[string][]sample{}
 	var hibernate []time.Duration
-	var claimMem []time.Duration
+	claimMem := map[string][]time.Duration{}
 	pooled := func(name string, run func() (*sandbox.Result, *openclaw.Result, error), want string) {
 		c.waitReady(b)
+		f.waitReady(b)
 		start := time.Now()
 		res, out, err := run()
 		wall := time.Since(start)
@@ -80,7 +86,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 		}
 		samples[name] = append(samples[name], sample{wall, out.Meta.Duration()})
 		if m := res.Run.Memory; m != nil && m.ClaimBytes > 0 {
-			claimMem = append(claimMem, time.Duration(m.ClaimBytes))
+			claimMem[name] = append(claimMem[name], time.Duration(m.ClaimBytes))
 		}
 	}
 	variants := []func(){
@@ -115,6 +121,11 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 			}, "ANSWER-"+conversationWord)
 		},
 		func() {
+			pooled("resumed-follow-up", func() (*sandbox.Result, *openclaw.Result, error) {
+				return f.resumeTurn(ctx, b, h, sandboxtest.RunID("hib-bench-resumed-fu"), "What was the code word? Answer with it.")
+			}, "ANSWER-"+conversationWord)
+		},
+		func() {
 			idle, err := c.sb.Resume(ctx, h, sandbox.SessionRequest{Request: sandbox.Request{
 				Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("hib-bench-idle"), Image: c.image,
 				Argv: []string{testimages.NodeBinary, "-e", "setInterval(() => {}, 1 << 30)"}, Env: c.spec.Env,
@@ -142,7 +153,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"preboot", "resumed"} {
+	for _, name := range []string{"preboot", "resumed", "resumed-follow-up"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -153,7 +164,8 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	}
 	benchutil.Report(b, "hibernate", hibernate)
 	benchutil.Ratio(b, "resumed/preboot-p50", p50["resumed"], p50["preboot"])
-	if len(claimMem) > 0 {
-		b.ReportMetric(float64(benchutil.Quantile(claimMem, 0.5))/(1<<20), "idle-slot-MiB")
+	benchutil.Ratio(b, "resumed-follow-up/preboot-p50", p50["resumed-follow-up"], p50["preboot"])
+	for name, m := range claimMem {
+		b.ReportMetric(float64(benchutil.Quantile(m, 0.5))/(1<<20), name+"-idle-slot-MiB")
 	}
 }

@@ -75,12 +75,33 @@ func openClawRunner(t testing.TB, newRunner func(testing.TB, string, imageFunc) 
 // added to its preload: a compile cache), the facade over it, the config and a store.
 func newOpenClawConversation(t testing.TB, runner port.SandboxRunner, image, appDir string, fake *litellmtest.Server, warmUp bool, mounts ...port.Mount) *openClawConversation {
 	t.Helper()
+	flag := ""
+	if warmUp {
+		flag = "--warm-up"
+	}
+	return newOpenClawConversationWith(t, runner, image, appDir, fake, flag, mounts...)
+}
+
+// newOpenClawConversationWith is newOpenClawConversation with the preloader's warm-up
+// flag: "" (imports only), "--warm-up" or "--warm-up-follow-up".
+func newOpenClawConversationWith(t testing.TB, runner port.SandboxRunner, image, appDir string, fake *litellmtest.Server, flag string, mounts ...port.Mount) *openClawConversation {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := &openClawConversation{runner: runner, image: image, appDir: appDir, pre: openClawPreload(t, appDir, warmUp, mounts...), mounts: mounts}
+	warmUp := flag != ""
+	pre := openClawPreload(t, appDir, warmUp, mounts...)
+	for i, a := range pre.Argv {
+		if a == "--warm-up" {
+			pre.Argv[i] = flag
+		}
+	}
+	c := &openClawConversation{runner: runner, image: image, appDir: appDir, pre: pre, mounts: mounts}
 	c.limits = port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
 	if warmUp {
-		c.limits.MemoryBytes = openClawWarmUpMemory
+		// A warmed slot holds 670-900 MiB idle, and a turn on existing state (the
+		// doctor's preflight, the transcript) needs more than a fresh one: 1 GiB was
+		// seen OOM-killed under load.
+		c.limits.MemoryBytes = 3 << 29
 	}
 	tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: c.limits, Preload: c.pre})
 	pool, err := runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1, RefillBetweenRuns: true})
