@@ -27,7 +27,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/litellm"
@@ -529,7 +529,7 @@ func testGWKill(t *testing.T, s *gwStack) {
 	incarnation := testenv.Goroutines(
 		"github.com/agentsandbox/sandbox/openclaw/gateway.",
 		"github.com/agentsandbox/sandbox/openclaw/sandboxgw.",
-		"github.com/agentsandbox/sandbox/internal/sessionkit.")
+		"github.com/agentsandbox/sandbox/internal/runner/session.")
 	for id, stack := range incarnation {
 		// The Gateway's own goroutines outlive incarnations by design: its supervisor
 		// and the router's server on the socket directory.
@@ -611,7 +611,7 @@ func testGWSweep(t *testing.T, s *gwStack) {
 	if err := abandoned.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	if err := sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-time.Hour)); err != nil {
+	if err := session.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := s.runner.Sweep(ctx, port.SweepOptions{OlderThan: 10 * time.Minute})

@@ -5,7 +5,7 @@
 #   eval "$(scripts/install-kubernetes.sh)" && export KUBE_BIN_DIR KUBE_VERSION
 #   go test ./adapters/kubernetes/...   # the real-cluster tests now run instead of skipping
 #
-# It also installs Debian's containernetworking-plugins when /usr/lib/cni/bridge is missing.
+# It also installs Debian's containernetworking-plugins (through scripts/lib/pkg.sh).
 #
 # Only KEY=VALUE lines go to stdout; progress goes to stderr.
 #
@@ -35,6 +35,8 @@ dir="$cache/kubernetes-$KUBE_VERSION"
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
 
 log() { echo "install-kubernetes: $*" >&2; }
+# shellcheck source=lib/pkg.sh
+. "$(dirname "$0")/lib/pkg.sh"
 
 complete() {
   [ -f "$dir/VERSION" ] && [ "$(cat "$dir/VERSION")" = "v$KUBE_VERSION" ] || return 1
@@ -44,11 +46,7 @@ complete() {
 
 # The test cluster's CNI plugins (bridge, host-local, loopback) come from Debian; containerd
 # and its runc shim are installed by scripts/setup.sh.
-if [ ! -x /usr/lib/cni/bridge ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  log "installing containernetworking-plugins"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 containernetworking-plugins >&2 ||
-    log "installing containernetworking-plugins failed: the cluster tests will say so"
-fi
+pkg_install_optional containernetworking-plugins
 
 if ! complete; then
   command -v go >/dev/null 2>&1 || { log "the go command is needed"; exit 1; }

@@ -29,7 +29,7 @@ complete() {
 }
 
 if ! complete; then
-  command -v npm >/dev/null || { log "npm is missing (apt-get install npm)"; exit 1; }
+  command -v npm >/dev/null || { log "npm is missing (scripts/install-openclaw.sh installs it)"; exit 1; }
   mkdir -p "$cache"
   exec 9>"$cache/.openai-sdk.lock"
   flock 9

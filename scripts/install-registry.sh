@@ -9,24 +9,10 @@
 # Idempotent: installed packages are left alone. Prints REGISTRY_BIN=<path>.
 set -euo pipefail
 
-log() { echo "install-registry: $*" >&2; }
-
-need=()
-command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || need+=(docker-registry)
-command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
-if [ ${#need[@]} -gt 0 ]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  # policy-rc.d keeps the package's service from starting during the install.
-  restore=
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    restore=1
-  fi
-  apt-get install -y --no-install-recommends "${need[@]}" >&2 || { apt-get update >&2 && apt-get install -y --no-install-recommends "${need[@]}" >&2; }
-  [ -n "$restore" ] && rm -f /usr/sbin/policy-rc.d
-fi
+# shellcheck source=lib/pkg.sh
+. "$(dirname "$0")/lib/pkg.sh"
+# The package's service does not start during the install (pkg.sh forbids it).
+pkg_install docker-registry apache2-utils
 if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled docker-registry >/dev/null 2>&1; then
   systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi

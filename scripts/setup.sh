@@ -1,28 +1,43 @@
 #!/usr/bin/env bash
-# Installs and starts what the library's real-runtime tests and examples need on a Debian
-# machine: Docker Engine, containerd, nginx (config checks; njs for the shared proxy), git (the git relay and its
-# tests), and Go's tools.
-# Idempotent: installed packages and running daemons are left as they are.
+# Installs and starts what the library's examples, tests and benchmarks need on a Debian
+# machine, in steps:
+#
+#   setup.sh demo       Docker Engine and containerd, installed and started: what
+#                       `make demo` needs, and nothing else
+#   setup.sh tests      the same, plus nginx (njs for the shared proxy), socat, iproute2,
+#                       git (the git relay and its tests) and jq
+#   setup.sh runtimes   the OCI runtimes besides runc: crun (Debian's) and gVisor's runsc
+#                       (built, scripts/install-runsc.sh), registered with Docker and
+#                       containerd
+#   setup.sh            tests, then runtimes (what `make test` and `make bench` need)
+#
+# Packages are installed through scripts/lib/pkg.sh. Idempotent: installed packages and
+# running daemons are left as they are.
 set -euo pipefail
+here=$(dirname "$0")
+# shellcheck source=lib/pkg.sh
+. "$here/lib/pkg.sh"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+steps=("$@")
+((${#steps[@]})) || steps=(tests runtimes)
+want_pkgs=() daemons= runtimes=
+for s in "${steps[@]}"; do
+  case "$s" in
+  demo) want_pkgs+=(docker.io containerd git) daemons=1 ;;
+  tests) want_pkgs+=(docker.io containerd git nginx-light libnginx-mod-http-js socat iproute2 jq) daemons=1 ;;
+  runtimes) runtimes=1 ;;
+  *) echo "usage: $0 [demo|tests|runtimes]..." >&2; exit 2 ;;
+  esac
+done
+
 # A machine where an earlier version of the test suite ran may have a git config in
 # /etc/shadow: put the previous one back first (scripts/repair-shadow.sh says when).
-bash "$(dirname "$0")/repair-shadow.sh" || log "check /etc/shadow by hand (above)"
+bash "$here/repair-shadow.sh" || log "check /etc/shadow by hand (above)"
 
-need_pkgs=()
-for p in docker.io containerd nginx-light libnginx-mod-http-js socat iproute2 git jq; do
-  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
-done
-if ((${#need_pkgs[@]})); then
-  if [ "$(id -u)" != 0 ]; then
-    log "missing packages ${need_pkgs[*]} and not root: install them first"; exit 1
-  fi
-  log "installing ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+if ((${#want_pkgs[@]})); then
+  pkg_install "${want_pkgs[@]}"
 fi
 
 run_dir=${SANDBOX_RUN_DIR:-/var/run}
@@ -44,36 +59,40 @@ wait_for() { # socket, what, seconds
   return 1
 }
 
-# A daemon an earlier version of this script started inherited its caller's TMPDIR, which is
-# gone now: give it back an empty one, or every exec into a container fails.
-for d in containerd dockerd; do
-  for pid in $(pidof "$d" 2>/dev/null); do
-    t=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^TMPDIR=//p')
-    if [ -n "$t" ] && [ ! -d "$t" ]; then
-      log "$d (pid $pid) has lost its TMPDIR; making it again"
-      mkdir -p "$t" && chmod 1777 "$t"
-    fi
+if [ -n "$daemons" ]; then
+  # A daemon an earlier version of this script started inherited its caller's TMPDIR, which is
+  # gone now: give it back an empty one, or every exec into a container fails.
+  for d in containerd dockerd; do
+    for pid in $(pidof "$d" 2>/dev/null); do
+      t=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^TMPDIR=//p')
+      if [ -n "$t" ] && [ ! -d "$t" ]; then
+        log "$d (pid $pid) has lost its TMPDIR; making it again"
+        mkdir -p "$t" && chmod 1777 "$t"
+      fi
+    done
   done
-done
 
-# containerd: dockerd uses it, and the containerd adapter talks to it directly.
-if ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
-  log "starting containerd"
-  "${daemon_env[@]}" nohup containerd >"$log_dir/containerd.log" 2>&1 &
-  wait_for /run/containerd/containerd.sock containerd 30
+  # containerd: dockerd uses it, and the containerd adapter talks to it directly.
+  if ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
+    log "starting containerd"
+    "${daemon_env[@]}" nohup containerd >"$log_dir/containerd.log" 2>&1 &
+    wait_for /run/containerd/containerd.sock containerd 30
+  fi
+
+  # dockerd without iptables or masquerading: no container it starts can route off the
+  # machine even by mistake. Sandboxes use network=none regardless.
+  if ! docker version >/dev/null 2>&1; then
+    log "starting dockerd"
+    "${daemon_env[@]}" nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-masq=false \
+      >"$log_dir/dockerd.log" 2>&1 &
+    wait_for "$run_dir/docker.sock" dockerd 60
+    for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; sleep 0.2; done
+  fi
+  docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVersion}})' >&2
 fi
 
-# dockerd without iptables or masquerading: no container it starts can route off the
-# machine even by mistake. Sandboxes use network=none regardless.
-if ! docker version >/dev/null 2>&1; then
-  log "starting dockerd"
-  "${daemon_env[@]}" nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-masq=false \
-    >"$log_dir/dockerd.log" 2>&1 &
-  wait_for "$run_dir/docker.sock" dockerd 60
-  for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; sleep 0.2; done
-fi
-docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVersion}})' >&2
-
+# Everything below is the runtimes step.
+[ -n "$runtimes" ] || exit 0
 # OCI runtimes besides runc (see the adapters' WithRuntime): gVisor's runsc and crun.
 # runsc is built at a pinned version from the Go module proxy (scripts/install-runsc.sh:
 # Debian's 2022 release lacks /proc files the conformance suite reads); Debian's is the
@@ -83,21 +102,14 @@ docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVer
 # the LLM socket), Debian's on ptrace. containerd's runc shim cannot pass flags, so
 # runsc gets a wrapper; Docker gets them in daemon.json.
 runsc_wrapper=/usr/local/bin/runsc-sandbox
-install_optional() { # Debian packages that only some tests need
-  local missing=() p
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  ((${#missing[@]})) && [ "$(id -u)" = 0 ] || return 0
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
-    log "could not install ${missing[*]}; the runtime tests that need them say so"
-}
-install_optional crun
+pkg_install jq
+pkg_install_optional crun
 runsc_bin='' runsc_args=()
-if [ "$(id -u)" = 0 ] && runsc_bin=$(bash "$(dirname "$0")/install-runsc.sh"); then
+if [ "$(id -u)" = 0 ] && runsc_bin=$(bash "$here/install-runsc.sh"); then
   runsc_args=(--network=none --host-uds=open --oci-seccomp)
 else
   log "building runsc failed: using Debian's (the runsc conformance tests will say what it lacks)"
-  install_optional runsc
+  pkg_install_optional runsc
   command -v runsc >/dev/null && runsc_bin=$(command -v runsc) runsc_args=(--platform=ptrace --network=none)
 fi
 if [ -n "$runsc_bin" ] && [ "$(id -u)" = 0 ]; then

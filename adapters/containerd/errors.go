@@ -1,7 +1,7 @@
 package containerd
 
 import (
-	"github.com/agentsandbox/sandbox/internal/engineerr"
+	"github.com/agentsandbox/sandbox/internal/runner/engineerr"
 	"github.com/agentsandbox/sandbox/port"
 )
 

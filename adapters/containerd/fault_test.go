@@ -23,7 +23,16 @@ import (
 // across the run's time limit: RunOnce must return timeout by the limit plus the kill
 // grace while the shim is still stopped, and once it resumes the background removal
 // and a Sweep leave nothing of the run. About 6 s.
-func TestFrozenShimReturnsAtDeadline(t *testing.T) {
+func TestFrozenShimReturnsAtDeadline(t *testing.T) { testFrozenShim(t, client.Running) }
+
+// TestFrozenShimAtStartReturnsAtDeadline stops the shim as soon as the run's task
+// exists, so that the start is in flight or not yet answered: the start is bounded by
+// the run's limit like the rest (a loaded machine once froze a shim between its
+// process starting and its answer to the start, and RunOnce waited for the shim).
+func TestFrozenShimAtStartReturnsAtDeadline(t *testing.T) { testFrozenShim(t, client.Created) }
+
+// testFrozenShim freezes the run's shim once its task is seen in state at (or later).
+func testFrozenShim(t *testing.T, at client.ProcessStatus) {
 	const (
 		limit  = 2 * time.Second
 		grace  = time.Second
@@ -44,7 +53,7 @@ func TestFrozenShimReturnsAtDeadline(t *testing.T) {
 		res, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: image, Argv: []string{"/agent", "sleep", "60"}, Limits: port.Limits{Timeout: limit}})
 		done <- outcome{res, err, time.Now()}
 	}()
-	id, running := waitRunning(ctx, t, r, runID)
+	id, running := waitTask(ctx, t, r, runID, at)
 	pid := shimPID(t, id)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -85,23 +94,26 @@ func TestFrozenShimReturnsAtDeadline(t *testing.T) {
 	}
 }
 
-// waitRunning waits until runID's task runs, returning its container ID and when it
-// was first seen running.
-func waitRunning(ctx context.Context, t *testing.T, r *Runner, runID string) (string, time.Time) {
+// waitTask waits until runID's task is in state at (Created: it exists; Running: it
+// runs), returning its container ID and when it was first seen so.
+func waitTask(ctx context.Context, t *testing.T, r *Runner, runID string, at client.ProcessStatus) (string, time.Time) {
 	t.Helper()
 	nctx := r.ns(ctx)
 	for ctx.Err() == nil {
 		cs, err := r.cli.Containers(nctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
 		if err == nil && len(cs) == 1 {
 			if task, err := cs[0].Task(nctx, nil); err == nil {
-				if st, err := task.Status(nctx); err == nil && st.Status == client.Running {
+				if at == client.Created {
+					return cs[0].ID(), time.Now()
+				}
+				if st, err := task.Status(nctx); err == nil && st.Status == at {
 					return cs[0].ID(), time.Now()
 				}
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("run %s never ran", runID)
+	t.Fatalf("run %s never reached %s", runID, at)
 	return "", time.Time{}
 }
 

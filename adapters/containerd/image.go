@@ -9,7 +9,7 @@ import (
 	"os"
 	"path"
 
-	"github.com/agentsandbox/sandbox/internal/pullutil"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
@@ -43,7 +43,7 @@ var defaultUnixEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/us
 // (docker.io/library/...), and returns its cached info, unpacking it first if needed.
 func (r *Runner) imageInfo(ctx context.Context, ref string) (*imageInfo, error) {
 	// The runner's pull policy; a pinned reference is looked up by name@digest.
-	ref, err := pullutil.Ensure(ctx, ref, r.cfg.pullPolicy, r.pull)
+	ref, err := imagepull.Ensure(ctx, ref, r.cfg.pullPolicy, r.pull)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 package containerd
 
-import "github.com/agentsandbox/sandbox/internal/slotmount"
+import "github.com/agentsandbox/sandbox/internal/runner/slotmount"
 
 // The slot directories' mounts: see package slotmount (shared with the Docker pool,
 // through package warmpool).

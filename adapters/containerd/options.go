@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -107,7 +107,7 @@ func WithSnapshotter(name string) Option {
 
 // WithOwner sets the owner label value; sweeps only touch their owner's resources.
 func WithOwner(owner string) Option {
-	return func(c *config) error { return adapterutil.SetOwner(&c.owner, owner) }
+	return func(c *config) error { return runner.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged.
@@ -118,7 +118,7 @@ func WithLogger(l *slog.Logger) Option {
 // WithBridge sets the host path of a static sandbox-bridge binary, mounted read-only
 // and made the entrypoint of runs with an LLM socket (see the docker adapter's WithBridge).
 func WithBridge(path string) Option {
-	return func(c *config) error { return adapterutil.SetBridge(&c.bridgePath, path) }
+	return func(c *config) error { return runner.SetBridge(&c.bridgePath, path) }
 }
 
 // WithCleanupTimeout bounds the removal of a run's task, container and snapshot, which

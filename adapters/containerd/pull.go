@@ -9,7 +9,7 @@ import (
 	clog "github.com/containerd/log"
 	"github.com/sirupsen/logrus"
 
-	"github.com/agentsandbox/sandbox/internal/pullutil"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -35,7 +35,7 @@ func (r *Runner) PullImage(ctx context.Context, ref string, policy port.PullPoli
 }
 
 func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (port.PulledImage, error) {
-	q, err := pullutil.NewRequest(ref, policy)
+	q, err := imagepull.NewRequest(ref, policy)
 	if err != nil {
 		return port.PulledImage{}, err
 	}
@@ -55,7 +55,7 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 	ctx = clog.WithLogger(ctx, quiet)
 	var credErr error
 	auth := docker.NewDockerAuthorizer(docker.WithAuthCreds(func(host string) (string, string, error) {
-		a, ok, err := pullutil.Auth(ctx, r.cfg.registryCreds, host)
+		a, ok, err := imagepull.Auth(ctx, r.cfg.registryCreds, host)
 		if err != nil {
 			credErr = err
 			return "", "", err
@@ -100,18 +100,18 @@ func pullErr(err, credErr error) error {
 	if credErr != nil {
 		return credErr
 	}
-	return pullutil.Classify(classify(err))
+	return imagepull.Classify(classify(err))
 }
 
 // WithPullPolicy makes the runner pull each run's, session's and pool's image from its
 // registry by policy before using it (default port.PullNever: only images already
 // imported into the namespace). See PullImage.
 func WithPullPolicy(p port.PullPolicy) Option {
-	return func(c *config) error { return pullutil.SetPolicy(&c.pullPolicy, p) }
+	return func(c *config) error { return imagepull.SetPolicy(&c.pullPolicy, p) }
 }
 
 // WithRegistryCredentials gives the runner's pulls their registries' credentials,
 // asked at each pull and held by this process only; no sandbox sees them.
 func WithRegistryCredentials(creds port.RegistryCredentials) Option {
-	return func(c *config) error { return pullutil.SetCredentials(&c.registryCreds, creds) }
+	return func(c *config) error { return imagepull.SetCredentials(&c.registryCreds, creds) }
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/agentsandbox/sandbox/internal/ociregistry"
+	"github.com/agentsandbox/sandbox/internal/testsupport/registrytest"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -14,8 +14,8 @@ import (
 // loopback over plain HTTP. About 5 s.
 func TestPullFromRegistry(t *testing.T) {
 	base, _ := runnerEnv(t)
-	ociregistry.TestPuller(t, ociregistry.PullHarness{
-		New: func(t *testing.T, policy port.PullPolicy, creds port.RegistryCredentials) ociregistry.PullRunner {
+	registrytest.TestPuller(t, registrytest.PullHarness{
+		New: func(t *testing.T, policy port.PullPolicy, creds port.RegistryCredentials) registrytest.PullRunner {
 			opts := []Option{WithOwner("pulltest"), WithPullPolicy(policy)}
 			if creds != nil {
 				opts = append(opts, WithRegistryCredentials(creds))

@@ -11,8 +11,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/capture"
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -46,7 +46,7 @@ func rawRun(ctx context.Context, r *Runner, spec port.RunSpec) (map[string]time.
 	}
 	mark("image")
 	id := containerID(spec.RunID)
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, nil, t0)
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, nil, t0)
 	c, err := r.cli.NewContainer(ctx, id,
 		client.WithImage(img),
 		client.WithSnapshotter(r.cfg.snapshotter),

@@ -28,15 +28,15 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/bgclean"
-	"github.com/agentsandbox/sandbox/internal/capture"
-	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
-	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
+	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
-	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -187,7 +187,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	id := containerID(spec.RunID)
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, start)
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, id)
 
 	// OOM kills arrive as events; subscribe before the task exists so none is missed.
@@ -212,12 +212,22 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	var (
 		task   client.Task
 		exited atomic.Bool // its exit was seen: delete it without a kill
+		unsure atomic.Bool // its create was not answered: a task may exist
 	)
-	defer r.removeLater(container, spec.RunID, &task, &exited, lease)
+	defer r.removeLater(container, spec.RunID, &task, &exited, &unsure, lease)
 	log.Debug("container created")
 
-	task, stdout, stderr, err := newTask(ctx, container, spec)
+	// The run's limit bounds the task's create and start too: a shim that stops
+	// answering (frozen, overloaded) must not hold RunOnce past the limit plus the
+	// kill grace, whichever call it is in.
+	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
+	defer cancel()
+	task, stdout, stderr, err := newTask(runCtx, container, spec)
 	if err != nil {
+		if runCtx.Err() != nil && ctx.Err() == nil {
+			unsure.Store(true)
+			return fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
+		}
 		return fail(port.CodeContainerFailed, err)
 	}
 	r.phase("task")
@@ -227,9 +237,10 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	if err != nil {
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	}
-	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
-	defer cancel()
-	if err := task.Start(ctx); err != nil {
+	if err := task.Start(runCtx); err != nil {
+		if runCtx.Err() != nil && ctx.Err() == nil {
+			return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, nil, time.Since(start), collect, log))
+		}
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}
 	r.phase("start")
@@ -261,7 +272,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 // the kill grace, and the output collected until then. It returns the run's cause,
 // with a memory-pressure hint when mem (may be nil) saw the sandbox stall.
 func (r *Runner) timedOut(ctx context.Context, spec port.RunSpec, task client.Task, statusC <-chan client.ExitStatus, exited *atomic.Bool, mem *cgroupmem.Sampler, ran time.Duration, collect func(time.Time), log *slog.Logger) error {
-	cause := adapterutil.DeadlineCause(ctx, spec.Limits.Timeout)
+	cause := runner.DeadlineCause(ctx, spec.Limits.Timeout)
 	if mem != nil {
 		mem.Sample()
 		cause = cgroupmem.Hint(cause, mem.Stop(), ran)
@@ -299,9 +310,9 @@ func (e *leaseError) Unwrap() error { return e.error }
 
 // removeLater removes the run's task (as *task holds it when called) and
 // container in the background.
-func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited *atomic.Bool, lease *runlease.Lease) {
+func (r *Runner) removeLater(container client.Container, runID string, task *client.Task, exited, unsure *atomic.Bool, lease *runlease.Lease) {
 	r.cleanup.Go(func() {
-		gone := *task == nil
+		gone := *task == nil && !unsure.Load()
 		if *task != nil {
 			// Before the container: only this task value holds the IO, whose Close
 			// removes the FIFO directory (a task loaded again has no IO).

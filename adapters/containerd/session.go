@@ -22,11 +22,11 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -51,7 +51,7 @@ func (r *Runner) sessionRoot() string {
 	if r.cfg.sessionRoot != "" {
 		return r.cfg.sessionRoot
 	}
-	return sessionkit.DefaultRoot()
+	return session.DefaultRoot()
 }
 
 // fifoDir holds a session's stdio FIFOs, in its host directory (out of the sandbox's
@@ -95,14 +95,14 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	id := containerID(ss.RunID)
 	root := r.sessionRoot()
-	dir, err := sessionkit.CreateDir(root, id, ss.User)
+	dir, err := session.CreateDir(root, id, ss.User)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
 	start := time.Now()
 	deadline := start.Add(ss.Limits.Timeout)
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
-	for k, v := range sessionkit.Labels(ss, dir, deadline) {
+	lbls := runner.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
+	for k, v := range session.Labels(ss, dir, deadline) {
 		lbls[k] = v
 	}
 	var c client.Container
@@ -111,7 +111,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 			if c != nil {
 				r.remove(c, ss.RunID, false)
 			}
-			_ = sessionkit.RemoveDir(root, dir)
+			_ = session.RemoveDir(root, dir)
 		}
 	}()
 	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
@@ -125,7 +125,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
-	s := r.newSession(sessionkit.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
 	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
 		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
 		return sessionIO(cio.Config{
@@ -146,7 +146,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
 	}
 	close(s.started)
-	if err := sessionkit.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
+	if err := session.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
 		s.halt()
 		if _, werr := s.Result(); werr != nil {
 			err = fmt.Errorf("%w (%w)", err, werr)
@@ -163,9 +163,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 // options, which put the bridge first.
 func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: sessionkit.ExposeTarget, Type: "bind", Source: sessionkit.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
-			specs.Mount{Destination: sessionkit.ControlTarget, Type: "bind", Source: sessionkit.ControlDir(dir), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
-		s.Process.Args = sessionkit.InsertFlags(s.Process.Args, append(append(sessionkit.BridgeFlags(ports), sessionkit.OutputFlags(logLimit)...), sessionkit.ControlFlags()...))
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: session.ExposeTarget, Type: "bind", Source: session.ExposeDir(dir), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: session.ControlTarget, Type: "bind", Source: session.ControlDir(dir), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+		s.Process.Args = session.InsertFlags(s.Process.Args, append(append(session.BridgeFlags(ports), session.OutputFlags(logLimit)...), session.ControlFlags()...))
 		return nil
 	}
 }
@@ -187,7 +187,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	if err != nil {
 		return nil, opErr("Attach", "", classify(err))
 	}
-	m, err := sessionkit.ParseLabels(r.cfg.owner, r.sessionRoot(), lbls)
+	m, err := session.ParseLabels(r.cfg.owner, r.sessionRoot(), lbls)
 	if err != nil {
 		return nil, opErr("Attach", "", err)
 	}
@@ -216,7 +216,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 
 // ctrSession is a containerd session's handle.
 type ctrSession struct {
-	*sessionkit.Handle
+	*session.Handle
 	r *Runner
 	c client.Container
 
@@ -229,8 +229,8 @@ type ctrSession struct {
 	started  chan struct{} // closed once the task runs
 }
 
-func (r *Runner) newSession(m sessionkit.Meta, c client.Container) *ctrSession {
-	h := sessionkit.NewHandle(m)
+func (r *Runner) newSession(m session.Meta, c client.Container) *ctrSession {
+	h := session.NewHandle(m)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("containerd")
 	return &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
 }
@@ -251,7 +251,7 @@ func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
 		defer s.watching.Done()
 		// The lifetime's timer follows the deadline as resumes move it; it runs once
 		// the task does.
-		var life *sessionkit.Lifetime
+		var life *session.Lifetime
 		var lifeC <-chan time.Time
 		var lifeChanged <-chan struct{}
 		defer func() {
@@ -408,7 +408,7 @@ func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunRe
 		gone = s.r.deleteTask(task, s.RunID(), taskUnknown)
 	}
 	s.r.remove(s.c, s.RunID(), gone)
-	if err := sessionkit.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
+	if err := session.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
 		s.r.cfg.logger.Warn("session: removing its directory failed; a Sweep will retry", logattr.RunID, s.RunID(), logattr.Err, err)
 	}
 	s.mu.Lock()

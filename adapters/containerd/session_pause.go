@@ -6,13 +6,13 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
 
 var _ port.PausableSession = (*ctrSession)(nil)
 
-// freezer is a containerd session's sessionkit.Freezer: the task's pause (the
+// freezer is a containerd session's session.Freezer: the task's pause (the
 // cgroup freezer, through the shim).
 type freezer struct{ s *ctrSession }
 
@@ -79,4 +79,4 @@ func taskPaused(ctx context.Context, t client.Task) bool {
 	return err == nil && (st.Status == client.Paused || st.Status == client.Pausing)
 }
 
-var _ sessionkit.Freezer = freezer{}
+var _ session.Freezer = freezer{}

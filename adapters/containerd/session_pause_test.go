@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -34,7 +34,7 @@ func TestSessionPauseConformance(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
+				return session.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
 			},
 		},
 		PID: func(s port.Session) (int, error) {

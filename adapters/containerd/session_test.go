@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -31,7 +31,7 @@ func TestSessionConformance(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
+			return session.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
 		},
 	})
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
-	"github.com/agentsandbox/sandbox/internal/runlease"
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -36,7 +36,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	old := func(lbls map[string]string) bool {
 		// By creation time, or a session's last heartbeat.
 		// A run whose host still refreshes its lease is live, whatever its age.
-		return !sessionkit.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
+		return !session.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
 	}
 
 	if !opts.DryRun {
@@ -110,7 +110,7 @@ func (r *Runner) sweepContainer(ctx context.Context, c client.Container, lbls ma
 	if slotDir != "" {
 		rep.Removed = append(rep.Removed, "dir:"+slotDir)
 	}
-	sessDir := sessionkit.OwnDir(r.sessionRoot(), lbls[port.LabelSessionDir])
+	sessDir := session.OwnDir(r.sessionRoot(), lbls[port.LabelSessionDir])
 	if sessDir != "" {
 		rep.Removed = append(rep.Removed, "dir:"+sessDir)
 	}
@@ -131,7 +131,7 @@ func (r *Runner) sweepContainer(ctx context.Context, c client.Container, lbls ma
 			rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
 		}
 	}
-	if err := sessionkit.RemoveDir(r.sessionRoot(), sessDir); err != nil {
+	if err := session.RemoveDir(r.sessionRoot(), sessDir); err != nil {
 		rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", sessDir, err))
 	}
 	if slotDir != "" {

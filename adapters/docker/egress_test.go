@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -35,11 +35,11 @@ func TestEgressEnv(t *testing.T) {
 	if env := strings.Join(cfg.Env, "\n"); strings.Contains(env, "NODE_USE_ENV_PROXY") || strings.Contains(env, "SSL_CERT_FILE") {
 		t.Errorf("egress variables without egress: %s", env)
 	}
-	if p := adapterutil.EgressPrefix(spec, []string{"/b", "--"}); len(p) != 2 {
+	if p := runner.EgressPrefix(spec, []string{"/b", "--"}); len(p) != 2 {
 		t.Errorf("prefix without egress: %v", p)
 	}
 	spec.LLM.Egress = true
-	if p := adapterutil.EgressPrefix(spec, []string{"/b", "--"}); strings.Join(p, " ") != "/b -egress 127.0.0.1:3128 --" {
+	if p := runner.EgressPrefix(spec, []string{"/b", "--"}); strings.Join(p, " ") != "/b -egress 127.0.0.1:3128 --" {
 		t.Errorf("prefix with egress: %v", p)
 	}
 }

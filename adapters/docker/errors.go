@@ -3,7 +3,7 @@ package docker
 import (
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/engineerr"
+	"github.com/agentsandbox/sandbox/internal/runner/engineerr"
 	"github.com/agentsandbox/sandbox/port"
 )
 

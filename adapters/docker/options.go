@@ -10,8 +10,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -85,7 +85,7 @@ func WithClient(cli *client.Client) SharedOption {
 // WithOwner sets the owner label value. Sweeps only ever touch resources of their owner,
 // so hosts sharing a daemon must use distinct owners.
 func WithOwner(owner string) SharedOption {
-	return func(c *config) error { return adapterutil.SetOwner(&c.owner, owner) }
+	return func(c *config) error { return runner.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged.
@@ -98,7 +98,7 @@ func WithLogger(l *slog.Logger) SharedOption {
 // so the agent reaches the proxy at http://127.0.0.1:8080 with no socat in its image.
 // Without it, the image must bring its own bridge.
 func WithBridge(path string) Option {
-	return func(c *config) error { return adapterutil.SetBridge(&c.bridgePath, path) }
+	return func(c *config) error { return runner.SetBridge(&c.bridgePath, path) }
 }
 
 // WithCleanupTimeout bounds the removal of a run's container (and a proxy's), which

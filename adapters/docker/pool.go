@@ -16,14 +16,14 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/capture"
-	"github.com/agentsandbox/sandbox/internal/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/logattr"
-	"github.com/agentsandbox/sandbox/internal/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
+	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
-	"github.com/agentsandbox/sandbox/internal/slotmount"
-	"github.com/agentsandbox/sandbox/internal/warmpool"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -192,7 +192,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	cfg, hc := sandboxConfig(spec.ColdSpec(), stub.Argv, lbls, r.cfg.bridgePath)
@@ -397,7 +397,7 @@ func (c *claimed) await(ctx context.Context) (slotResult, error) {
 			}
 			return c.exited(ctx, int(st.res.StatusCode))
 		case <-runCtx.Done():
-			cause := adapterutil.DeadlineCause(ctx, c.spec.Limits.Timeout)
+			cause := runner.DeadlineCause(ctx, c.spec.Limits.Timeout)
 			c.mem.Sample()
 			cause = cgroupmem.Hint(cause, c.mem.Stop(), time.Since(c.start))
 			r.killSlot(ctx, s, c.log)

@@ -24,8 +24,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 )
@@ -215,7 +215,7 @@ func (m *ProxyManager) createContainer(ctx context.Context, spec port.ProxySpec,
 			User:       fmt.Sprintf("%d:%d", uid, gid),
 			Entrypoint: entrypoint,
 			Cmd:        []string{},
-			Labels:     adapterutil.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
+			Labels:     runner.ResourceLabels(m.cfg.owner, spec.RunID, port.KindProxy, spec.Labels, now),
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    container.NetworkMode(m.cfg.proxy.network),

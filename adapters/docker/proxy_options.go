@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -99,7 +99,7 @@ func WithMaxAuditRecords(n int) ProxyOption {
 // started the proxy is gone (killed before Stop). Without it a proxy runs until
 // stopped or swept, and Start logs that at Warn when the spec has a deadline.
 func WithProxyBridge(path string) ProxyOption {
-	return func(c *config) error { return adapterutil.SetBridge(&c.bridgePath, path) }
+	return func(c *config) error { return runner.SetBridge(&c.bridgePath, path) }
 }
 
 // WithUnfilteredBodies acknowledges what the nginx proxy cannot do: read request

@@ -10,8 +10,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/imageref"
-	"github.com/agentsandbox/sandbox/internal/pullutil"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
+	"github.com/agentsandbox/sandbox/internal/runner/imageref"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -40,11 +40,11 @@ func (r *Runner) PullImage(ctx context.Context, ref string, policy port.PullPoli
 // ensureImage applies the runner's pull policy to a run's image and returns the
 // reference to create the container from (name@digest for a pinned reference).
 func (r *Runner) ensureImage(ctx context.Context, ref string) (string, error) {
-	return pullutil.Ensure(ctx, ref, r.cfg.pullPolicy, r.pull)
+	return imagepull.Ensure(ctx, ref, r.cfg.pullPolicy, r.pull)
 }
 
 func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (port.PulledImage, error) {
-	q, err := pullutil.NewRequest(ref, policy)
+	q, err := imagepull.NewRequest(ref, policy)
 	if err != nil {
 		return port.PulledImage{}, err
 	}
@@ -71,7 +71,7 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 		// statements about the image disagree, and neither silently wins.
 		di, err := api.DistributionInspect(ctx, ir.Tagged(), client.DistributionInspectOptions{EncodedRegistryAuth: auth})
 		if err != nil {
-			return port.PulledImage{}, pe(pullutil.Classify(classify(err)))
+			return port.PulledImage{}, pe(imagepull.Classify(classify(err)))
 		}
 		if err := q.CheckTag(di.Descriptor.Digest.String()); err != nil {
 			return port.PulledImage{}, err
@@ -79,12 +79,12 @@ func (r *Runner) pull(ctx context.Context, ref string, policy port.PullPolicy) (
 	}
 	resp, err := api.ImagePull(ctx, local, client.ImagePullOptions{RegistryAuth: auth})
 	if err != nil {
-		return port.PulledImage{}, pe(pullutil.Classify(classify(err)))
+		return port.PulledImage{}, pe(imagepull.Classify(classify(err)))
 	}
 	err = resp.Wait(ctx)
 	_ = resp.Close()
 	if err != nil {
-		return port.PulledImage{}, pe(pullutil.Classify(classify(err)))
+		return port.PulledImage{}, pe(imagepull.Classify(classify(err)))
 	}
 	d, ok := r.present(ctx, local, ir)
 	if !ok {
@@ -124,7 +124,7 @@ func (r *Runner) present(ctx context.Context, local string, ir imageref.Ref) (st
 
 // encodedAuth is the X-Registry-Auth header value for host ("" for anonymous).
 func (r *Runner) encodedAuth(ctx context.Context, host string) (string, error) {
-	a, ok, err := pullutil.Auth(ctx, r.cfg.registryCreds, host)
+	a, ok, err := imagepull.Auth(ctx, r.cfg.registryCreds, host)
 	if err != nil || !ok {
 		return "", err
 	}
@@ -143,11 +143,11 @@ func (r *Runner) encodedAuth(ctx context.Context, host string) (string, error) {
 // registry by policy before creating the container (default port.PullNever: only
 // images already loaded). See PullImage.
 func WithPullPolicy(p port.PullPolicy) Option {
-	return func(c *config) error { return pullutil.SetPolicy(&c.pullPolicy, p) }
+	return func(c *config) error { return imagepull.SetPolicy(&c.pullPolicy, p) }
 }
 
 // WithRegistryCredentials gives the runner's pulls their registries' credentials. They
 // go to the daemon in each pull request only; no sandbox sees them.
 func WithRegistryCredentials(creds port.RegistryCredentials) Option {
-	return func(c *config) error { return pullutil.SetCredentials(&c.registryCreds, creds) }
+	return func(c *config) error { return imagepull.SetCredentials(&c.registryCreds, creds) }
 }

@@ -7,7 +7,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/ociregistry"
+	"github.com/agentsandbox/sandbox/internal/testsupport/registrytest"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -15,8 +15,8 @@ import (
 // loopback (Docker allows plain HTTP to 127.0.0.0/8). About 5 s.
 func TestPullFromRegistry(t *testing.T) {
 	cli, _ := dockerEnv(t)
-	ociregistry.TestPuller(t, ociregistry.PullHarness{
-		New: func(t *testing.T, policy port.PullPolicy, creds port.RegistryCredentials) ociregistry.PullRunner {
+	registrytest.TestPuller(t, registrytest.PullHarness{
+		New: func(t *testing.T, policy port.PullPolicy, creds port.RegistryCredentials) registrytest.PullRunner {
 			opts := []Option{WithClient(cli), WithOwner("pulltest"), WithPullPolicy(policy)}
 			if creds != nil {
 				opts = append(opts, WithRegistryCredentials(creds))

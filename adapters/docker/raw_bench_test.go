@@ -10,7 +10,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
@@ -23,7 +23,7 @@ import (
 func rawRun(ctx context.Context, cli *client.Client, spec port.RunSpec, runtime string) (time.Duration, time.Duration, error) {
 	spec = spec.WithDefaults()
 	t0 := time.Now()
-	cfg, hc := sandboxConfig(spec, spec.Argv, adapterutil.ResourceLabels("bench", spec.RunID, port.KindSandbox, nil, t0), "")
+	cfg, hc := sandboxConfig(spec, spec.Argv, runner.ResourceLabels("bench", spec.RunID, port.KindSandbox, nil, t0), "")
 	hc.Runtime = runtime
 	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: containerName(spec.RunID), Config: cfg, HostConfig: hc})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -70,7 +70,7 @@ func TestSweepRemovesOnlyOwnOldResources(t *testing.T) {
 	ctx := context.Background()
 	runID := sandboxtest.RunID("sweep")
 	mk := func(owner string, age time.Duration) string {
-		lbls := adapterutil.ResourceLabels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
+		lbls := runner.ResourceLabels(owner, runID, port.KindSandbox, nil, time.Now().Add(-age))
 		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 			Config:     &container.Config{Image: image, Entrypoint: []string{"/agent", "sleep", "60"}, Labels: lbls},
 			HostConfig: &container.HostConfig{NetworkMode: "none"},

@@ -15,11 +15,11 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -46,17 +46,17 @@ func (c config) sessionDir() string {
 	if c.sessionRoot != "" {
 		return c.sessionRoot
 	}
-	return sessionkit.DefaultRoot()
+	return session.DefaultRoot()
 }
 
 // sweepSessionDir removes the host directory of a swept session (reported as "dir:").
 func sweepSessionDir(cfg config, lbls map[string]string, rep *port.SweepReport) {
-	d := sessionkit.OwnDir(cfg.sessionDir(), lbls[port.LabelSessionDir])
+	d := session.OwnDir(cfg.sessionDir(), lbls[port.LabelSessionDir])
 	if d == "" {
 		return
 	}
 	rep.Removed = append(rep.Removed, "dir:"+d)
-	if err := sessionkit.RemoveDir(cfg.sessionDir(), d); err != nil {
+	if err := session.RemoveDir(cfg.sessionDir(), d); err != nil {
 		rep.Errors = append(rep.Errors, fmt.Errorf("session directory %s: %w", d, err))
 	}
 }
@@ -92,23 +92,23 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	}
 	// The bridge marks the streams with their offsets: the daemon's log rotation
 	// drops output without a count, and the marks give it to the next Attach.
-	entrypoint = sessionkit.InsertFlags(entrypoint, append(append(append(sessionkit.BridgeFlags(ss.Expose), sessionkit.OutputFlags(ss.LogLimit)...), sessionkit.MarkFlags(ss.LogLimit)...), sessionkit.ControlFlags()...))
+	entrypoint = session.InsertFlags(entrypoint, append(append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.MarkFlags(ss.LogLimit)...), session.ControlFlags()...))
 	name := containerName(ss.RunID)
 	root := r.sessionRoot()
-	dir, err := sessionkit.CreateDir(root, name, ss.User)
+	dir, err := session.CreateDir(root, name, ss.User)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
 	start := time.Now()
 	deadline := start.Add(ss.Limits.Timeout)
-	lbls := adapterutil.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
-	for k, v := range sessionkit.Labels(ss, dir, deadline) {
+	lbls := runner.ResourceLabels(r.cfg.owner, ss.RunID, port.KindSession, ss.Labels, start)
+	for k, v := range session.Labels(ss, dir, deadline) {
 		lbls[k] = v
 	}
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: sessionkit.ExposeDir(dir), Target: sessionkit.ExposeTarget},
-		mount.Mount{Type: mount.TypeBind, Source: sessionkit.ControlDir(dir), Target: sessionkit.ControlTarget, ReadOnly: true})
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget},
+		mount.Mount{Type: mount.TypeBind, Source: session.ControlDir(dir), Target: session.ControlTarget, ReadOnly: true})
 	// The daemon keeps what the agent writes while no host is attached (at most two
 	// files of the log limit; it drops older output when it rotates), and an Attach
 	// replays it. The agent never blocks on output: the daemon always reads it.
@@ -120,7 +120,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 			if id != "" {
 				r.remove(context.WithoutCancel(ctx), id, ss.RunID)
 			}
-			_ = sessionkit.RemoveDir(root, dir)
+			_ = session.RemoveDir(root, dir)
 		}
 	}()
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
@@ -128,7 +128,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
 	}
 	id = created.ID
-	s := r.newSession(sessionkit.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User})
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User})
 	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, err)
@@ -137,7 +137,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		s.halt()
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
 	}
-	if err := sessionkit.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
+	if err := session.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
 		s.halt()
 		_, werr := s.Result()
 		if werr != nil {
@@ -159,7 +159,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	if c.Config == nil {
 		return nil, opErr("Attach", "", fmt.Errorf("%w: container %s has no config", port.ErrNotFound, short(id)))
 	}
-	m, err := sessionkit.ParseLabels(r.cfg.owner, r.sessionRoot(), c.Config.Labels)
+	m, err := session.ParseLabels(r.cfg.owner, r.sessionRoot(), c.Config.Labels)
 	if err != nil {
 		return nil, opErr("Attach", "", err)
 	}
@@ -176,7 +176,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 
 // dockerSession is a Docker session's handle.
 type dockerSession struct {
-	*sessionkit.Handle
+	*session.Handle
 	r *Runner
 
 	cancel   context.CancelFunc // ends the watcher and the attach stream
@@ -186,8 +186,8 @@ type dockerSession struct {
 	stopped  bool // removed
 }
 
-func (r *Runner) newSession(m sessionkit.Meta) *dockerSession {
-	h := sessionkit.NewHandle(m)
+func (r *Runner) newSession(m session.Meta) *dockerSession {
+	h := session.NewHandle(m)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("docker")
 	return &dockerSession{Handle: h, r: r}
 }
@@ -345,7 +345,7 @@ func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.Ru
 	}
 	s.watching.Wait()
 	s.r.remove(context.WithoutCancel(ctx), s.ID(), s.RunID())
-	if err := sessionkit.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
+	if err := session.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
 		s.r.cfg.logger.Warn("session: removing its directory failed; a Sweep will retry", logattr.RunID, s.RunID(), logattr.Err, err)
 	}
 	s.mu.Lock()

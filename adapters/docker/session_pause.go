@@ -7,7 +7,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -19,7 +19,7 @@ type pauseAPI interface {
 	ContainerUnpause(ctx context.Context, containerID string, options client.ContainerUnpauseOptions) (client.ContainerUnpauseResult, error)
 }
 
-// freezer is a Docker session's sessionkit.Freezer: Docker's pause (the cgroup
+// freezer is a Docker session's session.Freezer: Docker's pause (the cgroup
 // freezer).
 type freezer struct{ s *dockerSession }
 
@@ -79,7 +79,7 @@ func (s *dockerSession) thawForStop(ctx context.Context) {
 	}
 }
 
-var _ sessionkit.Freezer = freezer{}
+var _ session.Freezer = freezer{}
 
 // output is the session's output stream from the start of its log: Docker's attach
 // (with the log replayed), or, for a paused container, which Docker refuses to

@@ -8,7 +8,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -51,7 +51,7 @@ func ageHeartbeat(s port.Session, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
+	return session.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
 }
 
 // BenchmarkSessionPause: a session's Pause and Resume against Docker's own pause and

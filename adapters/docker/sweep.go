@@ -11,8 +11,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
-	"github.com/agentsandbox/sandbox/internal/runlease"
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -46,7 +46,7 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		// By creation time, or a session's last heartbeat; a resource with our owner
 		// label but no readable time is ours and broken: sweep it.
 		// A run whose host still refreshes its lease is live, whatever its age.
-		return !sessionkit.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
+		return !session.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
 	}
 
 	if !opts.DryRun {

@@ -10,9 +10,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -76,7 +76,7 @@ func WithBaseDir(dir string) Option {
 // directories of their owner, so host processes sharing a base directory must use
 // distinct owners. Default: port.DefaultOwner.
 func WithOwner(owner string) Option {
-	return func(c *config) error { return adapterutil.SetOwner(&c.owner, owner) }
+	return func(c *config) error { return runner.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged. Keys and prompts are never

@@ -27,8 +27,8 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -48,7 +48,7 @@ func (r *Runner) sessionRoot() string {
 	if r.cfg.sessionRoot != "" {
 		return r.cfg.sessionRoot
 	}
-	return sessionkit.DefaultRoot()
+	return session.DefaultRoot()
 }
 
 // Start implements port.SessionRunner: one long-running Pod (the init and the bridge
@@ -79,7 +79,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	deadline := start.Add(ss.Limits.Timeout)
 	ps := podSpec{name: podName(ss.RunID), created: start}
 	root := r.sessionRoot()
-	dir, err := sessionkit.CreateDir(root, ps.name, ss.User)
+	dir, err := session.CreateDir(root, ps.name, ss.User)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
@@ -91,7 +91,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 			if created {
 				r.cleanup(context.WithoutCancel(ctx), ps.name, false, r.cfg.logger)
 			}
-			_ = sessionkit.RemoveDir(root, dir)
+			_ = session.RemoveDir(root, dir)
 		}
 	}()
 	createdPod, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -103,14 +103,14 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("creating the pod: %w", err)})
 	}
 	created = true
-	s := r.newSession(sessionkit.Meta{ID: ps.name, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User},
+	s := r.newSession(session.Meta{ID: ps.name, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User},
 		execPrefix(createdPod))
 	s.watch(createdPod)
 	if err := s.waitStarted(ctx); err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	if err := sessionkit.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
+	if err := session.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
 		s.halt()
 		if _, werr := s.Result(); werr != nil {
 			err = fmt.Errorf("%w (%w)", err, werr)
@@ -139,7 +139,7 @@ func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, dir string, de
 	pod := r.buildPod(ss.RunSpec, ps)
 	pod.Labels[port.LabelKind] = port.KindSession
 	// Paths and times are no label values: the session's record is in annotations.
-	for k, v := range sessionkit.Labels(ss, dir, deadline) {
+	for k, v := range session.Labels(ss, dir, deadline) {
 		pod.Annotations[k] = v
 	}
 	c := &pod.Spec.Containers[0]
@@ -148,11 +148,11 @@ func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, dir string, de
 		cmd[i+1] = strconv.Itoa(math.MaxInt)
 	}
 	if i := slices.Index(cmd, "--"); i >= 0 {
-		cmd = append(cmd[:i+1:i+1], sessionkit.InsertFlags(cmd[i+1:], sessionkit.BridgeFlags(ss.Expose))...)
+		cmd = append(cmd[:i+1:i+1], session.InsertFlags(cmd[i+1:], session.BridgeFlags(ss.Expose))...)
 	}
 	c.Command = cmd
-	pod.Spec.Volumes = append(pod.Spec.Volumes, hostPathVolume("session-expose", sessionkit.ExposeDir(dir), corev1.HostPathDirectory))
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "session-expose", MountPath: sessionkit.ExposeTarget})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, hostPathVolume("session-expose", session.ExposeDir(dir), corev1.HostPathDirectory))
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "session-expose", MountPath: session.ExposeTarget})
 	return pod
 }
 
@@ -197,7 +197,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	if pod == nil || pod.DeletionTimestamp != nil {
 		return nil, opErr("Attach", "", fmt.Errorf("%w: no session %s of owner %q", port.ErrNotFound, id, r.cfg.owner))
 	}
-	m, err := sessionkit.ParseLabels(r.cfg.owner, r.sessionRoot(), podRecord(pod))
+	m, err := session.ParseLabels(r.cfg.owner, r.sessionRoot(), podRecord(pod))
 	if err != nil {
 		return nil, opErr("Attach", "", err)
 	}
@@ -212,7 +212,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	return s, nil
 }
 
-// podRecord is a session Pod's labels and annotations as sessionkit reads them.
+// podRecord is a session Pod's labels and annotations as package session reads them.
 func podRecord(p *corev1.Pod) map[string]string {
 	m := map[string]string{}
 	for k, v := range p.Annotations {
@@ -227,7 +227,7 @@ func podRecord(p *corev1.Pod) map[string]string {
 
 // kubeSession is a Kubernetes session's handle.
 type kubeSession struct {
-	*sessionkit.Handle
+	*session.Handle
 	r      *Runner
 	prefix []string // the init's command up to "--"
 
@@ -244,9 +244,9 @@ type kubeSession struct {
 	followed chan struct{} // closed when the log follower has ended
 }
 
-func (r *Runner) newSession(m sessionkit.Meta, prefix []string) *kubeSession {
+func (r *Runner) newSession(m session.Meta, prefix []string) *kubeSession {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &kubeSession{Handle: sessionkit.NewHandle(m), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
+	return &kubeSession{Handle: session.NewHandle(m), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
 		started: make(chan struct{}), followed: make(chan struct{})}
 }
 
@@ -501,7 +501,7 @@ func (s *kubeSession) Stop(ctx context.Context, grace time.Duration) (*port.RunR
 	s.cancel()
 	s.wg.Wait()
 	s.r.cleanup(context.WithoutCancel(ctx), s.ID(), true, log)
-	if err := sessionkit.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
+	if err := session.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
 		log.Warn("session: removing its directory failed; a Sweep will retry", logattr.Err, err)
 	}
 	s.mu.Lock()

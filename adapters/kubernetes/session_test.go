@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -56,7 +56,7 @@ func TestSessionConformance(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return sessionkit.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
+			return session.AgeHeartbeat(filepath.Dir(filepath.Dir(p)), time.Now().Add(-d))
 		},
 		// The node's log file keeps what the agent wrote while no host was attached
 		// (up to the kubelet's rotation size), and a re-attached handle replays it

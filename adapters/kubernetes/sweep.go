@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/agentsandbox/sandbox/internal/sessionkit"
+	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -37,7 +37,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 			continue
 		}
 		if p.Labels[port.LabelKind] == port.KindSession {
-			if sessionkit.Keep(r.sessionRoot(), podRecord(&p), cutoff) {
+			if session.Keep(r.sessionRoot(), podRecord(&p), cutoff) {
 				continue
 			}
 		} else {
@@ -58,7 +58,7 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 			continue
 		}
 		if p.Labels[port.LabelKind] == port.KindSession {
-			if err := sessionkit.RemoveDir(r.sessionRoot(), p.Annotations[port.LabelSessionDir]); err != nil {
+			if err := session.RemoveDir(r.sessionRoot(), p.Annotations[port.LabelSessionDir]); err != nil {
 				rep.Errors = append(rep.Errors, fmt.Errorf("pod %s: session directory: %w", p.Name, err))
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -136,7 +136,7 @@ func WithDatacenters(dcs ...string) Option {
 // their owner, so hosts sharing a cluster must use distinct owners.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
-		if err := adapterutil.ValidateOwner(owner); err != nil {
+		if err := runner.ValidateOwner(owner); err != nil {
 			return err
 		}
 		c.owner = owner

@@ -12,9 +12,9 @@ import (
 	"github.com/distribution/reference"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/agentsandbox/sandbox/internal/adapterutil"
-	"github.com/agentsandbox/sandbox/internal/capture"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -186,7 +186,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 		return fail(port.CodeInternal, outErr)
 	}
 	if timedOut {
-		return fail(port.CodeTimeout, adapterutil.DeadlineCause(ctx, spec.Limits.Timeout))
+		return fail(port.CodeTimeout, runner.DeadlineCause(ctx, spec.Limits.Timeout))
 	}
 	return r.outcome(alloc, spec, res, fail)
 }

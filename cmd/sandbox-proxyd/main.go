@@ -53,7 +53,7 @@ import (
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon"
-	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
@@ -96,8 +96,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.prevFile, "previous-secret-file", "", "previous token secret `file`, still accepted (rotation)")
 	fs.StringVar(&o.keyFile, "upstream-key-file", "", "`file` holding the upstream (LiteLLM) key the daemon injects into every run; registrations then carry none (re-read at each registration)")
 	fs.DurationVar(&o.tokenTTL, "token-ttl", proxydaemon.DefaultTokenTTL, "run token lifetime")
-	fs.DurationVar(&o.ttl, "ttl", registry.DefaultTTL, "registration lifetime without a request")
-	fs.DurationVar(&o.gc, "gc-interval", registry.DefaultGCInterval, "how often expired registrations are removed")
+	fs.DurationVar(&o.ttl, "ttl", identity.DefaultTTL, "registration lifetime without a request")
+	fs.DurationVar(&o.gc, "gc-interval", identity.DefaultGCInterval, "how often expired registrations are removed")
 	fs.Float64Var(&o.rps, "rate-rps", 0, "per-run calls per second (0: no limit)")
 	fs.IntVar(&o.burst, "rate-burst", 0, "per-run burst of calls")
 	fs.IntVar(&o.streams, "rate-streams", 0, "per-run calls in flight (0: no cap)")
@@ -226,7 +226,7 @@ func openServer(ctx context.Context, o *options, cfg proxydaemon.Config) (*proxy
 	cfg.GlobalRPS, cfg.GlobalBurst, cfg.AdminUIDs, cfg.UpstreamKey = o.grps, o.gburst, o.admins, upstreamKey(o.keyFile)
 	srv, err := proxydaemon.Open(ctx, cfg)
 	if err != nil {
-		if errors.Is(err, registry.ErrCorrupt) {
+		if errors.Is(err, identity.ErrCorrupt) {
 			cfg.Logger.Error("sandbox-proxyd: the registry database is corrupt; move it aside to start empty (its runs are lost)",
 				"path", filepath.Join(o.stateDir, proxydaemon.DBName), "err", err)
 			return nil, 3

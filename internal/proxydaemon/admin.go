@@ -21,7 +21,7 @@ import (
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
-	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -168,7 +168,7 @@ func (s *Server) Register(ctx context.Context, rr api.RegisterRequest) (api.Regi
 	if err != nil {
 		return api.Registered{}, err
 	}
-	g := registry.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: name, Socket: name, Spec: sealed}
+	g := identity.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: name, Socket: name, Spec: sealed}
 	r, err := s.newRun(g, spec, eg, llmproxy.Restored{})
 	if err != nil {
 		return api.Registered{}, err
@@ -215,7 +215,7 @@ func (s *Server) registerNetwork(ctx context.Context, rr api.RegisterRequest) (a
 	if err != nil {
 		return api.Registered{}, err
 	}
-	g := registry.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: n.Name, StartTime: n.StartTime, IP: ip.Unmap(), Spec: sealed}
+	g := identity.Registration{RunID: rr.RunID, Attempt: rr.Attempt, Name: n.Name, StartTime: n.StartTime, IP: ip.Unmap(), Spec: sealed}
 	r, err := s.newRun(g, spec, nil, llmproxy.Restored{})
 	if err != nil {
 		return api.Registered{}, err
@@ -250,7 +250,7 @@ func (s *Server) dirName(runID string) (string, error) {
 func (s *Server) list(w http.ResponseWriter, _ *http.Request) {
 	out := []api.RunInfo{}
 	for _, g := range s.reg.List() {
-		if g.State != registry.Active {
+		if g.State != identity.Active {
 			continue
 		}
 		ri := api.RunInfo{ID: g.ID, RunID: g.RunID, Attempt: g.Attempt,

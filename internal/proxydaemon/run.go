@@ -23,7 +23,7 @@ import (
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
-	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 	"github.com/agentsandbox/sandbox/runtoken"
@@ -68,7 +68,7 @@ type run struct {
 type runKey struct{}
 
 // newRun makes a run from its registration without touching the file system.
-func (s *Server) newRun(g registry.Registration, spec storedSpec, eg *egress.Policy, restored llmproxy.Restored) (*run, error) {
+func (s *Server) newRun(g identity.Registration, spec storedSpec, eg *egress.Policy, restored llmproxy.Restored) (*run, error) {
 	pspec, err := validate(spec.Req)
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (s *Server) newRun(g registry.Registration, spec storedSpec, eg *egress.Pol
 // forwarded: a daemon killed while the call is in flight counts it after its
 // restart (the upstream may bill it; reconciliation says what it cost).
 func (r *run) admit(used llmproxy.Usage) error {
-	return r.s.reg.AppendUsage(context.Background(), r.id, registry.Usage{Calls: used.Calls, Tokens: used.Tokens})
+	return r.s.reg.AppendUsage(context.Background(), r.id, identity.Usage{Calls: used.Calls, Tokens: used.Tokens})
 }
 
 // persistAttestation commits the run's attestation before it counts, so a
@@ -136,7 +136,7 @@ func (r *run) persistAttestation(a *port.Attestation) error {
 // persist stores a completed call's record and the run's usage before the call
 // ends: a daemon killed after this loses nothing of the call.
 func (r *run) persist(rec port.AuditRecord, used llmproxy.Usage) {
-	if err := r.s.reg.AppendAudit(context.Background(), r.id, rec, registry.Usage{Calls: used.Calls, Tokens: used.Tokens}); err != nil {
+	if err := r.s.reg.AppendAudit(context.Background(), r.id, rec, identity.Usage{Calls: used.Calls, Tokens: used.Tokens}); err != nil {
 		r.log.Error("proxyd: audit record not stored", "err", err)
 	}
 	r.mu.Lock()

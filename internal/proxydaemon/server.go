@@ -3,7 +3,7 @@
 // its own directory under the socket directory holding its socket and its run
 // token; the socket a request arrives on names the run, and the request's
 // X-Run-Token must agree. Runs, their budgets and audits live in the identity
-// registry (internal/proxydaemon/registry), so a restarted daemon serves the same runs at the
+// registry (internal/proxydaemon/identity), so a restarted daemon serves the same runs at the
 // same socket paths and their budgets continue. Hosts manage runs through the
 // admin API (adapters/proxyd) on a unix socket only its owner can use.
 package proxydaemon
@@ -27,7 +27,7 @@ import (
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
-	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"
@@ -56,8 +56,8 @@ type Config struct {
 	Keys runtoken.Keys
 	// TokenTTL is a run token's lifetime (default DefaultTokenTTL).
 	TokenTTL time.Duration
-	// TTL and GCInterval are the registry's (defaults registry.DefaultTTL and
-	// registry.DefaultGCInterval); FlushInterval is how often renewed last_seen
+	// TTL and GCInterval are the registry's (defaults identity.DefaultTTL and
+	// identity.DefaultGCInterval); FlushInterval is how often renewed last_seen
 	// times are written (default DefaultFlushInterval).
 	TTL, GCInterval, FlushInterval time.Duration
 	// MaxRequestBytes bounds a call's body (default 64 MiB).
@@ -93,7 +93,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	reg      *registry.Registry
+	reg      *identity.Registry
 	verifier *runtoken.Verifier
 	seal     [2][]byte // sealing keys: current, previous
 	global   *rate.Limiter
@@ -115,7 +115,7 @@ type Server struct {
 
 // Open validates cfg, opens the registry and brings back every run it holds:
 // each run's socket is listening again at its old path when Open returns. A
-// corrupt registry gives an error wrapping registry.ErrCorrupt.
+// corrupt registry gives an error wrapping identity.ErrCorrupt.
 func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -132,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.TokenTTL = DefaultTokenTTL
 	}
 	if cfg.GCInterval <= 0 {
-		cfg.GCInterval = registry.DefaultGCInterval
+		cfg.GCInterval = identity.DefaultGCInterval
 	}
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = DefaultFlushInterval
@@ -159,7 +159,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.SocketDir, 0o711); err != nil {
 		return nil, fmt.Errorf("proxyd: socket dir: %w", err)
 	}
-	reg, err := registry.Open(ctx, registry.Config{Path: filepath.Join(cfg.StateDir, DBName), TTL: cfg.TTL})
+	reg, err := identity.Open(ctx, identity.Config{Path: filepath.Join(cfg.StateDir, DBName), TTL: cfg.TTL})
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func sealKey(secret []byte) []byte {
 // restore brings back the runs of the registry.
 func (s *Server) restore(ctx context.Context) error {
 	for _, g := range s.reg.List() {
-		if g.State != registry.Active {
+		if g.State != identity.Active {
 			continue
 		}
 		var spec storedSpec

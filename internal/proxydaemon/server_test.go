@@ -18,7 +18,7 @@ import (
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/llmproxy/llmproxytest"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon"
-	"github.com/agentsandbox/sandbox/internal/proxydaemon/registry"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -272,7 +272,7 @@ func TestCorruptRegistryIsAClearError(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
 	os.WriteFile(filepath.Join(dir, "state", proxydaemon.DBName), []byte(strings.Repeat("garbage!", 100)), 0o600)
 	_, err := proxydaemon.Open(context.Background(), proxydaemon.Config{StateDir: filepath.Join(dir, "state"), SocketDir: filepath.Join(dir, "runs"), Keys: testKeys})
-	if !errors.Is(err, registry.ErrCorrupt) {
+	if !errors.Is(err, identity.ErrCorrupt) {
 		t.Fatalf("err = %v, want ErrCorrupt", err)
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/agentsandbox/sandbox/internal/localcluster"
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers and readers: a log
@@ -53,38 +54,10 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// FreePorts returns n distinct loopback TCP ports that were free a moment ago (all
-// held at once while choosing, so none repeats), for programs that must be told
-// their ports up front.
-func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// FreePorts returns n distinct loopback TCP ports that were free a moment ago
+// (localcluster.FreePorts).
+func FreePorts(n int) ([]int, error) { return localcluster.FreePorts(n) }
 
-// TailFile returns the last n lines of the file at path (a log, for an error message),
-// or the error reading it.
-func TailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// TailFile returns the last n lines of the file at path, or the error reading it
+// (localcluster.TailFile).
+func TailFile(path string, n int) string { return localcluster.TailFile(path, n) }

@@ -1,7 +1,0 @@
-package ociregistry
-
-import "syscall"
-
-func dieWithParent() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}

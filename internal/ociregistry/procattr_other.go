@@ -1,7 +1,0 @@
-//go:build !linux
-
-package ociregistry
-
-import "syscall"
-
-func dieWithParent() *syscall.SysProcAttr { return nil }

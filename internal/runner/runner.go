@@ -1,0 +1,87 @@
+// Package runner holds what the runner adapters (Docker, containerd, Nomad,
+// Kubernetes) share and their callers never need: the labels of created resources,
+// the checks of the adapters' own options (owner, bridge; the proxy managers' owner
+// too) and a run's deadline. Its sub-packages are the runner side's other rooms:
+// captured output, image references and pulls, background clean-up, engine error
+// classes, memory reports, leases, sessions, and the warm pools' slots.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/port"
+)
+
+// ResourceLabels returns the labels of a resource an adapter creates: the caller's
+// extra labels (validated with port.ValidateLabels beforehand) plus the reserved ones.
+func ResourceLabels(owner, runID, kind string, extra map[string]string, now time.Time) map[string]string {
+	l := make(map[string]string, len(extra)+4)
+	for k, v := range extra {
+		l[k] = v
+	}
+	l[port.LabelOwner] = owner
+	l[port.LabelRunID] = runID
+	l[port.LabelKind] = kind
+	l[port.LabelCreatedAt] = now.UTC().Format(time.RFC3339Nano)
+	return l
+}
+
+// ValidateOwner checks an owner label value with the same rules as run IDs
+// (port.ValidateRunID). The error wraps port.ErrInvalidSpec.
+func ValidateOwner(owner string) error {
+	// An owner is a label value with the run id's alphabet; the message says owner.
+	if port.ValidateRunID(owner) != nil {
+		switch {
+		case owner == "":
+			return port.Invalidf("owner is empty")
+		case len(owner) > port.MaxRunIDLen:
+			return port.Invalidf("owner is %d bytes, over the limit of %d", len(owner), port.MaxRunIDLen)
+		default:
+			return port.Invalidf("owner %q has characters outside [A-Za-z0-9_.-] or does not start with a letter or digit", owner)
+		}
+	}
+	return nil
+}
+
+// ValidateBridge checks that path is an absolute path to an executable regular file,
+// as the runners' bridge options require. Errors wrap port.ErrInvalidSpec.
+func ValidateBridge(path string) error {
+	if !filepath.IsAbs(path) {
+		return port.Invalidf("bridge path %q is not absolute", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return port.Invalidf("bridge binary: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return port.Invalidf("bridge binary %s is not an executable file", path)
+	}
+	return nil
+}
+
+// DeadlineCause is why a run whose context (a child of ctx with the run's time
+// limit) ended was stopped: the caller's cause when ctx itself ended, else the
+// run's own limit.
+func DeadlineCause(ctx context.Context, limit time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("run exceeded its %v limit", limit)
+}
+
+// EgressOn says the run's socket directory serves egress.
+func EgressOn(spec port.RunSpec) bool { return spec.LLM != nil && spec.LLM.Egress }
+
+// EgressPrefix adds the bridge's egress listener to its command line (prefix) when
+// the run has egress.
+func EgressPrefix(spec port.RunSpec, prefix []string) []string {
+	if !EgressOn(spec) {
+		return prefix
+	}
+	return sandboxbridge.WithEgress(prefix)
+}

@@ -1,0 +1,7 @@
+package registrytest
+
+import "syscall"
+
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
