@@ -120,6 +120,13 @@ wt.parentPort.addEventListener('message', function handover(ev) {
   const h = ev.data && ev.data[KEY];
   if (!h) throw new Error('a standby worker got a message before its handover');
   ev.stopImmediatePropagation();
+  if (h === 'reduce') {
+    // The main thread turned --expose-gc on for this moment: a last-resort collection
+    // gives back the young generation and the heap's free pages while the slot idles.
+    require('node:vm').runInNewContext('gc')({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+    wt.parentPort.postMessage({ [KEY]: 'reduced' });
+    return;
+  }
   wt.parentPort.removeEventListener('message', handover);
   for (const k of Object.keys(process.env)) delete process.env[k];
   Object.assign(process.env, h.env);
@@ -198,6 +205,7 @@ if (warmUp) {
   }
   await warmUpTurn();
   await startStandbyWorkers();
+  await reduceIdleMemory();
 }
 
 // The one-shot's environment (openclaw.OneShot.Env) and config (openclaw.NewConfig's
@@ -363,6 +371,35 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
   warm.resetConfigRuntimeState();
 }
 
+// The standby workers started (startStandbyWorkers), for reduceIdleMemory.
+const standbys = [];
+
+// reduceIdleMemory gives back what the warmed slot's isolates hold but do not use
+// while it waits for its claim: V8 keeps each isolate's young generation (grown during
+// the imports and the warm-up) and the free pages of its old generation committed. A
+// last-resort collection (V8's gc({flavor: 'last-resort'}): memory-reducing, compacting)
+// in the main thread and then in each standby, one at a time, releases them. --expose-gc
+// is on only meanwhile: V8 hashes its flags into the compile cache's tag (checked
+// after).
+async function reduceIdleMemory() {
+  if (process.env.OPENCLAW_PRELOAD_NO_REDUCE === '1') return; // measured against in the benchmarks
+  v8.setFlagsFromString('--expose-gc');
+  try {
+    vm.runInNewContext('gc')({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+    for (const w of standbys) {
+      await new Promise((resolve, reject) => {
+        const done = (m) => { if (m?.[STANDBY_KEY] === 'reduced') { w.off('message', done); resolve(); } };
+        w.on('message', done);
+        w.once('error', reject);
+        w.postMessage({ [STANDBY_KEY]: 'reduce' });
+      });
+    }
+  } finally {
+    v8.setFlagsFromString('--no-expose-gc');
+  }
+  if (v8.cachedDataVersionTag() !== cacheTag) fail('reducing idle memory left V8 flags changed: the run\'s compile cache would be rejected');
+}
+
 // Standby workers. A one-shot run starts six worker threads after the claim (the SQLite
 // carrier of the state and agent databases, the session archive's maintenance twice,
 // the transcript and state-read task servers), each a fresh V8 isolate importing
@@ -404,6 +441,7 @@ async function startStandbyWorkers() {
     }
   }
   await Promise.all(ready).catch((err) => fail(`a standby worker did not start: ${err?.stack || err}`));
+  for (const { list } of standby.values()) for (const w of list) standbys.push(w);
   for (const { list } of standby.values()) for (const w of list) w.unref();
   const sameLimits = (l) => JSON.stringify(l) === JSON.stringify(STANDBY_LIMITS);
   class Worker extends Fresh {
