@@ -106,6 +106,8 @@ const STANDBY_LIMITS = { maxOldGenerationSizeMb: 512 };
 const WARM_UP_TIMEOUT_MS = 4 * 60 * 1000;
 const WARM_UP_REPLY = 'OPENCLAW-PRELOAD-WARM-UP-REPLY';
 const STANDBY_KEY = 'agentsandbox-standby-worker';
+// The standby workers started (startStandbyWorkers), for reduceIdleMemory.
+const standbys = [];
 // A standby worker's bootstrap: import, say ready, wait for the claim's handover (the
 // first message on its port, never seen by the entry), take its environment, re-pin,
 // then (for a deferred entry) set workerData and import the entry. The port queues
@@ -370,9 +372,6 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
   warm.testApi.resetConfigGuardStateForTests();
   warm.resetConfigRuntimeState();
 }
-
-// The standby workers started (startStandbyWorkers), for reduceIdleMemory.
-const standbys = [];
 
 // reduceIdleMemory gives back what the warmed slot's isolates hold but do not use
 // while it waits for its claim: V8 keeps each isolate's young generation (grown during
