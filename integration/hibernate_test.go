@@ -34,7 +34,22 @@ type hibernateRig struct {
 	store  *sandbox.HibernationStore
 }
 
-func newHibernateRig(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string), fake *litellmtest.Server, store *sandbox.HibernationStore) *hibernateRig {
+// newHibernateRig is a rig on newRunner's runtime with a fake LiteLLM and a store of
+// its own (made with opts), both released when t ends.
+func newHibernateRig(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string), opts ...sandbox.StoreOption) *hibernateRig {
+	t.Helper()
+	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200 * time.Millisecond))
+	t.Cleanup(fake.Close)
+	store, err := sandbox.NewHibernationStore(t.TempDir(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hibernateRigOn(t, newRunner, fake, store)
+}
+
+// hibernateRigOn is a rig on newRunner's runtime sharing fake and store with others
+// (another host reaching the same store).
+func hibernateRigOn(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string), fake *litellmtest.Server, store *sandbox.HibernationStore) *hibernateRig {
 	t.Helper()
 	bin, err := bridge.Build(context.Background(), t.TempDir())
 	if err != nil {
@@ -123,13 +138,8 @@ func TestHibernateResumeContainerd(t *testing.T) { testHibernateResume(t, contai
 func testHibernateResume(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200 * time.Millisecond))
-	defer fake.Close()
-	store, err := sandbox.NewHibernationStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newHibernateRig(t, newRunner, fake, store)
+	r := newHibernateRig(t, newRunner)
+	fake, store := r.fake, r.store
 	req := r.request("hib-a", "acct-hib")
 	sess, err := r.sb.Start(ctx, req)
 	if err != nil {
@@ -296,13 +306,8 @@ func TestHibernateForkContainerd(t *testing.T) { testHibernateFork(t, containerd
 func testHibernateFork(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200 * time.Millisecond))
-	defer fake.Close()
-	store, err := sandbox.NewHibernationStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newHibernateRig(t, newRunner, fake, store)
+	r := newHibernateRig(t, newRunner)
+	store := r.store
 	parent, err := r.sb.Start(ctx, r.request("fork-parent", "acct-parent"))
 	if err != nil {
 		t.Fatal(err)
@@ -392,13 +397,8 @@ func TestHibernateHostileStateContainerd(t *testing.T) {
 func testHibernateHostileState(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fake := litellmtest.NewServer()
-	defer fake.Close()
-	store, err := sandbox.NewHibernationStore(t.TempDir(), sandbox.WithStateLimits(sandbox.StateLimits{MaxFileBytes: 1 << 20}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newHibernateRig(t, newRunner, fake, store)
+	r := newHibernateRig(t, newRunner, sandbox.WithStateLimits(sandbox.StateLimits{MaxFileBytes: 1 << 20}))
+	store := r.store
 	sess, err := r.sb.Start(ctx, r.request("hostile", "acct-hostile"))
 	if err != nil {
 		t.Fatal(err)
@@ -530,13 +530,8 @@ func rewriteDigest(t *testing.T, dir string, data []byte) {
 func TestHibernateAcrossRuntimes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200 * time.Millisecond))
-	defer fake.Close()
-	store, err := sandbox.NewHibernationStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	onDocker := newHibernateRig(t, dockerRunner, fake, store)
+	onDocker := newHibernateRig(t, dockerRunner)
+	fake, store := onDocker.fake, onDocker.store
 	sess, err := onDocker.sb.Start(ctx, onDocker.request("across-docker", "acct-across"))
 	if err != nil {
 		t.Fatal(err)
@@ -545,7 +540,7 @@ func TestHibernateAcrossRuntimes(t *testing.T) {
 	onDocker.exec(sess, "/agent", "write", "/state/memory", "docker state")
 	h, _ := onDocker.hibernate(sess)
 
-	onContainerd := newHibernateRig(t, containerdRunner, fake, store)
+	onContainerd := hibernateRigOn(t, containerdRunner, fake, store)
 	hh, err := store.Open(h.ID)
 	if err != nil {
 		t.Fatal(err)

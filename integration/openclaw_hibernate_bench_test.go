@@ -39,18 +39,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 
 	// The compile cache first, by a cold sandboxed one-shot.
 	plain, lc := newStack(b, runner, fake)
-	catalog, err := lc.Models(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	models, err := openclaw.ModelsFromLiteLLM(catalog)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := openClawConfig(ctx, b, lc)
 	cache, _ := buildCompileCache(ctx, b, &openClawStack{sb: plain, image: image, appDir: appDir, cfg: cfg})
 	cacheMount, _ := cache.Mount()
 	c := newOpenClawConversation(b, runner, image, appDir, fake, true, cacheMount)

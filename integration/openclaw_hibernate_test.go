@@ -112,17 +112,7 @@ func newOpenClawConversationWith(t testing.TB, runner port.SandboxRunner, image,
 	c.pool = pool
 	sb, client := newStack(t, runner, fake, sandbox.WithPool(pool))
 	c.sb = sb
-	catalog, err := client.Models(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := openclaw.ModelsFromLiteLLM(catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.cfg, err = openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	c.cfg = openClawConfig(ctx, t, client)
 	if c.store, err = sandbox.NewHibernationStore(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}

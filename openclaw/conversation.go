@@ -2,8 +2,8 @@ package openclaw
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
-	"path"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -21,56 +21,12 @@ import (
 // directories (a symbolic link or a file there is refused with an error wrapping
 // port.ErrInvalidSpec). The checks and errors are otherwise Prepare's.
 func (o OneShot) PrepareNext(hostDir string, cfg *Config, files Files, prompt string) error {
-	o = o.withDefaults()
-	if err := o.validate(); err != nil {
-		return err
-	}
-	if cfg == nil {
-		return port.Invalidf("openclaw one-shot: config is nil")
-	}
-	if cfg.Gateway() {
-		return port.Invalidf("openclaw one-shot: the config is for gateway mode; a gateway never runs in a one-shot sandbox")
-	}
-	if ws, _ := cfg.Lookup("agents.defaults.workspace"); ws != path.Clean(o.Workspace) {
-		return port.Invalidf("openclaw one-shot: config workspace %v is not the one-shot's %q", ws, o.Workspace)
-	}
-	if err := checkPrompt(prompt); err != nil {
-		return err
-	}
-	rendered, err := files.render()
-	if err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(hostDir)
-	if err != nil {
-		return port.Invalidf("openclaw one-shot: workspace %q is not an existing directory", hostDir)
-	}
-	defer root.Close()
-	if err := keepDir(root, OneShotDir, 0o755); err != nil {
-		return err
-	}
-	d, err := root.OpenRoot(OneShotDir)
-	if err != nil {
-		return fmt.Errorf("openclaw workspace: %w", err)
-	}
-	defer d.Close()
-	for _, sub := range []string{StateDirName, HomeDirName} {
-		if err := keepDir(d, sub, 0o777); err != nil {
-			return err
-		}
-	}
-	if err := writeFileIn(d, ConfigFileName, cfg.JSON(), cfg.FileMode()); err != nil {
-		return err
-	}
-	if err := writeWorkspace(root, rendered); err != nil {
-		return err
-	}
-	return writeFileIn(d, PromptFileName, []byte(prompt), 0o644)
+	return o.prepare(hostDir, cfg, files, prompt, keepDir)
 }
 
 // keepDir makes sure name is a directory in root: kept as it is when it is one,
 // made (with mode) when missing, refused when it is anything else.
-func keepDir(root *os.Root, name string, mode os.FileMode) error {
+func keepDir(root *os.Root, name string, mode fs.FileMode) error {
 	fi, err := root.Lstat(name)
 	switch {
 	case err == nil && fi.IsDir():
