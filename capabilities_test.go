@@ -48,9 +48,8 @@ func TestUnsupportedRefusedBeforeAnySideEffect(t *testing.T) {
 	}{
 		"attestation on nginx": {nginx, noNet, func(r *Request) { r.RequireAttestation = true }},
 		"budget on nginx":      {nginx, noNet, func(r *Request) { r.Budget.MaxCalls = 3 }},
-		"egress on nginx": {nginx, noNet, func(r *Request) {
-			r.Egress = &port.EgressPolicy{Providers: []port.EgressProvider{{ID: "gh", URIs: []string{"https://api.github.com/"}}}}
-		}},
+		// (Egress on nginx: WithEgress with a manager without egress is refused by New;
+		// see TestQuietMisconfigurationRefused.)
 		// nginx made without WithUnfilteredBodies refuses every spec.
 		"bodies on nginx unacknowledged": {port.ProxyCapabilities{BodiesRefused: true}, noNet, func(*Request) {}},
 		"network on a runner without":    {full, noNet, func(r *Request) { r.Network = port.NetworkMode{Internal: "agents"} }},
@@ -63,8 +62,11 @@ func TestUnsupportedRefusedBeforeAnySideEffect(t *testing.T) {
 			relay := &fakeRelay{}
 			p := &declaredProxy{caps: tc.proxy}
 			r := &declaredRunner{fakeRunner: fakeRunner{res: &port.RunResult{}}, caps: tc.runner}
-			s, err := New(r, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}),
-				WithRepoRelay(relay), WithEgress(creds, nil))
+			opts := []Option{WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}), WithRepoRelay(relay)}
+			if tc.proxy.Egress {
+				opts = append(opts, WithEgress(creds, nil))
+			}
+			s, err := New(r, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -51,8 +51,8 @@ func TestEgressPolicyReachesProxy(t *testing.T) {
 	if _, err := s2.Run(context.Background(), req); !errors.Is(err, port.ErrInvalidSpec) || p2.started != 0 {
 		t.Fatalf("err %v, started %d", err, p2.started)
 	}
-	s3, _ := New(&fakeRunner{res: &port.RunResult{}}, WithEgress(creds, nil))
-	if _, err := s3.Run(context.Background(), req); !errors.Is(err, port.ErrInvalidSpec) {
+	// WithEgress without LLM access could serve no run: New refuses it.
+	if _, err := New(&fakeRunner{res: &port.RunResult{}}, WithEgress(creds, nil)); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Fatalf("no LLM: %v", err)
 	}
 	// No policy: nothing changes.

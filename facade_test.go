@@ -26,7 +26,7 @@ func llmSandbox(t *testing.T, r port.SandboxRunner, p *fakeProxy, opts ...Option
 func TestRunSpecFieldsPassThrough(t *testing.T) {
 	r := &fakeRunner{res: &port.RunResult{}}
 	s := llmSandbox(t, r, &fakeProxy{})
-	req := request(t)
+	req := llmRequest(t)
 	var out, errw bytes.Buffer
 	req.User, req.Network, req.OutputLimit = "1001:1001", port.NetworkMode{Internal: "agents"}, 4096
 	req.Labels, req.OwnBridge = map[string]string{"team": "ml"}, true
@@ -58,7 +58,7 @@ func TestPolicyInResult(t *testing.T) {
 	}
 	r := &fakeRunner{res: &port.RunResult{ExitCode: 3}}
 	s := llmSandbox(t, r, &fakeProxy{audit: audit})
-	req := request(t)
+	req := llmRequest(t)
 	res, err := s.Run(context.Background(), req)
 	if err != nil {
 		t.Fatalf("without FailOnBudget a refused call is no error: %v", err)
@@ -66,7 +66,7 @@ func TestPolicyInResult(t *testing.T) {
 	if !res.Policy.BudgetExceeded || len(res.Policy.Blocked) != 2 || res.Policy.Blocked[0].Model != "m1" || res.Policy.Blocked[1].Blocked != "route_not_allowed" {
 		t.Errorf("policy = %+v", res.Policy)
 	}
-	req.FailOnBudget = true
+	req.FailOnBudget, req.Budget = true, port.Budget{MaxCalls: 1}
 	res, err = s.Run(context.Background(), req)
 	if !errors.Is(err, port.ErrBudgetExceeded) || res == nil || res.Run.ExitCode != 3 {
 		t.Fatalf("err = %v, res = %+v", err, res)
@@ -95,7 +95,7 @@ func TestReconciledOnEveryPath(t *testing.T) {
 		if name == "cancelled" {
 			cancel() // the caller gave up: the calls made so far are still billed
 		}
-		req := request(t)
+		req := llmRequest(t)
 		req.Reconcile = true
 		res, err := s.Run(ctx, req)
 		cancel()
@@ -111,7 +111,7 @@ func TestReconciledOnEveryPath(t *testing.T) {
 func TestReconcileAsync(t *testing.T) {
 	rec := &fakeReconciler{gate: make(chan struct{})}
 	s := llmSandbox(t, &fakeRunner{res: &port.RunResult{}}, &fakeProxy{audit: []port.AuditRecord{{CallID: "c1"}}}, WithReconciler(rec))
-	req := request(t)
+	req := llmRequest(t)
 	req.ReconcileAsync = true
 	res, err := s.Run(context.Background(), req)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestReconcileTimeoutBounds(t *testing.T) {
 	rec := &fakeReconciler{gate: make(chan struct{})} // never answers
 	s := llmSandbox(t, &fakeRunner{res: &port.RunResult{}}, &fakeProxy{audit: []port.AuditRecord{{CallID: "c1"}}},
 		WithReconciler(rec), WithReconcileTimeout(50*time.Millisecond))
-	req := request(t)
+	req := llmRequest(t)
 	req.Reconcile = true
 	start := time.Now()
 	res, err := s.Run(context.Background(), req)
@@ -275,7 +275,7 @@ func TestPolicyUpstreamAndAttestation(t *testing.T) {
 		{Status: 499, Method: "POST", Path: "/v1/chat/completions", Error: "client went away: broken pipe"},
 	}
 	r := &fakeRunner{res: &port.RunResult{}}
-	req := request(t)
+	req := llmRequest(t)
 	res, err := llmSandbox(t, r, &fakeProxy{audit: audit}).Run(context.Background(), req)
 	if err != nil {
 		t.Fatalf("without FailOnUpstream upstream failures are no error: %v", err)
@@ -289,7 +289,7 @@ func TestPolicyUpstreamAndAttestation(t *testing.T) {
 		t.Errorf("FailOnUpstream: err = %v", err)
 	}
 	refused := []port.AuditRecord{{Status: 403, Method: "POST", Path: "/v1/chat/completions", Blocked: "attestation_missing"}}
-	req = request(t)
+	req = llmRequest(t)
 	req.RequireAttestation = true
 	res, err = llmSandbox(t, r, &fakeProxy{audit: refused}).Run(context.Background(), req)
 	if !errors.Is(err, ErrNotPermitted) || res == nil || !res.Policy.AttestationRefused {

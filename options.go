@@ -86,7 +86,7 @@ func WithReconcileTimeout(d time.Duration) Option {
 		if d <= 0 || d > 24*time.Hour {
 			return port.Invalidf("reconcile timeout %s out of range (0, 24h]", d)
 		}
-		s.reconcileTimeout = d
+		s.reconcileTimeout, s.reconcileTimeoutSet = d, true
 		return nil
 	}
 }
@@ -121,7 +121,7 @@ func WithModelEnv(name string) Option {
 		if !envNameRe.MatchString(name) {
 			return port.Invalidf("model env %q is not an environment variable name", name)
 		}
-		s.modelEnv = name
+		s.modelEnv, s.modelEnvSet = name, true
 		return nil
 	}
 }

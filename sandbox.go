@@ -50,6 +50,8 @@ type Sandbox struct {
 	// reconcileTimeout bounds a reconciliation (WithReconcileTimeout).
 	reconcileTimeout time.Duration
 	noWorkspaceCheck bool
+	// reconcileTimeoutSet and modelEnvSet: the options were given (checkOptions).
+	reconcileTimeoutSet, modelEnvSet bool
 	relay            port.RepoRelay
 	prs              port.PullRequester
 	pools            []port.Pool // WithPool
@@ -58,6 +60,8 @@ type Sandbox struct {
 	mp      metric.MeterProvider
 	tel     *telemetry.T
 	runtime string
+	// open is what Open chose and made (open.go); nil for a Sandbox made by New.
+	open *openConfig
 }
 
 // runnerFor returns the pool whose template is spec's shape (WithPool), else the
@@ -76,27 +80,51 @@ func (s *Sandbox) runnerFor(spec port.RunSpec) port.SandboxRunner {
 // says otherwise: long enough for LiteLLM's batch writes (every 10 to 60 s).
 const DefaultReconcileTimeout = 3 * time.Minute
 
-// New returns a Sandbox running agents on runner. It does no I/O.
+// New returns a Sandbox running agents on runner, with exactly the parts the
+// options give: the full-control path, where the host builds the runner, the proxy
+// manager, the LiteLLM key and the reconciler itself, and every Request names its
+// RunID and WorkspaceDir. Open makes all of them for the host instead. New does no
+// I/O; Close releases nothing New was given.
 func New(runner port.SandboxRunner, opts ...Option) (*Sandbox, error) {
 	if runner == nil {
 		return nil, port.Invalidf("runner is nil")
 	}
-	s := &Sandbox{
+	s := newSandbox(runner)
+	if err := s.apply(opts); err != nil {
+		return nil, err
+	}
+	if err := s.checkOptions(s.llm != nil, s.reconciler != nil); err != nil {
+		return nil, err
+	}
+	s.init()
+	return s, nil
+}
+
+// newSandbox is a Sandbox on runner with the defaults of every option.
+func newSandbox(runner port.SandboxRunner) *Sandbox {
+	return &Sandbox{
 		runner: runner, logger: slog.New(slog.DiscardHandler),
 		messagesFile: DefaultMessagesFile, modelEnv: DefaultModelEnv,
 		reconcileTimeout: DefaultReconcileTimeout,
 	}
+}
+
+func (s *Sandbox) apply(opts []Option) error {
 	for _, o := range opts {
 		if o == nil {
 			continue
 		}
 		if err := o(s); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// init finishes a Sandbox whose options are applied and its parts in place.
+func (s *Sandbox) init() {
 	s.logger = s.logger.With(logattr.Component, "sandbox")
-	s.tel, s.runtime = telemetry.New(s.tp, s.mp), runtimeOf(runner)
-	return s, nil
+	s.tel, s.runtime = telemetry.New(s.tp, s.mp), runtimeOf(s.runner)
 }
 
 // Grant is the system execution grant a run needs. Sandboxes are never user-invocable:
@@ -205,6 +233,9 @@ type Request struct {
 
 // Result is the outcome of a run.
 type Result struct {
+	// RunID is the run's ID: the Request's, or the one an Open-made Sandbox
+	// generated for it.
+	RunID string
 	// Run is the sandbox's outcome: exit code, raw stdout and stderr, error code.
 	// Structured output is the agent's own business: parse an OpenClaw run with
 	// openclaw.ParseRun, for instance.
@@ -345,6 +376,12 @@ func (r *Reconciling) Wait(ctx context.Context) (*port.Reconciliation, error) {
 // (port.ErrRejected, a *port.PushError naming the artefact); the runner's, proxy's and
 // reconciler's errors otherwise, joined when several apply.
 func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error) {
+	defer func() { err = withHint(err) }()
+	req, done, err := s.withDefaults(req)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	ctx, span := s.startRun(ctx, req)
 	defer func(start time.Time) { s.endRun(ctx, span, start, res, err) }(time.Now())
 	spec, pspec, err := s.prepare(ctx, req)
@@ -364,7 +401,7 @@ func (s *Sandbox) Run(ctx context.Context, req Request) (res *Result, err error)
 		return nil, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
 	}
 	log := s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)
-	res = &Result{Repo: repo}
+	res = &Result{RunID: req.RunID, Repo: repo}
 	started := time.Now()
 
 	var runErr error
@@ -414,10 +451,13 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		return spec, pspec, fmt.Errorf("sandbox: run %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
 	}
 	if err := port.ValidateRunID(req.RunID); err != nil {
-		return spec, pspec, fmt.Errorf("sandbox: %w", err)
+		return spec, pspec, fmt.Errorf("sandbox: %w%s", err, s.runIDHint(req.RunID))
 	}
 	wrap := func(err error) (port.RunSpec, port.ProxySpec, error) {
 		return spec, pspec, fmt.Errorf("sandbox: run %s: %w", req.RunID, err)
+	}
+	if err := s.checkRequest(req, false); err != nil {
+		return wrap(err)
 	}
 	egressPolicy, err := s.egressPolicy(req)
 	if err != nil {
@@ -426,9 +466,6 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 	s.traceEgress(ctx, egressPolicy)
 	if req.RequireAttestation && req.OwnBridge {
 		return wrap(port.Invalidf("RequireAttestation with OwnBridge: the image's own bridge, not the runner's, would send the first attestation, so the agent could attest for itself"))
-	}
-	if (req.Reconcile || req.ReconcileAsync) && (s.reconciler == nil || s.llm == nil) {
-		return wrap(port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
 	}
 	spec = port.RunSpec{
 		RunID: req.RunID, Image: req.Image, Argv: req.Argv, Env: s.agentEnv(req),
@@ -440,7 +477,7 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		return wrap(err)
 	}
 	if req.WorkspaceDir == "" {
-		return wrap(port.Invalidf("workspace dir is required"))
+		return wrap(port.Invalidf("Request.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per run)"))
 	}
 	// Missing host directories are bad input: refuse them before a proxy holds the key.
 	if err := spec.CheckHostPaths(); err != nil {
@@ -448,7 +485,7 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 	}
 	if s.llm != nil {
 		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
 			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
 			Egress: egressPolicy,
 		}
@@ -465,6 +502,11 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		return s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User)
 	}); err != nil {
 		return wrap(err)
+	}
+	if s.llm != nil {
+		if pspec.APIKey, err = s.proxyKey(ctx, spec.WithDefaults().Limits.Timeout); err != nil {
+			return wrap(err)
+		}
 	}
 	return spec, pspec, nil
 }
@@ -622,7 +664,7 @@ func (s *Sandbox) reconcileAsync(ctx context.Context, req port.ReconcileRequest,
 		}()
 		r.usage, r.err = s.reconcile(ctx, req)
 		if r.err != nil {
-			r.err = fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, r.err)
+			r.err = withHint(fmt.Errorf("sandbox: run %s: reconcile: %w", req.RunID, r.err))
 			log.Warn("reconciliation failed", logattr.Err, r.err)
 		}
 	}()

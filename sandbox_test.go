@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"go/build"
+	"go/parser"
+	"go/token"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,12 +81,20 @@ func workspaceDir(t *testing.T) string {
 	return w.Dir()
 }
 
+// request is a run without LLM access (llmRequest is one with it): a Sandbox
+// without WithLLM refuses the LLM fields.
 func request(t *testing.T) Request {
 	return Request{
 		Grant: Grant{AllowSandbox: true}, RunID: "run-1", Image: "img", Argv: []string{"/agent"},
-		WorkspaceDir: workspaceDir(t), Messages: []Message{{Role: "user", Content: "hi"}}, Model: "m1",
-		Attribution: port.Attribution{BillingAccountID: "acct"},
+		WorkspaceDir: workspaceDir(t), Messages: []Message{{Role: "user", Content: "hi"}},
 	}
+}
+
+// llmRequest is request with a model and who pays.
+func llmRequest(t *testing.T) Request {
+	req := request(t)
+	req.Model, req.Attribution = "m1", port.Attribution{BillingAccountID: "acct"}
+	return req
 }
 
 func TestRunEndToEndWithFakes(t *testing.T) {
@@ -94,7 +105,7 @@ func TestRunEndToEndWithFakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request(t)
+	req := llmRequest(t)
 	req.Reconcile = true
 	app := t.TempDir()
 	req.Mounts = []port.Mount{{Source: app, Target: "/opt/app"}}
@@ -146,7 +157,7 @@ func TestRunRejectsBadInputBeforeStarting(t *testing.T) {
 		// The image's bridge would send the first attestation: the agent's own.
 		"self-attestation": func(r *Request) { r.OwnBridge, r.RequireAttestation = true, true },
 	} {
-		req := request(t)
+		req := llmRequest(t)
 		mut(&req)
 		if _, err := s.Run(context.Background(), req); !errors.Is(err, port.ErrInvalidSpec) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
@@ -162,7 +173,7 @@ func TestProxyStoppedWhenRunnerPanics(t *testing.T) {
 	s, _ := New(&fakeRunner{panic: true}, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = s.Run(context.Background(), request(t))
+		_, _ = s.Run(context.Background(), llmRequest(t))
 	}()
 	if p.stopped != 1 {
 		t.Errorf("proxy stopped %d times after a panic, want 1", p.stopped)
@@ -173,7 +184,7 @@ func TestAuditKeptWhenRunFails(t *testing.T) {
 	p := &fakeProxy{audit: []port.AuditRecord{{CallID: "c1"}}}
 	r := &fakeRunner{res: &port.RunResult{ExitCode: -1, ErrorCode: port.CodeTimeout}, err: &port.RunError{Code: port.CodeTimeout}}
 	s, _ := New(r, WithLLM(LLM{Proxy: p, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
-	res, err := s.Run(context.Background(), request(t))
+	res, err := s.Run(context.Background(), llmRequest(t))
 	if !errors.Is(err, port.ErrTimeout) || res == nil || len(res.Audit) != 1 {
 		t.Errorf("err=%v res=%+v", err, res)
 	}
@@ -207,11 +218,11 @@ func TestPlainStdoutTrimmed(t *testing.T) {
 
 func TestAgentContractOptions(t *testing.T) {
 	r := &fakeRunner{res: &port.RunResult{}}
-	s, err := New(r, WithModelEnv("AGENT_MODEL"), WithMessagesFile("in/msgs.json"))
+	s, err := New(r, WithModelEnv("AGENT_MODEL"), WithMessagesFile("in/msgs.json"), WithLLM(LLM{Proxy: &fakeProxy{}, Upstream: "http://127.0.0.1:4000", APIKey: "k"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request(t)
+	req := llmRequest(t)
 	if _, err := s.Run(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +236,7 @@ func TestAgentContractOptions(t *testing.T) {
 		t.Errorf("default messages dir made anyway: %v", err)
 	}
 	// A file at the top of the workspace needs no directory.
+	req.Model, req.Attribution = "", port.Attribution{}
 	if s, err = New(r, WithMessagesFile("msgs.json")); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +273,7 @@ func TestKeyInProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(context.Background(), request(t)); err != nil {
+	if _, err := s.Run(context.Background(), llmRequest(t)); err != nil {
 		t.Fatal(err)
 	}
 	if p.started != 1 || p.spec.APIKey != "" {
@@ -287,19 +299,47 @@ func TestLogsCarryComponentAndRun(t *testing.T) {
 	}
 }
 
-// The facade knows the ports only: no adapter, no proxy configuration, no agent's
-// output format (internal/telemetry is the OTel API's instruments, a leaf like logattr;
-// internal/statearchive saves and restores a workspace tree, a leaf on the standard
-// library and port).
+// The facade runs agents on the ports only: no adapter, no proxy configuration, no
+// agent's output format (internal/telemetry is the OTel API's instruments, a leaf
+// like logattr; internal/statearchive saves and restores a workspace tree, a leaf on
+// the standard library and port). Only Open's defaults (open.go, openkey.go) name the parts they make:
+// the in-process proxy, the LiteLLM client and reconciler, the bridge's build and the
+// key's routes; none of them links a runtime's client.
 func TestFacadeImportsPortsOnly(t *testing.T) {
-	pkg, err := build.ImportDir(".", 0)
+	const mod = "github.com/agentsandbox/sandbox/"
+	allowed := map[string]bool{mod + "port": true, mod + "internal/logattr": true, mod + "internal/telemetry": true}
+	defaults := map[string]bool{mod + "adapters/inprocproxy": true, mod + "adapters/litellmspend": true, mod + "litellm": true, mod + "bridge": true, mod + "proxypolicy": true}
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const mod = "github.com/agentsandbox/sandbox/"
-	for _, imp := range pkg.Imports {
-		if strings.HasPrefix(imp, mod) && imp != mod+"port" && imp != mod+"internal/logattr" && imp != mod+"internal/telemetry" && imp != mod+"internal/statearchive" {
-			t.Errorf("the facade imports %s", imp)
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, is := range f.Imports {
+			imp, _ := strconv.Unquote(is.Path.Value)
+			if !strings.HasPrefix(imp, mod) || allowed[imp] || (defaults[imp] && (name == "open.go" || name == "openkey.go")) {
+				continue
+			}
+			t.Errorf("%s imports %s", name, imp)
+		}
+	}
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, runtime := range []string{mod + "adapters/docker", mod + "adapters/containerd", mod + "adapters/nomad", mod + "adapters/kubernetes",
+			"github.com/moby/moby/client", "github.com/containerd/containerd/v2/client", "github.com/hashicorp/nomad/api", "k8s.io/client-go/kubernetes"} {
+			if dep == runtime {
+				t.Errorf("the facade links %s", dep)
+			}
 		}
 	}
 }

@@ -23,8 +23,8 @@ type SessionRequest struct {
 	// Request is the sandbox and its LLM access, as for Run. Argv (or the image's
 	// entrypoint) is the session's main process; Limits.Timeout is the session's
 	// lifetime (default port.DefaultSessionLifetime). Reconcile and ReconcileAsync
-	// apply at Stop. Stdout and Stderr must be nil (a session keeps its logs: see
-	// Session.Logs); OutputLimit is ignored (LogLimit).
+	// apply at Stop. Stdout, Stderr, OutputLimit and Preload must be unset (a session
+	// keeps its logs, bounded by LogLimit: see Session.Logs; it starts cold).
 	Request
 	// Expose lists loopback TCP ports in the sandbox the host may reach
 	// (Session.Dial).
@@ -53,6 +53,9 @@ type Session struct {
 	log     *slog.Logger
 	from    *Hibernation // the hibernation it resumed from (hibernate.go)
 
+	// done removes the workspace Open made for the session, after Stop.
+	done func()
+
 	stopOnce sync.Once
 	res      *Result
 	err      error
@@ -65,6 +68,17 @@ type Session struct {
 // everything started is stopped. Errors: those of Run before the sandbox runs, and
 // port.ErrUnsupported for a runner without sessions.
 func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, err error) {
+	defer func() { err = withHint(err) }()
+	var done func()
+	if req.Request, done, err = s.withDefaults(req.Request); err != nil {
+		return nil, err
+	}
+	// The workspace Open made goes with the session: at Stop, or now if it fails.
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
 	fail := func(err error) (*Session, error) {
 		return nil, fmt.Errorf("sandbox: session %s: %w", req.RunID, err)
 	}
@@ -72,21 +86,18 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 		return nil, fmt.Errorf("sandbox: session %q: %w: the system grant does not allow sandboxes", req.RunID, ErrNotPermitted)
 	}
 	if err := port.ValidateRunID(req.RunID); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: %w%s", err, s.runIDHint(req.RunID))
+	}
+	if err := s.checkRequest(req.Request, true); err != nil {
+		return fail(err)
 	}
 	runner, ok := s.runner.(port.SessionRunner)
 	if !ok {
 		return fail(fmt.Errorf("%w: the runner has no sessions", port.ErrUnsupported))
 	}
-	if req.Stdout != nil || req.Stderr != nil {
-		return fail(port.Invalidf("a session keeps its logs (Session.Logs); Stdout and Stderr must be nil"))
-	}
 	egressPolicy, err := s.egressPolicy(req.Request)
 	if err != nil {
 		return fail(err)
-	}
-	if (req.Reconcile || req.ReconcileAsync) && (s.reconciler == nil || s.llm == nil) {
-		return fail(port.Invalidf("reconcile asked for, but no reconciler or LLM access is configured"))
 	}
 	spec := port.SessionSpec{
 		RunSpec: port.RunSpec{
@@ -100,7 +111,7 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 		return fail(err)
 	}
 	if req.WorkspaceDir == "" {
-		return fail(port.Invalidf("workspace dir is required"))
+		return fail(port.Invalidf("SessionRequest.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per session)"))
 	}
 	if err := spec.CheckHostPaths(); err != nil {
 		return fail(err)
@@ -108,7 +119,7 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	var pspec port.ProxySpec
 	if s.llm != nil {
 		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream, APIKey: s.llm.APIKey,
+			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
 			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
 			Egress: egressPolicy,
 		}
@@ -123,7 +134,12 @@ func (s *Sandbox) Start(ctx context.Context, req SessionRequest) (_ *Session, er
 	if err := s.checkWorkspace(req.WorkspaceDir, spec.WithDefaults().User); err != nil {
 		return fail(err)
 	}
-	ss := &Session{sb: s, req: req, log: s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)}
+	if s.llm != nil {
+		if pspec.APIKey, err = s.proxyKey(ctx, spec.WithDefaults().Limits.Timeout); err != nil {
+			return fail(err)
+		}
+	}
+	ss := &Session{sb: s, req: req, done: done, log: s.logger.With(logattr.RunID, req.RunID, logattr.Attempt, req.Attempt)}
 	if req.Repo != nil {
 		if ss.repo, err = s.cloneRepo(ctx, req.Request); err != nil {
 			return fail(err)
@@ -218,13 +234,17 @@ func (ss *Session) Audit() []port.AuditRecord {
 // out, OOM-killed). The result is non-nil whenever the sandbox ran; errors are those
 // of Run after the run. Stop is idempotent: a second call returns the same.
 func (ss *Session) Stop(ctx context.Context, grace time.Duration) (*Result, error) {
-	ss.stopOnce.Do(func() { ss.res, ss.err = ss.stop(ctx, grace) })
+	ss.stopOnce.Do(func() {
+		ss.res, ss.err = ss.stop(ctx, grace)
+		ss.err = withHint(ss.err)
+		ss.done()
+	})
 	return ss.res, ss.err
 }
 
 func (ss *Session) stop(ctx context.Context, grace time.Duration) (*Result, error) {
 	s, req := ss.sb, ss.req
-	res := &Result{Repo: ss.repo}
+	res := &Result{RunID: req.RunID, Repo: ss.repo}
 	run, runErr := ss.sess.Stop(ctx, grace)
 	res.Run = run
 	if ss.proxy != nil {

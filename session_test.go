@@ -46,8 +46,8 @@ func TestStartSessionWithFakes(t *testing.T) {
 	p := &fakeProxy{audit: []port.AuditRecord{{RunID: "run-1", Status: 200}, {RunID: "run-1", Status: 429, Blocked: "budget_exceeded: max_calls"}}}
 	rec := &fakeReconciler{}
 	sb := llmSandbox(t, r, p, WithReconciler(rec))
-	req := request(t)
-	req.Reconcile, req.FailOnBudget = true, true
+	req := llmRequest(t)
+	req.Reconcile, req.FailOnBudget, req.Budget = true, true, port.Budget{MaxCalls: 1}
 	sess, err := sb.Start(context.Background(), SessionRequest{Request: req, Expose: []int{8000}})
 	if err != nil {
 		t.Fatal(err)
@@ -77,22 +77,22 @@ func TestStartSessionWithFakes(t *testing.T) {
 func TestStartSessionRefusals(t *testing.T) {
 	p := &fakeProxy{}
 	sb := llmSandbox(t, &fakeSessionRunner{}, p)
-	req := request(t)
+	req := llmRequest(t)
 	req.Grant.AllowSandbox = false
 	if _, err := sb.Start(context.Background(), SessionRequest{Request: req}); !errors.Is(err, ErrNotPermitted) {
 		t.Errorf("no grant: %v", err)
 	}
-	req = request(t)
+	req = llmRequest(t)
 	req.Stdout = &bytes.Buffer{}
 	if _, err := sb.Start(context.Background(), SessionRequest{Request: req}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("stdout: %v", err)
 	}
-	if _, err := sb.Start(context.Background(), SessionRequest{Request: request(t), Expose: []int{0}}); !errors.Is(err, port.ErrInvalidSpec) {
+	if _, err := sb.Start(context.Background(), SessionRequest{Request: llmRequest(t), Expose: []int{0}}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("bad port: %v", err)
 	}
 	// A runner without sessions.
 	plain := llmSandbox(t, &fakeRunner{}, p)
-	if _, err := plain.Start(context.Background(), SessionRequest{Request: request(t)}); !errors.Is(err, port.ErrUnsupported) {
+	if _, err := plain.Start(context.Background(), SessionRequest{Request: llmRequest(t)}); !errors.Is(err, port.ErrUnsupported) {
 		t.Errorf("runner without sessions: %v", err)
 	}
 	if p.started != 0 {

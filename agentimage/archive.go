@@ -38,8 +38,11 @@ type File struct {
 // Image describes a single-layer image for the host's architecture.
 type Image struct {
 	// Name is the repository, such as "example.com/my-agent"; the tag is derived
-	// from the content by Archive.
+	// from the content by Archive, unless Tag names one.
 	Name string
+	// Tag, if set, is the image's tag ("latest", "v1") instead of the one derived
+	// from the content: a name a program can hold while the content changes.
+	Tag string
 	// Entrypoint is the image's ENTRYPOINT. A run's argv, when given, replaces it.
 	Entrypoint []string
 	// Env is the image's environment, as KEY=value.
@@ -58,6 +61,9 @@ type Image struct {
 // with an optional registry host.
 var nameRe = regexp.MustCompile(`^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$`)
 
+// A tag as Docker and containerd accept it.
+var tagRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
 var epoch = time.Unix(0, 0).UTC()
 
 // Archive packs img as a Docker image archive (the `docker save` format), which both
@@ -68,6 +74,9 @@ var epoch = time.Unix(0, 0).UTC()
 func (img Image) Archive() (ref string, archive []byte, err error) {
 	if !nameRe.MatchString(img.Name) {
 		return "", nil, errdefs.Invalidf("agentimage: image name %q is not a repository name (lowercase, no tag)", img.Name)
+	}
+	if img.Tag != "" && !tagRe.MatchString(img.Tag) {
+		return "", nil, errdefs.Invalidf("agentimage: tag %q is not a tag ([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})", img.Tag)
 	}
 	labels := map[string]string{}
 	for k, v := range img.Labels {
@@ -104,6 +113,9 @@ func (img Image) Archive() (ref string, archive []byte, err error) {
 	cfgSum := sha256.Sum256(cfg)
 	cfgName := hex.EncodeToString(cfgSum[:]) + ".json"
 	ref = img.Name + ":" + hex.EncodeToString(cfgSum[:])[:16]
+	if img.Tag != "" {
+		ref = img.Name + ":" + img.Tag
+	}
 	layerName := hex.EncodeToString(layerSum[:]) + "/layer.tar"
 	manifest, err := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{ref}, "Layers": []string{layerName}}})
 	if err != nil {

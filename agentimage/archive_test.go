@@ -103,6 +103,8 @@ func TestArchiveRefusesBadInput(t *testing.T) {
 		"uppercase name": {Name: "Agent"},
 		"space in name":  {Name: "my agent"},
 		"relative path":  {Name: "agent", Files: []File{{Path: "etc/passwd"}}},
+		"bad tag":        {Name: "agent", Tag: "a:b"},
+		"dotted tag":     {Name: "agent", Tag: ".x"},
 	} {
 		if _, _, err := img.Archive(); !errors.Is(err, errdefs.ErrInvalidSpec) {
 			t.Errorf("%s: err = %v, want ErrInvalidSpec", name, err)
@@ -152,5 +154,20 @@ func TestArchiveLabels(t *testing.T) {
 		if _, _, err := img.Archive(); !errors.Is(err, errdefs.ErrInvalidSpec) {
 			t.Errorf("labels %q: err = %v, want ErrInvalidSpec", bad, err)
 		}
+	}
+}
+
+// A given tag names the image instead of the content's.
+func TestArchiveTag(t *testing.T) {
+	img := Static("agentsandbox/agent", []byte("one"))
+	img.Tag = "latest"
+	ref, a, err := img.Archive()
+	if err != nil || ref != "agentsandbox/agent:latest" {
+		t.Fatalf("ref %q, %v", ref, err)
+	}
+	_, data := entries(t, a)
+	var m []struct{ RepoTags []string }
+	if err := json.Unmarshal(data["manifest.json"], &m); err != nil || len(m) != 1 || len(m[0].RepoTags) != 1 || m[0].RepoTags[0] != ref {
+		t.Errorf("manifest %s: %v", data["manifest.json"], err)
 	}
 }

@@ -8,6 +8,9 @@
 //   - proxydapi: the shared proxy daemon's admin API (paths, request and answer
 //     bodies, and the one error table both ends use).
 //
-// A contract package imports only the standard library, errdefs and port, so
-// either end can take it without pulling the other end in.
+// A contract package owns its types and imports only the standard library (and
+// errdefs, for an error table), so either end can take it without pulling the other
+// end in, and a change of the host's own types (package port) is not a change of the
+// wire. Each end converts at its edge (internal/proxydaemon/portconv for the daemon's
+// API). A golden file per contract (testdata/wire.golden.json) pins the bytes.
 package api

@@ -120,7 +120,7 @@ func TestDockerRunnerConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+	if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
 	}
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -190,11 +190,11 @@ func TestQuickstartFromAnotherModule(t *testing.T) {
 			dir := outsideModule(t, files)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			out, err := goIn(ctx, t, dir, "run", "./quickstart", "-runtime", rt.name, "-prompt", "MARKER:outside-"+rt.name+" hello")
+			out, err := goIn(ctx, t, dir, "run", "./quickstart", "-target", rt.name+"://", "-prompt", "MARKER:outside-"+rt.name+" hello")
 			if err != nil {
 				t.Fatalf("the copied quickstart failed: %v", err)
 			}
-			for _, want := range []string{"proxy key: sk-...", "(virtual, routes [/v1/chat/completions", "run quickstart-", "on " + rt.name, "answer: ECHO:outside-" + rt.name, "total: 1 calls", "missing: []"} {
+			for _, want := range []string{"run on " + rt.name + ":// with agentsandbox/quickstart-agent:latest", "agent exit code 0", "answer: ECHO:outside-" + rt.name, "total: 1 calls", "missing: []"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("the output lacks %q", want)
 				}

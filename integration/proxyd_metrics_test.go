@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
-	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/runtoken"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -48,7 +48,7 @@ func TestProxydMetricsPrometheus(t *testing.T) {
 	for i := range regs {
 		r, err := d.client.Register(ctx, proxyd.RegisterRequest{
 			RunID: sandboxtest.RunID(fmt.Sprintf("prom%d", i)), Upstream: fake.URL, APIKey: fake.MasterKey(),
-			Attribution: port.Attribution{BillingAccountID: "acct-prom"}, Budget: port.Budget{MaxCalls: budget},
+			Attribution: proxydapi.Attribution{BillingAccountID: "acct-prom"}, Budget: proxydapi.Budget{MaxCalls: budget},
 		})
 		if err != nil {
 			t.Fatal(err)

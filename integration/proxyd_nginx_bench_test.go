@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/testsupport/benchutil"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
@@ -189,7 +190,7 @@ func BenchmarkProxydVsNginx(b *testing.B) {
 }
 
 func registerFor(s port.ProxySpec) api.RegisterRequest {
-	return api.RegisterRequest{RunID: s.RunID, Upstream: s.Upstream, APIKey: s.APIKey, Attribution: s.Attribution}
+	return api.RegisterRequest{RunID: s.RunID, Upstream: s.Upstream, APIKey: s.APIKey, Attribution: proxydapi.Attribution(s.Attribution)}
 }
 
 // benchTokenTransport adds the run token as the bridge does.

@@ -33,7 +33,7 @@ func TestRunscProxyConformanceDocker(t *testing.T) {
 func TestRunscProxyConformanceContainerd(t *testing.T) {
 	_, err := os.Stat(containerd.RuntimeRunscWrapper)
 	testenv.Need(t, "runsc", err == nil, "gVisor: "+containerd.RuntimeRunscWrapper+" is missing (scripts/setup.sh installs it)")
-	runner, ref := probeContainerdRunner(t, containerd.WithOwner(testenv.Owner("porttest-runsc")), containerd.WithRuntime(containerd.RuntimeRunscWrapper))
+	runner, ref := probeContainerdRunner(t, containerd.WithOwner(testenv.Owner("porttest-runsc")), containerd.WithRuntime(containerd.RuntimeRunsc))
 	m, leftovers, kill := inprocHarness(t)
 	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{Manager: m, Runner: runner, Image: ref, Kill: kill, Leftovers: leftovers})
 }

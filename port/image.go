@@ -33,6 +33,13 @@ func (p PullPolicy) Validate() error {
 	return Invalidf("pull policy %q is not %s, %s or %s", string(p), PullNever, PullIfNotPresent, PullAlways)
 }
 
+// ErrImageNotFound reports a run's image that the runtime does not hold and, under
+// its pull policy, does not pull; nothing was created (the same value as
+// errdefs.ErrImageNotFound). It also matches ErrNotFound. The error wrapping it
+// names the image, LoadImage and the pull policy: load the image (Runtime.LoadImage,
+// `docker load`, `ctr images import`) or let the runner pull it (PullIfNotPresent).
+var ErrImageNotFound = errdefs.ErrImageNotFound
+
 // ErrDigestMismatch reports an image whose content is not the digest its reference
 // pinned (the same value as errdefs.ErrDigestMismatch).
 var ErrDigestMismatch = errdefs.ErrDigestMismatch

@@ -3,8 +3,11 @@ package sandboxtest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +52,9 @@ func CrashChildMain(newRunner func(bridge string) (port.SandboxRunner, error)) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(3)
+	}
+	if spec := os.Getenv(poolHostEnv); spec != "" {
+		poolHostMain(r, spec)
 	}
 	timeout, err := time.ParseDuration(os.Getenv(crashTimeoutEnv))
 	if err != nil {
@@ -110,23 +116,112 @@ func TestDeadlineWithoutHost(t *testing.T, h CrashHarness) {
 	}
 }
 
+// TestLeaseAcrossNamespaces runs the child host in its own PID namespace (unshare;
+// it is pid 1 there) with a TMPDIR of its own (a private /tmp), as a host in a
+// container or a systemd service with PrivateTmp runs: a Sweep of the whole owner
+// from here, with no grace at all, must leave its live run (and whatever else it
+// holds, a warm pool) alone, and once the host is killed take everything it left.
+// About 10 s.
+func TestLeaseAcrossNamespaces(t *testing.T, h CrashHarness) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatal("unshare (util-linux) is required")
+	}
+	runID := RunID("foreign")
+	tmp, err := os.MkdirTemp("", "foreign-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	c := startHost(t, h, runID, 15*time.Minute, []string{"unshare", "--pid", "--fork", "--kill-child"}, []string{"TMPDIR=" + tmp})
+	c.await(t, h, runID)
+	time.Sleep(time.Second) // let it run
+	ctx := context.Background()
+	for _, o := range []port.SweepOptions{{RunID: runID}, {}} {
+		rep, err := h.Sweeper.Sweep(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Removed) > 0 {
+			t.Errorf("a Sweep (%+v) took %v of a live host in another PID namespace with another TMPDIR", o, rep.Removed)
+		}
+	}
+	if left, err := h.Leftovers(ctx, runID); err != nil || len(left) == 0 {
+		t.Fatalf("the live host's run has nothing left after the sweeps: %v %v", left, err)
+	}
+	c.kill()
+	// The host is gone: its leases went with it, so the same sweep takes it all.
+	rep, err := h.Sweeper.Sweep(ctx, port.SweepOptions{})
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("sweep after the host died: %v %v", err, rep.Errors)
+	}
+	if left, err := h.Leftovers(ctx, runID); err != nil || len(left) > 0 {
+		t.Errorf("after the host died and a sweep: %v, %v", left, err)
+	}
+}
+
 // crashHost starts a child host process running runID with the given limit, waits
 // until its sandbox exists, and kills the child without warning. It returns when the
 // sandbox was first seen.
 func crashHost(t *testing.T, h CrashHarness, runID string, limit time.Duration) time.Time {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), crashEnv+"="+runID, crashImageEnv+"="+h.Image,
-		crashBridgeEnv+"="+h.Bridge, crashTimeoutEnv+"="+limit.String())
+	c := startHost(t, h, runID, limit, nil, nil)
+	defer c.kill()
+	seen := c.await(t, h, runID)
+	// Let the sandbox get running, then kill the host process without warning.
+	time.Sleep(500 * time.Millisecond)
+	c.kill()
+	return seen
+}
+
+// host is a child host process (the test binary in CrashChildMain) running one run.
+type host struct {
+	cmd    *exec.Cmd
+	stdout io.Reader
+	done   chan error
+	once   sync.Once
+}
+
+// startHost starts the child host running runID with the given limit, its command
+// line behind prefix (unshare ...), with env added to its environment.
+func startHost(t *testing.T, h CrashHarness, runID string, limit time.Duration, prefix, env []string) *host {
+	t.Helper()
+	argv := append(append([]string(nil), prefix...), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), crashEnv+"="+runID, crashImageEnv+"="+h.Image,
+		crashBridgeEnv+"="+h.Bridge, crashTimeoutEnv+"="+limit.String()), env...)
+	cmd.Stderr = os.Stderr
+	// A group of its own: kill takes the host and whatever prefix ran it at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-done
-	}()
+	c := &host{cmd: cmd, stdout: out, done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait() }()
+	t.Cleanup(c.kill)
+	return c
+}
+
+// kill kills the child and its process group without warning and waits until every
+// process of the group is gone (once).
+func (c *host) kill() {
+	c.once.Do(func() {
+		pg := -c.cmd.Process.Pid
+		_ = syscall.Kill(pg, syscall.SIGKILL)
+		<-c.done
+		for end := time.Now().Add(10 * time.Second); syscall.Kill(pg, 0) == nil && time.Now().Before(end); {
+			_ = syscall.Kill(pg, syscall.SIGKILL)
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// await waits until the child's run has a sandbox and returns when it was seen.
+func (c *host) await(t *testing.T, h CrashHarness, runID string) time.Time {
+	t.Helper()
 
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
@@ -139,8 +234,8 @@ func crashHost(t *testing.T, h CrashHarness, runID string, limit time.Duration) 
 			break
 		}
 		select {
-		case err := <-done:
-			done <- err // for the deferred receive
+		case err := <-c.done:
+			c.done <- err // for kill's receive
 			t.Fatalf("child exited before its sandbox existed: %v", err)
 		default:
 		}
@@ -149,15 +244,7 @@ func crashHost(t *testing.T, h CrashHarness, runID string, limit time.Duration) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	seen := time.Now()
-	// Let the sandbox get running, then kill the host process without warning.
-	time.Sleep(500 * time.Millisecond)
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	done <- nil // for the deferred receive
-	return seen
+	return time.Now()
 }
 
 // sweep removes what runID left and requires nothing to remain.

@@ -23,7 +23,7 @@ func ExampleTestRunner() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+	if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
 	}
 	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{

@@ -216,3 +216,11 @@ func preloadBadInput(t *testing.T, h PreloadHarness) {
 		t.Errorf("a failed preload served a run or was ready: %+v", st)
 	}
 }
+
+// PreloadTemplate is the shape of a pool of pre-booted Node.js runtimes (the generic
+// preloader of package preload, mounted from a directory of the test's), for pool
+// host tests (TestPoolEndsWithHost) of pre-booted slots. image and node are as in
+// PreloadHarness.
+func PreloadTemplate(t *testing.T, image, node string) port.PoolTemplate {
+	return port.TemplateOf(preloadSpec(PreloadHarness{Image: image, Node: node}, preloadDir(t)))
+}

@@ -494,12 +494,26 @@ func testEnv(t *testing.T, s *suite) {
 	}
 }
 
+// testMissingImage: an image the runtime does not hold is port.ErrImageNotFound
+// (also port.ErrNotFound), saying how to get it there (LoadImage, the pull policy
+// or a registry). A runner that finds it missing before creating anything returns
+// no result and not ErrContainerFailed; one whose cluster finds out after placing
+// the sandbox (a job, a Pod) returns a container_failed result.
 func testMissingImage(t *testing.T, s *suite) {
 	spec := s.spec("noimage", "id")
 	spec.Image = "agentsandbox/does-not-exist:nope"
 	res, err := s.run(t, context.Background(), spec)
-	if !errors.Is(err, port.ErrContainerFailed) || res == nil || res.ErrorCode != port.CodeContainerFailed {
-		t.Fatalf("err = %v res = %+v, want container_failed", err, res)
+	if !errors.Is(err, port.ErrImageNotFound) || !errors.Is(err, port.ErrNotFound) {
+		t.Fatalf("err = %v res = %+v, want ErrImageNotFound", err, res)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "LoadImage") || !strings.Contains(msg, spec.Image) || (!strings.Contains(msg, "pull policy") && !strings.Contains(msg, "registry")) {
+		t.Errorf("the error does not say how to get the image there (LoadImage, the pull policy or a registry): %v", err)
+	}
+	switch {
+	case res == nil && errors.Is(err, port.ErrContainerFailed):
+		t.Errorf("nothing was created, yet the error is ErrContainerFailed: %v", err)
+	case res != nil && res.ErrorCode != port.CodeContainerFailed:
+		t.Errorf("result code %q, want container_failed (or no result)", res.ErrorCode)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -605,10 +605,10 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 	var nums []int
 	notice := -1
 	for _, l := range strings.Split(string(out), "\n") {
-		if i := strings.Index(l, sandboxbridge.DroppedNotice); i >= 0 {
+		if i := strings.Index(l, bridgeapi.DroppedNotice); i >= 0 {
 			notice = len(nums)
 			var n int
-			if _, err := fmt.Sscanf(l[i+len(sandboxbridge.DroppedNotice):], "%d bytes", &n); err != nil || n <= 0 {
+			if _, err := fmt.Sscanf(l[i+len(bridgeapi.DroppedNotice):], "%d bytes", &n); err != nil || n <= 0 {
 				t.Errorf("a dropped-output notice without a count: %q", l)
 			}
 			continue
@@ -639,7 +639,7 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 	written := int64(lines*lineBytes + len("chatter done\n"))
 	var kept int64 // the agent's bytes in the result: a notice and the newline before it are not
 	for _, l := range strings.SplitAfter(string(res.Stdout), "\n") {
-		if strings.Contains(l, sandboxbridge.DroppedNotice) {
+		if strings.Contains(l, bridgeapi.DroppedNotice) {
 			kept--
 			continue
 		}
@@ -663,7 +663,7 @@ func (s *sessionSuite) testDetachedOutput(t *testing.T) {
 func dropNotices(out string) string {
 	var b strings.Builder
 	for _, l := range strings.SplitAfter(out, "\n") {
-		if !strings.Contains(l, sandboxbridge.DroppedNotice) {
+		if !strings.Contains(l, bridgeapi.DroppedNotice) {
 			b.WriteString(strings.TrimSuffix(l, "\n"))
 		}
 	}

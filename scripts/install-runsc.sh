@@ -14,6 +14,9 @@
 # serialises concurrent runs. Go's build and module caches make a rebuild cheap; from
 # empty caches the build takes one to three minutes on two cores.
 #
+# In the new-machine mode (scripts/fresh.sh) the installed version is built again, once
+# per run, from the run's empty Go caches, and renamed over the installed binary.
+#
 # Environment:
 #   GVISOR_VERSION      the module version to build (default below: a pseudo-version
 #                       of gVisor's go branch)
@@ -35,7 +38,11 @@ case "$GVISOR_VERSION" in
   */* | *..* | *' '*) log "GVISOR_VERSION $GVISOR_VERSION is not a module version"; exit 2 ;;
 esac
 
-installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
+installed() {
+  [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1 || return 1
+  # The new-machine mode builds once per run, as if nothing were installed.
+  [ -z "${SANDBOX_FRESH_DIR:-}" ] || [ -e "$SANDBOX_FRESH_DIR/runsc-built" ]
+}
 
 if installed; then
   echo "$bin"
@@ -50,6 +57,8 @@ if installed; then
   exit 0
 fi
 
+# A build directory here now was left by a killed run (the lock is ours).
+rm -rf "$root"/.build.*
 tmp=$(mktemp -d "$root/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 log "building gvisor.dev/gvisor/runsc@$GVISOR_VERSION"
@@ -58,9 +67,15 @@ start=$(date +%s)
 (cd "$tmp" && GOBIN="$tmp/bin" CGO_ENABLED=0 GOTOOLCHAIN=local go install -trimpath "gvisor.dev/gvisor/runsc@$GVISOR_VERSION") >&2
 "$tmp/bin/runsc" --version >/dev/null
 chmod 755 "$tmp/bin/runsc"
-mkdir -p "$tmp/out"
-mv "$tmp/bin/runsc" "$tmp/out/runsc"
-rm -rf "$dir"
-mv "$tmp/out" "$dir"
+if [ -d "$dir" ]; then
+  # A binary in use (by the runtimes registered with it) is replaced by a rename: a runsc
+  # that is running keeps its file, the next one starts the new one.
+  mv "$tmp/bin/runsc" "$bin"
+else
+  mkdir -p "$tmp/out"
+  mv "$tmp/bin/runsc" "$tmp/out/runsc"
+  mv "$tmp/out" "$dir"
+fi
+if [ -n "${SANDBOX_FRESH_DIR:-}" ]; then touch "$SANDBOX_FRESH_DIR/runsc-built"; fi
 log "built in $(($(date +%s) - start)) s: $bin"
 echo "$bin"

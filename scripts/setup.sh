@@ -15,17 +15,19 @@
 # running daemons are left as they are.
 set -euo pipefail
 here=$(dirname "$0")
+# SANDBOX_FRESH=1: as on a new machine (scripts/fresh.sh).
+[ "${SANDBOX_FRESH:-0}" != 1 ] || [ -n "${SANDBOX_FRESH_DIR:-}" ] || exec bash "$here/fresh.sh" bash "$0" "$@"
 # shellcheck source=lib/pkg.sh
 . "$here/lib/pkg.sh"
 
-log() { printf '[setup] %s\n' "$*" >&2; }
+log() { printf '[setup] (%d s) %s\n' "$SECONDS" "$*" >&2; }
 
 steps=("$@")
 ((${#steps[@]})) || steps=(tests runtimes)
-want_pkgs=() daemons= runtimes=
+want_pkgs=() daemons= runtimes= demo=
 for s in "${steps[@]}"; do
   case "$s" in
-  demo) want_pkgs+=(docker.io containerd git) daemons=1 ;;
+  demo) want_pkgs+=(docker.io containerd git) daemons=1 demo=1 ;;
   tests) want_pkgs+=(docker.io containerd git nginx-light libnginx-mod-http-js socat iproute2 jq) daemons=1 ;;
   runtimes) runtimes=1 ;;
   *) echo "usage: $0 [demo|tests|runtimes]..." >&2; exit 2 ;;
@@ -35,6 +37,17 @@ done
 # A machine where an earlier version of the test suite ran may have a git config in
 # /etc/shadow: put the previous one back first (scripts/repair-shadow.sh says when).
 bash "$here/repair-shadow.sh" || log "check /etc/shadow by hand (above)"
+
+# The demo's own build runs beside the package install (CPU beside network and disk): the
+# quickstart, and its agent and the bridge as the library builds them (cgo off, -trimpath),
+# so that `go run ./examples/quickstart` finds them compiled. Best effort: go run reports
+# what fails.
+warm_pid=
+if [ -n "$demo" ] && command -v go >/dev/null 2>&1; then
+  (cd "$here/.." && go build -o /dev/null ./examples/quickstart &&
+    CGO_ENABLED=0 GOOS=linux go build -trimpath ./cmd/sandbox-bridge ./examples/quickstart/agent) >/dev/null 2>&1 &
+  warm_pid=$!
+fi
 
 if ((${#want_pkgs[@]})); then
   pkg_install "${want_pkgs[@]}"
@@ -90,6 +103,11 @@ if [ -n "$daemons" ]; then
   fi
   docker version --format 'docker engine {{.Server.Version}} (API {{.Server.APIVersion}})' >&2
 fi
+if [ -n "$warm_pid" ]; then
+  log "waiting for the demo's compile (beside the installs)"
+  wait "$warm_pid" || true
+  log "the demo is compiled"
+fi
 
 # Everything below is the runtimes step.
 [ -n "$runtimes" ] || exit 0
@@ -142,7 +160,7 @@ if [ "$runtimes" != '{}' ] && [ "$(id -u)" = 0 ]; then
   fi
   if [ "$new" != "$(cat "$daemon_json" 2>/dev/null)" ]; then
     log "registering the runtimes $runtimes with Docker"
-    printf '%s\n' "$new" >"$daemon_json"
+    printf '%s\n' "$new" >"$daemon_json.tmp" && mv "$daemon_json.tmp" "$daemon_json"
     pid=$(cat "$run_dir/docker.pid" 2>/dev/null || pidof dockerd || true)
     [ -n "$pid" ] && kill -HUP "$pid"
     for _ in $(seq 1 50); do docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -qF "\"${runsc_bin:-runsc}\"" && break; sleep 0.2; done

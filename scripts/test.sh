@@ -6,24 +6,38 @@
 # Every run is a new machine for the project: OpenClaw and Node are installed, and the
 # bridge binary and every test image are built, from nothing into a cache directory
 # created for this run, after the project's own images are removed from Docker and
-# containerd. Only Debian packages and Go's module and build caches are reused. Tests
-# run in random order (-shuffle=on) with the race detector.
+# containerd. Only Debian packages and Go's module and build caches are reused
+# (SANDBOX_FRESH=1 does without those too: scripts/fresh.sh). Tests run in random order
+# (-shuffle=on) with the race detector.
+#
+# On two cores the run is mostly CPU: builds (Nomad, Kubernetes, runsc, the suite with
+# -race) and the tests themselves. So the steps overlap, each started as soon as what it
+# needs is there: Nomad, Kubernetes and runsc build from the start, beside the package
+# installs (network and disk); the vet (-race: it compiles what the tests compile) soaks
+# up idle CPU at low priority; the packages that need no cluster are tested while Nomad
+# and Kubernetes still build, the cluster packages in a second go test once they are
+# built. Each step's end is printed with the seconds since the start.
 #
 # Environment:
 #   SANDBOX_WARM_CACHE=1  reuse the developer's cache and images (quicker; not what CI does)
 #   SANDBOX_SHUFFLE       the -shuffle value (default on; a seed reproduces an order)
 #   SANDBOX_RACE=0        run without the race detector
+#   SANDBOX_FRESH=1       as on a new machine (scripts/fresh.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "${SANDBOX_FRESH:-0}" != 1 ] || [ -n "${SANDBOX_FRESH_DIR:-}" ] || exec bash scripts/fresh.sh bash scripts/test.sh "$@"
 start=$(date +%s)
 # at prints how long the run has taken so far: where the time goes, in the log.
 at() { echo "   ($(($(date +%s) - start)) s) $*"; }
 
+# shellcheck source=lib/rundir.sh
+. scripts/lib/rundir.sh
 fresh=
 if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
   # A short path: unix sockets live under TMPDIR and their paths are limited to 108 bytes.
-  fresh=$(mktemp -d /tmp/asb.XXXXXX)
-  chmod 711 "$fresh" # the sandbox's uid traverses to sockets under TMPDIR (not list)
+  # The sandbox's uid traverses to sockets under TMPDIR (0711, not list).
+  rundir_sweep asb
+  fresh=$(rundir_make asb)
   mkdir -p "$fresh/cache" "$fresh/tmp" "$fresh/xdg"
   # Go's build and module caches stay; every other user cache (the bridge binaries that
   # bridge.Build keeps, for one) starts empty.
@@ -32,62 +46,104 @@ if [ "${SANDBOX_WARM_CACHE:-0}" != 1 ]; then
   export SANDBOX_CACHE="$fresh/cache" TMPDIR="$fresh/tmp" XDG_CACHE_HOME="$fresh/xdg"
 fi
 
-# Nomad (for the Nomad runner's tests) is built into the cache, by version: minutes of
-# CPU from a cold Go build cache, so it runs beside the package, daemon and npm installs,
-# which mostly wait on the network and the disk.
-nomad_env=$(mktemp)
-bash scripts/install-nomad.sh >"$nomad_env" &
-nomad_pid=$!
-# Kubernetes (control plane, kubelet, etcd) for the Kubernetes runner's tests is built
-# the same way, beside it (minutes of CPU from a cold Go build cache, seconds warm).
-kube_env=$(mktemp) kube_log=$(mktemp)
-bash scripts/install-kubernetes.sh >"$kube_env" 2>"$kube_log" &
-kube_pid=$!
-trap 'kill "$nomad_pid" "$kube_pid" 2>/dev/null || true; rm -f "$nomad_env" "$kube_env" "$kube_log"; if [ -n "$fresh" ]; then rm -rf "$fresh"; fi' EXIT
+# The run's own files: the background steps' output, the tripwire's record, the outlive
+# state (its cgroup).
+guard=$(mktemp -d)
+declare -A bg_pid=()
+# killtree PID...: the processes and everything they started.
+killtree() {
+  local p c
+  for p in "$@"; do
+    kill -STOP "$p" 2>/dev/null || continue
+    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do killtree "$c"; done
+    kill -9 "$p" 2>/dev/null
+  done
+}
+cleanup() {
+  killtree "${bg_pid[@]}"
+  # A run interrupted during the tests: what it started goes with it (what is left, the
+  # next run's packages sweep).
+  if [ -s "$guard/outlive/cgroup" ]; then
+    kill -9 $(cat "$(cat "$guard/outlive/cgroup")/cgroup.procs" 2>/dev/null) 2>/dev/null || true
+  fi
+  rm -rf "$guard"
+  if [ -n "$fresh" ]; then rundir_remove "$fresh"; fi
+}
+trap cleanup EXIT
 
-bash scripts/setup.sh
-at "Debian packages, daemons and runsc ready"
-# A real registry for the image pull tests (Debian's docker-registry) and Python for
-# the Python agent image builder's tests; each skips what is installed.
-eval "$(bash scripts/install-registry.sh)"
-export REGISTRY_BIN
-bash scripts/install-python.sh
-# A real Prometheus scrapes the shared daemon's metrics in its test.
-bash scripts/install-prometheus.sh >/dev/null
-if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
-
-eval "$(bash scripts/install-openclaw.sh)"
-at "OpenClaw and Node installed"
-export OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
-wait "$nomad_pid" || { echo "building Nomad failed"; exit 1; }
-eval "$(cat "$nomad_env")"
-at "Nomad built"
-export NOMAD_BIN
-wait "$kube_pid" || { echo "building Kubernetes failed:"; tail -n 30 "$kube_log"; exit 1; }
-eval "$(cat "$kube_env")"
-at "Kubernetes built"
-export KUBE_BIN_DIR KUBE_VERSION
-export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
+# bg NAME WHAT CMD...: CMD in the background, its stdout in $guard/NAME.out and stderr in
+# $guard/NAME.log; when it ends, an `at` line says WHAT (with the step's own timing when
+# it prints one: "built in N s").
+bg() {
+  local name=$1 what=$2
+  shift 2
+  ("$@" >"$guard/$name.out" 2>"$guard/$name.log" && rc=0 || rc=$?
+    echo "$rc" >"$guard/$name.rc"
+    if [ "$rc" = 0 ]; then
+      at "$what$(grep -ho ' built in [0-9]* s' "$guard/$name.log" | tail -n 1 | sed 's/^ /: /')"
+    else
+      at "$what: FAILED (exit $rc)"
+    fi
+    exit "$rc") &
+  bg_pid[$name]=$!
+}
+# await NAME: waits for NAME; when it failed, prints the end of its log and returns 1.
+await() {
+  local rc=1
+  wait "${bg_pid[$1]}" 2>/dev/null || true
+  unset "bg_pid[$1]"
+  read -r rc <"$guard/$1.rc" 2>/dev/null || true
+  [ "$rc" = 0 ] && return 0
+  echo "== $1 failed; the end of its output:"
+  tail -n 40 "$guard/$1.log"
+  return 1
+}
 
 race=-race
 [ "${SANDBOX_RACE:-1}" = 0 ] && race=
 shuffle=${SANDBOX_SHUFFLE:-on}
 
-echo "== go vet"
-go vet ./...
-at "vetted"
+# From the start, beside the package installs: the builds. Nomad and Kubernetes (the
+# Nomad and Kubernetes runners' tests; minutes of CPU from a cold Go build cache, seconds
+# warm), gVisor's runsc (setup.sh's runtimes step then finds it), and the package the
+# killed run below tests (compiled only: its run waits for the daemons).
+bg nomad "Nomad built" bash scripts/install-nomad.sh
+bg kube "Kubernetes built" bash scripts/install-kubernetes.sh
+if [ "$(id -u)" = 0 ]; then bg runsc "runsc built" bash scripts/install-runsc.sh; fi
+bg crashbuild "the killed run's package compiled" go test -count=1 $race -c -o /dev/null ./adapters/containerd/
+
+bash scripts/setup.sh tests
+at "Debian packages and daemons ready"
+# What only some tests need, beside the rest: a real registry for the image pull tests
+# (Debian's docker-registry), Python for the Python agent image builder's tests, a real
+# Prometheus to scrape the shared daemon's metrics, and OpenClaw and Node from npm.
+bg installers "registry, Python, Prometheus, OpenClaw and Node installed" bash -c 'set -e
+  bash scripts/install-registry.sh
+  bash scripts/install-python.sh >&2
+  bash scripts/install-prometheus.sh >&2
+  bash scripts/install-openclaw.sh'
+# go vet, with the tests' build flags: it compiles what the tests compile, so its work is
+# theirs too; at low priority, it takes what CPU the other steps leave.
+bg vet "vetted" nice -n 10 go vet $race ./...
+if [ -n "$fresh" ]; then bash scripts/remove-images.sh; fi
+
+# The runtimes (crun, runsc) registered with Docker and containerd, before the tripwire
+# records the files that registering writes.
+if [ -n "${bg_pid[runsc]:-}" ]; then await runsc || exit 1; fi
+bash scripts/setup.sh runtimes
+at "runtimes registered"
 
 # The host's sensitive files are recorded now and checked after the tests: the suite
 # runs as root and plants hostile links, and a test that wrote through one would
 # replace a system file (scripts/tripwire.sh names it).
-guard=$(mktemp -d)
-trap 'kill "$nomad_pid" "$kube_pid" 2>/dev/null || true; rm -rf "$nomad_env" "$kube_env" "$kube_log" "$guard"; if [ -n "$fresh" ]; then rm -rf "$fresh"; fi' EXIT
 bash scripts/tripwire.sh record "$guard/tripwire"
 
 # A host that dies mid-run is what the library promises to survive, and so must its
 # tests: a go test of the pool and session tests is killed (SIGKILL, every process of
 # it) once its sandboxes exist, and the suite below must pass regardless. Each test
 # package sweeps the owners of dead test processes first (internal/testsupport/testenv).
+# It runs before any package of the suite starts.
+await crashbuild || exit 1
 if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   echo "== a go test of the pool and session tests, killed mid-run"
   bash scripts/outlive.sh begin "$guard/crash" >/dev/null
@@ -121,16 +177,78 @@ if [ "${SANDBOX_CRASH_FIRST:-1}" = 1 ]; then
   at "the killed run is over"
 fi
 
+await installers || exit 1
+eval "$(cat "$guard/installers.out")"
+export REGISTRY_BIN OPENCLAW_BIN NODE24_BIN OPENCLAW_DIR
+export SANDBOX_REQUIRE=${SANDBOX_REQUIRE:-all}
+
+# The packages whose tests start a Nomad or Kubernetes cluster (their test binary links a
+# cluster rig) wait for those builds; every other package is tested now. The first go
+# test runs without NOMAD_BIN and KUBE_BIN_DIR, so a package put on the wrong side fails
+# (with every part required) instead of passing unseen.
+# go test starts the packages in the order given, two at a time: the slowest go first, so
+# that the longest (integration: about half of the suite's time) does not start last.
+# Slowest by the last run's log when there is one, else by the suite's runs recorded in
+# docs/testing.md.
+TEST_LOG=${TEST_LOG:-.cache/test.log}
+slowest_first() {
+  local m
+  m=$(go list -m)
+  awk -v m="$m" -v prev="$TEST_LOG" '
+    BEGIN {
+      n = split("integration:1700 adapters/containerd:460 preload:350 adapters/nomad:300 adapters/docker:290 adapters/kubernetes:290 openclaw/gateway:140 adapters/gitcli:130 openclaw:100 openclaw/billing:80", h, " ")
+      for (i = 1; i <= n; i++) { split(h[i], kv, ":"); t[m "/" kv[1]] = kv[2] }
+      while ((getline l < prev) > 0) { split(l, f, /[ \t]+/); if ((f[1] == "ok" || f[1] == "FAIL") && f[3] ~ /^[0-9.]+s$/) t[f[2]] = f[3] + 0 }
+    }
+    { print (($0 in t) ? t[$0] : 0), $0 }' | sort -s -rn -k1,1 | cut -d' ' -f2
+}
+cluster_pkgs=$(go list -test -f '{{if not .ForTest}}{{.ImportPath}} {{join .Deps " "}}{{end}}' ./... |
+  awk '$1 ~ /\.test$/ { for (i = 2; i <= NF; i++) if ($i ~ /\/(nomadtest|kubetest|nomadlocal|kubelocal)$/) { sub(/\.test$/, "", $1); print $1; break } }' | sort -u | slowest_first)
+other_pkgs=$(go list ./... | grep -vxF -f <(echo "$cluster_pkgs") | slowest_first)
+[ -n "$cluster_pkgs" ] || { echo "no package starts a cluster: the cluster rigs moved? (test.sh looks for nomadtest and kubetest)"; exit 1; }
+
 echo "== go test $race -shuffle=$shuffle (SANDBOX_REQUIRE=$SANDBOX_REQUIRE)"
 # The verbose log is kept whole; what is printed is the summary, the failures and a
 # count that shows no test was skipped.
-TEST_LOG=${TEST_LOG:-.cache/test.log}
 mkdir -p "$(dirname "$TEST_LOG")"
-# go test runs in a cgroup of its own: whatever it started and left running is found
-# afterwards (scripts/outlive.sh), with the mounts and containers it left.
+# Both go tests run in one cgroup of their own: whatever they started and left running is
+# found afterwards (scripts/outlive.sh), with the mounts and containers they left.
 bash scripts/outlive.sh begin "$guard/outlive"
-(bash scripts/outlive.sh enter "$guard/outlive" "$BASHPID"
-  exec go test -count=1 $race -shuffle="$shuffle" -timeout 45m -v "$@" ./... >"$TEST_LOG" 2>&1) && rc=0 || rc=$?
+extra=("$@")
+gotest() { # log, packages...: go test in the outlive cgroup
+  local log=$1
+  shift
+  (bash scripts/outlive.sh enter "$guard/outlive" "$BASHPID"
+    exec go test -count=1 $race -shuffle="$shuffle" -timeout 45m -v "${extra[@]}" "$@" >"$log" 2>&1)
+}
+unset NOMAD_BIN KUBE_BIN_DIR
+# shellcheck disable=SC2086
+bg tests "the packages that need no cluster tested" gotest "$TEST_LOG" $other_pkgs
+at "go test of the $(wc -w <<<"$other_pkgs") packages that need no cluster started"
+
+cluster_log="$guard/test-clusters.log"
+: >"$cluster_log"
+built=1
+await nomad || built=0
+await kube || built=0
+if [ "$built" = 1 ]; then
+  eval "$(cat "$guard/nomad.out" "$guard/kube.out")"
+  export NOMAD_BIN KUBE_BIN_DIR KUBE_VERSION
+  # shellcheck disable=SC2086
+  bg clustertests "the cluster packages tested" gotest "$cluster_log" $cluster_pkgs
+  at "go test of the $(wc -w <<<"$cluster_pkgs") cluster packages started"
+fi
+
+rc=0
+await tests || rc=1
+if [ "$built" = 1 ]; then
+  await clustertests || rc=1
+else
+  echo "the cluster packages were not tested: a build failed (above)"
+  rc=1
+fi
+# One log, in the order the packages were started.
+cat "$cluster_log" >>"$TEST_LOG"
 grep -E "^(ok|FAIL|---|panic|-test.shuffle)|^\s+--- (FAIL|SKIP)|WARNING: DATA RACE" "$TEST_LOG" | grep -v -- "--- PASS" || true
 passes=$(grep -c -- "--- PASS" "$TEST_LOG" || true)
 fails=$(grep -c -- "--- FAIL" "$TEST_LOG" || true)
@@ -141,6 +259,7 @@ if [ "$rc" != 0 ]; then
   grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL|WARNING: DATA RACE" "$TEST_LOG" | head -n 400 || true
 fi
 at "tests over"
+await vet || rc=1
 echo "== what outlived the tests"
 outlived=0
 bash scripts/outlive.sh check "$guard/outlive" "${fresh:-/nonexistent}" "$PWD" || outlived=1

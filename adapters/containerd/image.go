@@ -58,6 +58,9 @@ func (r *Runner) imageInfo(ctx context.Context, ref string) (*imageInfo, error) 
 		}
 		i, err = is.Get(ctx, reference.TagNameOnly(named).String())
 	}
+	if errdefs.IsNotFound(err) {
+		return nil, imagepull.Missing(ref, "containerd namespace "+r.cfg.namespace, r.cfg.pullPolicy, nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("image %q: %w", ref, classify(err))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -16,19 +17,7 @@ func TestRunLease(t *testing.T) {
 	other, _ := runnerEnv(t, WithOwner(owner))
 	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
 		Runner: r, Other: other, Image: image, Leftovers: leftovers(r),
-		Remove: func(ctx context.Context, runID string) error {
-			ctx = r.ns(ctx)
-			cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
-			if err != nil {
-				return err
-			}
-			for _, c := range cs {
-				if err := deleteContainer(ctx, c, false); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Remove: forceRemove(r),
 	})
 }
 
@@ -50,19 +39,7 @@ func TestPoolRunLease(t *testing.T) {
 	}
 	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
 		Runner: warmOnly{p}, Other: other, Image: image, Leftovers: leftovers(r),
-		Remove: func(ctx context.Context, runID string) error {
-			ctx = r.ns(ctx)
-			cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
-			if err != nil {
-				return err
-			}
-			for _, c := range cs {
-				if err := deleteContainer(ctx, c, false); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Remove: forceRemove(r),
 	})
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -87,4 +64,49 @@ func (w warmOnly) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResu
 		return res, fmt.Errorf("run %s was served %q (%s), not warm", spec.RunID, res.Start, res.StartNote)
 	}
 	return res, err
+}
+
+// TestPoolLeaseAcrossNamespaces: a host with a full warm pool and a pooled run in
+// flight, in its own PID namespace and with its own TMPDIR, is live for a Sweep from
+// here (sandboxtest.TestLeaseAcrossNamespaces); once it is killed a sweep leaves
+// nothing of the owner. About 15 s.
+func TestPoolLeaseAcrossNamespaces(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(poolCrashEnv, dir)
+	r, image := runnerEnv(t, WithOwner(testenv.Owner("crash-pool")), WithPoolDir(dir))
+	sandboxtest.TestLeaseAcrossNamespaces(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: leftovers(r), Image: image, Bridge: testenv.Bridge(t)})
+	if left := ownedLeftovers(t, r); len(left) > 0 {
+		t.Errorf("after the host died and a sweep: %v", left)
+	}
+}
+
+// forceRemove removes a run's containers (and tasks) from under it, as an operator
+// would.
+func forceRemove(r *Runner) func(ctx context.Context, runID string) error {
+	return func(ctx context.Context, runID string) error {
+		ctx = r.ns(ctx)
+		cs, err := r.cli.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, port.LabelRunID, runID))
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			if err := deleteContainer(ctx, c, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestSessionLease: an open session handle holds a lease like a run
+// (sandboxtest.TestSessionLease). About 10 s.
+func TestSessionLease(t *testing.T) {
+	owner := testenv.Owner("sess-lease")
+	root := t.TempDir()
+	opts := []Option{WithOwner(owner), WithBridge(testenv.Bridge(t)), WithSessionDir(root)}
+	r, image := runnerEnv(t, opts...)
+	other, _ := runnerEnv(t, opts...)
+	sandboxtest.TestSessionLease(t, sandboxtest.SessionLeaseHarness{
+		Runner: r, Other: other, Image: image, Leftovers: leftovers(r), Remove: forceRemove(r),
+	})
 }

@@ -45,8 +45,9 @@ type config struct {
 	killGrace time.Duration
 	// cleanupConcurrency bounds the removals running in the background.
 	cleanupConcurrency int
-	// runtime is the OCI runtime binary the runc shim runs ("" for runc).
-	runtime string
+	// runtime is the OCI runtime binary the runc shim runs ("" for runc);
+	// runtimeName is its name as WithRuntime got it ("" for runc).
+	runtime, runtimeName string
 	// poolStarted starts pooled sandboxes' stubs ahead of the claim.
 	poolStarted bool
 	// poolDir holds the host directories of pooled sandboxes.

@@ -20,12 +20,12 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -165,7 +165,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	s.img = img
 	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
-	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.lease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
@@ -190,6 +190,14 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("create task: %w", classify(err))
 	}
 	s.task = task
+	// The shim keeps a writer of its own on the stub's stdin FIFO, so that the stream
+	// outlives its clients: without it, this process's writer is the only one, and
+	// the stub reads the end of its claim channel when this process dies, however it
+	// dies. A slot then ends by itself (and its pre-booted runtime with it) instead
+	// of waiting for a claim that can no longer come.
+	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
+		return nil, fmt.Errorf("close the shim's stdin writer: %w", classify(err))
+	}
 	s.mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
@@ -313,7 +321,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	}()
 	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	var err error
-	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return fail(port.CodeInternal, err)
 	}
 
@@ -416,7 +424,7 @@ func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*
 	p, res := c.p, c.res
 	res.Duration = time.Since(c.start)
 	if code, cause := slotExitResult(ctx, c.s, status, statusErr, res, c.stderr, c.spec, c.log); code != "" {
-		if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+		if entry, ok := bridgeapi.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 		}
 		return c.fail(code, cause)
@@ -424,8 +432,8 @@ func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*
 	if res.ExitCode == 137 && p.r.removedUnderUs(ctx, c.s.container) {
 		return c.fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
 	}
-	if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
-		if reason, ok := sandboxbridge.PreloadGoneIn(c.stderr.Tail()); ok {
+	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
+		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
 			c.s.runLease.Release() // the cold run that follows holds the run's lease
 			return &slotResult{RunResult: res, gone: reason}, nil
 		}
@@ -471,7 +479,7 @@ func slotExitResult(ctx context.Context, s *slot, code uint32, err error, res *p
 	}
 	res.ExitCode = int(code)
 	var noticed bool
-	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
@@ -530,8 +538,8 @@ func (p *Pool) destroy(s *slot) {
 
 // holdLease takes runID's run lease (see slot.lease); one it cannot take is
 // ErrInternal.
-func holdLease(owner, runID string) (*runlease.Lease, error) {
-	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID)
+func holdLease(owner, runID, kind string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, kind)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
 	}

@@ -30,3 +30,22 @@ func TestPoolPreload(t *testing.T) {
 		Leftovers: func(t testing.TB) []string { return ownedLeftovers(t, r) },
 	})
 }
+
+// TestPoolPreloadEndsWithHost: the ready slots of a host that died stop with their
+// pre-booted runtimes (sandboxtest.TestPoolEndsWithHost). About 10 s.
+func TestPoolPreloadEndsWithHost(t *testing.T) {
+	node := os.Getenv("NODE24_BIN")
+	testenv.Need(t, "node", node != "", "NODE24_BIN is not set (scripts/install-openclaw.sh)")
+	h := poolHostHarness(t, 2)
+	r := h.Sweeper.(*Runner)
+	ctx := r.ns(context.Background())
+	ref, archive, err := testimages.NodeArchive(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadImage(ctx, bytes.NewReader(archive)); err != nil {
+		t.Fatal(err)
+	}
+	h.Template = sandboxtest.PreloadTemplate(t, ref, testimages.NodeBinary)
+	sandboxtest.TestPoolEndsWithHost(t, h)
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -91,6 +92,21 @@ func ownedLeftovers(t testing.TB, r *Runner) []string {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	if n := strings.Count(string(mi), r.poolDir()); n > 0 {
 		out = append(out, fmt.Sprintf("mounts:%d", n))
+	}
+	// Shims: a shim of one of the owner's sandboxes outlives its container only when
+	// a host died making it (Sweep ends those).
+	for _, sh := range ownerShims(r.cfg.namespace, r.cfg.owner) {
+		out = append(out, fmt.Sprintf("shim:%d(%s)", sh.pid, sh.id))
+	}
+	runc, _ := filepath.Glob(filepath.Join("/run/containerd/runc", r.cfg.namespace, poolIDPrefix(r.cfg.namespace, r.cfg.owner)+"*"))
+	for _, d := range runc {
+		out = append(out, "runc:"+d)
+	}
+	// Leases: every holder of the owner is gone once its pools closed (a dead
+	// host's are pruned by the sweep).
+	ls, _ := runlease.List(runlease.DefaultRoot(), r.cfg.owner)
+	for _, l := range ls {
+		out = append(out, fmt.Sprintf("lease:%s/%s(held=%v)", l.RunID, l.Holder, l.Held))
 	}
 	return out
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
@@ -35,7 +36,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -180,8 +180,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 
 	img, err := r.imageInfo(ctx, spec.Image)
 	if err != nil {
-		// A missing image or a bad reference fails the container, as on Docker.
-		if errors.Is(err, port.ErrNotFound) || errors.Is(err, port.ErrInvalidSpec) {
+		// A bad reference fails the container, as on Docker; a missing image is
+		// port.ErrImageNotFound with no result: nothing was created.
+		if errors.Is(err, port.ErrInvalidSpec) {
 			return fail(port.CodeContainerFailed, err)
 		}
 		return nil, opErr("RunOnce", spec.RunID, err)
@@ -224,7 +225,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 	defer cancel()
 	task, stdout, stderr, err := newTask(runCtx, container, spec)
 	if err != nil {
-		if runCtx.Err() != nil && ctx.Err() == nil {
+		if runCtx.Err() != nil {
 			unsure.Store(true)
 			return fail(port.CodeTimeout, r.unconfirmed(runner.DeadlineCause(ctx, spec.Limits.Timeout)))
 		}
@@ -238,7 +239,7 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResul
 		return fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	}
 	if err := task.Start(runCtx); err != nil {
-		if runCtx.Err() != nil && ctx.Err() == nil {
+		if runCtx.Err() != nil {
 			return fail(port.CodeTimeout, r.timedOut(ctx, spec, task, statusC, &exited, nil, time.Since(start), collect, log))
 		}
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
@@ -288,10 +289,10 @@ func (r *Runner) timedOut(ctx context.Context, spec port.RunSpec, task client.Ta
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates its container. A lease it cannot take is ErrInternal.
 func (r *Runner) createHeld(ctx context.Context, id string, spec port.RunSpec, img *imageInfo, lbls map[string]string) (*runlease.Lease, client.Container, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return nil, nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
@@ -381,7 +382,7 @@ func collectOutput(task client.Task, until time.Time, res *port.RunResult, stdou
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
 	// The task's cgroup counter below is the truth; the bridge's notice is removed.
-	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+	res.Stderr, _ = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 }
 
 // oomCounted says whether a task that exited 137 was OOM-killed. The /tasks/oom
@@ -491,7 +492,7 @@ func (r *Runner) create(ctx context.Context, id string, spec port.RunSpec, img *
 	newContainer := func() (client.Container, error) {
 		return r.cli.NewContainer(lctx, id,
 			r.withSnapshot(id, img, snapshots.WithLabels(lbls)),
-			client.WithNewSpec(append(specOpts(spec, img, r.cfg.bridgePath), extra...)...),
+			client.WithNewSpec(append(append(specOpts(spec, img, r.cfg.bridgePath), extra...), withOwnerAnnotations(r.cfg.owner, spec.RunID))...),
 			client.WithContainerLabels(lbls),
 			r.withRuntime(),
 		)
@@ -756,12 +757,12 @@ func parseUser(u string) (uint32, uint32) {
 	return uint32(uid), uint32(gid)
 }
 
-// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
+	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
 		return "", false
 	}
-	return sandboxbridge.ExecFailure(tail)
+	return bridgeapi.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.

@@ -65,6 +65,9 @@ func TestMain(m *testing.M) {
 		if os.Getenv(poolCrashEnv) != "" {
 			return crashPool(bridge)
 		}
+		if d := os.Getenv(poolHostDirEnv); d != "" {
+			return NewRunner(WithNamespace(testNamespace), WithOwner(testenv.Owner("pool-host")), WithBridge(bridge), WithPoolDir(d))
+		}
 		opts := []Option{WithNamespace(testNamespace), WithOwner(testenv.Owner("crash"))}
 		if bridge != "" {
 			opts = append(opts, WithBridge(bridge))

@@ -33,28 +33,48 @@ const (
 // runcShim is the shim every runtime runs under: it execs the runtime binary by name.
 const runcShim = "io.containerd.runc.v2"
 
-// WithRuntime selects the OCI runtime binary the runc shim runs for every sandbox
-// (default RuntimeRunc): a name on containerd's PATH, such as RuntimeRunsc or
-// RuntimeCrun, or an absolute path. The lockdown is the same OCI spec whichever runs it.
-func WithRuntime(binary string) Option {
+// WithRuntime selects the OCI runtime sandboxes run with, by name, as on every
+// runtime adapter: RuntimeRunc (the default), RuntimeRunsc (gVisor, through
+// RuntimeRunscWrapper, which gives runsc the flags sandboxes need), RuntimeCrun,
+// or the name of another runc-compatible binary on containerd's PATH. The lockdown
+// is the same OCI spec whichever runs it. WithRuntimeBinary takes a path instead.
+func WithRuntime(name string) Option {
 	return func(c *config) error {
-		if binary == "" || strings.ContainsAny(binary, " \t\r\n\x00") || (strings.Contains(binary, "/") && !filepath.IsAbs(binary)) {
-			return port.Invalidf("runtime %q is not a binary name or an absolute path", binary)
+		if name == "" || strings.ContainsAny(name, " \t\r\n\x00/") {
+			return port.Invalidf("runtime %q is not a runtime name (runc, runsc, crun); give a binary's path with WithRuntimeBinary", name)
 		}
-		if binary == RuntimeRunc {
-			binary = ""
+		c.runtimeName, c.runtime = name, name
+		switch name {
+		case RuntimeRunc:
+			c.runtime = ""
+		case RuntimeRunsc:
+			c.runtime = RuntimeRunscWrapper
 		}
-		c.runtime = binary
 		return nil
 	}
 }
 
-// Runtime returns the OCI runtime binary sandboxes run with.
+// WithRuntimeBinary selects the OCI runtime binary the runc shim runs for every
+// sandbox by its absolute path on the containerd host (a runc-compatible binary, or
+// a wrapper such as RuntimeRunscWrapper). Runtime reports the binary's name.
+func WithRuntimeBinary(path string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.ContainsAny(path, " \t\r\n\x00") {
+			return port.Invalidf("runtime binary %q is not a clean absolute path", path)
+		}
+		c.runtimeName, c.runtime = filepath.Base(path), path
+		return nil
+	}
+}
+
+// Runtime returns the name of the OCI runtime sandboxes run with (RuntimeRunc,
+// RuntimeRunsc, ...: what WithRuntime was given; a binary's base name with
+// WithRuntimeBinary).
 func (r *Runner) Runtime() string {
-	if r.cfg.runtime == "" {
+	if r.cfg.runtimeName == "" {
 		return RuntimeRunc
 	}
-	return r.cfg.runtime
+	return r.cfg.runtimeName
 }
 
 // withRuntime sets the container's runtime: the runc shim, with BinaryName when the
@@ -77,5 +97,5 @@ func (r *Runner) phase(name string) {
 // one of their bind sources after they were created, as warm pools need. gVisor does
 // not: its gofer serves each bind mount from the directory it opened at start.
 func (r *Runner) propagatesMounts() bool {
-	return !strings.Contains(filepath.Base(r.Runtime()), "runsc")
+	return !strings.Contains(filepath.Base(r.cfg.runtime), "runsc")
 }

@@ -18,19 +18,35 @@ func needRunsc(t *testing.T) string {
 	t.Helper()
 	_, err := os.Stat(RuntimeRunscWrapper)
 	testenv.Need(t, "runsc", err == nil, "gVisor: "+RuntimeRunscWrapper+" is missing (scripts/setup.sh installs it)")
-	return RuntimeRunscWrapper
+	return RuntimeRunsc
 }
 
-func TestWithRuntimeValidates(t *testing.T) {
-	for _, bad := range []string{"", "bin/runsc", "run sc"} {
+// WithRuntime takes a runtime name, as on every adapter, and resolves it to the
+// binary the runc shim runs; WithRuntimeBinary takes a path.
+func TestWithRuntimeTakesNames(t *testing.T) {
+	for _, bad := range []string{"", "bin/runsc", "run sc", "/usr/local/bin/runsc-sandbox"} {
 		if _, err := NewRunner(WithRuntime(bad)); !errors.Is(err, port.ErrInvalidSpec) {
 			t.Errorf("WithRuntime(%q): err = %v, want ErrInvalidSpec", bad, err)
 		}
 	}
-	for name, want := range map[string]string{RuntimeRunc: RuntimeRunc, RuntimeCrun: RuntimeCrun, "/opt/bin/x": "/opt/bin/x"} {
-		r, err := NewRunner(WithRuntime(name))
-		if err != nil || r.Runtime() != want {
-			t.Errorf("WithRuntime(%q): %v, Runtime() = %q", name, err, r.Runtime())
+	for _, bad := range []string{"", "runsc", "bin/runsc", "/opt/../x"} {
+		if _, err := NewRunner(WithRuntimeBinary(bad)); !errors.Is(err, port.ErrInvalidSpec) {
+			t.Errorf("WithRuntimeBinary(%q): err = %v, want ErrInvalidSpec", bad, err)
+		}
+	}
+	for _, c := range []struct {
+		opt          Option
+		name, binary string
+	}{
+		{WithRuntime(RuntimeRunc), RuntimeRunc, ""},
+		{WithRuntime(RuntimeRunsc), RuntimeRunsc, RuntimeRunscWrapper},
+		{WithRuntime(RuntimeCrun), RuntimeCrun, RuntimeCrun},
+		{WithRuntime("youki"), "youki", "youki"},
+		{WithRuntimeBinary("/opt/bin/x"), "x", "/opt/bin/x"},
+	} {
+		r, err := NewRunner(c.opt)
+		if err != nil || r.Runtime() != c.name || r.cfg.runtime != c.binary {
+			t.Errorf("%s: %v, Runtime() = %q, binary %q", c.name, err, r.Runtime(), r.cfg.runtime)
 		}
 	}
 }
@@ -40,7 +56,7 @@ func TestWithRuntimeValidates(t *testing.T) {
 // the NoNewPrivs and CapAmb lines the suite reads).
 func TestRunscConformance(t *testing.T) {
 	r, image := runnerEnv(t, WithOwner(testenv.Owner("porttest-runsc")), WithBridge(testenv.Bridge(t)), WithRuntime(needRunsc(t)))
-	if r.Runtime() != RuntimeRunscWrapper {
+	if r.Runtime() != RuntimeRunsc {
 		t.Fatalf("Runtime() = %q", r.Runtime())
 	}
 	sandboxtest.TestRunner(t, sandboxtest.RunnerHarness{Runner: r, Image: image, Leftovers: leftovers(r)})

@@ -22,11 +22,12 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -88,7 +89,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	ctx = r.ns(ctx)
 	img, err := r.imageInfo(ctx, ss.Image)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
+		if errors.Is(err, port.ErrNotFound) && !errors.Is(err, port.ErrImageNotFound) {
 			return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
 		}
 		return nil, opErr("Start", ss.RunID, err)
@@ -106,12 +107,19 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		lbls[k] = v
 	}
 	var c client.Container
+	// Held from before the sandbox exists: another process's Sweep leaves it alone.
+	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
+	if err != nil {
+		_ = session.RemoveDir(root, dir)
+		return nil, opErr("Start", ss.RunID, err)
+	}
 	defer func() {
 		if err != nil {
 			if c != nil {
 				r.remove(c, ss.RunID, false)
 			}
 			_ = session.RemoveDir(root, dir)
+			lease.Release()
 		}
 	}()
 	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
@@ -125,7 +133,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err := os.Mkdir(filepath.Join(dir, fifoDir), 0o700); err != nil {
 		return nil, opErr("Start", ss.RunID, fmt.Errorf("%w: %w", port.ErrInternal, err))
 	}
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c)
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, c, lease)
 	task, err := c.NewTask(ctx, func(string) (cio.IO, error) {
 		stdout, stderr := s.Writers() // the rings, with what the bridge dropped counted
 		return sessionIO(cio.Config{
@@ -192,7 +200,11 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", "", err)
 	}
 	m.ID = id
-	s := r.newSession(m, c)
+	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	if err != nil {
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	s := r.newSession(m, c, lease)
 	task, err := c.Task(ctx, func(f *cio.FIFOSet) (cio.IO, error) {
 		if f == nil {
 			return nil, errors.New("the task has no stdio")
@@ -229,8 +241,8 @@ type ctrSession struct {
 	started  chan struct{} // closed once the task runs
 }
 
-func (r *Runner) newSession(m session.Meta, c client.Container) *ctrSession {
-	h := session.NewHandle(m)
+func (r *Runner) newSession(m session.Meta, c client.Container, lease *runlease.Lease) *ctrSession {
+	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("containerd")
 	return &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
 }
@@ -325,11 +337,15 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		fail(port.CodeContainerFailed, errors.New(reason))
 		return
 	}
+	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.c) {
+		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
+		return
+	}
 	if code == 137 {
 		ctx, cancel := s.r.cleanupCtx(context.Background())
 		n, err := oomKills(ctx, task)
 		cancel()
-		_, notice := capture.TrimNotice(errOut, tail, sandboxbridge.OOMNotice)
+		_, notice := capture.TrimNotice(errOut, tail, bridgeapi.OOMNotice)
 		if (err == nil && n > 0) || notice {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
@@ -466,7 +482,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	start := time.Now()
 	p := *spec.Process
 	p.Terminal = false
-	p.Args = append(sandboxbridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	p.Args = append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
 	p.Env = mergeEnv(spec.Process.Env, es.Env)
 	if es.Dir != "" {
 		p.Cwd = es.Dir
@@ -555,7 +571,7 @@ func (s *ctrSession) stopExec(ctx context.Context, proc client.Process, statusC 
 	_ = proc.Kill(kctx, syscall.SIGTERM)
 	select {
 	case <-statusC:
-	case <-time.After(sandboxbridge.DeadlineGrace):
+	case <-time.After(bridgeapi.DeadlineGrace):
 		_ = proc.Kill(kctx, syscall.SIGKILL)
 		select {
 		case <-statusC:

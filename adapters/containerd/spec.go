@@ -10,8 +10,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -87,7 +87,7 @@ func lockdown(spec port.RunSpec, bridgePath string) []oci.SpecOpts {
 		opts = append(opts, oci.WithProcessCwd(port.WorkspacePath))
 	}
 	if bridgePath != "" {
-		opts = append(opts, wrapWithBridge(runner.EgressPrefix(spec, sandboxbridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
+		opts = append(opts, wrapWithBridge(runner.EgressPrefix(spec, bridgeapi.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now()))))
 	}
 	return opts
 }

@@ -39,9 +39,6 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		return !session.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
 	}
 
-	if !opts.DryRun {
-		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
-	}
 	cs, err := r.cli.Containers(ctx, filter)
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
@@ -59,6 +56,10 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 	// that died while creating one).
 	if opts.RunID == "" {
 		r.sweepSlotDirs(live, cutoff, opts.DryRun, &rep)
+	}
+	// Shims whose container is gone (a host that died while creating its task).
+	if err := r.sweepShims(ctx, opts, cutoff, &rep); err != nil {
+		return rep, opErr("Sweep", opts.RunID, err)
 	}
 
 	sn := r.cli.SnapshotService(r.cfg.snapshotter)
@@ -97,6 +98,9 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		if err := r.cli.LeasesService().Delete(ctx, leases.Lease{ID: l.ID}); err != nil && !errdefs.IsNotFound(err) {
 			rep.Errors = append(rep.Errors, fmt.Errorf("lease %s: %w", l.ID, err))
 		}
+	}
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), r.cfg.owner) // leases of hosts that died
 	}
 	r.cfg.logger.Info("sweep done", logattr.Owner, r.cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
@@ -139,6 +143,37 @@ func (r *Runner) sweepContainer(ctx context.Context, c client.Container, lbls ma
 			rep.Errors = append(rep.Errors, fmt.Errorf("slot directory %s: %w", slotDir, err))
 		}
 	}
+}
+
+// sweepShims ends the owner's shims whose container is gone (orphanShims), made
+// before cutoff and not under a live lease, with their stdio FIFO directories.
+func (r *Runner) sweepShims(ctx context.Context, opts port.SweepOptions, cutoff time.Time, rep *port.SweepReport) error {
+	orphans, err := r.orphanShims(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range orphans {
+		if (opts.RunID != "" && s.runID != opts.RunID) || s.made.After(cutoff) || runlease.Held(runlease.DefaultRoot(), r.cfg.owner, s.runID) {
+			continue
+		}
+		rep.Removed = append(rep.Removed, "shim:"+s.id)
+		fifos := fifoDirs(s.id)
+		for _, d := range fifos {
+			rep.Removed = append(rep.Removed, "fifo:"+d)
+		}
+		if opts.DryRun {
+			continue
+		}
+		if err := endShim(ctx, s, r.cfg.address); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("shim of %s: %w", s.id, err))
+		}
+		for _, d := range fifos {
+			if err := os.RemoveAll(d); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("fifo directory %s: %w", d, err))
+			}
+		}
+	}
+	return nil
 }
 
 // sweepSlotDirs removes the pool's slot directories older than cutoff whose

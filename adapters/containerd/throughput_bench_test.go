@@ -28,7 +28,7 @@ func BenchmarkThroughput(b *testing.B) {
 		r    *Runner
 	}{{"runc", runc}}
 	if _, err := os.Stat(RuntimeRunscWrapper); err == nil {
-		runsc, _ := poolEnv(b, "bench", WithRuntime(RuntimeRunscWrapper))
+		runsc, _ := poolEnv(b, "bench", WithRuntime(RuntimeRunsc))
 		paths = append(paths, struct {
 			name string
 			r    *Runner

@@ -26,18 +26,7 @@ func TestRunLease(t *testing.T) {
 	}
 	sandboxtest.TestRunLease(t, sandboxtest.LeaseHarness{
 		Runner: r, Other: other, Image: image, Leftovers: drained(r, leftovers(cli)),
-		Remove: func(ctx context.Context, runID string) error {
-			cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", port.LabelRunID+"="+runID)})
-			if err != nil {
-				return err
-			}
-			for _, c := range cs.Items {
-				if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Remove: forceRemove(cli),
 	})
 }
 
@@ -98,4 +87,57 @@ func (w warmOnly) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResu
 		return res, fmt.Errorf("run %s was served %q (%s), not warm", spec.RunID, res.Start, res.StartNote)
 	}
 	return res, err
+}
+
+// TestPoolLeaseAcrossNamespaces: a host with a full warm pool and a pooled run in
+// flight, in its own PID namespace and with its own TMPDIR, is live for a Sweep from
+// here (sandboxtest.TestLeaseAcrossNamespaces); once it is killed a sweep leaves
+// nothing of the owner. About 15 s.
+func TestPoolLeaseAcrossNamespaces(t *testing.T) {
+	cli, image := dockerEnv(t)
+	dir := t.TempDir()
+	t.Setenv(poolCrashEnv, dir)
+	r, err := NewRunner(WithClient(cli), WithOwner(testenv.Owner("crash-pool")), WithPoolDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.TestLeaseAcrossNamespaces(t, sandboxtest.CrashHarness{Sweeper: r, Leftovers: poolLeftovers(r, cli), Image: image, Bridge: testenv.Bridge(t)})
+	if left := ownedLeftovers(t, r, cli); len(left) > 0 {
+		t.Errorf("after the host died and a sweep: %v", left)
+	}
+}
+
+// forceRemove removes a run's containers from under it, as an operator would.
+func forceRemove(cli *client.Client) func(ctx context.Context, runID string) error {
+	return func(ctx context.Context, runID string) error {
+		cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", port.LabelRunID+"="+runID)})
+		if err != nil {
+			return err
+		}
+		for _, c := range cs.Items {
+			if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestSessionLease: an open session handle holds a lease like a run
+// (sandboxtest.TestSessionLease). About 10 s.
+func TestSessionLease(t *testing.T) {
+	cli, image := dockerEnv(t)
+	owner := testenv.Owner("sess-lease")
+	root := t.TempDir()
+	mk := func() *Runner {
+		r, err := NewRunner(WithClient(cli), WithOwner(owner), WithBridge(testenv.Bridge(t)), WithSessionDir(root))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r, other := mk(), mk()
+	sandboxtest.TestSessionLease(t, sandboxtest.SessionLeaseHarness{
+		Runner: r, Other: other, Image: image, Leftovers: drained(r, leftovers(cli)), Remove: forceRemove(cli),
+	})
 }

@@ -16,15 +16,37 @@ import (
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// Option configures a Runner. Options validate their arguments.
+// Option configures a Runner or a ProxyManager (one type for both, as on every
+// runtime adapter). Options validate their arguments. Most apply to both
+// constructors; an option of one only (WithBridge, WithRuntime, ... of the runner;
+// WithProxyImage, ... of the proxy manager) given to the other fails with
+// port.ErrInvalidSpec naming it.
 type Option func(*config) error
 
-// SharedOption configures a Runner or a ProxyManager: it is assignable to both Option
-// and ProxyOption. An option of one type given to the other's constructor does not
-// compile.
-type SharedOption = func(*config) error
+// SharedOption is Option.
+//
+// Deprecated: use Option; there is one option type.
+type SharedOption = Option
+
+// The constructors, as options name them when they do not apply.
+const (
+	ctorRunner = "NewRunner"
+	ctorProxy  = "NewProxyManager"
+)
+
+// only makes an option that applies to ctor alone; given to the other
+// constructor it fails with port.ErrInvalidSpec naming it.
+func only(ctor, name string, set func(*config) error) Option {
+	return func(c *config) error {
+		if c.ctor != ctor {
+			return port.Invalidf("docker.%s is an option of %s, not of %s", name, ctor, c.ctor)
+		}
+		return set(c)
+	}
+}
 
 type config struct {
+	ctor           string       // ctorRunner or ctorProxy: the constructor applying the options
 	tel            *telemetry.T // WithMeterProvider; nil: the global provider
 	host           string
 	api            apiClient
@@ -47,8 +69,9 @@ type config struct {
 	registryCreds port.RegistryCredentials
 }
 
-func defaultConfig() config {
+func defaultConfig(ctor string) config {
 	return config{
+		ctor:               ctor,
 		owner:              port.DefaultOwner,
 		logger:             slog.New(slog.DiscardHandler),
 		cleanupTimeout:     30 * time.Second,
@@ -66,13 +89,13 @@ func defaultConfig() config {
 
 // WithHost sets the daemon address (e.g. "unix:///var/run/docker.sock"). The default is
 // taken from the environment (DOCKER_HOST and friends), as the docker CLI does.
-func WithHost(host string) SharedOption {
+func WithHost(host string) Option {
 	return func(c *config) error { return optcheck.Set(&c.host, host, host != "", "docker host is empty") }
 }
 
 // WithClient uses an existing SDK client instead of making one. The caller keeps
 // ownership: Close does not close it.
-func WithClient(cli *client.Client) SharedOption {
+func WithClient(cli *client.Client) Option {
 	return func(c *config) error {
 		if cli == nil {
 			return port.Invalidf("docker client is nil")
@@ -84,12 +107,12 @@ func WithClient(cli *client.Client) SharedOption {
 
 // WithOwner sets the owner label value. Sweeps only ever touch resources of their owner,
 // so hosts sharing a daemon must use distinct owners.
-func WithOwner(owner string) SharedOption {
+func WithOwner(owner string) Option {
 	return func(c *config) error { return runner.SetOwner(&c.owner, owner) }
 }
 
 // WithLogger sets the logger; by default nothing is logged.
-func WithLogger(l *slog.Logger) SharedOption {
+func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error { return optcheck.Logger(&c.logger, l) }
 }
 
@@ -98,12 +121,12 @@ func WithLogger(l *slog.Logger) SharedOption {
 // so the agent reaches the proxy at http://127.0.0.1:8080 with no socat in its image.
 // Without it, the image must bring its own bridge.
 func WithBridge(path string) Option {
-	return func(c *config) error { return runner.SetBridge(&c.bridgePath, path) }
+	return only(ctorRunner, "WithBridge", func(c *config) error { return runner.SetBridge(&c.bridgePath, path) })
 }
 
 // WithCleanupTimeout bounds the removal of a run's container (and a proxy's), which
 // ignores the caller's cancellation so that a cancelled caller cannot leak it. Default 30s.
-func WithCleanupTimeout(d time.Duration) SharedOption {
+func WithCleanupTimeout(d time.Duration) Option {
 	return func(c *config) error { return optcheck.Positive(&c.cleanupTimeout, d, "cleanup timeout") }
 }
 
@@ -118,7 +141,9 @@ const DefaultCleanupConcurrency = 16
 // pile up containers. Zero removes inline, before RunOnce returns. Close waits for
 // pending removals; Sweep finds what a dead host left pending.
 func WithCleanupConcurrency(n int) Option {
-	return func(c *config) error { return optcheck.Count(&c.cleanupConcurrency, n, "cleanup concurrency") }
+	return only(ctorRunner, "WithCleanupConcurrency", func(c *config) error {
+		return optcheck.Count(&c.cleanupConcurrency, n, "cleanup concurrency")
+	})
 }
 
 // WithRuntime selects the OCI runtime the daemon runs sandboxes with, by the name it
@@ -126,13 +151,13 @@ func WithCleanupConcurrency(n int) Option {
 // always there). scripts/setup.sh registers "runsc" (gVisor) and "crun" when they are
 // installed. The lockdown is the same whichever runtime runs it.
 func WithRuntime(name string) Option {
-	return func(c *config) error {
+	return only(ctorRunner, "WithRuntime", func(c *config) error {
 		if name == "" || strings.ContainsAny(name, " \t\r\n\x00/") {
 			return port.Invalidf("runtime %q is not a registered runtime name", name)
 		}
 		c.runtime = name
 		return nil
-	}
+	})
 }
 
 // WithPoolDir sets where warm pools keep their sandboxes' host directories (default
@@ -141,7 +166,7 @@ func WithRuntime(name string) Option {
 // sandboxes that are gone. It must be on a local file system in the daemon's mount
 // namespace.
 func WithPoolDir(dir string) Option {
-	return func(c *config) error { return optcheck.AbsDir(&c.poolDir, dir, "pool directory") }
+	return only(ctorRunner, "WithPoolDir", func(c *config) error { return optcheck.AbsDir(&c.poolDir, dir, "pool directory") })
 }
 
 func (c *config) apply(opts []Option) error {

@@ -16,14 +16,15 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -180,13 +181,16 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}()
 	ins, err := r.cfg.api.ImageInspect(ctx, p.tmpl.Image)
 	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", p.tmpl.Image, classify(err))
+		if cerr := classify(err); !errors.Is(cerr, port.ErrNotFound) {
+			return nil, fmt.Errorf("image %q: %w", p.tmpl.Image, cerr)
+		}
+		return nil, imagepull.Missing(p.tmpl.Image, "Docker", r.cfg.pullPolicy, nil)
 	}
 	if c := ins.Config; c != nil {
 		s.img = imageConfig{argv: append(append([]string(nil), c.Entrypoint...), c.Cmd...), env: c.Env, dir: c.WorkingDir}
 	}
 	spec := p.tmpl.Spec("pool-" + name[len(poolNamePrefix):])
-	if s.lease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.lease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
@@ -207,7 +211,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	cfg.OpenStdin, cfg.StdinOnce, cfg.AttachStdin = true, true, true
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
 	if err != nil {
-		return nil, fmt.Errorf("create: %w", classify(err))
+		return nil, fmt.Errorf("create: %w", r.createError(ctx, p.tmpl.Image, err))
 	}
 	s.id = created.ID
 	att, err := r.cfg.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
@@ -318,7 +322,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	}()
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
 	var err error
-	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID); err != nil {
+	if s.runLease, err = holdLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
 		return fail(port.CodeInternal, err)
 	}
 
@@ -425,15 +429,15 @@ func (c *claimed) exited(ctx context.Context, status int) (slotResult, error) {
 	p, res := c.p, c.res
 	res.Duration = time.Since(c.start)
 	res.ExitCode = status
-	if p.tmpl.Preload != nil && res.ExitCode == sandboxbridge.ExitBridgeFailed {
-		if reason, ok := sandboxbridge.PreloadGoneIn(c.stderr.Tail()); ok {
+	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
+		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
 			c.s.runLease.Release() // the cold run that follows holds the run's lease
 			return slotResult{RunResult: res, gone: reason}, nil
 		}
 	}
 	// A pool always has the bridge: the runner's classification is the pool's.
 	if code, cause := p.r.exitResult(ctx, c.s.id, int64(status), res, c.stderr, c.spec, "pooled sandbox"); code != "" {
-		if entry, ok := sandboxbridge.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
+		if entry, ok := bridgeapi.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
 			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
 		}
 		return c.fail(code, cause)
@@ -526,8 +530,8 @@ func (r *Runner) goneAfterRemoval(ctx context.Context, id string) bool {
 
 // holdLease takes runID's run lease (see slot.lease); one it cannot take is
 // ErrInternal.
-func holdLease(owner, runID string) (*runlease.Lease, error) {
-	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID)
+func holdLease(owner, runID, kind string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, kind)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
 	}

@@ -106,6 +106,12 @@ func ownedLeftovers(t testing.TB, r *Runner, cli *client.Client) []string {
 	if n := strings.Count(string(mi), r.poolDir()); n > 0 {
 		out = append(out, fmt.Sprintf("mounts:%d", n))
 	}
+	// Leases: every holder of the owner is gone once its pools closed (a dead
+	// host's are pruned by the sweep).
+	ls, _ := runlease.List(runlease.DefaultRoot(), r.cfg.owner)
+	for _, l := range ls {
+		out = append(out, fmt.Sprintf("lease:%s/%s(held=%v)", l.RunID, l.Holder, l.Held))
+	}
 	return out
 }
 
@@ -218,7 +224,11 @@ func TestPoolLLMSocketAttachedAtClaim(t *testing.T) {
 	// through its name.
 	lease := filepath.Join(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if err := os.Remove(lease); err == nil {
+		// The run's lease directory holds one file per holder; gone, nobody holds it.
+		if ents, err := os.ReadDir(lease); err == nil && len(ents) > 0 {
+			if err := os.RemoveAll(lease); err != nil {
+				t.Fatal(err)
+			}
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the claimed run never held its lease: %v", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentsandbox/sandbox/adapters/docker/internal/nginxconf"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
@@ -77,15 +78,10 @@ var (
 )
 
 // NewProxyManager returns a ProxyManager. It does no I/O.
-func NewProxyManager(opts ...ProxyOption) (*ProxyManager, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, opErr("NewProxyManager", "", err)
-		}
+func NewProxyManager(opts ...Option) (*ProxyManager, error) {
+	cfg := defaultConfig(ctorProxy)
+	if err := cfg.apply(opts); err != nil {
+		return nil, opErr("NewProxyManager", "", err)
 	}
 	if err := cfg.connect(); err != nil {
 		return nil, opErr("NewProxyManager", "", err)
@@ -204,7 +200,7 @@ func (m *ProxyManager) createContainer(ctx context.Context, spec port.ProxySpec,
 		} else {
 			// The bridge as the proxy's init ends nginx at the deadline (TERM, then
 			// KILL) even when no host is left to stop it; it passes Stop's QUIT on.
-			entrypoint = append([]string{bridgeTarget, "-no-forward", "-deadline", strconv.FormatInt(spec.Deadline.UnixMilli(), 10), "-grace", "5s", "--"}, entrypoint...)
+			entrypoint = append([]string{bridgeTarget, "-" + bridgeapi.FlagNoForward, "-" + bridgeapi.FlagDeadline, strconv.FormatInt(spec.Deadline.UnixMilli(), 10), "-" + bridgeapi.FlagGrace, "5s", "--"}, entrypoint...)
 			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.cfg.bridgePath, Target: bridgeTarget, ReadOnly: true})
 		}
 	}

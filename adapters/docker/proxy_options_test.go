@@ -1,36 +1,54 @@
 package docker
 
 import (
+	"errors"
 	"log/slog"
-	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentsandbox/sandbox/port"
 )
 
-// Runner and ProxyManager options are separate types: an option for one given to the
-// other does not compile, and only the shared ones fit both.
-func TestOptionTypesDoNotMix(t *testing.T) {
-	runnerT, proxyT := reflect.TypeFor[Option](), reflect.TypeFor[ProxyOption]()
-	for name, o := range map[string]any{
-		"WithHost": WithHost("unix:///x"), "WithClient": WithClient(nil), "WithOwner": WithOwner("o"),
+// One Option type serves both constructors: the shared options fit both, and an
+// option of one constructor given to the other is refused with ErrInvalidSpec
+// naming it (not ignored).
+func TestOptionsOfTheOtherConstructorAreRefused(t *testing.T) {
+	for name, o := range map[string]Option{
+		"WithHost": WithHost("unix:///x"), "WithOwner": WithOwner("o"),
 		"WithLogger": WithLogger(slog.Default()), "WithCleanupTimeout": WithCleanupTimeout(time.Second),
 	} {
-		if ot := reflect.TypeOf(o); !ot.AssignableTo(runnerT) || !ot.AssignableTo(proxyT) {
-			t.Errorf("%s does not fit both constructors", name)
+		if r, err := NewRunner(o); err != nil {
+			t.Errorf("NewRunner(%s): %v", name, err)
+		} else {
+			r.Close()
+		}
+		if m, err := NewProxyManager(o); err != nil {
+			t.Errorf("NewProxyManager(%s): %v", name, err)
+		} else {
+			m.Close()
 		}
 	}
-	for name, o := range map[string]any{"WithBridge": WithBridge("/b")} {
-		if reflect.TypeOf(o).AssignableTo(proxyT) {
-			t.Errorf("runner option %s is accepted by NewProxyManager", name)
+	for name, o := range map[string]Option{
+		"WithBridge": WithBridge("/b"), "WithRuntime": WithRuntime("runc"), "WithPoolDir": WithPoolDir("/p"),
+		"WithCleanupConcurrency": WithCleanupConcurrency(1), "WithPullPolicy": WithPullPolicy(port.PullNever),
+		"WithRegistryCredentials": WithRegistryCredentials(nil), "WithSessionDir": WithSessionDir("/s"),
+		"WithMeterProvider": WithMeterProvider(nil),
+	} {
+		_, err := NewProxyManager(o)
+		if !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "docker."+name+" is an option of NewRunner, not of NewProxyManager") {
+			t.Errorf("NewProxyManager(%s): %v, want ErrInvalidSpec naming it", name, err)
 		}
 	}
-	for name, o := range map[string]any{
+	for name, o := range map[string]Option{
 		"WithProxyImage": WithProxyImage("i"), "WithProxyNetwork": WithProxyNetwork("n"),
 		"WithProxyBaseDir": WithProxyBaseDir("/d"), "WithReadyTimeout": WithReadyTimeout(time.Second),
-		"WithProxyBridge": WithProxyBridge("/b"),
+		"WithProxyBridge": WithProxyBridge("/b"), "WithMaxAuditRecords": WithMaxAuditRecords(1),
+		"WithUnfilteredBodies": WithUnfilteredBodies(),
 	} {
-		if reflect.TypeOf(o).AssignableTo(runnerT) {
-			t.Errorf("proxy option %s is accepted by NewRunner", name)
+		_, err := NewRunner(o)
+		if !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "docker."+name+" is an option of NewProxyManager, not of NewRunner") {
+			t.Errorf("NewRunner(%s): %v, want ErrInvalidSpec naming it", name, err)
 		}
 	}
 }

@@ -143,11 +143,11 @@ func (r *Runner) encodedAuth(ctx context.Context, host string) (string, error) {
 // registry by policy before creating the container (default port.PullNever: only
 // images already loaded). See PullImage.
 func WithPullPolicy(p port.PullPolicy) Option {
-	return func(c *config) error { return imagepull.SetPolicy(&c.pullPolicy, p) }
+	return only(ctorRunner, "WithPullPolicy", func(c *config) error { return imagepull.SetPolicy(&c.pullPolicy, p) })
 }
 
 // WithRegistryCredentials gives the runner's pulls their registries' credentials. They
 // go to the daemon in each pull request only; no sandbox sees them.
 func WithRegistryCredentials(creds port.RegistryCredentials) Option {
-	return func(c *config) error { return imagepull.SetCredentials(&c.registryCreds, creds) }
+	return only(ctorRunner, "WithRegistryCredentials", func(c *config) error { return imagepull.SetCredentials(&c.registryCreds, creds) })
 }

@@ -14,14 +14,15 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -41,7 +42,7 @@ var (
 
 // NewRunner returns a Runner. It does no I/O; use Ping to check the daemon.
 func NewRunner(opts ...Option) (*Runner, error) {
-	cfg := defaultConfig()
+	cfg := defaultConfig(ctorRunner)
 	if err := cfg.apply(opts); err != nil {
 		return nil, opErr("NewRunner", "", err)
 	}
@@ -115,15 +116,13 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 
 	entrypoint, err := r.entrypoint(ctx, spec)
 	if err != nil {
-		if errors.Is(err, port.ErrNotFound) {
-			return fail(port.CodeContainerFailed, err)
-		}
+		// A missing image: nothing was created, so no result.
 		return nil, opErr("RunOnce", spec.RunID, err)
 	}
 	id, lease, err := r.createHeld(ctx, spec, entrypoint, start)
 	if err != nil {
 		var le *leaseError
-		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+		if errors.As(err, &le) || errors.Is(err, port.ErrUnavailable) || errors.Is(err, port.ErrImageNotFound) || ctx.Err() != nil {
 			return nil, opErr("RunOnce", spec.RunID, err)
 		}
 		return fail(port.CodeContainerFailed, err)
@@ -154,7 +153,14 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 	wait := r.cfg.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
 	ph.Next("sandbox.start")
-	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+	// The start is bounded by the run's limit, and a limit or cancellation that ends it
+	// ends the run as one that ran past it: the daemon may start the container anyway.
+	if _, err := r.cfg.api.ContainerStart(runCtx, id, client.ContainerStartOptions{}); err != nil {
+		if runCtx.Err() != nil {
+			r.kill(ctx, id, wait, log)
+			collect()
+			return fail(port.CodeTimeout, runner.DeadlineCause(ctx, spec.Limits.Timeout))
+		}
 		collect()
 		return fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}
@@ -190,11 +196,11 @@ func (r *Runner) RunOnce(ctx context.Context, spec port.RunSpec) (res *port.RunR
 }
 
 // createHeld takes the run's lease, held while this process runs it (another
-// process's Sweep leaves the run alone while it is refreshed; it is released once the
+// process's Sweep leaves the run alone while this process lives; it is released once the
 // removal is done), and creates the run's container. A lease it cannot take is a
 // *leaseError (nothing was created).
 func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint []string, start time.Time) (string, *runlease.Lease, error) {
-	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID)
+	lease, err := runlease.Hold(runlease.DefaultRoot(), r.cfg.owner, spec.RunID, runlease.KindRun)
 	if err != nil {
 		return "", nil, &leaseError{fmt.Errorf("%w: %w", port.ErrInternal, err)}
 	}
@@ -205,7 +211,7 @@ func (r *Runner) createHeld(ctx context.Context, spec port.RunSpec, entrypoint [
 	})
 	if err != nil {
 		lease.Release()
-		return "", nil, classify(err)
+		return "", nil, r.createError(ctx, spec.Image, err)
 	}
 	return made.ID, lease, nil
 }
@@ -257,7 +263,7 @@ func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *p
 	if r.cfg.bridgePath != "" {
 		// The bridge counted the kill in the sandbox's own cgroup: exact, whatever
 		// Docker's OOM event does.
-		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), sandboxbridge.OOMNotice)
+		res.Stderr, oom = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
 	}
 	if !oom && (r.cfg.bridgePath == "" || !r.bridgeSeesOOM()) {
 		// Docker sets its flag from the runtime's OOM event, which can come after
@@ -327,7 +333,10 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 	if len(argv) == 0 {
 		img, err := r.cfg.api.ImageInspect(ctx, spec.Image)
 		if err != nil {
-			return nil, fmt.Errorf("image %q: %w", spec.Image, classify(err))
+			if cerr := classify(err); !errors.Is(cerr, port.ErrNotFound) {
+				return nil, fmt.Errorf("image %q: %w", spec.Image, cerr)
+			}
+			return nil, imagepull.Missing(spec.Image, "Docker", r.cfg.pullPolicy, nil)
 		}
 		if img.Config != nil {
 			argv = append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
@@ -337,7 +346,7 @@ func (r *Runner) entrypoint(ctx context.Context, spec port.RunSpec) ([]string, e
 		}
 	}
 	if r.cfg.bridgePath != "" {
-		return append(runner.EgressPrefix(spec, sandboxbridge.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
+		return append(runner.EgressPrefix(spec, bridgeapi.Prefix(bridgeTarget, spec.LLM != nil, spec.Limits.Timeout, time.Now())), argv...), nil
 	}
 	return argv, nil
 }
@@ -381,7 +390,9 @@ func (r *Runner) kill(ctx context.Context, id string, wait client.ContainerWaitR
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.killGrace)
 	defer cancel()
 	if _, err := r.cfg.api.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		// Not running (never started, or already gone) or no daemon: no exit to await.
 		log.Warn("kill failed", logattr.Err, err)
+		return
 	}
 	select {
 	case <-wait.Result:
@@ -410,24 +421,25 @@ func short(id string) string {
 	return id
 }
 
-// LoadImage loads a Docker image archive (as made by `docker save`, or
-// agentimage.Image.Archive) into the daemon. It returns only an error: the daemon's
-// progress output is read and dropped, and an error it reports there becomes an error
-// wrapping port.ErrInvalidSpec.
-func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) error {
+// LoadImage implements port.ImageLoader: it loads a Docker image archive (as made by
+// `docker save`, or agentimage.Image.Archive) into the daemon and returns the names
+// of the images it held ("name:tag", or the image ID for an untagged one). An error
+// the daemon reports in its output becomes an error wrapping port.ErrInvalidSpec.
+func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
 	rc, err := r.cfg.api.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
 	if err != nil {
-		return opErr("LoadImage", "", classify(err))
+		return nil, opErr("LoadImage", "", classify(err))
 	}
 	defer rc.Close()
 	out, err := io.ReadAll(io.LimitReader(rc, 1<<20))
 	if err != nil {
-		return opErr("LoadImage", "", err)
+		return nil, opErr("LoadImage", "", err)
 	}
-	if msg := loadError(out); msg != "" {
-		return opErr("LoadImage", "", fmt.Errorf("%w: %s", port.ErrInvalidSpec, msg))
+	names, msg := loadOutput(out)
+	if msg != "" {
+		return nil, opErr("LoadImage", "", fmt.Errorf("%w: %s", port.ErrInvalidSpec, msg))
 	}
-	return nil
+	return names, nil
 }
 
 func randHex(n int) string {
@@ -436,12 +448,12 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
+	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
 		return "", false
 	}
-	return sandboxbridge.ExecFailure(tail)
+	return bridgeapi.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.

@@ -15,11 +15,12 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -31,13 +32,13 @@ var _ port.SessionRunner = (*Runner)(nil)
 // temporary directory. Sweep and Attach only act on session directories directly under
 // it, whatever a label says.
 func WithSessionDir(dir string) Option {
-	return func(c *config) error {
+	return only(ctorRunner, "WithSessionDir", func(c *config) error {
 		if !strings.HasPrefix(dir, "/") {
 			return port.Invalidf("session dir %q is not absolute", dir)
 		}
 		c.sessionRoot = dir
 		return nil
-	}
+	})
 }
 
 func (r *Runner) sessionRoot() string { return r.cfg.sessionDir() }
@@ -114,6 +115,12 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	// replays it. The agent never blocks on output: the daemon always reads it.
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
 	var id string
+	// Held from before the sandbox exists: another process's Sweep leaves it alone.
+	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
+	if err != nil {
+		_ = session.RemoveDir(root, dir)
+		return nil, opErr("Start", ss.RunID, err)
+	}
 	defer func() {
 		if err != nil {
 			// A fresh context: a cancelled caller must not leak the container.
@@ -121,14 +128,18 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 				r.remove(context.WithoutCancel(ctx), id, ss.RunID)
 			}
 			_ = session.RemoveDir(root, dir)
+			lease.Release()
 		}
 	}()
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
 	if err != nil {
+		if cerr := r.createError(ctx, ss.Image, err); errors.Is(cerr, port.ErrImageNotFound) {
+			return nil, opErr("Start", ss.RunID, cerr)
+		}
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
 	}
 	id = created.ID
-	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User})
+	s := r.newSession(session.Meta{ID: id, RunID: ss.RunID, Dir: dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose, LogLimit: ss.LogLimit, Deadline: deadline, User: ss.User}, lease)
 	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
 		s.halt()
 		return nil, opErr("Start", ss.RunID, err)
@@ -164,7 +175,11 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", "", err)
 	}
 	m.ID = c.ID
-	s := r.newSession(m)
+	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	if err != nil {
+		return nil, opErr("Attach", m.RunID, err)
+	}
+	s := r.newSession(m, lease)
 	s.InitPause(c.State != nil && c.State.Paused)
 	if err := s.watch(ctx, container.WaitConditionNotRunning); err != nil {
 		s.halt()
@@ -186,8 +201,8 @@ type dockerSession struct {
 	stopped  bool // removed
 }
 
-func (r *Runner) newSession(m session.Meta) *dockerSession {
-	h := session.NewHandle(m)
+func (r *Runner) newSession(m session.Meta, lease *runlease.Lease) *dockerSession {
+	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("docker")
 	return &dockerSession{Handle: h, r: r}
 }
@@ -230,7 +245,7 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 				if wctx.Err() != nil {
 					return // detached or stopped
 				}
-				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}, nil)
+				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: s.r.waitFailed(wctx, s.ID(), err, "session's sandbox")}, nil)
 				return
 			case <-life.C():
 				life.Disarm()
@@ -272,8 +287,12 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		fail(port.CodeContainerFailed, errors.New(reason))
 		return
 	}
+	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.ID()) {
+		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
+		return
+	}
 	if code == 137 {
-		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), sandboxbridge.OOMNotice); oom {
+		if _, oom := capture.TrimNotice(errOut, lastBytes(errOut, 256), bridgeapi.OOMNotice); oom {
 			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
 			return
 		}
@@ -387,7 +406,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 	}
 	timeout := s.ExecTimeout(es.Timeout)
 	start := time.Now()
-	argv := append(sandboxbridge.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
+	argv := append(bridgeapi.Prefix(bridgeTarget, false, timeout, start), es.Argv...)
 	dir := es.Dir
 	if dir == "" && s.Workspace != "" {
 		dir = port.WorkspacePath
@@ -424,7 +443,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		res.Duration = time.Since(start)
 	}
 	// The bridge ends the command at timeout+DeadlineSlack; give it its grace too.
-	t := time.NewTimer(timeout + sandboxbridge.DeadlineSlack + sandboxbridge.DeadlineGrace + time.Second)
+	t := time.NewTimer(timeout + bridgeapi.DeadlineSlack + bridgeapi.DeadlineGrace + time.Second)
 	defer t.Stop()
 	select {
 	case <-copied:
@@ -448,7 +467,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
 	}
-	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), sandboxbridge.ErrDeadline.Error()) {
+	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), bridgeapi.ErrDeadline.Error()) {
 		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: fmt.Errorf("exec exceeded its %v limit", timeout)})
 	}
 	return res, nil

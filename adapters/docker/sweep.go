@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -49,9 +50,6 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		return !session.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
 	}
 
-	if !opts.DryRun {
-		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
-	}
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return rep, opErr("Sweep", opts.RunID, classify(err))
@@ -87,28 +85,41 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 			rep.Errors = append(rep.Errors, fmt.Errorf("volume %s: %w", v.Name, classify(err)))
 		}
 	}
+	if !opts.DryRun {
+		runlease.Prune(runlease.DefaultRoot(), cfg.owner) // leases of hosts that died
+	}
 	cfg.logger.Info("sweep done", logattr.Owner, cfg.owner, "removed", len(rep.Removed), "errors", len(rep.Errors), "dry_run", opts.DryRun)
 	return rep, nil
 }
 
-// loadError returns the first error message in a JSON message stream from the daemon.
-func loadError(out []byte) string {
+// loadOutput reads the daemon's answer to an image load: the names it loaded
+// ("Loaded image: name:tag", "Loaded image ID: sha256:..."), or its error message.
+func loadOutput(out []byte) (names []string, errMsg string) {
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var m struct {
+			Stream      string `json:"stream"`
 			Error       string `json:"error"`
 			ErrorDetail struct {
 				Message string `json:"message"`
 			} `json:"errorDetail"`
 		}
 		if err := dec.Decode(&m); err != nil {
-			return ""
+			return names, ""
 		}
 		if m.ErrorDetail.Message != "" {
-			return m.ErrorDetail.Message
+			return nil, m.ErrorDetail.Message
 		}
 		if m.Error != "" {
-			return m.Error
+			return nil, m.Error
+		}
+		for line := range strings.Lines(m.Stream) {
+			line = strings.TrimSpace(line)
+			if name, ok := strings.CutPrefix(line, "Loaded image: "); ok {
+				names = append(names, name)
+			} else if id, ok := strings.CutPrefix(line, "Loaded image ID: "); ok {
+				names = append(names, id)
+			}
 		}
 	}
 }

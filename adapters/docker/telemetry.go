@@ -11,5 +11,5 @@ import (
 // Spans need no option: a run's create, start and wait are children of the span in
 // RunOnce's context, made by that span's provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error { return telemetry.SetMeter(&c.tel, mp) }
+	return only(ctorRunner, "WithMeterProvider", func(c *config) error { return telemetry.SetMeter(&c.tel, mp) })
 }

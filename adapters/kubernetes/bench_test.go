@@ -101,7 +101,10 @@ func BenchmarkRunOverheadVsRawPod(b *testing.B) {
 	var d *docker.Runner
 	if dr, err := docker.NewRunner(docker.WithOwner(e.owner), docker.WithBridge(e.bridge), docker.WithCleanupConcurrency(0)); err == nil {
 		_, archive, aerr := sandboxtest.ProbeImage(ctx)
-		if aerr == nil && dr.LoadImage(ctx, bytes.NewReader(archive)) == nil {
+		if aerr == nil {
+			_, aerr = dr.LoadImage(ctx, bytes.NewReader(archive))
+		}
+		if aerr == nil {
 			d = dr
 			defer d.Close()
 		} else {

@@ -38,6 +38,11 @@ type config struct {
 
 	pollInterval   time.Duration
 	cleanupTimeout time.Duration
+
+	// loader loads images for the nodes (WithImageLoader); closeLoader closes the
+	// one the driver opened from the target's load= query.
+	loader      port.ImageLoader
+	closeLoader func() error
 }
 
 func defaultConfig() config {

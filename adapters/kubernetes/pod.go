@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -115,7 +115,7 @@ func (r *Runner) buildPod(spec port.RunSpec, ps podSpec) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			// The host's time limit ends the run; this only acts when the host is gone.
-			ActiveDeadlineSeconds:         ptr(int64((spec.Limits.Timeout + sandboxbridge.DeadlineSlack + sandboxbridge.DeadlineGrace + time.Second).Seconds() + 1)),
+			ActiveDeadlineSeconds:         ptr(int64((spec.Limits.Timeout + bridgeapi.DeadlineSlack + bridgeapi.DeadlineGrace + time.Second).Seconds() + 1)),
 			TerminationGracePeriodSeconds: ptr(int64(1)),
 			AutomountServiceAccountToken:  ptr(false),
 			EnableServiceLinks:            ptr(false),
@@ -181,7 +181,7 @@ func (r *Runner) agentCommand(spec port.RunSpec, ps podSpec) ([]string, []corev1
 	command := []string{initTarget, "run", "-keep", strings.Join(names, ","),
 		"-nofile", strconv.FormatInt(spec.Limits.OpenFiles, 10), "-max", strconv.Itoa(spec.OutputLimit), "--"}
 	if r.cfg.bridgePath != "" {
-		prefix := sandboxbridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, ps.created)
+		prefix := bridgeapi.Prefix(bridgeTarget, llm, spec.Limits.Timeout, ps.created)
 		// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
 		prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)
 		command = append(command, prefix...)

@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner/imageref"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -254,8 +254,21 @@ func (r *Runner) check(spec port.RunSpec) error {
 type containerFailure struct{ reason, message string }
 
 func (e *containerFailure) Error() string {
+	if imageReasons[e.reason] {
+		return fmt.Sprintf("kubernetes: %s: image not found: the node has no such image and could not pull it: load it into the nodes' container runtime (LoadImage with the target's load=, kubernetes.WithImageLoader, `ctr -n k8s.io images import`) or push it to a registry the nodes pull from, and check the pull policy (WithImagePullPolicy): %s", e.reason, e.message)
+	}
 	return fmt.Sprintf("kubernetes: %s: %s", e.reason, e.message)
 }
+
+// Is makes a container that waits for an image it cannot get match
+// port.ErrImageNotFound (and port.ErrNotFound).
+func (e *containerFailure) Is(target error) bool {
+	return imageReasons[e.reason] && (target == port.ErrImageNotFound || target == port.ErrNotFound)
+}
+
+// imageReasons are the waiting reasons of a container whose image the node cannot
+// get.
+var imageReasons = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true}
 
 // Reasons a container waits forever: it will not start.
 var fatalWaiting = map[string]bool{
@@ -430,7 +443,7 @@ func (r *Runner) drain(ctx context.Context, wg *sync.WaitGroup, stop context.Can
 func (r *Runner) fill(res *port.RunResult, out *output) {
 	res.Stdout, res.Stderr, res.StdoutTruncated, res.StderrTruncated = out.result()
 	// The bridge's OOM notice ends stderr when the kernel killed the agent.
-	if b, ok := bytes.CutSuffix(res.Stderr, []byte(sandboxbridge.OOMNotice)); ok {
+	if b, ok := bytes.CutSuffix(res.Stderr, []byte(bridgeapi.OOMNotice)); ok {
 		res.Stderr = b
 		res.ErrorCode = port.CodeOOMKilled // provisional; outcome decides
 	}
@@ -449,9 +462,9 @@ func (r *Runner) outcome(p *corev1.Pod, res *port.RunResult, fail func(port.Erro
 	if oomNotice || t.Reason == "OOMKilled" {
 		return fail(port.CodeOOMKilled, fmt.Errorf("the agent exceeded its memory limit"))
 	}
-	if res.ExitCode == sandboxbridge.ExitNotFound || res.ExitCode == sandboxbridge.ExitCannotExec {
+	if res.ExitCode == bridgeapi.ExitNotFound || res.ExitCode == bridgeapi.ExitCannotExec {
 		tail := res.Stderr[max(0, len(res.Stderr)-4096):]
-		if why, ok := sandboxbridge.ExecFailure(tail); ok {
+		if why, ok := bridgeapi.ExecFailure(tail); ok {
 			return fail(port.CodeContainerFailed, errors.New(why))
 		}
 		if i := bytes.LastIndex(tail, []byte("sandbox-kube-init: cannot start the command: ")); i >= 0 {

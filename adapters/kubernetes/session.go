@@ -25,10 +25,10 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -246,7 +246,7 @@ type kubeSession struct {
 
 func (r *Runner) newSession(m session.Meta, prefix []string) *kubeSession {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &kubeSession{Handle: session.NewHandle(m), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
+	return &kubeSession{Handle: session.NewHandle(m, nil), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
 		started: make(chan struct{}), followed: make(chan struct{})}
 }
 
@@ -444,10 +444,10 @@ func (s *kubeSession) finish(p *corev1.Pod, waitErr error, log interface{ Debug(
 		fail(port.CodeInternal, waitErr)
 	case errors.As(waitErr, &cf):
 		fail(port.CodeContainerFailed, waitErr)
-	case st != nil && st.Terminated != nil && st.Terminated.Reason == "OOMKilled" || bytes.HasSuffix(errOut, []byte(sandboxbridge.OOMNotice)):
+	case st != nil && st.Terminated != nil && st.Terminated.Reason == "OOMKilled" || bytes.HasSuffix(errOut, []byte(bridgeapi.OOMNotice)):
 		fail(port.CodeOOMKilled, errors.New("the agent exceeded its memory limit"))
-	case !stopping && (res.ExitCode == sandboxbridge.ExitNotFound || res.ExitCode == sandboxbridge.ExitCannotExec):
-		if why, ok := sandboxbridge.ExecFailure(tail); ok {
+	case !stopping && (res.ExitCode == bridgeapi.ExitNotFound || res.ExitCode == bridgeapi.ExitCannotExec):
+		if why, ok := bridgeapi.ExecFailure(tail); ok {
 			fail(port.CodeContainerFailed, errors.New(why))
 			return
 		}
@@ -552,7 +552,7 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 		cmd = append(cmd, "-dir", es.Dir)
 	}
 	cmd = append(cmd, "-pid", "--")
-	cmd = append(cmd, sandboxbridge.Prefix(bridgeTarget, false, timeout, start)...)
+	cmd = append(cmd, bridgeapi.Prefix(bridgeTarget, false, timeout, start)...)
 	cmd = append(cmd, es.Argv...)
 
 	req := s.r.cli.CoreV1().RESTClient().Post().Namespace(s.r.cfg.namespace).Resource("pods").Name(s.ID()).SubResource("exec").
@@ -602,8 +602,8 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 		}
 		return res, opErr("Exec", s.RunID(), classify(streamErr))
 	}
-	if res.ExitCode == sandboxbridge.ExitNotFound || res.ExitCode == sandboxbridge.ExitCannotExec {
-		if why, ok := sandboxbridge.ExecFailure(res.Stderr[max(0, len(res.Stderr)-4096):]); ok {
+	if res.ExitCode == bridgeapi.ExitNotFound || res.ExitCode == bridgeapi.ExitCannotExec {
+		if why, ok := bridgeapi.ExecFailure(res.Stderr[max(0, len(res.Stderr)-4096):]); ok {
 			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(why)})
 		}
 		if b := initErr.Bytes(); len(b) > 0 {

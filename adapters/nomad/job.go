@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -292,7 +292,7 @@ func (r *Runner) agentEntrypoint(spec port.RunSpec, js jobSpec, env map[string]s
 		entrypoint = append(entrypoint, "--")
 	}
 	if r.cfg.bridgePath != "" {
-		prefix := sandboxbridge.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
+		prefix := bridgeapi.Prefix(bridgeTarget, llm, spec.Limits.Timeout, js.created)
 		if r.cfg.initPath != "" {
 			// The init is PID 1: the bridge reaps the agent's orphans as a subreaper.
 			prefix = append([]string{prefix[0], "-subreaper"}, prefix[1:]...)

@@ -12,10 +12,10 @@ import (
 	"github.com/distribution/reference"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -459,7 +459,13 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 		if len(problems) == 0 {
 			problems = append(problems, "the sandbox task ended without running: "+alloc.ClientDescription)
 		}
-		return fail(port.CodeContainerFailed, errors.New(strings.Join(problems, "; ")))
+		cause := errors.New(strings.Join(problems, "; "))
+		// The docker driver pulls only an image its node does not hold.
+		if strings.Contains(cause.Error(), "Failed to pull") {
+			cause = fmt.Errorf("%w: image %q is not on the node %s, and the docker driver could not pull it: load it into every client node's Docker engine (LoadImage with the target's load=, nomad.WithImageLoader, `docker load`) or push it to a registry the nodes pull from (%v)",
+				port.ErrImageNotFound, spec.Image, alloc.NodeName, cause)
+		}
+		return fail(port.CodeContainerFailed, cause)
 	}
 	res.ExitCode = term.ExitCode
 	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, tailOf(res.Stderr)); ok {
@@ -468,7 +474,7 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 	oom := term.Details["oom_killed"] == "true"
 	if r.cfg.bridgePath != "" && res.ExitCode == 137 {
 		var counted bool
-		res.Stderr, counted = capture.TrimNotice(res.Stderr, tailOf(res.Stderr), sandboxbridge.OOMNotice)
+		res.Stderr, counted = capture.TrimNotice(res.Stderr, tailOf(res.Stderr), bridgeapi.OOMNotice)
 		oom = oom || counted
 	}
 	if oom {
@@ -493,12 +499,12 @@ func firstNonEmpty(ss ...string) string {
 	return ""
 }
 
-// execFailed reports a command the bridge could not start (see sandboxbridge.ExecFailedPrefix).
+// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
 func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != sandboxbridge.ExitNotFound && exit != sandboxbridge.ExitCannotExec) {
+	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
 		return "", false
 	}
-	return sandboxbridge.ExecFailure(tail)
+	return bridgeapi.ExecFailure(tail)
 }
 
 // cleanup removes everything a run made: the job (purged), its allocations on their

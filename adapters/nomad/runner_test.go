@@ -71,7 +71,7 @@ func setup(t testing.TB) env {
 		defer d.Close()
 		ref, archive, err := sandboxtest.ProbeImage(ctx)
 		if err == nil {
-			err = d.LoadImage(ctx, bytes.NewReader(archive))
+			_, err = d.LoadImage(ctx, bytes.NewReader(archive))
 		}
 		if err != nil {
 			setupErr = fmt.Errorf("probe image: %w", err)
@@ -80,7 +80,7 @@ func setup(t testing.TB) env {
 		e.image = ref
 		ref, archive, err = ProxyImage(ctx)
 		if err == nil {
-			err = d.LoadImage(ctx, bytes.NewReader(archive))
+			_, err = d.LoadImage(ctx, bytes.NewReader(archive))
 		}
 		if err != nil {
 			setupErr = fmt.Errorf("proxy image: %w", err)

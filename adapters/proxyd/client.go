@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/proxydapi"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/portconv"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -128,18 +129,18 @@ func (c *Client) Audit(ctx context.Context, id string, after int64) (AuditPage, 
 
 // Attestation returns what the run's bridge attested, nil before it did.
 func (c *Client) Attestation(ctx context.Context, id string) (*port.Attestation, error) {
-	var out struct {
-		Attestation *port.Attestation `json:"attestation"`
+	var out proxydapi.AttestationAnswer
+	if err := c.do(ctx, http.MethodGet, PathRuns+"/"+url.PathEscape(id)+"/attestation", nil, &out); err != nil {
+		return nil, err
 	}
-	err := c.do(ctx, http.MethodGet, PathRuns+"/"+url.PathEscape(id)+"/attestation", nil, &out)
-	return out.Attestation, err
+	return portconv.Attestation(out.Attestation)
 }
 
 // EgressAudit returns a run's egress records so far.
 func (c *Client) EgressAudit(ctx context.Context, id string) ([]port.EgressRecord, error) {
 	var out EgressAudit
 	err := c.do(ctx, http.MethodGet, PathRuns+"/"+url.PathEscape(id)+"/egress", nil, &out)
-	return out.Records, err
+	return portconv.EgressRecords(out.Records), err
 }
 
 // send sends req: a failure to reach the daemon is port.ErrUnavailable, unless ctx

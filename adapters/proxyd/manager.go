@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/optcheck"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/portconv"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -110,14 +111,14 @@ func (m *Manager) Start(ctx context.Context, spec port.ProxySpec) (port.Proxy, e
 func (m *Manager) StartProxy(ctx context.Context, spec port.ProxySpec) (*Proxy, error) {
 	req := RegisterRequest{
 		RunID: spec.RunID, Attempt: spec.Attempt, Upstream: spec.Upstream, APIKey: spec.APIKey,
-		Attribution: spec.Attribution, Budget: spec.Budget, RequireAttestation: spec.RequireAttestation,
+		Attribution: portconv.WireAttribution(spec.Attribution), Budget: portconv.WireBudget(spec.Budget), RequireAttestation: spec.RequireAttestation,
 		Labels: spec.Labels, SandboxUID: m.cfg.uid, Rate: m.cfg.rate,
 	}
 	if spec.Egress != nil {
 		if err := spec.Egress.Validate(); err != nil {
 			return nil, &port.OpError{Op: "proxyd.Start", RunID: spec.RunID, Err: err}
 		}
-		req.Egress = &EgressRegistration{Policy: *spec.Egress, Credentials: m.resolve(ctx, spec.RunID, spec.Egress)}
+		req.Egress = &EgressRegistration{Policy: portconv.WireEgressPolicy(*spec.Egress), Credentials: m.resolve(ctx, spec.RunID, spec.Egress)}
 	}
 	reg, err := m.c.Register(ctx, req)
 	if err != nil {
@@ -190,15 +191,20 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 			p.stopErr = &port.OpError{Op: "proxyd.Stop", RunID: p.reg.RunID, Err: err}
 			return
 		}
-		p.audit = out.Audit
+		att, err := portconv.Attestation(out.Attestation)
+		if err != nil {
+			p.stopErr = &port.OpError{Op: "proxyd.Stop", RunID: p.reg.RunID, Err: err}
+		}
+		p.audit = portconv.AuditRecords(out.Audit)
+		egress := portconv.EgressRecords(out.Egress)
 		p.mu.Lock()
-		p.attest, p.egress, p.stopped = out.Attestation, out.Egress, true
-		p.egressSum = out.EgressSummary
+		p.attest, p.egress, p.stopped = att, egress, true
+		p.egressSum = portconv.EgressSummary(out.EgressSummary)
 		p.mu.Unlock()
 		// The daemon cannot call the host back: the policy's OnAudit gets the
 		// run's egress records when it ends, not one by one.
 		if p.onEgress != nil {
-			for _, r := range out.Egress {
+			for _, r := range egress {
 				p.onEgress(r)
 			}
 		}
@@ -209,7 +215,7 @@ func (p *Proxy) end(ctx context.Context, grace time.Duration) ([]port.AuditRecor
 // Audit returns the run's records stored so far.
 func (p *Proxy) Audit(ctx context.Context) ([]port.AuditRecord, error) {
 	page, err := p.m.c.Audit(ctx, p.reg.ID, 0)
-	return page.Records, err
+	return portconv.AuditRecords(page.Records), err
 }
 
 // EgressSummary implements port.EgressSummarizer: how many egress records the daemon

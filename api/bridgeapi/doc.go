@@ -14,8 +14,18 @@
 //     EgressProxyAddr);
 //   - the isolation report the bridge posts before the agent starts
 //     (Attestation at AttestationPath) and how the host judges it (Violations);
-//   - the claim line a pooled bridge stub reads from its stdin (Claim), and the
-//     exit record it ends its output streams with (ExitRecord).
+//   - the claim line a pooled bridge stub reads from its stdin (Claim, NewClaim), and
+//     the exit record it ends its output streams with (ExitRecord);
+//   - the bridge's command line: its flags (FlagAttest, ...) and the builders the
+//     runners use (Prefix, WithEgress, PreloadArgs), with the deadline's slack and
+//     grace;
+//   - what the bridge tells its host on the command's streams: its exit codes
+//     (ExitBridgeFailed, ExitCannotExec, ExitNotFound), the stderr notices (OOMNotice,
+//     ExecFailedPrefix, PreloadGone) and their readers (ExecFailure, MissingEntry,
+//     PreloadGoneIn), and the passed-through output's DroppedNotice and OutputMark.
+//
+// testdata/wire.golden.json pins all of it byte for byte (TestWireGolden), and
+// cmd/sandbox-bridge's tests check that its flags are exactly the ones named here.
 //
 // It imports only the standard library: the bridge is a static binary inside
 // every sandbox and takes nothing else of the project.

@@ -40,3 +40,15 @@ func ExitRecord(nonce string, code int) []byte {
 	b = strconv.AppendInt(b, int64(code), 10)
 	return append(b, '\n')
 }
+
+// Exit codes of the bridge itself, following the shell's and docker run's
+// conventions. Any other code is the command's (128+n when signal n killed it).
+const (
+	// ExitBridgeFailed: the bridge could not start (bad configuration, cannot
+	// listen), or a pooled stub's preloaded runtime was gone at the claim.
+	ExitBridgeFailed = 125
+	// ExitCannotExec: the command was found but could not be executed.
+	ExitCannotExec = 126
+	// ExitNotFound: the command was not found.
+	ExitNotFound = 127
+)

@@ -3,7 +3,8 @@
 // daemon (internal/proxydaemon) serves it and the client (adapters/proxyd) calls it;
 // both import this package, so paths, bodies and the error table have one
 // definition. ToAPIError and FromAPIError are the two directions of the one
-// error table.
+// error table. The bodies use the package's own types (records.go), never the
+// host's port types: internal/proxydaemon/portconv converts at both ends.
 //
 // The run token file the daemon writes into a run's socket directory belongs to
 // the bridge's contract (bridgeapi.TokenFile).

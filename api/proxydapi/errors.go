@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/errdefs"
 )
 
 // APIError is the body of every admin error answer.
@@ -35,11 +35,11 @@ var errorTable = []struct {
 	code     string
 	status   int
 }{
-	{port.ErrInvalidSpec, CodeInvalidSpec, http.StatusBadRequest},
-	{port.ErrNotFound, CodeNotFound, http.StatusNotFound},
-	{port.ErrUnsupported, CodeUnsupported, http.StatusNotImplemented},
-	{port.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
-	{port.ErrPermissionDenied, CodeForbidden, http.StatusForbidden},
+	{errdefs.ErrInvalidSpec, CodeInvalidSpec, http.StatusBadRequest},
+	{errdefs.ErrNotFound, CodeNotFound, http.StatusNotFound},
+	{errdefs.ErrUnsupported, CodeUnsupported, http.StatusNotImplemented},
+	{errdefs.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
+	{errdefs.ErrPermissionDenied, CodeForbidden, http.StatusForbidden},
 }
 
 // ToAPIError returns the status and body the daemon answers err with.
@@ -53,14 +53,14 @@ func ToAPIError(err error) (int, APIError) {
 }
 
 // FromAPIError returns the error an admin answer with status and body (an
-// APIError) stands for, wrapping the sentinel of its code (port.ErrInternal for
+// APIError) stands for, wrapping the sentinel of its code (errdefs.ErrInternal for
 // CodeInternal, an unknown code, or a body that is not an APIError).
 func FromAPIError(status int, body []byte) error {
 	var ae APIError
 	if json.Unmarshal(body, &ae) != nil || ae.Code == "" {
-		return fmt.Errorf("%w: proxyd: HTTP %d", port.ErrInternal, status)
+		return fmt.Errorf("%w: proxyd: HTTP %d", errdefs.ErrInternal, status)
 	}
-	sentinel := port.ErrInternal
+	sentinel := errdefs.ErrInternal
 	for _, e := range errorTable {
 		if e.code == ae.Code {
 			sentinel = e.sentinel

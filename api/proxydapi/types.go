@@ -1,9 +1,8 @@
 package proxydapi
 
 import (
+	"encoding/json"
 	"time"
-
-	"github.com/agentsandbox/sandbox/port"
 )
 
 // The admin API: JSON over HTTP on the daemon's unix socket (mode 0600, peers
@@ -27,13 +26,13 @@ const (
 
 // RegisterRequest registers a run with the daemon.
 type RegisterRequest struct {
-	RunID       string           `json:"run_id"`
-	Attempt     int              `json:"attempt"`
-	Upstream    string           `json:"upstream"`
-	APIKey      string           `json:"api_key"`
-	Attribution port.Attribution `json:"attribution"`
-	Budget      port.Budget      `json:"budget"`
-	// RequireAttestation: see port.ProxySpec.
+	RunID       string      `json:"run_id"`
+	Attempt     int         `json:"attempt"`
+	Upstream    string      `json:"upstream"`
+	APIKey      string      `json:"api_key"`
+	Attribution Attribution `json:"attribution"`
+	Budget      Budget      `json:"budget"`
+	// RequireAttestation refuses the run's calls until its bridge attested (port.ProxySpec).
 	RequireAttestation bool              `json:"require_attestation,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
 	// SandboxUID makes the run's socket accept that uid and the daemon's own
@@ -48,7 +47,7 @@ type RegisterRequest struct {
 	// the run by the request's source IP.
 	Network *NetworkIdentity `json:"network,omitempty"`
 	// Egress, when set, gives the run an egress front in its socket directory:
-	// port.EgressSocketName and port.EgressCAName.
+	// bridgeapi.EgressSocketName and bridgeapi.EgressCAName.
 	Egress *EgressRegistration `json:"egress,omitempty"`
 }
 
@@ -57,7 +56,7 @@ type RegisterRequest struct {
 // values in memory only (never in its registry file, never in a log); a
 // restarted daemon does not serve a restored run's egress (see docs/proxyd.md).
 type EgressRegistration struct {
-	Policy      port.EgressPolicy  `json:"policy"`
+	Policy      EgressPolicy       `json:"policy"`
 	Credentials []EgressCredential `json:"credentials,omitempty"`
 }
 
@@ -99,7 +98,7 @@ type Registered struct {
 	ID      string `json:"id"`
 	RunID   string `json:"run_id"`
 	Attempt int    `json:"attempt"`
-	// SocketDir is the run's own directory (mount it at port.LLMSocketDir);
+	// SocketDir is the run's own directory (mount it at bridgeapi.SocketDir);
 	// SocketPath the socket in it.
 	SocketDir  string `json:"socket_dir"`
 	SocketPath string `json:"socket_path"`
@@ -110,7 +109,7 @@ type Registered struct {
 	TokenExpiry time.Time `json:"token_expiry,omitzero"`
 	// Restarted names the registration a network sandbox's restart superseded.
 	Restarted string `json:"restarted,omitempty"`
-	// Egress says SocketDir also serves egress (port.LLMSocket.Egress).
+	// Egress says SocketDir also serves egress (its socket directory holds bridgeapi.EgressSocketName).
 	Egress bool `json:"egress,omitempty"`
 }
 
@@ -129,33 +128,41 @@ type RunInfo struct {
 
 // DeregisterResponse is a deregistered run's whole audit.
 type DeregisterResponse struct {
-	Audit []port.AuditRecord `json:"audit"`
-	// Attestation is what the run's bridge attested, if it did.
-	Attestation *port.Attestation `json:"attestation,omitempty"`
+	Audit []AuditRecord `json:"audit"`
+	// Attestation is what the run's bridge attested, if it did: the bridge's report
+	// (api/bridgeapi's Attestation) as the daemon keeps it.
+	Attestation json.RawMessage `json:"attestation,omitempty"`
 	// Error reports calls that were cut because the grace ran out.
 	Error string `json:"error,omitempty"`
 	// Egress is the run's egress audit (with an egress policy).
-	Egress []port.EgressRecord `json:"egress,omitempty"`
+	Egress []EgressRecord `json:"egress,omitempty"`
 	// EgressSummary counts the egress records written and those not kept, per guard.
-	EgressSummary *port.EgressSummary `json:"egress_summary,omitempty"`
+	EgressSummary *EgressSummary `json:"egress_summary,omitempty"`
 }
 
 // EgressAudit is a run's egress records so far.
 type EgressAudit struct {
-	Records []port.EgressRecord `json:"records"`
+	Records []EgressRecord `json:"records"`
 }
 
 // AuditPage is a slice of a run's audit.
 type AuditPage struct {
-	Records []port.AuditRecord `json:"records"`
+	Records []AuditRecord `json:"records"`
 	// Next is the seq to pass as after= for the records that follow.
 	Next int64 `json:"next"`
 }
 
 // AuditEntry is one line of an audit stream.
 type AuditEntry struct {
-	Seq    int64            `json:"seq"`
-	Record port.AuditRecord `json:"record"`
+	Seq    int64       `json:"seq"`
+	Record AuditRecord `json:"record"`
+}
+
+// AttestationAnswer is the answer to GET PathRuns/{id}/attestation: the bridge's
+// report (api/bridgeapi's Attestation) as the daemon keeps it, null before the run's
+// bridge attested.
+type AttestationAnswer struct {
+	Attestation json.RawMessage `json:"attestation"`
 }
 
 // Health is the daemon's health.

@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/cmd/sandbox-bridge/internal/sandboxbridge"
 )
 
 // stdin is the claim channel with -claim, stdout where a -preload stub reports its
@@ -51,108 +51,154 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) (code int) {
+// options are the bridge's flags (api/bridgeapi names them for the hosts that write
+// its command lines).
+type options struct {
+	listen, socket, egressAddr, egressSocket, exposeDir, deadlineFile string
+	attest, noForward, subreaper, verbose, claim, preload             bool
+	deadline                                                          int64
+	grace, preloadTimeout                                             time.Duration
+	expose                                                            exposeFlag
+	outputMarks, outputCap                                            int
+}
+
+// newFlagSet defines the bridge's flags on o.
+func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sandbox-bridge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", sandboxbridge.DefaultListen, "loopback `address` to listen on")
-	socket := fs.String("socket", sandboxbridge.DefaultSocket, "unix `socket` to forward connections to")
-	attest := fs.Bool("attest", false, "report the sandbox's isolation to the proxy on -socket before starting the command")
-	noForward := fs.Bool("no-forward", false, "do not listen: run the command as its init only (no LLM socket)")
-	deadline := fs.Int64("deadline", 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
-	deadlineFile := fs.String("deadline-file", "", "with -deadline: when it passes, read this `file` (Unix milliseconds, written by the host) and wait until that time plus the bridge's slack if it is later")
-	grace := fs.Duration("grace", sandboxbridge.DefaultKillGrace, "how long the command has between TERM and KILL")
-	subreaper := fs.Bool("subreaper", false, "reap orphaned descendants even when not PID 1 (Linux)")
-	verbose := fs.Bool("v", false, "log diagnostics to stderr")
-	egressAddr := fs.String("egress", "", "also listen on this loopback `address` as the run's HTTP/HTTPS forward proxy, forwarding to -egress-socket")
-	egressSocket := fs.String("egress-socket", sandboxbridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
-	claim := fs.Bool("claim", false, "read the run from stdin (a warm pool's stub) instead of the command line")
-	preload := fs.Bool("preload", false, "with -claim: start the command line as a preloaded runtime before the claim and hand it the run (api/bridgeapi's preload protocol)")
-	preloadTimeout := fs.Duration("preload-timeout", sandboxbridge.DefaultPreloadTimeout, "how long a preloaded runtime may take to be ready")
-	var expose exposeFlag
-	fs.Var(&expose, "expose", "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
-	exposeDir := fs.String("expose-dir", "", "`directory` of the -expose sockets")
-	outputMarks := fs.Int("output-marks", 0, "with -output-cap: mark each stream every this many `bytes` of the command's output with its offset (a host reading a rotated log counts what it lost)")
-	outputCap := fs.Int("output-cap", 0, "pass the command's output through the bridge, keeping up to this many `bytes` per stream that no one reads yet (the command never blocks on output)")
+	fs.StringVar(&o.listen, bridgeapi.FlagListen, sandboxbridge.DefaultListen, "loopback `address` to listen on")
+	fs.StringVar(&o.socket, bridgeapi.FlagSocket, sandboxbridge.DefaultSocket, "unix `socket` to forward connections to")
+	fs.BoolVar(&o.attest, bridgeapi.FlagAttest, false, "report the sandbox's isolation to the proxy on -socket before starting the command")
+	fs.BoolVar(&o.noForward, bridgeapi.FlagNoForward, false, "do not listen: run the command as its init only (no LLM socket)")
+	fs.Int64Var(&o.deadline, bridgeapi.FlagDeadline, 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
+	fs.StringVar(&o.deadlineFile, bridgeapi.FlagDeadlineFile, "", "with -deadline: when it passes, read this `file` (Unix milliseconds, written by the host) and wait until that time plus the bridge's slack if it is later")
+	fs.DurationVar(&o.grace, bridgeapi.FlagGrace, sandboxbridge.DefaultKillGrace, "how long the command has between TERM and KILL")
+	fs.BoolVar(&o.subreaper, bridgeapi.FlagSubreaper, false, "reap orphaned descendants even when not PID 1 (Linux)")
+	fs.BoolVar(&o.verbose, bridgeapi.FlagVerbose, false, "log diagnostics to stderr")
+	fs.StringVar(&o.egressAddr, bridgeapi.FlagEgress, "", "also listen on this loopback `address` as the run's HTTP/HTTPS forward proxy, forwarding to -egress-socket")
+	fs.StringVar(&o.egressSocket, bridgeapi.FlagEgressSocket, sandboxbridge.DefaultEgressSocket, "the egress proxy's unix `socket`")
+	fs.BoolVar(&o.claim, bridgeapi.FlagClaim, false, "read the run from stdin (a warm pool's stub) instead of the command line")
+	fs.BoolVar(&o.preload, bridgeapi.FlagPreload, false, "with -claim: start the command line as a preloaded runtime before the claim and hand it the run (api/bridgeapi's preload protocol)")
+	fs.DurationVar(&o.preloadTimeout, bridgeapi.FlagPreloadTimeout, bridgeapi.DefaultPreloadTimeout, "how long a preloaded runtime may take to be ready")
+	fs.Var(&o.expose, bridgeapi.FlagExpose, "expose this loopback TCP `port` as PORT.sock in -expose-dir (repeatable)")
+	fs.StringVar(&o.exposeDir, bridgeapi.FlagExposeDir, "", "`directory` of the -expose sockets")
+	fs.IntVar(&o.outputMarks, bridgeapi.FlagOutputMarks, 0, "with -output-cap: mark each stream every this many `bytes` of the command's output with its offset (a host reading a rotated log counts what it lost)")
+	fs.IntVar(&o.outputCap, bridgeapi.FlagOutputCap, 0, "pass the command's output through the bridge, keeping up to this many `bytes` per stream that no one reads yet (the command never blocks on output)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandbox-bridge [flags] -- command [args...]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return sandboxbridge.ExitBridgeFailed
-	}
+	return fs
+}
+
+// logger is the bridge's logger on w: warnings, or everything with -v.
+func (o *options) logger(w io.Writer) *slog.Logger {
 	level := slog.LevelWarn
-	if *verbose {
+	if o.verbose {
 		level = slog.LevelDebug
 	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func run(args []string, stderr io.Writer) (code int) {
+	var o options
+	fs := newFlagSet(&o, stderr)
+	if err := fs.Parse(args); err != nil {
+		return bridgeapi.ExitBridgeFailed
+	}
 	cfg := sandboxbridge.Config{
-		NoForward:    *noForward,
-		Attest:       *attest,
-		Deadline:     deadlineTime(*deadline),
-		DeadlineFile: *deadlineFile,
-		KillGrace:    *grace,
+		NoForward:    o.noForward,
+		Attest:       o.attest,
+		Deadline:     deadlineTime(o.deadline),
+		DeadlineFile: o.deadlineFile,
+		KillGrace:    o.grace,
 		Argv:         fs.Args(),
 	}
-	if *claim {
-		var (
-			err error
-			pre *sandboxbridge.Preloaded
-		)
-		// Before the claim arrives or any process of the sandbox's starts: no
-		// process of the agent's can read the claim or its exit nonce out of us.
-		if err := sandboxbridge.SetUndumpable(); err != nil {
-			fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
-			return sandboxbridge.ExitBridgeFailed
+	if o.claim {
+		c, rep, ok := claimRun(&o, fs.Args(), stderr)
+		if !ok {
+			return bridgeapi.ExitBridgeFailed
 		}
-		if *preload {
-			if pre, err = startPreload(cfg.Argv, *preloadTimeout, stdout, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))); err != nil {
-				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
-				return sandboxbridge.ExitBridgeFailed
-			}
-		}
-		if cfg, err = readClaimWhile(stdin, pre); err != nil {
-			if errors.Is(err, sandboxbridge.ErrPreloadFailed) {
-				fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
-			} else {
-				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
-			}
-			return sandboxbridge.ExitBridgeFailed
-		}
-		cfg.Preloaded = pre
+		cfg = c
 		defer cfg.Stdin.Close()
-		if cfg.ExitNonce != "" {
-			// The command's output, and our messages about the run, pass through
-			// us so that we can end each stream with the exit record once it is
-			// whole (deferred: after the last message).
-			rep, err := sandboxbridge.NewExitReporter(cfg.ExitNonce, stdout, stderr)
-			if err != nil {
-				fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
-				return sandboxbridge.ExitBridgeFailed
-			}
-			cfg.Stdout, cfg.Stderr = rep.Stdout(), rep.Stderr()
+		if rep != nil {
+			// Our messages about the run pass through the reporter too, so that the
+			// exit record ends each stream once it is whole (deferred: after the
+			// last message).
 			stderr = rep.Stderr()
-			defer func() { rep.Finish(code, pre) }()
+			defer func() { rep.Finish(code, c.Preloaded) }()
 		}
-	} else if *preload {
+	} else if o.preload {
 		fmt.Fprintln(stderr, "sandbox-bridge: -preload needs -claim")
-		return sandboxbridge.ExitBridgeFailed
+		return bridgeapi.ExitBridgeFailed
 	}
-	cfg.Listen, cfg.Socket, cfg.Subreaper = *listen, *socket, *subreaper
-	if *egressAddr != "" {
-		cfg.Egress = *egressAddr
+	return runCommand(cfg, &o, stderr)
+}
+
+// claimRun is a warm pool's stub up to its claim: it makes itself undumpable, starts
+// the preloaded runtime (-preload, with argv), and reads the run from the claim
+// channel. It returns the run's configuration and, when the claim carries an exit
+// nonce, the reporter the command's output passes through; it says on stderr why it
+// cannot (ok false).
+func claimRun(o *options, argv []string, stderr io.Writer) (cfg sandboxbridge.Config, rep *sandboxbridge.ExitReporter, ok bool) {
+	// Before the claim arrives or any process of the sandbox's starts: no process of
+	// the agent's can read the claim or its exit nonce out of us.
+	if err := sandboxbridge.SetUndumpable(); err != nil {
+		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+		return cfg, nil, false
 	}
-	cfg.EgressSocket = *egressSocket
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Expose, cfg.ExposeDir = expose, *exposeDir
-	cfg.OutputCap, cfg.OutputMarks = *outputCap, *outputMarks
+	var pre *sandboxbridge.Preloaded
+	if o.preload {
+		var err error
+		if pre, err = startPreload(argv, o.preloadTimeout, stdout, o.logger(stderr)); err != nil {
+			fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+			return cfg, nil, false
+		}
+	}
+	cfg, err := readClaimWhile(stdin, pre)
+	if err != nil {
+		if errors.Is(err, sandboxbridge.ErrPreloadFailed) {
+			fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
+		} else {
+			fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+		}
+		return cfg, nil, false
+	}
+	cfg.Preloaded = pre
+	if cfg.ExitNonce == "" {
+		return cfg, nil, true
+	}
+	// The command's output passes through us so that we can end each stream with
+	// the exit record once it is whole.
+	if rep, err = sandboxbridge.NewExitReporter(cfg.ExitNonce, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
+		cfg.Stdin.Close()
+		return cfg, nil, false
+	}
+	cfg.Stdout, cfg.Stderr = rep.Stdout(), rep.Stderr()
+	return cfg, rep, true
+}
+
+// runCommand runs cfg's command with the listeners, logging and output handling of
+// the flags, and says on stderr why the command did not run or was stopped.
+func runCommand(cfg sandboxbridge.Config, o *options, stderr io.Writer) int {
+	cfg.Listen, cfg.Socket, cfg.Subreaper = o.listen, o.socket, o.subreaper
+	if o.egressAddr != "" {
+		cfg.Egress = o.egressAddr
+	}
+	cfg.EgressSocket = o.egressSocket
+	cfg.Logger = o.logger(stderr)
+	cfg.Expose, cfg.ExposeDir = o.expose, o.exposeDir
+	cfg.OutputCap, cfg.OutputMarks = o.outputCap, o.outputMarks
 	code, err := sandboxbridge.Run(context.Background(), cfg)
 	switch {
-	case errors.Is(err, sandboxbridge.ErrDeadline):
+	case errors.Is(err, bridgeapi.ErrDeadline):
 		fmt.Fprintf(stderr, "sandbox-bridge: %v; the command was stopped\n", err)
 	case errors.Is(err, sandboxbridge.ErrPreloadFailed):
 		// Nothing of the run ran: the host may run it cold elsewhere.
 		fmt.Fprintf(stderr, "%s%v\n", bridgeapi.PreloadGone, err)
-	case errors.Is(err, sandboxbridge.ErrCommandNotFound), errors.Is(err, sandboxbridge.ErrCannotExec):
-		fmt.Fprintf(stderr, "%s%v\n", sandboxbridge.ExecFailedPrefix, err)
+	case errors.Is(err, bridgeapi.ErrCommandNotFound), errors.Is(err, bridgeapi.ErrCannotExec):
+		fmt.Fprintf(stderr, "%s%v\n", bridgeapi.ExecFailedPrefix, err)
 	case err != nil:
 		fmt.Fprintf(stderr, "sandbox-bridge: %v\n", err)
 	}

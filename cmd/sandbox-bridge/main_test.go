@@ -11,20 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 )
 
 func TestRunFlags(t *testing.T) {
 	var stderr strings.Builder
-	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-bogus"}, &stderr))
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, run([]string{"-bogus"}, &stderr))
 	assert.Contains(t, stderr.String(), "usage: sandbox-bridge")
 
 	stderr.Reset()
-	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-listen", "0.0.0.0:8080", "--", "true"}, &stderr))
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, run([]string{"-listen", "0.0.0.0:8080", "--", "true"}, &stderr))
 	assert.Contains(t, stderr.String(), "not loopback")
 
 	stderr.Reset()
-	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-listen", "127.0.0.1:0"}, &stderr))
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, run([]string{"-listen", "127.0.0.1:0"}, &stderr))
 	assert.Contains(t, stderr.String(), "no command given")
 
 	stderr.Reset()
@@ -38,7 +37,7 @@ func TestRunFlags(t *testing.T) {
 func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	t.Setenv("PATH", os.Getenv("PATH"))
 	out := filepath.Join(t.TempDir(), "out")
-	c, err := sandboxbridge.NewClaim([]string{"sh", "-c", `cat > "$OUT"; echo "$X" >> "$OUT"; exit 3`}, []string{"PATH=" + os.Getenv("PATH"), "OUT=" + out, "X=from-claim"}, "", false, 0, time.Now()).Encode()
+	c, err := bridgeapi.NewClaim([]string{"sh", "-c", `cat > "$OUT"; echo "$X" >> "$OUT"; exit 3`}, []string{"PATH=" + os.Getenv("PATH"), "OUT=" + out, "X=from-claim"}, "", false, 0, time.Now()).Encode()
 	require.NoError(t, err)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
@@ -60,7 +59,7 @@ func TestClaimChannelConsumedBeforeCommand(t *testing.T) {
 	require.NoError(t, w.Close())
 	stdin = r
 	stderr.Reset()
-	assert.Equal(t, sandboxbridge.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
+	assert.Equal(t, bridgeapi.ExitBridgeFailed, run([]string{"-claim"}, &stderr))
 	assert.Contains(t, stderr.String(), "bad claim")
 }
 
@@ -71,7 +70,7 @@ func TestClaimExitRecords(t *testing.T) {
 	nonce := bridgeapi.NewExitNonce()
 	fake := bridgeapi.ExitRecordPrefix + bridgeapi.NewExitNonce() + " 0"
 	script := `printf 'out-%s\n' "$FAKE"; printf 'err-%s\n' "$FAKE" >&2; (sleep 0.2; printf late) & printf tail; exit 3`
-	c := sandboxbridge.NewClaim([]string{"sh", "-c", script}, []string{"PATH=" + os.Getenv("PATH"), "FAKE=" + fake}, "", false, 0, time.Now())
+	c := bridgeapi.NewClaim([]string{"sh", "-c", script}, []string{"PATH=" + os.Getenv("PATH"), "FAKE=" + fake}, "", false, 0, time.Now())
 	c.ExitNonce = nonce
 	msg, err := c.Encode()
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/preload"
 )
@@ -68,7 +67,7 @@ func (s *stub) status(t *testing.T) bridgeapi.PreloadStatus {
 // run sends the claim and returns the run's stdout and exit code.
 func (s *stub) run(t *testing.T, argv, env []string, dir string) (string, int) {
 	t.Helper()
-	c, err := sandboxbridge.NewClaim(argv, env, dir, false, time.Minute, time.Now()).Encode()
+	c, err := bridgeapi.NewClaim(argv, env, dir, false, time.Minute, time.Now()).Encode()
 	require.NoError(t, err)
 	_, err = s.claim.Write(c)
 	require.NoError(t, err)
@@ -142,9 +141,9 @@ func TestPreloadMissingEntry(t *testing.T) {
 	s := startStub(t, nil, node, script)
 	require.Equal(t, bridgeapi.PreloadStatusReady, s.status(t).Preload)
 	out, code := s.run(t, []string{"node", "/nonexistent/agent.mjs"}, nil, "/")
-	assert.Equal(t, sandboxbridge.ExitNotFound, code)
+	assert.Equal(t, bridgeapi.ExitNotFound, code)
 	assert.Empty(t, out)
-	assert.Contains(t, s.stderr.String(), sandboxbridge.ExecFailedPrefix)
+	assert.Contains(t, s.stderr.String(), bridgeapi.ExecFailedPrefix)
 	assert.Contains(t, s.stderr.String(), "/nonexistent/agent.mjs")
 }
 
@@ -171,7 +170,7 @@ func TestPreloadBadRuntime(t *testing.T) {
 			err := s.cmd.Wait()
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee)
-			assert.Equal(t, sandboxbridge.ExitBridgeFailed, ee.ExitCode())
+			assert.Equal(t, bridgeapi.ExitBridgeFailed, ee.ExitCode())
 		})
 	}
 	t.Run("dies after ready", func(t *testing.T) {
@@ -180,7 +179,7 @@ func TestPreloadBadRuntime(t *testing.T) {
 		err := s.cmd.Wait()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee)
-		assert.Equal(t, sandboxbridge.ExitBridgeFailed, ee.ExitCode())
+		assert.Equal(t, bridgeapi.ExitBridgeFailed, ee.ExitCode())
 		assert.Contains(t, s.stderr.String(), bridgeapi.PreloadGone)
 	})
 }

@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentsandbox/sandbox/adapters/containerd"
+	"github.com/agentsandbox/sandbox/adapters/docker"
+	"github.com/agentsandbox/sandbox/port"
 )
 
 // check is one line of doctor's report.
@@ -77,35 +80,30 @@ func doctor(ctx context.Context, c common) []check {
 
 type dockerChecks struct{ checks []check }
 
+// checkDocker and checkContainerd are the runtime drivers' own probes
+// (port.DetectRuntime), the ones sandbox.Open uses to pick a runtime for an empty
+// target: what doctor reports is what Open finds.
 func checkDocker(ctx context.Context, host string) dockerChecks {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if host != "" {
-		opts = append(opts, client.WithHost(host))
-	}
-	cli, err := client.New(opts...)
 	fix := "start the daemon (bash scripts/setup.sh starts containerd and dockerd), or point --docker-host / DOCKER_HOST at it"
-	if err != nil {
-		return dockerChecks{[]check{{Name: "docker", Status: statusFail, Detail: err.Error(), Fix: fix}}}
+	target := docker.Scheme + "://"
+	if host != "" {
+		u, err := url.Parse(host)
+		if err != nil {
+			return dockerChecks{[]check{{Name: "docker", Status: statusFail, Detail: err.Error(), Fix: fix}}}
+		}
+		// The driver's target: docker:///path for a socket, docker://host:port for TCP.
+		target += u.Host + u.Path
 	}
-	defer cli.Close()
-	info, err := cli.Info(ctx, client.InfoOptions{})
+	info, err := port.DetectRuntime(ctx, target)
 	if err != nil {
-		return dockerChecks{[]check{{Name: "docker", Status: statusFail, Detail: "unreachable at " + cli.DaemonHost() + ": " + firstLine(err.Error()), Fix: fix},
+		return dockerChecks{[]check{{Name: "docker", Status: statusFail, Detail: firstLine(err.Error()), Fix: fix},
 			{Name: "runsc (docker)", Status: statusWarn, Detail: "not checked: Docker is unreachable", Fix: "fix docker first"}}}
 	}
-	i := info.Info
-	out := []check{{Name: "docker", Status: statusOK, Detail: fmt.Sprintf("Docker %s at %s (cgroup v%s, %s)", i.ServerVersion, cli.DaemonHost(), i.CgroupVersion, i.OperatingSystem)}}
-	var runtimes []string
-	for name := range i.Runtimes {
-		runtimes = append(runtimes, name)
-	}
-	sort.Strings(runtimes)
-	rs := check{Name: "runsc (docker)", Status: statusWarn, Detail: "gVisor is not registered (runtimes: " + strings.Join(runtimes, ", ") + ")",
+	out := []check{{Name: "docker", Status: statusOK, Detail: info.Detail}}
+	rs := check{Name: "runsc (docker)", Status: statusWarn, Detail: "gVisor is not registered (runtimes: " + strings.Join(info.Runtimes, ", ") + ")",
 		Fix: "optional, for gVisor sandboxes: bash scripts/install-runsc.sh registers runsc with Docker"}
-	for _, name := range runtimes {
-		if strings.Contains(name, "runsc") {
+	for _, name := range info.Runtimes {
+		if docker.IsGVisor(name) {
 			rs.Status, rs.Detail = statusOK, "registered as runtime "+strconv.Quote(name)
 		}
 	}
@@ -114,21 +112,11 @@ func checkDocker(ctx context.Context, host string) dockerChecks {
 
 func checkContainerd(ctx context.Context, addr string) check {
 	fix := "start containerd (bash scripts/setup.sh), or point --containerd-address at its socket"
-	if _, err := os.Stat(addr); err != nil {
-		return check{Name: "containerd", Status: statusFail, Detail: "no socket at " + addr, Fix: fix}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cli, err := ctrd.New(addr, ctrd.WithTimeout(3*time.Second))
+	info, err := port.DetectRuntime(ctx, containerd.Scheme+"://"+addr)
 	if err != nil {
-		return check{Name: "containerd", Status: statusFail, Detail: "unreachable at " + addr + ": " + firstLine(err.Error()), Fix: fix}
+		return check{Name: "containerd", Status: statusFail, Detail: firstLine(err.Error()), Fix: fix}
 	}
-	defer cli.Close()
-	v, err := cli.Version(ctx)
-	if err != nil {
-		return check{Name: "containerd", Status: statusFail, Detail: "unreachable at " + addr + ": " + firstLine(err.Error()), Fix: fix}
-	}
-	return check{Name: "containerd", Status: statusOK, Detail: fmt.Sprintf("containerd %s at %s", v.Version, addr)}
+	return check{Name: "containerd", Status: statusOK, Detail: info.Detail}
 }
 
 func checkCgroups() check {

@@ -55,6 +55,7 @@ Usage:
   sandboxctl stop --owner O --runtime R [--grace 10s] ID
   sandboxctl proxyd runs|usage [--json] [--admin-socket S]
   sandboxctl proxyd audit [--follow] [--json] [--admin-socket S] ID
+  sandboxctl bridge [--dir D]
 
 Commands:
   doctor   check what this host can run: Docker and containerd (reachable, versions),
@@ -73,6 +74,8 @@ Commands:
   exec     run a command in a session, as its user with its lockdown.
   stop     stop a session (SIGTERM, SIGKILL after --grace) and remove it.
   proxyd   the shared proxy daemon: registered runs, per-run usage, a run's audit.
+  bridge   build the in-sandbox bridge into the cache sandbox.Open reads and print
+           its path: at a released version, seeds the cache of hosts without Go.
 
 Common flags:
   --json                 JSON instead of a table
@@ -96,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
 		"doctor": cmdDoctor, "ps": cmdPs, "sweep": cmdSweep,
-		"logs": cmdLogs, "exec": cmdExec, "stop": cmdStop, "proxyd": cmdProxyd,
+		"logs": cmdLogs, "exec": cmdExec, "stop": cmdStop, "proxyd": cmdProxyd, "bridge": cmdBridge,
 	}
 	f, ok := cmds[args[0]]
 	if !ok {

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/adapters/docker"
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	internalproxyd "github.com/agentsandbox/sandbox/internal/proxydaemon"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
@@ -328,7 +329,7 @@ func TestProxyd(t *testing.T) {
 	defer fake.Close()
 	ctx := context.Background()
 	reg, err := cli.Register(ctx, proxyd.RegisterRequest{RunID: "ctl-run-1", Upstream: fake.URL, APIKey: fake.MasterKey(),
-		Attribution: port.Attribution{BillingAccountID: "acct"}, Budget: port.Budget{MaxCalls: 1}})
+		Attribution: proxydapi.Attribution{BillingAccountID: "acct"}, Budget: proxydapi.Budget{MaxCalls: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

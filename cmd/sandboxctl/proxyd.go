@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
-	"github.com/agentsandbox/sandbox/port"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 )
 
 // DefaultAdminSocket is sandbox-proxyd's default -admin-socket.
@@ -127,7 +127,7 @@ func proxydAudit(ctx context.Context, cli *proxyd.Client, id string, follow, asJ
 		fmt.Fprintln(tw, "TIME\tSTATUS\tMETHOD\tPATH\tMODEL\tLATENCY\tBLOCKED\tCALL ID")
 	}
 	enc := json.NewEncoder(stdout)
-	print := func(r port.AuditRecord) {
+	print := func(r proxydapi.AuditRecord) {
 		if asJSON {
 			_ = enc.Encode(r)
 			return

@@ -193,7 +193,7 @@ func prepareNodes(ctx context.Context) (nodeParts, error) {
 	}
 	defer d.Close()
 	for _, a := range [][]byte{agentArchive, proxyArchive} {
-		if err := d.LoadImage(ctx, bytes.NewReader(a)); err != nil {
+		if _, err := d.LoadImage(ctx, bytes.NewReader(a)); err != nil {
 			return n, fmt.Errorf("loading an image into Docker: %w", err)
 		}
 	}

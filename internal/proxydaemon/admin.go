@@ -22,6 +22,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/portconv"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -294,8 +295,10 @@ func (s *Server) Deregister(ctx context.Context, id string, grace time.Duration)
 	if err := r.stop(ctx, grace); err != nil {
 		out.Error = err.Error()
 	}
-	out.Audit, out.Attestation, out.Egress = r.meter.Audit(), r.meter.Attestation(), r.egressAudit()
-	out.EgressSummary = r.egressSummary()
+	out.Audit = portconv.WireAuditRecords(r.meter.Audit())
+	out.Attestation = portconv.WireAttestation(r.meter.Attestation())
+	out.Egress = portconv.WireEgressRecords(r.egressAudit())
+	out.EgressSummary = portconv.WireEgressSummary(r.egressSummary())
 	if err := s.reg.Remove(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, port.ErrNotFound) {
 		s.log.Warn("proxyd: remove registration", "id", id, "err", err)
 	}
@@ -351,7 +354,7 @@ func (s *Server) audit(w http.ResponseWriter, req *http.Request) {
 	if recs == nil {
 		recs = []port.AuditRecord{}
 	}
-	llmproxy.WriteJSON(w, http.StatusOK, api.AuditPage{Records: recs, Next: next})
+	llmproxy.WriteJSON(w, http.StatusOK, api.AuditPage{Records: portconv.WireAuditRecords(recs), Next: next})
 }
 
 // auditStream writes the run's records as they are stored, one JSON line each,
@@ -378,7 +381,7 @@ func (s *Server) auditStream(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		for _, e := range es {
-			if enc.Encode(api.AuditEntry{Seq: e.Seq, Record: e.Record}) != nil {
+			if enc.Encode(api.AuditEntry{Seq: e.Seq, Record: portconv.WireAuditRecord(e.Record)}) != nil {
 				return
 			}
 		}
@@ -403,7 +406,7 @@ func (s *Server) attestation(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("run %q: %w", clip(id), port.ErrNotFound))
 		return
 	}
-	llmproxy.WriteJSON(w, http.StatusOK, map[string]*port.Attestation{"attestation": r.meter.Attestation()})
+	llmproxy.WriteJSON(w, http.StatusOK, api.AttestationAnswer{Attestation: portconv.WireAttestation(r.meter.Attestation())})
 }
 
 // Validate checks a registration request as Register does, without side

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -113,7 +114,7 @@ func BenchmarkSharedVsInproc(b *testing.B) {
 	ic := unixClient(ip.SocketPath(), "")
 	d := startDaemon(b, shortDir(b), nil)
 	reg, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "bench-shared", Upstream: up.URL, APIKey: "sk-bench",
-		Attribution: port.Attribution{BillingAccountID: "acct-bench"}})
+		Attribution: proxydapi.Attribution{BillingAccountID: "acct-bench"}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func BenchmarkThousandRuns(b *testing.B) {
 				d := startDaemon(b, shortDir(b), nil)
 				start = func(i int) *http.Client {
 					reg, err := d.srv.Register(context.Background(), api.RegisterRequest{RunID: fmt.Sprintf("run-%04d", i), Upstream: up.URL,
-						APIKey: "sk-bench", Attribution: port.Attribution{BillingAccountID: "acct-bench"}})
+						APIKey: "sk-bench", Attribution: proxydapi.Attribution{BillingAccountID: "acct-bench"}})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -11,6 +11,7 @@ import (
 	api "github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/portconv"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -33,8 +34,7 @@ func (h heldCredentials) Credential(_ context.Context, _, provider, name string)
 // compiles the policy with the values as its credential source. Errors wrap
 // port.ErrInvalidSpec and never hold a value.
 func compileEgress(er *api.EgressRegistration) (*egress.Policy, error) {
-	pol := er.Policy
-	pol.OnAudit = nil
+	pol := portconv.EgressPolicy(er.Policy)
 	listed := map[[2]string]bool{}
 	for _, p := range pol.Providers {
 		for _, c := range p.Credentials {
@@ -147,5 +147,5 @@ func (s *Server) egressRecords(w http.ResponseWriter, req *http.Request) {
 	if recs == nil {
 		recs = []port.EgressRecord{}
 	}
-	llmproxy.WriteJSON(w, http.StatusOK, api.EgressAudit{Records: recs})
+	llmproxy.WriteJSON(w, http.StatusOK, api.EgressAudit{Records: portconv.WireEgressRecords(recs)})
 }

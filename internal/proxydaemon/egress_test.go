@@ -19,6 +19,7 @@ import (
 	"time"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon"
@@ -195,21 +196,21 @@ func TestEgressRefusals(t *testing.T) {
 	d := startDaemon(t, shortDir(t), nil)
 	llm := newEchoLLM(t)
 	ctx := context.Background()
-	pol := port.EgressPolicy{Providers: []port.EgressProvider{{ID: "gh", URIs: []string{"https://api.test/"}, Credentials: []string{"token"}}}}
+	pol := proxydapi.EgressPolicy{Providers: []proxydapi.EgressProvider{{ID: "gh", URIs: []string{"https://api.test/"}, Credentials: []string{"token"}}}}
 	for name, eg := range map[string]*api.EgressRegistration{
 		"unlisted credential": {Policy: pol, Credentials: []api.EgressCredential{{Provider: "gh", Name: "other", Value: egressCanary}}},
 		"unknown provider":    {Policy: pol, Credentials: []api.EgressCredential{{Provider: "nope", Name: "token", Value: egressCanary}}},
 		"duplicate":           {Policy: pol, Credentials: []api.EgressCredential{{Provider: "gh", Name: "token", Value: "a"}, {Provider: "gh", Name: "token", Value: "b"}}},
-		"ip literal":          {Policy: port.EgressPolicy{Providers: []port.EgressProvider{{ID: "gh", URIs: []string{"https://10.0.0.1/"}}}}},
-		"no providers":        {Policy: port.EgressPolicy{}},
+		"ip literal":          {Policy: proxydapi.EgressPolicy{Providers: []proxydapi.EgressProvider{{ID: "gh", URIs: []string{"https://10.0.0.1/"}}}}},
+		"no providers":        {Policy: proxydapi.EgressPolicy{}},
 	} {
-		_, err := d.client.Register(ctx, api.RegisterRequest{RunID: "egress-bad", Upstream: llm, APIKey: "k", Attribution: port.Attribution{BillingAccountID: "acct"}, Egress: eg})
+		_, err := d.client.Register(ctx, api.RegisterRequest{RunID: "egress-bad", Upstream: llm, APIKey: "k", Attribution: proxydapi.Attribution{BillingAccountID: "acct"}, Egress: eg})
 		if !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "egress") || strings.Contains(err.Error(), egressCanary) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	_, err := d.client.Register(ctx, api.RegisterRequest{RunID: "egress-bad", Upstream: llm, APIKey: "k", Attribution: port.Attribution{BillingAccountID: "acct"},
-		Egress:  &api.EgressRegistration{Policy: port.EgressPolicy{Providers: []port.EgressProvider{{ID: "gh", URIs: []string{"https://api.test/"}}}}},
+	_, err := d.client.Register(ctx, api.RegisterRequest{RunID: "egress-bad", Upstream: llm, APIKey: "k", Attribution: proxydapi.Attribution{BillingAccountID: "acct"},
+		Egress:  &api.EgressRegistration{Policy: proxydapi.EgressPolicy{Providers: []proxydapi.EgressProvider{{ID: "gh", URIs: []string{"https://api.test/"}}}}},
 		Network: &api.NetworkIdentity{IP: "10.1.2.3", Name: "n", StartTime: time.Now(), SessionToken: "s"}})
 	if !errors.Is(err, port.ErrInvalidSpec) {
 		t.Errorf("egress on a network registration: %v", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
+	"github.com/agentsandbox/sandbox/internal/proxydaemon/portconv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 	"github.com/agentsandbox/sandbox/runtoken"
@@ -492,7 +493,7 @@ func (r *run) allow() (bool, time.Duration) {
 // in-process proxy does. Errors wrap port.ErrInvalidSpec.
 func validate(req api.RegisterRequest) (port.ProxySpec, error) {
 	spec := port.ProxySpec{RunID: req.RunID, Attempt: req.Attempt, Upstream: req.Upstream, APIKey: req.APIKey,
-		Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation, Labels: req.Labels}
+		Attribution: portconv.Attribution(req.Attribution), Budget: portconv.Budget(req.Budget), RequireAttestation: req.RequireAttestation, Labels: req.Labels}
 	if _, _, err := proxypolicy.ValidateSpec(spec); err != nil {
 		return spec, err
 	}

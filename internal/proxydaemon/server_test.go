@@ -16,6 +16,7 @@ import (
 	"time"
 
 	api "github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/llmproxy/llmproxytest"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon"
 	"github.com/agentsandbox/sandbox/internal/proxydaemon/identity"
@@ -129,7 +130,7 @@ const chat = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"MARKE
 func register(t *testing.T, d *daemon, up *litellmtest.Server, runID string, mut func(*api.RegisterRequest)) api.Registered {
 	t.Helper()
 	req := api.RegisterRequest{RunID: runID, Attempt: 1, Upstream: up.URL, APIKey: up.MasterKey(),
-		Attribution: port.Attribution{BillingAccountID: "acct-" + runID}}
+		Attribution: proxydapi.Attribution{BillingAccountID: "acct-" + runID}}
 	if mut != nil {
 		mut(&req)
 	}
@@ -316,7 +317,7 @@ func TestClosedDaemonAnswersUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "run-closed", Attempt: 1,
-		Upstream: "http://127.0.0.1:1", APIKey: "k", Attribution: port.Attribution{BillingAccountID: "acct"}})
+		Upstream: "http://127.0.0.1:1", APIKey: "k", Attribution: proxydapi.Attribution{BillingAccountID: "acct"}})
 	if !errors.Is(err, port.ErrUnavailable) || errors.Is(err, port.ErrInternal) {
 		t.Fatalf("register on a closed daemon: %v, want ErrUnavailable", err)
 	}
@@ -528,7 +529,7 @@ func TestDaemonHeldUpstreamKey(t *testing.T) {
 		c.UpstreamKey = func() (string, error) { return key, readErr }
 	})
 	if _, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "carries", Attempt: 1, Upstream: up.URL, APIKey: "sk-from-the-host",
-		Attribution: port.Attribution{BillingAccountID: "acct"}}); !errors.Is(err, port.ErrInvalidSpec) {
+		Attribution: proxydapi.Attribution{BillingAccountID: "acct"}}); !errors.Is(err, port.ErrInvalidSpec) {
 		t.Fatalf("a registration carrying a key: %v, want ErrInvalidSpec", err)
 	}
 	a := register(t, d, up, "held", func(r *api.RegisterRequest) { r.APIKey = "" })
@@ -542,7 +543,7 @@ func TestDaemonHeldUpstreamKey(t *testing.T) {
 	}
 	readErr = errors.New("/keys/litellm: permission denied")
 	_, err := d.client.Register(context.Background(), api.RegisterRequest{RunID: "unreadable", Attempt: 1, Upstream: up.URL,
-		Attribution: port.Attribution{BillingAccountID: "acct"}})
+		Attribution: proxydapi.Attribution{BillingAccountID: "acct"}})
 	if !errors.Is(err, port.ErrUnavailable) || strings.Contains(err.Error(), key) {
 		t.Errorf("an unreadable key: %v, want ErrUnavailable without the key", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -83,5 +83,5 @@ func EgressPrefix(spec port.RunSpec, prefix []string) []string {
 	if !EgressOn(spec) {
 		return prefix
 	}
-	return sandboxbridge.WithEgress(prefix)
+	return bridgeapi.WithEgress(prefix)
 }

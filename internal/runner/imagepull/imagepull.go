@@ -94,7 +94,26 @@ func (q Request) Err(err error) error {
 // NotHeld is the error of an image the engine does not hold (in where) under a
 // policy that does not pull.
 func (q Request) NotHeld(where string) error {
-	return q.Err(fmt.Errorf("%w: image %s is not in %s and the pull policy is %s", port.ErrNotFound, q.Local, where, port.PullNever))
+	return q.Err(Missing(q.Local, where, port.PullNever, nil))
+}
+
+// Missing is the error of a run's image that the engine (where: "Docker", "containerd
+// namespace agentsandbox") does not hold under policy, which did not pull it:
+// nothing was created. It wraps port.ErrImageNotFound (and so port.ErrNotFound) and
+// says the two ways out: load the image, or let the runner pull it.
+func Missing(ref, where string, policy port.PullPolicy, cause error) error {
+	if policy == "" {
+		policy = port.PullNever
+	}
+	fix := "load it first (sandbox.Sandbox.LoadImage or the runner's LoadImage, `docker load`, `ctr images import`), or let the runner pull it from a registry (the runner's WithPullPolicy(port.PullIfNotPresent))"
+	if policy != port.PullNever {
+		fix = "load it first (sandbox.Sandbox.LoadImage or the runner's LoadImage), or check the reference: the registry did not have it"
+	}
+	err := fmt.Errorf("%w: image %q is not in %s and the pull policy is %s: %s", port.ErrImageNotFound, ref, where, policy, fix)
+	if cause != nil {
+		err = fmt.Errorf("%w (%v)", err, cause)
+	}
+	return err
 }
 
 // CheckTag is nil when the reference pins no digest besides a tag, or when the tag

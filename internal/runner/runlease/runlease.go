@@ -1,180 +1,370 @@
-// Package runlease keeps the lease of a live run: a file per owner and run whose
-// modification time the host running it refreshes (like a session's heartbeat), so
-// that a Sweep in another process, whatever grace it is given, leaves a run alone
-// while its host is alive, and takes it once the host has been gone for TTL.
+// Package runlease keeps the leases of live runs, pool slots and attached sessions:
+// one file per holder that the holder keeps locked (flock) for as long as it lives,
+// so that a Sweep in another process, whatever grace it is given, leaves a run alone
+// while its host is alive, and takes it as soon as the host is gone.
 //
-// The lease is a file on the host's file system, so it protects runs from sweeps on
-// the same machine (the runtime daemons are local too). It names its holder (process
-// id and start time), so a holder that died (killed mid-run) releases it at once for
-// a sweeper in the same process namespace; one that cannot see the holder relies on
-// TTL.
+// Liveness is the kernel's: a lock is released when its holder dies, however it dies,
+// and flock works across PID namespaces (a host in a container or under unshare) as
+// long as both sides see the same file. Leases therefore live in one well-known
+// directory per machine (DefaultRoot), never under the host's TMPDIR (a host with a
+// private /tmp, systemd's PrivateTmp, would be invisible to a sweeper). The text in a
+// lease file (holder's pid, hostname, kind, time) is for people; no sweeper decides on
+// it.
+//
+// Layout: <root>/<owner>/<run id>/<holder>, one directory per run, so that several
+// holders of one run (two handles of one session) never erase each other's lease.
 package runlease
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
-// Interval is how often a held lease is refreshed; TTL is how long a lease counts as
-// held after its last refresh (three missed refreshes: the host is gone).
+// Kinds of holders, recorded in the lease for people and tools.
 const (
-	Interval = 5 * time.Second
-	TTL      = 3 * Interval
+	KindRun     = "run"
+	KindSlot    = "slot"
+	KindSession = "session"
 )
 
-// DefaultRoot is where leases live: one directory per owner, one file per run.
-func DefaultRoot() string { return filepath.Join(os.TempDir(), "agentsandbox-runs") }
-
-// Lease is a held run lease. Release it when the run's resources are gone (or their
-// removal is handed to the background: a Sweep may then take what is left).
-type Lease struct {
-	path string
-	stop chan struct{}
-	once sync.Once
-	done chan struct{}
+// DefaultRoot is where leases live when a runner is given no other root: a directory
+// every process of the machine sees whatever its TMPDIR or private /tmp —
+// /run/agentsandbox/leases as root, else $XDG_RUNTIME_DIR/agentsandbox/leases, else
+// agentsandbox-leases-<uid> under the temporary directory.
+func DefaultRoot() string {
+	if os.Geteuid() == 0 {
+		return "/run/agentsandbox/leases"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "agentsandbox", "leases")
+	}
+	return filepath.Join(os.TempDir(), "agentsandbox-leases-"+strconv.Itoa(os.Geteuid()))
 }
 
-func path(root, owner, runID string) (string, error) {
+// Lease is a held lease. Release it when what it protects is gone (or its removal is
+// handed to the background: a Sweep may then take what is left).
+type Lease struct {
+	path string
+	f    *os.File // open, locked: the lease
+	once sync.Once
+}
+
+func checkName(s string) error {
+	if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") || strings.HasPrefix(s, ".") {
+		return fmt.Errorf("runlease: %q cannot name a lease", s)
+	}
+	return nil
+}
+
+func runDir(root, owner, runID string) (string, error) {
 	for _, s := range []string{owner, runID} {
-		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
-			return "", fmt.Errorf("runlease: %q cannot name a lease", s)
+		if err := checkName(s); err != nil {
+			return "", err
 		}
 	}
 	return filepath.Join(root, owner, runID), nil
 }
 
-// Hold takes runID's lease for owner under root and refreshes it every Interval
-// until Release.
-func Hold(root, owner, runID string) (*Lease, error) {
-	p, err := path(root, owner, runID)
+// Hold takes a lease of runID for owner under root, of kind (KindRun, KindSlot,
+// KindSession), held until Release or the holder's death.
+func Hold(root, owner, runID, kind string) (*Lease, error) {
+	dir, err := runDir(root, owner, runID)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return nil, fmt.Errorf("runlease: %w", err)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscallNoFollow, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("runlease: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "%d %s\n", os.Getpid(), startTime(os.Getpid()))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("runlease: %w", err)
-	}
-	l := &Lease{path: p, stop: make(chan struct{}), done: make(chan struct{})}
-	go l.refresh()
-	return l, nil
-}
-
-func (l *Lease) refresh() {
-	defer close(l.done)
-	t := time.NewTicker(Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			now := time.Now()
-			_ = os.Chtimes(l.path, now, now)
-		case <-l.stop:
-			return
+	// The lease is locked before it has its name: a sweeper never sees it unlocked.
+	// A Prune may remove the run's directory between MkdirAll and the rename: retry.
+	for attempt := 0; ; attempt++ {
+		l, err := hold(root, dir, kind)
+		if err == nil || attempt == 3 || !errors.Is(err, fs.ErrNotExist) {
+			if err != nil {
+				return nil, fmt.Errorf("runlease: %w", err)
+			}
+			return l, nil
 		}
 	}
 }
 
-// Release stops refreshing and removes the lease. It is idempotent.
+func hold(root, dir, kind string) (*Lease, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	name := newHolder()
+	tmp := filepath.Join(dir, "."+name)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscallNoFollow, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Lease, error) {
+		f.Close()
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	if err := lock(f); err != nil {
+		return fail(err)
+	}
+	host, _ := os.Hostname()
+	if _, err := fmt.Fprintf(f, "pid=%d host=%s kind=%s since=%s\n", os.Getpid(), host, kind, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return fail(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.Rename(tmp, p); err != nil {
+		return fail(err)
+	}
+	return &Lease{path: p, f: f}, nil
+}
+
+func newHolder() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// Release removes the lease and gives up its lock. It is idempotent, and a no-op on
+// a nil Lease.
 func (l *Lease) Release() {
 	if l == nil {
 		return
 	}
 	l.once.Do(func() {
-		close(l.stop)
-		<-l.done
 		_ = os.Remove(l.path)
+		_ = os.Remove(filepath.Dir(l.path)) // the run's last lease: its directory (fails while others hold it)
+		l.f.Close()                         // the lock goes with the file
 	})
 }
 
-// Held reports whether runID of owner has a lease refreshed within TTL under root.
+// Held reports whether runID of owner has a live holder under root. A lease that
+// cannot be read counts as held: a sweeper keeps a run rather than remove a live one.
 func Held(root, owner, runID string) bool {
-	p, err := path(root, owner, runID)
+	dir, err := runDir(root, owner, runID)
 	if err != nil {
 		return false
 	}
-	fi, err := os.Lstat(p)
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			return true // unreadable: keep the run rather than remove a live one
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	for _, e := range ents {
+		// A file being made (a dot name) counts too: it is locked before it is named.
+		if e.Type().IsRegular() && alive(filepath.Join(dir, e.Name())) {
+			return true
 		}
-		return false
 	}
-	if !fi.Mode().IsRegular() || time.Since(fi.ModTime()) >= TTL {
-		return false
+	return false
+}
+
+// alive reports whether the lease file at p is locked by a live holder (or cannot be
+// checked).
+func alive(p string) bool {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscallNoFollow, 0)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
 	}
-	b, err := os.ReadFile(p)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return err != nil
+	}
+	free, err := tryLock(f)
 	if err != nil {
 		return true
 	}
-	var pid int
-	var start string
-	if n, _ := fmt.Sscanf(string(b), "%d %s", &pid, &start); n < 1 || pid <= 0 {
-		return true // no holder named: the TTL decides
+	if free {
+		unlock(f)
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-		if _, perr := os.Stat("/proc/self"); perr != nil {
-			return true // no /proc here: the TTL decides
+	return !free
+}
+
+// Info describes one lease file (List).
+type Info struct {
+	Owner, RunID string
+	// Holder is the lease file's name in the run's directory.
+	Holder string
+	// Kind, PID, Host and Since are what the holder wrote (for people: the pid is in
+	// the holder's PID namespace).
+	Kind  string
+	PID   int
+	Host  string
+	Since time.Time
+	// Held says a live process holds it.
+	Held bool
+}
+
+// List returns owner's leases under root, held or not.
+func List(root, owner string) ([]Info, error) {
+	if err := checkName(owner); err != nil {
+		return nil, err
+	}
+	runs, err := os.ReadDir(filepath.Join(root, owner))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runlease: %w", err)
+	}
+	var out []Info
+	for _, r := range runs {
+		if !r.IsDir() || checkName(r.Name()) != nil {
+			continue
 		}
-		return false // the holder is gone
+		dir := filepath.Join(root, owner, r.Name())
+		hs, _ := os.ReadDir(dir)
+		for _, h := range hs {
+			if !h.Type().IsRegular() || strings.HasPrefix(h.Name(), ".") {
+				continue
+			}
+			p := filepath.Join(dir, h.Name())
+			in := Info{Owner: owner, RunID: r.Name(), Holder: h.Name(), Held: alive(p)}
+			in.read(p)
+			out = append(out, in)
+		}
 	}
-	return start == "" || startTime(pid) == start
+	return out, nil
 }
 
-// startTime is a process's start time in clock ticks after boot (field 22 of
-// /proc/PID/stat), which tells a live holder from a later process with its id; ""
-// where there is no /proc.
-func startTime(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// read fills the descriptive fields from the lease's text (best effort).
+func (in *Info) read(p string) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscallNoFollow, 0)
 	if err != nil {
-		return ""
+		return
 	}
-	// The command name (field 2) may hold spaces; it ends at the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return ""
+	defer f.Close()
+	b := make([]byte, 512)
+	n, _ := f.Read(b)
+	for _, kv := range strings.Fields(string(b[:n])) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "pid":
+			in.PID, _ = strconv.Atoi(v)
+		case "host":
+			in.Host = v
+		case "kind":
+			in.Kind = v
+		case "since":
+			in.Since, _ = time.Parse(time.RFC3339Nano, v)
+		}
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
 }
 
-// Prune removes owner's leases under root that are no longer held (their holder died
-// or stopped refreshing them), and returns how many. A sweeper calls it so that hosts
-// killed mid-run leave no lease files behind.
+// Owners returns the owners with a lease directory under root.
+func Owners(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runlease: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && checkName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// staleTemp is how old a lease still being made (a dot file) must be before Prune
+// takes it: its maker died between making and naming it.
+const staleTemp = time.Minute
+
+// Prune removes owner's lease files under root whose holder is gone, and the run
+// directories left empty, and returns how many leases it removed. A sweeper calls it
+// so that hosts killed mid-run leave no lease files behind.
 func Prune(root, owner string) int {
-	dir, err := path(root, owner, "x")
-	if err != nil {
+	if checkName(owner) != nil {
 		return 0
 	}
-	ents, err := os.ReadDir(filepath.Dir(dir))
+	od := filepath.Join(root, owner)
+	runs, err := os.ReadDir(od)
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for _, e := range ents {
-		if e.Type().IsRegular() && !Held(root, owner, e.Name()) {
-			if os.Remove(filepath.Join(root, owner, e.Name())) == nil {
+	for _, r := range runs {
+		if !r.IsDir() || checkName(r.Name()) != nil {
+			continue
+		}
+		dir := filepath.Join(od, r.Name())
+		hs, _ := os.ReadDir(dir)
+		for _, h := range hs {
+			if !h.Type().IsRegular() {
+				continue
+			}
+			p := filepath.Join(dir, h.Name())
+			if strings.HasPrefix(h.Name(), ".") {
+				if fi, err := h.Info(); err == nil && time.Since(fi.ModTime()) > staleTemp && !alive(p) && os.Remove(p) == nil {
+					n++
+				}
+				continue
+			}
+			if removeDead(p) {
 				n++
 			}
 		}
+		_ = os.Remove(dir) // empty only
 	}
+	_ = os.Remove(od)
 	return n
+}
+
+// ErrHeld is RemoveDead's refusal of a lease whose holder is alive.
+var ErrHeld = errors.New("runlease: the lease is held")
+
+// RemoveDead removes one lease List returned (owner, run and holder from i) if its
+// holder is still gone, and the run's directory if that was its last lease. A lease
+// already gone is success; one a live process holds is ErrHeld. A sweeper that lists
+// leases first (a dry run reports exactly what the real sweep removes) removes them
+// with it.
+func RemoveDead(root string, i Info) error {
+	dir, err := runDir(root, i.Owner, i.RunID)
+	if err != nil {
+		return err
+	}
+	if err := checkName(i.Holder); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, i.Holder)
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !removeDead(p) {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", ErrHeld, p)
+	}
+	_ = os.Remove(dir) // empty only
+	_ = os.Remove(filepath.Dir(dir))
+	return nil
+}
+
+// removeDead removes the lease at p if no one holds it: under its lock, so a holder
+// cannot be taking it meanwhile, and only if p is still that file.
+func removeDead(p string) bool {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscallNoFollow, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	free, err := tryLockExclusive(f)
+	if err != nil || !free {
+		return false
+	}
+	defer unlock(f)
+	a, err1 := f.Stat()
+	b, err2 := os.Lstat(p)
+	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+		return false
+	}
+	return os.Remove(p) == nil
 }

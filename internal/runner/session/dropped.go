@@ -6,22 +6,22 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // MarkFlags are the bridge's flags that mark a session's streams with their offsets
-// (sandboxbridge.OutputMark), for a runtime whose log rotation drops output without a
+// (bridgeapi.OutputMark), for a runtime whose log rotation drops output without a
 // count (Docker's json-file): a mark every sixteenth of the log limit, so that one
 // survives in what the log keeps even when its per-line overhead is large.
 func MarkFlags(limit int) []string {
 	if limit <= 0 {
 		return nil
 	}
-	return []string{"-output-marks", strconv.Itoa(max(1<<10, limit/16))}
+	return []string{"-" + bridgeapi.FlagOutputMarks, strconv.Itoa(max(1<<10, limit/16))}
 }
 
 // markPrefix is what starts a mark; maxMarkDigits bounds the offset's digits.
-var markPrefix = []byte(sandboxbridge.OutputMark)
+var markPrefix = []byte(bridgeapi.OutputMark)
 
 const maxMarkDigits = 19
 
@@ -77,7 +77,7 @@ func (c *counter) Write(p []byte) (int, error) {
 		if gap := off - c.seen; gap > 0 {
 			c.dropped += gap
 			c.seen = off
-			fmt.Fprintf(c.ring, "\n%s%d bytes of %s: the runtime's log dropped them before a host attached\n", sandboxbridge.DroppedNotice, gap, c.name)
+			fmt.Fprintf(c.ring, "\n%s%d bytes of %s: the runtime's log dropped them before a host attached\n", bridgeapi.DroppedNotice, gap, c.name)
 		}
 		b = rest[j+1:]
 	}
@@ -85,7 +85,7 @@ func (c *counter) Write(p []byte) (int, error) {
 }
 
 // notice starts the bridge's DroppedNotice lines; noticeLine bounds one.
-var notice = []byte(sandboxbridge.DroppedNotice)
+var notice = []byte(bridgeapi.DroppedNotice)
 
 const noticeLine = 256
 

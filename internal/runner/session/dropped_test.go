@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 )
 
 // TestCounterMarks: marks are taken out wherever the writes split them, a mark ahead
@@ -13,7 +13,7 @@ import (
 // received counts nothing, the bridge's own notices are counted, and bytes that only
 // look like a mark's start pass on.
 func TestCounterMarks(t *testing.T) {
-	mark := func(n int) string { return fmt.Sprintf("%s%d\x00", sandboxbridge.OutputMark, n) }
+	mark := func(n int) string { return fmt.Sprintf("%s%d\x00", bridgeapi.OutputMark, n) }
 	cases := []struct {
 		name    string
 		in      string
@@ -24,8 +24,8 @@ func TestCounterMarks(t *testing.T) {
 		{"in step", "abcd" + mark(4) + "efgh" + mark(8) + "ij", "abcdefghij", 0},
 		{"rotated out", "efgh" + mark(1000) + "ijkl" + mark(1004), "efghijkl", 996},
 		{"later gap", mark(0) + "ab" + mark(10) + "cd", "abcd", 8},
-		{"not a mark", sandboxbridge.OutputMark + "x\x00yz", sandboxbridge.OutputMark + "x\x00yz", 0},
-		{"bridge notice", "ab\n" + sandboxbridge.DroppedNotice + "500 bytes of stdout: no host was reading\ncd" + mark(504), "ab\ncd", 500},
+		{"not a mark", bridgeapi.OutputMark + "x\x00yz", bridgeapi.OutputMark + "x\x00yz", 0},
+		{"bridge notice", "ab\n" + bridgeapi.DroppedNotice + "500 bytes of stdout: no host was reading\ncd" + mark(504), "ab\ncd", 500},
 	}
 	for _, c := range cases {
 		for _, size := range []int{1, 3, 7, 1 << 20} {
@@ -41,7 +41,7 @@ func TestCounterMarks(t *testing.T) {
 			got, _ := r.Bytes()
 			var kept strings.Builder
 			for _, l := range strings.SplitAfter(string(got), "\n") {
-				if !strings.HasPrefix(l, sandboxbridge.DroppedNotice) {
+				if !strings.HasPrefix(l, bridgeapi.DroppedNotice) {
 					kept.WriteString(l)
 				}
 			}

@@ -10,8 +10,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
+
+// HoldLease takes the lease of owner's session runID for a handle about to be made
+// (Start takes it before the sandbox exists, Attach before it watches): while the
+// handle is open, another process's Sweep leaves the session alone whatever its
+// grace; a detached session has no lease and is swept by its heartbeat. One it cannot
+// take is port.ErrInternal.
+func HoldLease(owner, runID string) (*runlease.Lease, error) {
+	l, err := runlease.Hold(runlease.DefaultRoot(), owner, runID, runlease.KindSession)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", port.ErrInternal, err)
+	}
+	return l, nil
+}
 
 // Handle is the state every adapter's session shares: identity, rings, the exit
 // result, the heartbeat loop and the file and socket access. Adapters embed it and add
@@ -30,6 +44,7 @@ type Handle struct {
 	detached bool
 	stopBeat chan struct{}
 	beatOnce sync.Once
+	lease    *runlease.Lease // held while the handle is open (see HoldLease)
 	// OnFinish, if set (before the handle is shared), runs once when the session
 	// ends or the handle is detached: the adapters' live-sessions count.
 	OnFinish func()
@@ -37,9 +52,11 @@ type Handle struct {
 	life lifetime
 }
 
-// NewHandle returns a handle for m and starts its heartbeat loop.
-func NewHandle(m Meta) *Handle {
-	h := &Handle{Meta: m, Stdout: NewRing(m.LogLimit), Stderr: NewRing(m.LogLimit), done: make(chan struct{}), stopBeat: make(chan struct{})}
+// NewHandle returns a handle for m and starts its heartbeat loop. lease (HoldLease),
+// if not nil, is the handle's: released when the session ends or the handle is
+// detached.
+func NewHandle(m Meta, lease *runlease.Lease) *Handle {
+	h := &Handle{Meta: m, Stdout: NewRing(m.LogLimit), Stderr: NewRing(m.LogLimit), done: make(chan struct{}), stopBeat: make(chan struct{}), lease: lease}
 	h.outC, h.errC = &counter{ring: h.Stdout, name: "stdout"}, &counter{ring: h.Stderr, name: "stderr"}
 	d := m.Deadline
 	if moved, ok := ReadDeadline(m.Dir); ok && !d.IsZero() && moved.After(d) {
@@ -81,6 +98,7 @@ func (h *Handle) Finish(res *port.RunResult, err error) {
 		h.res, h.err = res, err
 		h.mu.Unlock()
 		h.StopHeartbeat()
+		h.lease.Release() // ended or detached: the heartbeat decides from now on
 		close(h.done)
 		if h.OnFinish != nil {
 			h.OnFinish()

@@ -37,7 +37,7 @@ func ControlDir(dir string) string { return filepath.Join(dir, controlDir) }
 // ControlFlags are the bridge's flags that make it read a moved deadline from the
 // control directory before it ends the session at its own.
 func ControlFlags() []string {
-	return []string{"-deadline-file", ControlTarget + "/" + deadlineFile}
+	return []string{"-" + bridgeapi.FlagDeadlineFile, ControlTarget + "/" + deadlineFile}
 }
 
 // createControl makes the control directory (readable by everyone, writable by the

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -45,14 +46,14 @@ const HeartbeatInterval = 15 * time.Second
 // SocketName is the file name of port's socket in the expose directory.
 func SocketName(p int) string { return strconv.Itoa(p) + ".sock" }
 
-// BridgeFlags are the bridge's flags that expose ports (see sandboxbridge.Config.Expose).
+// BridgeFlags are the bridge's flags that expose ports (bridgeapi.FlagExpose).
 func BridgeFlags(ports []int) []string {
 	if len(ports) == 0 {
 		return nil
 	}
-	f := []string{"-expose-dir", ExposeTarget}
+	f := []string{"-" + bridgeapi.FlagExposeDir, ExposeTarget}
 	for _, p := range ports {
-		f = append(f, "-expose", strconv.Itoa(p))
+		f = append(f, "-"+bridgeapi.FlagExpose, strconv.Itoa(p))
 	}
 	return f
 }
@@ -60,13 +61,13 @@ func BridgeFlags(ports []int) []string {
 // OutputFlags are the bridge's flags that keep a session's agent from ever blocking on
 // output: while no host reads them, up to the log limit (less room for the notice that
 // counts what was dropped, so that a ring of the limit holds both) is kept per stream
-// (see sandboxbridge.Config.OutputCap).
+// (bridgeapi.FlagOutputCap).
 func OutputFlags(limit int) []string {
 	if limit <= 0 {
 		return nil
 	}
 	room := min(1<<10, limit/2)
-	return []string{"-output-cap", strconv.Itoa(max(1, limit-room))}
+	return []string{"-" + bridgeapi.FlagOutputCap, strconv.Itoa(max(1, limit-room))}
 }
 
 // InsertFlags returns args (a bridge command line: the bridge's path first) with flags

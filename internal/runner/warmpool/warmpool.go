@@ -23,7 +23,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
-	"github.com/agentsandbox/sandbox/internal/sandboxbridge"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -304,20 +303,20 @@ func AttachRun(dir string, spec port.RunSpec) error {
 // template's runtime when it has one.
 type Stub struct {
 	Argv   []string
-	Status *sandboxbridge.StubStatus // the pre-boot's status line (nil without Preload)
-	Boot   time.Duration             // the pre-boot's timeout
+	Status *StubStatus   // the pre-boot's status line (nil without Preload)
+	Boot   time.Duration // the pre-boot's timeout
 }
 
 // NewStub is the stub of a template with pre (nil: none), the bridge at target.
 func NewStub(target string, pre *port.Preload) Stub {
 	if pre == nil {
-		return Stub{Argv: []string{target, "-claim"}}
+		return Stub{Argv: []string{target, "-" + bridgeapi.FlagClaim}}
 	}
 	boot := pre.Timeout
 	if boot <= 0 {
-		boot = sandboxbridge.DefaultPreloadTimeout
+		boot = bridgeapi.DefaultPreloadTimeout
 	}
-	return Stub{Argv: sandboxbridge.PreloadArgs(target, pre.Argv, boot.String()), Status: sandboxbridge.NewStubStatus(), Boot: boot}
+	return Stub{Argv: bridgeapi.PreloadArgs(target, pre.Argv, boot.String()), Status: NewStubStatus(), Boot: boot}
 }
 
 // AwaitReady waits until the stub's pre-booted runtime is ready (its status line)
@@ -357,7 +356,7 @@ func ClaimMessage(spec port.RunSpec, imageArgv, env []string, imageDir string) (
 	if spec.WorkspaceDir != "" {
 		dir = port.WorkspacePath
 	}
-	claim := sandboxbridge.NewClaim(argv, env, dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
+	claim := bridgeapi.NewClaim(argv, env, dir, spec.LLM != nil, spec.Limits.Timeout, time.Now())
 	claim.Egress = runner.EgressOn(spec)
 	claim.ExitNonce = bridgeapi.NewExitNonce()
 	msg, err = claim.Encode()

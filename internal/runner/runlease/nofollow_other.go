@@ -1,5 +1,0 @@
-//go:build !unix
-
-package runlease
-
-const syscallNoFollow = 0

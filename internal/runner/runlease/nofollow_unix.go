@@ -1,7 +1,0 @@
-//go:build unix
-
-package runlease
-
-import "syscall"
-
-const syscallNoFollow = syscall.O_NOFOLLOW
