@@ -307,7 +307,7 @@ func TestLogsCarryComponentAndRun(t *testing.T) {
 // key's routes; none of them links a runtime's client.
 func TestFacadeImportsPortsOnly(t *testing.T) {
 	const mod = "github.com/agentsandbox/sandbox/"
-	allowed := map[string]bool{mod + "port": true, mod + "internal/logattr": true, mod + "internal/telemetry": true}
+	allowed := map[string]bool{mod + "port": true, mod + "internal/logattr": true, mod + "internal/telemetry": true, mod + "internal/statearchive": true}
 	defaults := map[string]bool{mod + "adapters/inprocproxy": true, mod + "adapters/litellmspend": true, mod + "litellm": true, mod + "bridge": true, mod + "proxypolicy": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
