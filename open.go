@@ -35,9 +35,9 @@ const (
 // openConfig holds what only Open takes (WithOwner, WithBridge, WithLiteLLM,
 // WithoutLLM) and what Open made for the Sandbox; nil on a Sandbox made by New.
 type openConfig struct {
-	owner     string
-	bridge    string
-	litellm   *liteLLMConfig // WithLiteLLM
+	owner      string
+	bridge     string
+	litellm    *liteLLMConfig // WithLiteLLM
 	withoutLLM bool
 
 	key *keyLease // the proxies' virtual key, shared with other Sandboxes of the owner

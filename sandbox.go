@@ -265,6 +265,10 @@ type Result struct {
 	// Repo is what became of Request.Repo: the checkout, the exported commits, the
 	// pushed branch and the pull request.
 	Repo *RepoResult
+	// Segments are the session's sandboxes so far, this one last, each with its run
+	// ID, audit and usage (see Session.Hibernate): set by a session's Stop or
+	// Hibernate and by RunFrom.
+	Segments []Segment
 }
 
 // Policy is what the run's proxy refused, from its audit.

@@ -301,12 +301,13 @@ func TestLogsCarryComponentAndRun(t *testing.T) {
 
 // The facade runs agents on the ports only: no adapter, no proxy configuration, no
 // agent's output format (internal/telemetry is the OTel API's instruments, a leaf
-// like logattr). Only Open's defaults (open.go, openkey.go) name the parts they make:
+// like logattr; internal/statearchive saves and restores a workspace tree, a leaf on
+// the standard library and port). Only Open's defaults (open.go, openkey.go) name the parts they make:
 // the in-process proxy, the LiteLLM client and reconciler, the bridge's build and the
 // key's routes; none of them links a runtime's client.
 func TestFacadeImportsPortsOnly(t *testing.T) {
 	const mod = "github.com/agentsandbox/sandbox/"
-	allowed := map[string]bool{mod + "port": true, mod + "internal/logattr": true, mod + "internal/telemetry": true}
+	allowed := map[string]bool{mod + "port": true, mod + "internal/logattr": true, mod + "internal/telemetry": true, mod + "internal/statearchive": true}
 	defaults := map[string]bool{mod + "adapters/inprocproxy": true, mod + "adapters/litellmspend": true, mod + "litellm": true, mod + "bridge": true, mod + "proxypolicy": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -52,6 +52,7 @@ type Session struct {
 	repo    *RepoResult
 	started time.Time
 	log     *slog.Logger
+	from    *Hibernation // the hibernation it resumed from (hibernate.go)
 
 	// done removes the workspace Open made for the session, after Stop.
 	done func()
@@ -312,6 +313,10 @@ func (ss *Session) stop(ctx context.Context, grace time.Duration) (*Result, erro
 		}
 		errs = append(errs, s.finishRepo(ctx, req.Request, &outcome, ss.repo))
 	}
+	// Every segment of the session so far, this one last (hibernate.go).
+	segs, serr := s.segments(ctx, ss.from, ss.segment(res), req.Request)
+	res.Segments = segs
+	errs = append(errs, serr)
 	ss.log.Info("session stopped", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
 	if err := errors.Join(errs...); err != nil {
 		return res, fmt.Errorf("sandbox: session %s: %w", req.RunID, err)

@@ -46,18 +46,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 
 	// The compile cache first, by a cold sandboxed one-shot.
 	plain, lc := newStack(b, runner, fake)
-	catalog, err := lc.Models(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	models, err := openclaw.ModelsFromLiteLLM(catalog)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := openClawConfig(ctx, b, lc)
 	cold := &openClawStack{sb: plain, image: image, appDir: appDir, cfg: cfg}
 	cache, _ := buildCompileCache(ctx, b, cold)
 	cacheMount, _ := cache.Mount()
@@ -78,6 +67,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			limits.MemoryBytes = max(limits.MemoryBytes, openClawWarmUpMemory)
 		}
 		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: p.pre})
+		var err error
 		if p.pool, err = runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1, RefillBetweenRuns: true}); err != nil {
 			b.Fatal(err)
 		}

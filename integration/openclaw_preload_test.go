@@ -142,18 +142,7 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	}
 	defer pool.Close(context.Background())
 	sb, lc := newStack(t, runner, fake, sandbox.WithPool(pool))
-	catalog, err := lc.Models(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := openclaw.ModelsFromLiteLLM(catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := openClawConfig(ctx, t, lc)
 	for deadline := time.Now().Add(7 * time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
 			t.Fatalf("the pre-booted slot never became ready: %+v", pool.Stats())

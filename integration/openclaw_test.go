@@ -15,6 +15,7 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
+	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/openclaw"
 	"github.com/agentsandbox/sandbox/port"
@@ -74,19 +75,27 @@ func newOpenClawStack(t testing.TB, newRunner func(testing.TB, string, imageFunc
 	})
 	sb, lc := newStack(t, runner, fake)
 	// The config's models are LiteLLM's catalog, as a host would build it.
+	cfg := openClawConfig(ctx, t, lc)
+	return &openClawStack{sb: sb, image: image, appDir: appDir, cfg: cfg}
+}
+
+// openClawConfig is the one-shot config the OpenClaw tests use: the models of the
+// (fake) LiteLLM's catalog as a host would read them, gpt-4o-mini by default.
+func openClawConfig(ctx context.Context, tb testing.TB, lc *litellm.Client) *openclaw.Config {
+	tb.Helper()
 	catalog, err := lc.Models(ctx)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	models, err := openclaw.ModelsFromLiteLLM(catalog)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return &openClawStack{sb: sb, image: image, appDir: appDir, cfg: cfg}
+	return cfg
 }
 
 // run prepares a fresh workspace and runs `openclaw agent --local --json` in a sandbox.

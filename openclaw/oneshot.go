@@ -2,6 +2,7 @@ package openclaw
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -201,6 +202,14 @@ func (o OneShot) Apply(spec *port.RunSpec) error {
 // the host user that creates them. Config, prompt and workspace files are 0644 (the
 // config 0600 when it holds a secret).
 func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string) error {
+	return o.prepare(hostDir, cfg, files, prompt, makeDir)
+}
+
+// prepare checks the inputs (nothing is written on bad input), then writes the layout
+// into hostDir: OneShotDir and its state and home directories through mkdir (makeDir
+// recreates them, keepDir keeps what is there), the config, the workspace files and the
+// prompt.
+func (o OneShot) prepare(hostDir string, cfg *Config, files Files, prompt string, mkdir func(*os.Root, string, fs.FileMode) error) error {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return err
@@ -230,7 +239,7 @@ func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string
 	}
 	defer root.Close()
 
-	if err := makeDir(root, OneShotDir, 0o755); err != nil {
+	if err := mkdir(root, OneShotDir, 0o755); err != nil {
 		return err
 	}
 	d, err := root.OpenRoot(OneShotDir)
@@ -239,7 +248,7 @@ func (o OneShot) Prepare(hostDir string, cfg *Config, files Files, prompt string
 	}
 	defer d.Close()
 	for _, sub := range []string{StateDirName, HomeDirName} {
-		if err := makeDir(d, sub, 0o777); err != nil {
+		if err := mkdir(d, sub, 0o777); err != nil {
 			return err
 		}
 	}

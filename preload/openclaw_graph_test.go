@@ -221,7 +221,8 @@ func staticGraph(t *testing.T, dist string, roots ...string) []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// TestOpenClawWarmUpGraphCaptures runs the preloader with --warm-up on the host and
+// TestOpenClawWarmUpGraphCaptures runs the preloader with --warm-up-follow-up (the
+// --warm-up turn and a follow-up on its state) on the host and
 // scans every OpenClaw module its main thread loaded before it said ready (some 2,900,
 // against the ~100 TestOpenClawAheadGraphCapturesNoRunState reads statically), and
 // the static graphs its standby workers import (~740): a top-level value computed at
@@ -233,7 +234,9 @@ func TestOpenClawWarmUpGraphCaptures(t *testing.T) {
 	dir := os.Getenv("OPENCLAW_DIR")
 	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
 	pkg := filepath.Join(dir, "node_modules", "openclaw")
-	mods := preloadedModules(t, pkg, "--warm-up")
+	// --warm-up-follow-up runs the --warm-up turn and then a second one on its state:
+	// what it loads is a superset of --warm-up's, so one scan covers both.
+	mods := preloadedModules(t, pkg, "--warm-up-follow-up")
 	if len(mods) < 1000 {
 		t.Fatalf("the warm-up loaded %d of OpenClaw's modules: the load log no longer sees them", len(mods))
 	}

@@ -35,8 +35,12 @@ const NodeName = "preload.mjs"
 // that it removes, resets OpenClaw's config caches after it, and starts the worker
 // threads a run asks for as standbys: runs about 4x faster than a cold one-shot, at about
 // 670 MiB per idle slot instead of about 40 (see the file's comment and
-// docs/warm-pools-and-runtimes.md). It is pinned to OpenClawVersion and refuses to say
-// ready for any other, or when the warm-up turn does not answer as expected.
+// docs/warm-pools-and-runtimes.md). With --warm-up-follow-up the warm-up runs a second
+// turn on the first turn's state, so a run that finds OpenClaw state in its workspace
+// (a conversation's next turn, a hibernated session resumed) finds the path OpenClaw
+// takes then (its doctor's state-migration preflight) loaded too. It is pinned to
+// OpenClawVersion and refuses to say ready for any other, or when a warm-up turn does
+// not answer as expected.
 //
 //go:embed openclaw/openclaw-preload.mjs
 var OpenClaw []byte

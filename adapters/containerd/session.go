@@ -135,8 +135,9 @@ func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: session.ExposeTarget, Type: "bind", Source: session.ExposeDir(dir), Options: opts},
-			specs.Mount{Destination: bridgeapi.SessionLogDir, Type: "bind", Source: session.LogDir(dir), Options: opts})
-		s.Process.Args = session.InsertFlags(s.Process.Args, append(append(session.BridgeFlags(ports), session.OutputFlags(logLimit)...), session.LogFlags()...))
+			specs.Mount{Destination: bridgeapi.SessionLogDir, Type: "bind", Source: session.LogDir(dir), Options: opts},
+			specs.Mount{Destination: session.ControlTarget, Type: "bind", Source: session.ControlDir(dir), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+		s.Process.Args = session.InsertFlags(s.Process.Args, append(append(append(session.BridgeFlags(ports), session.OutputFlags(logLimit)...), session.LogFlags()...), session.ControlFlags()...))
 		return nil
 	}
 }
@@ -173,6 +174,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		s.halt()
 		return nil, opErr("Attach", m.RunID, classify(err))
 	}
+	s.InitPause(taskPaused(ctx, task))
 	close(s.started)
 	if err := s.watch(ctx, task); err != nil {
 		s.halt()
@@ -217,27 +219,37 @@ func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
 	s.watching.Add(1)
 	go func() {
 		defer s.watching.Done()
-		var timer <-chan time.Time
-		started := s.started // the lifetime is enforced once the task runs
+		// The lifetime's timer follows the deadline as resumes move it; it runs once
+		// the task does.
+		var life *session.Lifetime
+		var lifeC <-chan time.Time
+		var lifeChanged <-chan struct{}
+		defer func() {
+			if life != nil {
+				life.Stop()
+			}
+		}()
+		started := s.started
 		var timedOut error
 		for {
+			if life != nil {
+				lifeC, lifeChanged = life.C(), life.Changed()
+			}
 			select {
 			case <-started:
 				started = nil
-				if !s.Deadline.IsZero() {
-					t := time.NewTimer(time.Until(s.Deadline))
-					defer t.Stop()
-					timer = t.C
-				}
+				life = s.NewLifetime()
+			case <-lifeChanged:
+				life.Rearm()
 			case st := <-statusC:
 				if wctx.Err() != nil && st.Error() != nil {
 					return
 				}
 				s.finish(task, st, timedOut)
 				return
-			case <-timer:
-				timer = nil
-				timedOut = fmt.Errorf("session exceeded its lifetime (%s)", s.Deadline.Format(time.RFC3339))
+			case <-lifeC:
+				life.Disarm()
+				timedOut = fmt.Errorf("session exceeded its lifetime (%s)", s.CurrentDeadline().Format(time.RFC3339))
 				kctx, kcancel := s.r.cleanupCtx(wctx)
 				if err := task.Kill(kctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 					s.r.cfg.logger.Warn("session: kill at the end of its lifetime failed", logattr.RunID, s.RunID(), logattr.Err, err)
@@ -315,6 +327,7 @@ func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunRe
 	s.stopping = true
 	task := s.task
 	s.mu.Unlock()
+	s.thawForStop(ctx)
 	ctx = s.r.ns(ctx)
 	select {
 	case <-s.Done():
@@ -394,6 +407,9 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	case <-s.Done():
 		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
 	default:
+	}
+	if err := s.CheckRunning(); err != nil {
+		return nil, opErr("Exec", s.RunID(), err)
 	}
 	s.mu.Lock()
 	task := s.task

@@ -69,7 +69,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, err)
 	}
 	// The bridge writes the session's output log, which every handle reads.
-	entrypoint = session.InsertFlags(entrypoint, append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...))
+	entrypoint = session.InsertFlags(entrypoint, append(append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...), session.ControlFlags()...))
 	name := containerName(ss.RunID)
 	st, err := session.Prepare(r.sessionRoot(), name, r.cfg.owner, ss)
 	if err != nil {
@@ -79,7 +79,8 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget},
-		mount.Mount{Type: mount.TypeBind, Source: session.LogDir(dir), Target: bridgeapi.SessionLogDir})
+		mount.Mount{Type: mount.TypeBind, Source: session.LogDir(dir), Target: bridgeapi.SessionLogDir},
+		mount.Mount{Type: mount.TypeBind, Source: session.ControlDir(dir), Target: session.ControlTarget, ReadOnly: true})
 	// The session's output is its log (session.LogDir); the daemon's copy is for
 	// `docker logs` only, bounded like it (two files of the log limit).
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
@@ -149,6 +150,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 		return nil, opErr("Attach", m.RunID, err)
 	}
 	s := r.newSession(m, lease)
+	s.InitPause(c.State != nil && c.State.Paused)
 	if err := s.watch(ctx, container.WaitConditionNotRunning); err != nil {
 		s.halt()
 		return nil, opErr("Attach", m.RunID, err)
@@ -185,14 +187,13 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 	s.watching.Add(1)
 	go func() {
 		defer s.watching.Done()
-		var timer <-chan time.Time
-		if !s.Deadline.IsZero() {
-			t := time.NewTimer(time.Until(s.Deadline))
-			defer t.Stop()
-			timer = t.C
-		}
+		// The lifetime's timer follows the deadline as resumes move it.
+		life := s.NewLifetime()
+		defer life.Stop()
 		for {
 			select {
+			case <-life.Changed():
+				life.Rearm()
 			case w := <-wait.Result:
 				s.finish(int(w.StatusCode), nil, nil)
 				return
@@ -202,13 +203,14 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 				}
 				s.finish(-1, &port.RunError{Code: port.CodeInternal, Err: s.r.waitFailed(wctx, s.ID(), err, "session's sandbox")}, nil)
 				return
-			case <-timer:
-				timer = nil
+			case <-life.C():
+				life.Disarm()
 				// The lifetime is over: end it now (the bridge would, a little later).
+				// Docker thaws a paused container after a SIGKILL.
 				kctx, kcancel := context.WithTimeout(context.Background(), s.r.cfg.killGrace)
 				_, _ = s.r.cfg.api.ContainerKill(kctx, s.ID(), client.ContainerKillOptions{Signal: "SIGKILL"})
 				kcancel()
-				s.finish(-1, nil, fmt.Errorf("session exceeded its lifetime (%s)", s.Deadline.Format(time.RFC3339)))
+				s.finish(-1, nil, fmt.Errorf("session exceeded its lifetime (%s)", s.CurrentDeadline().Format(time.RFC3339)))
 			case <-wctx.Done():
 				return
 			}
@@ -251,7 +253,7 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 			return
 		}
 	}
-	if !stopping && code == 128+15 && time.Now().After(s.Deadline) && !s.Deadline.IsZero() {
+	if dl := s.CurrentDeadline(); !stopping && code == 128+15 && time.Now().After(dl) && !dl.IsZero() {
 		fail(port.CodeTimeout, errors.New("session exceeded its lifetime"))
 		return
 	}
@@ -279,6 +281,7 @@ func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.Ru
 	}
 	s.stopping = true
 	s.mu.Unlock()
+	s.thawForStop(ctx)
 	api := s.r.cfg.api
 	select {
 	case <-s.Done():
@@ -345,6 +348,9 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 	case <-s.Done():
 		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
 	default:
+	}
+	if err := s.CheckRunning(); err != nil {
+		return nil, opErr("Exec", s.RunID(), err)
 	}
 	ex, ok := s.r.cfg.api.(execAPI)
 	if !ok {

@@ -14,6 +14,7 @@ const (
 	FlagAttest         = "attest"          // post an Attestation before the command starts
 	FlagNoForward      = "no-forward"      // be the command's init only: no listener
 	FlagDeadline       = "deadline"        // end the command at this unix time in milliseconds
+	FlagDeadlineFile   = "deadline-file"   // with -deadline: a later deadline the host may write (deadline.go)
 	FlagGrace          = "grace"           // time between TERM and KILL (a time.Duration)
 	FlagSubreaper      = "subreaper"       // reap orphans even when not PID 1
 	FlagVerbose        = "v"               // log diagnostics to stderr

@@ -57,13 +57,13 @@ func main() {
 // options are the bridge's flags (api/bridgeapi names them for the hosts that write
 // its command lines).
 type options struct {
-	listen, socket, egressAddr, egressSocket, exposeDir   string
-	attest, noForward, subreaper, verbose, claim, preload bool
-	deadline                                              int64
-	grace, preloadTimeout                                 time.Duration
-	expose                                                exposeFlag
-	outputMarks, outputCap                                int
-	logDir                                                string
+	listen, socket, egressAddr, egressSocket, exposeDir, deadlineFile string
+	attest, noForward, subreaper, verbose, claim, preload             bool
+	deadline                                                          int64
+	grace, preloadTimeout                                             time.Duration
+	expose                                                            exposeFlag
+	outputMarks, outputCap                                            int
+	logDir                                                            string
 }
 
 // newFlagSet defines the bridge's flags on o.
@@ -75,6 +75,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.attest, bridgeapi.FlagAttest, false, "report the sandbox's isolation to the proxy on -socket before starting the command")
 	fs.BoolVar(&o.noForward, bridgeapi.FlagNoForward, false, "do not listen: run the command as its init only (no LLM socket)")
 	fs.Int64Var(&o.deadline, bridgeapi.FlagDeadline, 0, "end the command (TERM, then KILL after -grace) at this `unix time in milliseconds`")
+	fs.StringVar(&o.deadlineFile, bridgeapi.FlagDeadlineFile, "", "with -deadline: when it passes, read this `file` (Unix milliseconds, written by the host) and wait until that time plus the bridge's slack if it is later")
 	fs.DurationVar(&o.grace, bridgeapi.FlagGrace, sandboxbridge.DefaultKillGrace, "how long the command has between TERM and KILL")
 	fs.BoolVar(&o.subreaper, bridgeapi.FlagSubreaper, false, "reap orphaned descendants even when not PID 1 (Linux)")
 	fs.BoolVar(&o.verbose, bridgeapi.FlagVerbose, false, "log diagnostics to stderr")
@@ -118,12 +119,13 @@ func run(args []string, stderr io.Writer) (code int) {
 		return bridgeapi.ExitBridgeFailed
 	}
 	cfg := sandboxbridge.Config{
-		NoForward: o.noForward,
-		Attest:    o.attest,
-		AttestKey: key,
-		Deadline:  deadlineTime(o.deadline),
-		KillGrace: o.grace,
-		Argv:      fs.Args(),
+		NoForward:    o.noForward,
+		Attest:       o.attest,
+		AttestKey:    key,
+		Deadline:     deadlineTime(o.deadline),
+		DeadlineFile: o.deadlineFile,
+		KillGrace:    o.grace,
+		Argv:         fs.Args(),
 	}
 	if o.claim {
 		c, rep, ok := claimRun(&o, fs.Args(), stderr)

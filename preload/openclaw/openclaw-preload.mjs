@@ -106,6 +106,8 @@ const STANDBY_LIMITS = { maxOldGenerationSizeMb: 512 };
 const WARM_UP_TIMEOUT_MS = 4 * 60 * 1000;
 const WARM_UP_REPLY = 'OPENCLAW-PRELOAD-WARM-UP-REPLY';
 const STANDBY_KEY = 'agentsandbox-standby-worker';
+// The standby workers started (startStandbyWorkers), for reduceIdleMemory.
+const standbys = [];
 // A standby worker's bootstrap: import, say ready, wait for the claim's handover (the
 // first message on its port, never seen by the entry), take its environment, re-pin,
 // then (for a deferred entry) set workerData and import the entry. The port queues
@@ -120,6 +122,13 @@ wt.parentPort.addEventListener('message', function handover(ev) {
   const h = ev.data && ev.data[KEY];
   if (!h) throw new Error('a standby worker got a message before its handover');
   ev.stopImmediatePropagation();
+  if (h === 'reduce') {
+    // The main thread turned --expose-gc on for this moment: a last-resort collection
+    // gives back the young generation and the heap's free pages while the slot idles.
+    require('node:vm').runInNewContext('gc')({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+    wt.parentPort.postMessage({ [KEY]: 'reduced' });
+    return;
+  }
   wt.parentPort.removeEventListener('message', handover);
   for (const k of Object.keys(process.env)) delete process.env[k];
   Object.assign(process.env, h.env);
@@ -146,10 +155,12 @@ delete process.env.AGENTSANDBOX_PRELOAD_FD;
 const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
-const warmUp = args[0] === '--warm-up';
+// --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
+const followUp = args[0] === '--warm-up-follow-up';
+const warmUp = followUp || args[0] === '--warm-up';
 if (warmUp) args.shift();
 const pkgDir = args[0];
-if (!pkgDir || args.length !== 1) fail('usage: openclaw-preload.mjs [--warm-up] OPENCLAW_PACKAGE_DIR');
+if (!pkgDir || args.length !== 1) fail('usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up] OPENCLAW_PACKAGE_DIR');
 const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
 if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PINNED_VERSION}: the split point must be proven again`);
 const dist = path.join(pkgDir, 'dist');
@@ -196,6 +207,7 @@ if (warmUp) {
   }
   await warmUpTurn();
   await startStandbyWorkers();
+  await reduceIdleMemory();
 }
 
 // The one-shot's environment (openclaw.OneShot.Env) and config (openclaw.NewConfig's
@@ -230,7 +242,7 @@ function warmUpLayout(root, baseUrl) {
   };
   if (process.env.PATH) env.PATH = process.env.PATH;
   const argv = ['agent', '--local', '--agent', 'main', '--session-id', 'openclaw-preload-warm-up', '--message-file', path.join(d, 'prompt.txt'), '--json', '--timeout', '120'];
-  return { ws, env, argv };
+  return { ws, env, argv, prompt: path.join(d, 'prompt.txt') };
 }
 
 // A stub of an OpenAI-compatible chat completions endpoint, as OpenClaw's
@@ -277,12 +289,45 @@ function setEnv(env) {
   Object.assign(process.env, env);
 }
 
+// The warm-up: one throwaway turn, and with --warm-up-follow-up a second one on the
+// state the first left (the session's transcript, the state databases), as a
+// conversation's next turn or a hibernated session's resumed one finds it. OpenClaw
+// 2026.9.6 takes another path then: any state database makes the `agent` command run
+// its doctor's state-migration preflight (config-guard's hasLegacyStateMigrationInputs),
+// whose module graph a fresh state never loads (measured: 5.6 s of a resumed run's
+// config-ready step on a loaded machine).
 async function warmUpTurn() {
   const calls = [];
   const stub = await serveStub(calls).catch((err) => fail(err.message));
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'openclaw-preload-warm-up-'));
   const saved = { ...process.env };
-  const { ws, env, argv } = warmUpLayout(root, `http://127.0.0.1:${stub.address().port}/v1`);
+  const layout = warmUpLayout(root, `http://127.0.0.1:${stub.address().port}/v1`);
+  await oneWarmUpTurn(layout, calls, 'first');
+  if (followUp) {
+    fs.writeFileSync(layout.prompt, 'openclaw-preload warm-up turn, followed up: reply with anything.');
+    await oneWarmUpTurn(layout, calls, 'follow-up');
+  }
+  stub.closeAllConnections();
+  await new Promise((resolve) => stub.close(resolve));
+  process.chdir('/');
+  fs.rmSync(root, { recursive: true, force: true });
+  setEnv(saved);
+  // What the turns left for the collector: the idle slot holds only what stays. The flag
+  // goes back off at once: V8 hashes its flags into every code cache, so while it is on,
+  // the compile cache (built without it) is rejected for all that the run compiles after
+  // the claim, its workers' bundles included (measured: the run's turn took 2x longer).
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  v8.setFlagsFromString('--no-expose-gc');
+  gc();
+  gc();
+  if (v8.cachedDataVersionTag() !== cacheTag) fail('the warm-up left V8 flags changed: the run\'s compile cache would be rejected');
+}
+
+// oneWarmUpTurn runs one turn of the warm-up's layout in-process and closes and
+// resets what it opened, as a fresh process would find it.
+async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
+  const before = calls.length;
   setEnv(env);
   process.chdir(ws);
   process.argv = [process.execPath, path.join(dist, 'entry.js'), ...argv];
@@ -311,7 +356,7 @@ async function warmUpTurn() {
     }));
     code = await exited;
   } catch (err) {
-    fail(`the warm-up turn failed: ${err?.stack || err}`);
+    fail(`the ${which} warm-up turn failed: ${err?.stack || err}`);
   } finally {
     clearTimeout(timer);
     process.stdout.write = write;
@@ -319,28 +364,39 @@ async function warmUpTurn() {
   }
   let text;
   try { text = JSON.parse(out).payloads?.map((p) => p.text).join(''); } catch {}
-  if (code !== 0 || text !== WARM_UP_REPLY || !calls.some((c) => c.startsWith('POST '))) {
-    fail(`the warm-up turn did not answer as OpenClaw ${PINNED_VERSION} does (exit ${code}, stub calls ${JSON.stringify(calls)}): ${out.slice(0, 500)}`);
+  if (code !== 0 || text !== WARM_UP_REPLY || !calls.slice(before).some((c) => c.startsWith('POST '))) {
+    fail(`the ${which} warm-up turn did not answer as OpenClaw ${PINNED_VERSION} does (exit ${code}, stub calls ${JSON.stringify(calls)}): ${out.slice(0, 500)}`);
   }
   await warm.closeCliResources();
   await warm.closeOpenClawStateDatabaseAsync();
-  stub.closeAllConnections();
-  await new Promise((resolve) => stub.close(resolve));
   warm.testApi.resetConfigGuardStateForTests();
   warm.resetConfigRuntimeState();
-  process.chdir('/');
-  fs.rmSync(root, { recursive: true, force: true });
-  setEnv(saved);
-  // What the turn left for the collector: the idle slot holds only what stays. The flag
-  // goes back off at once: V8 hashes its flags into every code cache, so while it is on,
-  // the compile cache (built without it) is rejected for all that the run compiles after
-  // the claim, its workers' bundles included (measured: the run's turn took 2x longer).
+}
+
+// reduceIdleMemory gives back what the warmed slot's isolates hold but do not use
+// while it waits for its claim: V8 keeps each isolate's young generation (grown during
+// the imports and the warm-up) and the free pages of its old generation committed. A
+// last-resort collection (V8's gc({flavor: 'last-resort'}): memory-reducing, compacting)
+// in the main thread and then in each standby, one at a time, releases them. --expose-gc
+// is on only meanwhile: V8 hashes its flags into the compile cache's tag (checked
+// after).
+async function reduceIdleMemory() {
+  if (process.env.OPENCLAW_PRELOAD_NO_REDUCE === '1') return; // measured against in the benchmarks
   v8.setFlagsFromString('--expose-gc');
-  const gc = vm.runInNewContext('gc');
-  v8.setFlagsFromString('--no-expose-gc');
-  gc();
-  gc();
-  if (v8.cachedDataVersionTag() !== cacheTag) fail('the warm-up left V8 flags changed: the run\'s compile cache would be rejected');
+  try {
+    vm.runInNewContext('gc')({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+    for (const w of standbys) {
+      await new Promise((resolve, reject) => {
+        const done = (m) => { if (m?.[STANDBY_KEY] === 'reduced') { w.off('message', done); resolve(); } };
+        w.on('message', done);
+        w.once('error', reject);
+        w.postMessage({ [STANDBY_KEY]: 'reduce' });
+      });
+    }
+  } finally {
+    v8.setFlagsFromString('--no-expose-gc');
+  }
+  if (v8.cachedDataVersionTag() !== cacheTag) fail('reducing idle memory left V8 flags changed: the run\'s compile cache would be rejected');
 }
 
 // Standby workers. A one-shot run starts six worker threads after the claim (the SQLite
@@ -384,6 +440,7 @@ async function startStandbyWorkers() {
     }
   }
   await Promise.all(ready).catch((err) => fail(`a standby worker did not start: ${err?.stack || err}`));
+  for (const { list } of standby.values()) for (const w of list) standbys.push(w);
   for (const { list } of standby.values()) for (const w of list) w.unref();
   const sameLimits = (l) => JSON.stringify(l) === JSON.stringify(STANDBY_LIMITS);
   class Worker extends Fresh {

@@ -74,6 +74,8 @@ func localCommand(cmd string, args []string) bool {
 		}
 		time.Sleep(time.Duration(atoi(args[1])) * time.Second)
 		fmt.Println("held", len(b)>>20)
+	case "ticks":
+		ticks(args[0])
 	case "sleep":
 		time.Sleep(time.Duration(atoi(args[0])) * time.Second)
 		fmt.Println("slept")

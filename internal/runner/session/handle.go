@@ -51,6 +51,8 @@ type Handle struct {
 	// OnFinish, if set (before the handle is shared), runs once when the session
 	// ends or the handle is detached: the adapters' live-sessions count.
 	OnFinish func()
+	// life is the deadline as pauses move it, and the pause state (pause.go).
+	life lifetime
 }
 
 // NewHandle returns a handle for m, with its session's output log open, and starts its
@@ -59,6 +61,11 @@ type Handle struct {
 func NewHandle(m Meta, lease *runlease.Lease) *Handle {
 	h := &Handle{Meta: m, done: make(chan struct{}), stopBeat: make(chan struct{}), lease: lease}
 	h.log, h.logErr = openLog(m.Dir, m.LogLimit)
+	d := m.Deadline
+	if moved, ok := ReadDeadline(m.Dir); ok && !d.IsZero() && moved.After(d) {
+		d = moved // a resume moved it (a handle rebuilt by Attach)
+	}
+	h.life.init(d)
 	go h.beat()
 	return h
 }
@@ -239,6 +246,9 @@ func (h *Handle) Dial(ctx context.Context, p int) (net.Conn, error) {
 		}
 	default:
 	}
+	if err := h.CheckRunning(); err != nil {
+		return nil, err
+	}
 	return Dial(ctx, h.Dir, p)
 }
 
@@ -257,8 +267,8 @@ func (h *Handle) Heartbeat() error { return Heartbeat(h.Dir) }
 
 // ExecTimeout bounds an exec by the session's deadline.
 func (h *Handle) ExecTimeout(d time.Duration) time.Duration {
-	if !h.Deadline.IsZero() {
-		if left := time.Until(h.Deadline); left < d {
+	if dl := h.CurrentDeadline(); !dl.IsZero() {
+		if left := time.Until(dl); left < d {
 			return max(left, time.Millisecond)
 		}
 	}

@@ -114,6 +114,10 @@ func CreateDir(root, name, user string, logLimit int) (string, error) {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}
+	if err := createControl(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
 	if err := Heartbeat(dir); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err

@@ -120,6 +120,9 @@ type Config struct {
 	// KillGrace) when the wall clock reaches it: the sandbox's time limit holds even
 	// when the host that should enforce it is gone. Run then returns bridgeapi.ErrDeadline.
 	Deadline time.Time
+	// DeadlineFile, if set with Deadline, is read when Deadline passes: a later time
+	// there moves the deadline (see withDeadline; bridgeapi's deadline file format).
+	DeadlineFile string
 	// Expose lists loopback TCP ports reachable from outside through unix sockets
 	// named PORT.sock in ExposeDir (see expose.go).
 	Expose []int
@@ -231,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 
 	if !cfg.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, cfg.Deadline, bridgeapi.ErrDeadline)
+		ctx, cancel = withDeadline(ctx, cfg.Deadline, cfg.DeadlineFile)
 		defer cancel()
 	}
 	oomKilled := func() bool {
