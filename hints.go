@@ -32,6 +32,7 @@ var hints = []struct {
 	{port.ErrRejected, "the agent's commits broke RepoRequest.Policy: the *port.RejectError names the rule and the path; the artefact stays on disk"},
 	{port.ErrPermissionDenied, "the remote refused the relay's credentials: check the token and its scope"},
 	{port.ErrConflict, "the remote branch exists or moved: choose another RepoRequest.PushBranch"},
+	{port.ErrPaused, "the session is paused (Session.Pause): Session.Resume it first; its files, logs and Wait work while it is paused"},
 	{port.ErrLogCorrupt, "the session's log was written out of turn (its files belong to the sandbox's user, so the agent can): its output cannot be read from there; Session.Wait and Stop still give the exit code"},
 	{port.ErrClosed, "the Sandbox, session or runner was closed: open a new one"},
 	{port.ErrNotFound, "it is gone: a session stopped, a workspace or sandbox swept (check the run ID and owner)"},

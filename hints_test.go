@@ -23,7 +23,7 @@ var sentinels = map[string]error{
 	"ErrRemoved": port.ErrRemoved, "ErrBudgetExceeded": port.ErrBudgetExceeded, "ErrUnattributed": port.ErrUnattributed,
 	"ErrRejected": port.ErrRejected, "ErrPermissionDenied": port.ErrPermissionDenied, "ErrConflict": port.ErrConflict,
 	"ErrDigestMismatch": port.ErrDigestMismatch, "ErrImageNotFound": port.ErrImageNotFound, "ErrNotPermitted": ErrNotPermitted,
-	"ErrLogCorrupt": port.ErrLogCorrupt,
+	"ErrLogCorrupt": port.ErrLogCorrupt, "ErrPaused": port.ErrPaused,
 }
 
 // Every sentinel declared in errdefs, port or the facade has a hint: a new
