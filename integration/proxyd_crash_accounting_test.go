@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -79,7 +80,10 @@ func TestProxydCrashKeepsCallCountAndAttestation(t *testing.T) {
 	}
 	attest := func(a port.Attestation) int {
 		b, _ := json.Marshal(a)
-		resp, err := cb.Post("http://sandbox"+port.AttestationPath, "application/json", strings.NewReader(string(b)))
+		req, _ := http.NewRequest(http.MethodPost, "http://sandbox"+port.AttestationPath, strings.NewReader(string(b)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(bridgeapi.AttestKeyHeader, pb.Socket().AttestKey) // what the runner hands its bridge
+		resp, err := cb.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

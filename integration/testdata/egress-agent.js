@@ -28,7 +28,7 @@ function dump(file) {
   add('env', JSON.stringify(process.env));
   for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
     for (const f of ['environ', 'cmdline']) {
-      try { add(`/proc/${pid}/${f}`, fs.readFileSync(`/proc/${pid}/${f}`, 'latin1')); } catch (e) { /* gone or denied */ }
+      try { add(`/proc/${pid}/${f}`, fs.readFileSync(`/proc/${pid}/${f}`, 'latin1')); } catch (e) { add(`/proc/${pid}/${f}`, `unreadable: ${e.code}`); }
     }
   }
   const walk = (dir, depth) => {
