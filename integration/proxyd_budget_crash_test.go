@@ -127,14 +127,23 @@ func budgetAcrossCrashes(t *testing.T, budget, kills int) (float64, int) {
 		t.Fatalf("%d of 8 workers saw the budget's refusal", refused.Load())
 	}
 	calls := upstreamCalls()
-	page, err := d.client.Audit(ctx, p.Registration().ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A call's record is stored once its handler ends, which can be just after its
+	// client read the whole answer: the records are read until they hold every call
+	// or a few seconds passed.
 	recorded := 0
-	for _, rec := range page.Records {
-		if rec.Blocked == "" {
-			recorded++
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		page, err := d.client.Audit(ctx, p.Registration().ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded = 0
+		for _, rec := range page.Records {
+			if rec.Blocked == "" {
+				recorded++
+			}
+		}
+		if recorded >= calls || time.Now().After(deadline) {
+			break
 		}
 	}
 	if _, err := p.Stop(ctx); err != nil {
