@@ -8,14 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
@@ -94,33 +89,8 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 	llm := httptest.NewServer(http.NotFoundHandler())
 	defer llm.Close()
 
-	logs := &testenv.SyncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	base, err := os.MkdirTemp("", "egress")
-	require.NoError(t, err)
-	defer os.RemoveAll(base)
-	proxies, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner("egress-it"), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger),
-		inprocproxy.WithEgressResolver(res), inprocproxy.WithEgressUpstreamRoots(up.PEM),
-		inprocproxy.WithEgressUnsafeAllow(netip.MustParsePrefix("127.0.0.1/32")))
-	require.NoError(t, err)
-	defer proxies.Shutdown(context.Background())
-
-	var (
-		mu   sync.Mutex
-		live []port.EgressRecord
-	)
-	creds := port.CredentialFunc(func(context.Context, string, string, string) (string, error) { return egressCanary, nil })
-	sb, err := sandbox.New(runner, sandbox.WithLogger(logger),
-		sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: llm.URL, APIKey: testKey}),
-		sandbox.WithEgress(creds, func(r port.EgressRecord) { mu.Lock(); live = append(live, r); mu.Unlock() }))
-	require.NoError(t, err)
-
-	app := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(app, "agent.js"), egressRound2Agent, 0o644))
-	curlDir := t.TempDir()
-	require.NoError(t, testimages.CurlDir(ctx, curlDir))
-	require.NoError(t, os.Chmod(app, 0o755))
-	require.NoError(t, os.Chmod(curlDir, 0o755))
+	rig := newEgressRig(ctx, t, runner, "egress-it", res, up.PEM, llm.URL, egressRound2Agent)
+	sb, logs := rig.sb, rig.logs
 	ws := t.TempDir()
 	require.NoError(t, os.Chmod(ws, 0o777))
 
@@ -130,7 +100,7 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 		Argv:         []string{testimages.NodeBinary, testimages.AppDir + "/agent.js"},
 		Env:          map[string]string{"UPSTREAM_PORT": up.Port(), "PLAIN_PORT": docs.Port()},
 		WorkspaceDir: ws,
-		Mounts:       []port.Mount{{Source: app, Target: testimages.AppDir}, {Source: curlDir, Target: testimages.CurlMountDir}},
+		Mounts:       rig.mounts,
 		Attribution:  port.Attribution{BillingAccountID: "acct-egress2"},
 		Limits:       port.Limits{Timeout: 2 * time.Minute},
 		Egress: &port.EgressPolicy{Providers: []port.EgressProvider{
@@ -156,9 +126,7 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 	require.Equal(t, 20000, out.Flood.Answered)
 	require.NotNil(t, result.EgressSummary)
 	sum := result.EgressSummary
-	mu.Lock()
-	assert.Equal(t, len(live), sum.Records, "every record reached the live stream")
-	mu.Unlock()
+	assert.Equal(t, rig.liveRecords(), sum.Records, "every record reached the live stream")
 	assert.Equal(t, len(result.Egress), sum.Kept)
 	total := 0
 	for _, n := range sum.Summarised {

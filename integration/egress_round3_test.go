@@ -9,14 +9,11 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +22,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
@@ -118,33 +114,8 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 	llm := httptest.NewServer(http.NotFoundHandler())
 	defer llm.Close()
 
-	logs := &testenv.SyncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	base, err := os.MkdirTemp("", "egress")
-	require.NoError(t, err)
-	defer os.RemoveAll(base)
-	proxies, err := inprocproxy.NewManager(inprocproxy.WithBaseDir(base), inprocproxy.WithOwner(testenv.Owner("egress3-it")), inprocproxy.WithSandboxUID(1001), inprocproxy.WithLogger(logger),
-		inprocproxy.WithEgressResolver(res), inprocproxy.WithEgressUpstreamRoots(up.PEM),
-		inprocproxy.WithEgressUnsafeAllow(netip.MustParsePrefix("127.0.0.1/32")))
-	require.NoError(t, err)
-	defer proxies.Shutdown(context.Background())
-
-	var (
-		mu   sync.Mutex
-		live []port.EgressRecord
-	)
-	creds := port.CredentialFunc(func(context.Context, string, string, string) (string, error) { return egressCanary, nil })
-	sb, err := sandbox.New(runner, sandbox.WithLogger(logger),
-		sandbox.WithLLM(sandbox.LLM{Proxy: proxies, Upstream: llm.URL, APIKey: testKey}),
-		sandbox.WithEgress(creds, func(r port.EgressRecord) { mu.Lock(); live = append(live, r); mu.Unlock() }))
-	require.NoError(t, err)
-
-	app := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(app, "agent.js"), egressRound3Agent, 0o644))
-	curlDir := t.TempDir()
-	require.NoError(t, testimages.CurlDir(ctx, curlDir))
-	require.NoError(t, os.Chmod(app, 0o755))
-	require.NoError(t, os.Chmod(curlDir, 0o755))
+	rig := newEgressRig(ctx, t, runner, testenv.Owner("egress3-it"), res, up.PEM, llm.URL, egressRound3Agent)
+	sb, logs := rig.sb, rig.logs
 	run := func(mode string, pol *port.EgressPolicy) (*sandbox.Result, map[string]json.RawMessage) {
 		t.Helper()
 		ws := t.TempDir()
@@ -154,7 +125,7 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 			Argv:         []string{testimages.NodeBinary, testimages.AppDir + "/agent.js"},
 			Env:          map[string]string{"MODE": mode, "UP_PORT": up.Port(), "PLAIN_PORT": plain.Port(), "KNOWN": "ghp_"},
 			WorkspaceDir: ws,
-			Mounts:       []port.Mount{{Source: app, Target: testimages.AppDir}, {Source: curlDir, Target: testimages.CurlMountDir}},
+			Mounts:       rig.mounts,
 			Attribution:  port.Attribution{BillingAccountID: "acct-egress3"},
 			Limits:       port.Limits{Timeout: 4 * time.Minute},
 			Egress:       pol,
