@@ -81,68 +81,33 @@ if ! complete; then
   done < <(sed -n 's|^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*|\1|p' go.mod | sort -u)
   [ "${#args[@]}" -gt 0 ] || { log "no staging replaces found"; exit 1; }
   go mod edit "${args[@]}"
-  # One program for the five components (etcd's server at the version Kubernetes pins),
-  # choosing by the name it is started as, as hyperkube did: the packages they share are
-  # linked once, not five times.
-  mkdir -p cmd/sandbox-kube
-  cat > cmd/sandbox-kube/main.go <<'GO'
-// Command sandbox-kube is kube-apiserver, kube-controller-manager, kube-scheduler,
-// kubelet and etcd in one binary; it runs the one named by the base name it is started
-// as (a link named after the component), or by its first argument.
+  # etcd's server, at the version Kubernetes requires.
+  mkdir -p cmd/sandbox-etcd
+  cat > cmd/sandbox-etcd/main.go <<'GO'
+// Command sandbox-etcd is etcd's server, built from the version Kubernetes pins.
 package main
 
 import (
-	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 
-	_ "time/tzdata" // for CronJob time zones, as kube-apiserver and kube-controller-manager have
-
-	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/server/v3/etcdmain"
-	"k8s.io/component-base/cli"
-	_ "k8s.io/component-base/logs/json/register"
-	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-	_ "k8s.io/component-base/metrics/prometheus/version"
-	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
-	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
-	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-var commands = map[string]func() *cobra.Command{
-	"kube-apiserver":          func() *cobra.Command { return apiserver.NewAPIServerCommand() },
-	"kube-controller-manager": func() *cobra.Command { return controllermanager.NewControllerManagerCommand() },
-	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
-	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
-}
-
-func main() {
-	name := filepath.Base(os.Args[0])
-	if _, ok := commands[name]; !ok && name != "etcd" && len(os.Args) > 1 {
-		name, os.Args = os.Args[1], os.Args[1:]
-	}
-	if name == "etcd" {
-		etcdmain.Main(os.Args)
-		return
-	}
-	newCommand, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "sandbox-kube: unknown component %q (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd)\n", name)
-		os.Exit(2)
-	}
-	os.Exit(cli.Run(newCommand()))
-}
+func main() { etcdmain.Main(os.Args) }
 GO
   log "downloading modules"
   GOFLAGS=-mod=mod go mod download >&2
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$KUBE_VERSION")"
   out="$tmp/out"
   mkdir -p "$out"
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and etcd as one binary"
-  CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$out/sandbox-kube" ./cmd/sandbox-kube >&2
-  for b in "${bins[@]}"; do ln -s sandbox-kube "$out/$b"; done
+  for b in kube-scheduler kubelet etcd kube-controller-manager kube-apiserver; do
+    pkg="./cmd/$b"
+    [ "$b" = etcd ] && pkg=./cmd/sandbox-etcd
+    t=$(date +%s)
+    log "building $b"
+    CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$out/$b" "$pkg" >&2
+    log "built $b in $(($(date +%s) - t)) s"
+  done
   echo "v$KUBE_VERSION" >"$out/VERSION"
   cd "$cache"
   rm -rf "$dir.old"
