@@ -30,7 +30,7 @@ func testRequestFraming(t *testing.T, h ProxyHarness) {
 		{Method: "POST", Path: "/v1/chat/completions", Body: chat("fr2"),
 			Headers: [][2]string{{"Content-Type", "text/plain; charset=" + canary}}},
 		{Method: "POST", Path: "/v1/chat/completions", Body: chat("fr3"),
-			Headers: [][2]string{{"Content-Type", "application/json"}, {"Upgrade", "websocket"}}},
+			Headers: [][2]string{{"Content-Type", "application/json"}, {"Connection", "Upgrade"}, {"Upgrade", "websocket"}}},
 		{Method: "POST", Path: "/chat/completions", Body: chat("fr4"),
 			Headers: [][2]string{{"Content-Type", "multipart/form-data; boundary=" + canary}}},
 	}
