@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -52,7 +54,7 @@ func TestTargets(t *testing.T) {
 	defer rt.Close()
 	c := rt.(*Runner).cfg
 	if c.restConfig == nil || c.restConfig.Host != "https://127.0.0.1:1" || c.namespace != "agents" || !c.runtimePIDs || c.pullPolicy != corev1.PullNever ||
-		c.owner != "targets" || c.runtimeClass != "gvisor" || c.initPath == "" || c.loader != nil {
+		c.owner != "targets" || c.runtimeClass != "gvisor" || c.initPath == "" || c.images.Loader != nil {
 		t.Errorf("config from the target: %+v", c)
 	}
 	rt2, err := port.OpenRuntime(ctx, "kubernetes://?kubeconfig="+kc+"&pids=4096", port.RuntimeConfig{})
@@ -78,5 +80,44 @@ func TestTargets(t *testing.T) {
 	}
 	if _, err := port.OpenRuntime(ctx, "kubernetes://?kubeconfig="+kc+"&pids=runtime&load=nosuch%3A%2F%2F", port.RuntimeConfig{}); err == nil || !strings.Contains(err.Error(), "load=nosuch://") {
 		t.Errorf("a load= runtime that is not registered: %v", err)
+	}
+}
+
+// fakeLoader records what it loads.
+type fakeLoader struct{ got string }
+
+func (f *fakeLoader) LoadImage(_ context.Context, r io.Reader) ([]string, error) {
+	b, err := io.ReadAll(r)
+	f.got = string(b)
+	return []string{"loaded:1"}, err
+}
+
+// TestImageLoader: LoadImage goes through the loader WithImageLoader gave, is
+// ErrUnsupported saying what to do without one, a nil loader is refused, and Close
+// closes the loader a target opened.
+func TestImageLoader(t *testing.T) {
+	ctx := context.Background()
+	cluster := WithConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if _, err := NewRunner(cluster, WithoutNetworkInit(), WithImageLoader(nil)); !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "kubernetes: image loader is nil") {
+		t.Errorf("a nil loader: %v", err)
+	}
+	r, err := NewRunner(cluster, WithoutNetworkInit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadImage(ctx, strings.NewReader("x")); !errors.Is(err, port.ErrUnsupported) || !strings.Contains(err.Error(), "load=containerd://") {
+		t.Errorf("no loader: %v", err)
+	}
+	f := &fakeLoader{}
+	if r, err = NewRunner(cluster, WithoutNetworkInit(), WithImageLoader(f)); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := r.LoadImage(ctx, strings.NewReader("archive")); err != nil || len(names) != 1 || names[0] != "loaded:1" || f.got != "archive" {
+		t.Errorf("LoadImage = %v, %v; the loader got %q", names, err, f.got)
+	}
+	closed := 0
+	r.cfg.images.Opened = func() error { closed++; return nil }
+	if err := r.Close(); err != nil || closed != 1 {
+		t.Errorf("Close = %v, closed the opened loader %d times", err, closed)
 	}
 }

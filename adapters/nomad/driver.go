@@ -62,8 +62,8 @@ func (driver) Open(ctx context.Context, target *url.URL, cfg port.RuntimeConfig)
 var clusterDriver = runner.ClusterDriver[Option, *Runner]{
 	Name: "nomad", InitName: "the init", BuildInit: BuildInit, DefaultDir: bridge.DefaultDir,
 	Owner: WithOwner, Logger: WithLogger, Runtime: WithRuntime, Bridge: WithBridge, Init: WithInit,
-	Loader: func(l port.ImageLoader, closeLoader func() error) []Option {
-		return []Option{WithImageLoader(l), func(c *config) error { c.closeLoader = closeLoader; return nil }}
+	Loader: func(l port.ImageLoader, opened func() error) Option {
+		return func(c *config) error { c.images = runner.NodeImages{Loader: l, Opened: opened}; return nil }
 	},
 	New: NewRunner,
 }

@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func TestTargets(t *testing.T) {
 	}
 	defer rt.Close()
 	r := rt.(*Runner)
-	if c := r.cfg; c.address != "http://127.0.0.1:1" || c.namespace != "agents" || c.region != "eu" || c.owner != "targets" || c.runtime != "runsc" || c.initPath == "" || c.loader != nil {
+	if c := r.cfg; c.address != "http://127.0.0.1:1" || c.namespace != "agents" || c.region != "eu" || c.owner != "targets" || c.runtime != "runsc" || c.initPath == "" || c.images.Loader != nil {
 		t.Errorf("config from the target: %+v", c)
 	}
 	rt2, err := port.OpenRuntime(ctx, "nomad://", port.RuntimeConfig{})
@@ -43,5 +44,43 @@ func TestTargets(t *testing.T) {
 	}
 	if _, err := port.OpenRuntime(ctx, "nomad://127.0.0.1:4646?load=nosuch%3A%2F%2F", port.RuntimeConfig{}); err == nil || !strings.Contains(err.Error(), "load=nosuch://") {
 		t.Errorf("a load= runtime that is not registered: %v", err)
+	}
+}
+
+// fakeLoader records what it loads.
+type fakeLoader struct{ got string }
+
+func (f *fakeLoader) LoadImage(_ context.Context, r io.Reader) ([]string, error) {
+	b, err := io.ReadAll(r)
+	f.got = string(b)
+	return []string{"loaded:1"}, err
+}
+
+// TestImageLoader: LoadImage goes through the loader WithImageLoader gave, is
+// ErrUnsupported saying what to do without one, a nil loader is refused, and Close
+// closes the loader a target opened.
+func TestImageLoader(t *testing.T) {
+	ctx := context.Background()
+	if _, err := NewRunner(WithImageLoader(nil)); !errors.Is(err, port.ErrInvalidSpec) || !strings.Contains(err.Error(), "nomad: image loader is nil") {
+		t.Errorf("a nil loader: %v", err)
+	}
+	r, err := NewRunner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadImage(ctx, strings.NewReader("x")); !errors.Is(err, port.ErrUnsupported) || !strings.Contains(err.Error(), "load=docker://") {
+		t.Errorf("no loader: %v", err)
+	}
+	f := &fakeLoader{}
+	if r, err = NewRunner(WithImageLoader(f)); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := r.LoadImage(ctx, strings.NewReader("archive")); err != nil || len(names) != 1 || names[0] != "loaded:1" || f.got != "archive" {
+		t.Errorf("LoadImage = %v, %v; the loader got %q", names, err, f.got)
+	}
+	closed := 0
+	r.cfg.images.Opened = func() error { closed++; return nil }
+	if err := r.Close(); err != nil || closed != 1 {
+		t.Errorf("Close = %v, closed the opened loader %d times", err, closed)
 	}
 }

@@ -24,8 +24,9 @@ type ClusterDriver[O any, R port.Runtime] struct {
 	Owner                 func(string) O
 	Logger                func(*slog.Logger) O
 	Runtime, Bridge, Init func(string) O
-	// Loader is the options that give the runner the load= runtime and its Close.
-	Loader func(loader port.ImageLoader, closeLoader func() error) []O
+	// Loader is the option that gives the runner the load= runtime and its Close
+	// (a NodeImages).
+	Loader func(loader port.ImageLoader, closeLoader func() error) O
 	// New is the adapter's NewRunner.
 	New func(...O) (R, error)
 }
@@ -62,7 +63,7 @@ func OpenCluster[O any, R port.Runtime](ctx context.Context, d ClusterDriver[O, 
 		return nil, err
 	}
 	if loader != nil {
-		opts = append(opts, d.Loader(loader, closeLoader)...)
+		opts = append(opts, d.Loader(loader, closeLoader))
 	}
 	r, err := d.New(opts...)
 	if err != nil {
