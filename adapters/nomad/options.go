@@ -39,10 +39,8 @@ type config struct {
 	hostPaths      bool
 	copyWorkspace  bool
 
-	// loader loads images for the nodes (WithImageLoader); closeLoader closes the
-	// one the driver opened from the target's load= query.
-	loader      port.ImageLoader
-	closeLoader func() error
+	// images loads images for the nodes (WithImageLoader, or the target's load=).
+	images runner.NodeImages
 }
 
 func defaultConfig() config {
