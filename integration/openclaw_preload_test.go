@@ -187,65 +187,14 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 		}
 	}
 
-	type done struct{ runID, ws, canary string }
-	var all []done
+	slot := preloadedSlotRun{sb: sb, cfg: cfg, image: image, pre: pre, limits: limits, flag: flag, nodeBin: nodeBin}
+	var all []preloadedSlotRun
 	for i := range runs {
 		// markerReply's markers are capital letters only.
-		canary := "PRELOADED" + strings.Map(func(r rune) rune { return 'A' + r%26 }, fmt.Sprint(i)+sandboxtest.RunID("c")[2:])
-		runID := sandboxtest.RunID("openclaw-pre")
-		one := openclaw.OneShot{SessionID: runID, Timeout: 150 * time.Second, Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"}}
-		ws := newWorkspace(t)
-		if err := one.Prepare(ws, cfg, openclaw.Files{Agents: "You are a test agent."}, "Reply with the code word. MARKER="+canary); err != nil {
-			t.Fatal(err)
-		}
-		spec := port.RunSpec{Limits: limits}
-		if err := one.Apply(&spec); err != nil {
-			t.Fatal(err)
-		}
-		t0 := time.Now()
-		res, runErr := sb.Run(ctx, sandbox.Request{
-			Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
-			Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws, Limits: spec.Limits, Preload: pre,
-			Attribution: port.Attribution{BillingAccountID: "acct-pre"},
-		})
-		wall := time.Since(t0)
-		if res == nil || res.Run == nil {
-			t.Fatalf("Run: %v", runErr)
-		}
-		out, err := openclaw.ParseRun(res.Run, runErr)
-		if err != nil {
-			t.Fatalf("openclaw: %v (after %v; %d audited LLM calls)\nstdout: %s\nstderr: %s", err, time.Since(t0), len(res.Audit), tail(res.Run.Stdout), tail(res.Run.Stderr))
-		}
-		if got := out.Text(); got != "ANSWER-"+canary {
-			t.Errorf("answer %q, want ANSWER-%s", got, canary)
-		}
-		if res.Run.Start != port.StartPreloaded || res.Run.PreloadAttestation == nil {
-			t.Errorf("the run was not served pre-booted: %q %s", res.Run.Start, res.Run.StartNote)
-		}
-		if len(res.Audit) == 0 {
-			t.Error("no LLM call audited: the turn did not go through the run's proxy")
-		}
-		if am := out.Meta.AgentMeta; am.Provider != openclaw.DefaultProvider || am.Model != "gpt-4o-mini" || am.SessionID != runID {
-			t.Errorf("the run reports provider %q, model %q, session %q: want the run's config's %q, gpt-4o-mini, %q", am.Provider, am.Model, am.SessionID, openclaw.DefaultProvider, runID)
-		}
-		for _, m := range openClawWarmUpMarkers {
-			if bytes.Contains(res.Run.Stdout, []byte(m)) || bytes.Contains(res.Run.Stderr, []byte(m)) {
-				t.Errorf("the run's output mentions the warm-up's %q:\n%s", m, tail(res.Run.Stderr))
-			}
-		}
-		if slotState {
-			// The slot's prepared database, handed over at the claim: made before it.
-			made := openClawStateCreated(t, nodeBin, ws)
-			if !made.Before(t0) {
-				t.Errorf("the run's state database was made at %v, after its claim at %v: the slot's prepared state was not handed over", made.Format(time.RFC3339Nano), t0.Format(time.RFC3339Nano))
-			}
-		}
-		var claimMiB, peakMiB uint64
-		if m := res.Run.Memory; m != nil {
-			claimMiB, peakMiB = m.ClaimBytes>>20, m.PeakBytes>>20
-		}
-		t.Logf("pre-booted one-shot (%q): wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v; idle slot %d MiB, run's peak %d MiB of %d MiB", flag, wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond), claimMiB, peakMiB, limits.MemoryBytes>>20)
-		all = append(all, done{runID, ws, canary})
+		r := slot
+		r.canary = "PRELOADED" + strings.Map(func(r rune) rune { return 'A' + r%26 }, fmt.Sprint(i)+sandboxtest.RunID("c")[2:])
+		r.run(ctx, t)
+		all = append(all, r)
 	}
 	chats := 0
 	for _, r := range fake.Requests() {
@@ -273,6 +222,78 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 		}
 		assertNoWarmUpState(t, d.ws, d.runID, others...)
 	}
+}
+
+// preloadedSlotRun is one one-shot of testOpenClawOneShotPreloaded on a pre-booted slot:
+// its inputs, then (after run) its run id and workspace.
+type preloadedSlotRun struct {
+	sb                  *sandbox.Sandbox
+	cfg                 *openclaw.Config
+	image, flag, canary string
+	nodeBin             string
+	pre                 *port.Preload
+	limits              port.Limits
+	runID, ws           string
+}
+
+// run runs the one-shot with its canary as the prompt's marker and checks what it
+// answered, which endpoint, model and session it used, that it was served pre-booted,
+// and (with --warm-up-follow-up) that its state database was made before its claim.
+func (r *preloadedSlotRun) run(ctx context.Context, t *testing.T) {
+	t.Helper()
+	r.runID = sandboxtest.RunID("openclaw-pre")
+	one := openclaw.OneShot{SessionID: r.runID, Timeout: 150 * time.Second, Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"}}
+	r.ws = newWorkspace(t)
+	if err := one.Prepare(r.ws, r.cfg, openclaw.Files{Agents: "You are a test agent."}, "Reply with the code word. MARKER="+r.canary); err != nil {
+		t.Fatal(err)
+	}
+	spec := port.RunSpec{Limits: r.limits}
+	if err := one.Apply(&spec); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	res, runErr := r.sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: r.runID, Image: r.image,
+		Argv: spec.Argv, Env: spec.Env, WorkspaceDir: r.ws, Limits: spec.Limits, Preload: r.pre,
+		Attribution: port.Attribution{BillingAccountID: "acct-pre"},
+	})
+	wall := time.Since(t0)
+	if res == nil || res.Run == nil {
+		t.Fatalf("Run: %v", runErr)
+	}
+	out, err := openclaw.ParseRun(res.Run, runErr)
+	if err != nil {
+		t.Fatalf("openclaw: %v (after %v; %d audited LLM calls)\nstdout: %s\nstderr: %s", err, time.Since(t0), len(res.Audit), tail(res.Run.Stdout), tail(res.Run.Stderr))
+	}
+	if got := out.Text(); got != "ANSWER-"+r.canary {
+		t.Errorf("answer %q, want ANSWER-%s", got, r.canary)
+	}
+	if res.Run.Start != port.StartPreloaded || res.Run.PreloadAttestation == nil {
+		t.Errorf("the run was not served pre-booted: %q %s", res.Run.Start, res.Run.StartNote)
+	}
+	if len(res.Audit) == 0 {
+		t.Error("no LLM call audited: the turn did not go through the run's proxy")
+	}
+	if am := out.Meta.AgentMeta; am.Provider != openclaw.DefaultProvider || am.Model != "gpt-4o-mini" || am.SessionID != r.runID {
+		t.Errorf("the run reports provider %q, model %q, session %q: want the run's config's %q, gpt-4o-mini, %q", am.Provider, am.Model, am.SessionID, openclaw.DefaultProvider, r.runID)
+	}
+	for _, m := range openClawWarmUpMarkers {
+		if bytes.Contains(res.Run.Stdout, []byte(m)) || bytes.Contains(res.Run.Stderr, []byte(m)) {
+			t.Errorf("the run's output mentions the warm-up's %q:\n%s", m, tail(res.Run.Stderr))
+		}
+	}
+	if r.flag == "--warm-up-follow-up" {
+		// The slot's prepared database, handed over at the claim: made before it.
+		made := openClawStateCreated(t, r.nodeBin, r.ws)
+		if !made.Before(t0) {
+			t.Errorf("the run's state database was made at %v, after its claim at %v: the slot's prepared state was not handed over", made.Format(time.RFC3339Nano), t0.Format(time.RFC3339Nano))
+		}
+	}
+	var claimMiB, peakMiB uint64
+	if m := res.Run.Memory; m != nil {
+		claimMiB, peakMiB = m.ClaimBytes>>20, m.PeakBytes>>20
+	}
+	t.Logf("pre-booted one-shot (%q): wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v; idle slot %d MiB, run's peak %d MiB of %d MiB", r.flag, wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond), claimMiB, peakMiB, r.limits.MemoryBytes>>20)
 }
 
 // openClawStateCreated returns when the OpenClaw state database of the one-shot in the
