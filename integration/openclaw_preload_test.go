@@ -61,15 +61,16 @@ func TestOpenClawOneShotPreloadedWarmUpContainerd(t *testing.T) {
 // TestOpenClawPreloadedSlotStateDocker: with --warm-up-follow-up each pre-booted slot
 // also prepares OpenClaw's state database ahead of the claim, in a directory of its own
 // the warm-up never touched, and the claim hands it to the run. Two runs, each on its own
-// slot of one pool and each with its own canary: each run's state database was made
-// before its claim (its schema_meta row's created_at), holds its own session and canary
-// and nothing of the other run's or of the warm-up's. About 2-6 min.
+// slot of one pool (the second on the slot refilled after the first claim) and each with
+// its own canary: each run's state database was made before its claim (its schema_meta
+// row's created_at), holds its own session and canary and nothing of the other run's or
+// of the warm-up's. About 2-10 min.
 func TestOpenClawPreloadedSlotStateDocker(t *testing.T) {
 	testOpenClawOneShotPreloaded(t, dockerRunnerFor, "--warm-up-follow-up")
 }
 
 // TestOpenClawPreloadedSlotStateContainerd is TestOpenClawPreloadedSlotStateDocker on
-// containerd's warm pool. About 2-6 min.
+// containerd's warm pool. About 2-10 min.
 func TestOpenClawPreloadedSlotStateContainerd(t *testing.T) {
 	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "--warm-up-follow-up")
 }
@@ -146,7 +147,7 @@ func assertNoWarmUpState(t testing.TB, ws, sessionID string, others ...string) {
 // one run, or with --warm-up-follow-up two, each on its own slot with its own canary.
 func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), flag string) {
 	appDir, nodeBin := openClawInstall(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	fake := litellmtest.NewServer(litellmtest.WithReply(markerReply))
 	defer fake.Close()
@@ -162,6 +163,10 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	if warmUp {
 		pre.Argv[slices.Index(pre.Argv, "--warm-up")] = flag
 	}
+	if slotState {
+		// Two warm-up turns, then the state database: about twice --warm-up's boot.
+		pre.Timeout *= 2
+	}
 	runs := 1
 	if slotState {
 		runs = 2
@@ -173,24 +178,25 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 		limits.MemoryBytes = openClawWarmUpMemory
 	}
 	tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: pre})
-	pool, err := runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: runs})
+	pool, err := runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close(context.Background())
 	sb, lc := newStack(t, runner, fake, sandbox.WithPool(pool))
 	cfg := openClawConfig(ctx, t, lc)
-	// Every slot warms up at once: on 2 loaded vCPUs that takes a while.
-	for deadline := time.Now().Add(12 * time.Minute); pool.Stats().Ready < runs; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
-			t.Fatalf("the pre-booted slots never became ready: %+v", pool.Stats())
-		}
-	}
 
 	slot := preloadedSlotRun{sb: sb, cfg: cfg, image: image, pre: pre, limits: limits, flag: flag, nodeBin: nodeBin}
 	var all []preloadedSlotRun
 	for i := range runs {
 		// markerReply's markers are capital letters only.
+		// One slot at a time (the pool refills after each claim): a slot's warm-up is
+		// CPU-bound, and two at once on 2 loaded vCPUs take twice as long each.
+		for deadline := time.Now().Add(max(pre.Timeout, 6*time.Minute) + time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
+				t.Fatalf("the pre-booted slot never became ready: %+v", pool.Stats())
+			}
+		}
 		r := slot
 		r.canary = "PRELOADED" + strings.Map(func(r rune) rune { return 'A' + r%26 }, fmt.Sprint(i)+sandboxtest.RunID("c")[2:])
 		r.run(ctx, t)
