@@ -155,6 +155,26 @@ func Node(ctx context.Context, app NodeApp) (Image, error) {
 		return Image{}, err
 	}
 	files = append(files, appFiles[1:]...) // [0] is AppPath itself
+	packed, err := closureFiles(modules, closure, inline)
+	if err != nil {
+		return Image{}, err
+	}
+	files = append(files, packed...)
+	files = withSandboxBase(files)
+	return Image{
+		Name:       app.Name,
+		Entrypoint: []string{NodeBin, AppPath + "/" + filepath.ToSlash(app.Entry)},
+		Env:        append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "NODE_ENV=production"}, app.Env...),
+		User:       port.DefaultUser,
+		Files:      files,
+	}, nil
+}
+
+// closureFiles packs the dependency closure (package directories relative to
+// modules) under AppPath/node_modules, with the parent directories it needs; inline
+// reads the files' content now (modules is removed on Node's return).
+func closureFiles(modules string, closure []string, inline bool) ([]File, error) {
+	var files []File
 	if len(closure) > 0 {
 		files = append(files, File{Path: AppPath + "/node_modules", Mode: 0o755, Dir: true})
 	}
@@ -180,23 +200,16 @@ func Node(ctx context.Context, app NodeApp) (Image, error) {
 		// A package's own node_modules is packed only as far as the closure reaches.
 		pf, err := dirFiltered(filepath.Join(modules, filepath.FromSlash(rel)), AppPath+"/node_modules/"+rel, func(r string) bool { return r == "node_modules" })
 		if err != nil {
-			return Image{}, err
+			return nil, err
 		}
 		if inline {
 			if err := readSources(pf); err != nil {
-				return Image{}, err
+				return nil, err
 			}
 		}
 		files = append(files, pf...)
 	}
-	files = withSandboxBase(files)
-	return Image{
-		Name:       app.Name,
-		Entrypoint: []string{NodeBin, AppPath + "/" + filepath.ToSlash(app.Entry)},
-		Env:        append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "NODE_ENV=production"}, app.Env...),
-		User:       port.DefaultUser,
-		Files:      files,
-	}, nil
+	return files, nil
 }
 
 func isPackageDir(closure []string, d string) bool {

@@ -82,6 +82,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"RedTeam", testRedTeam},
 		{"TrailersDropped", testTrailers},
 		{"ResponseHeaderAllowlist", testResponseHeaderAllowlist},
+		{"RequestFraming", testRequestFraming},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 		{"DeclaredRefusals", testProxyDeclaredRefusals},

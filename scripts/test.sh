@@ -281,6 +281,10 @@ races=$(grep -c -- "WARNING: DATA RACE" "$TEST_LOG" || true)
 if [ "$rc" != 0 ]; then
   echo "== failures (the whole log is $TEST_LOG)"
   grep -B 5 -A 40 -E -- "--- FAIL|^panic:|^FAIL|WARNING: DATA RACE" "$TEST_LOG" | head -n 400 || true
+  # Last, so a reader of the output's end sees them: the messages of the failed tests
+  # (printed while they ran, which can be far from their "--- FAIL" line).
+  echo "== what the failed tests printed"
+  awk -f scripts/lib/test-output.awk "$TEST_LOG" "$TEST_LOG" | tail -n 300 || true
 fi
 at "tests over"
 await vet || rc=1

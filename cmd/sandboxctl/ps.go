@@ -331,36 +331,8 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var reps []sweepReport
-	for i, rep := range got {
-		r := sweepReport{Runtime: parts[i].name, DryRun: *dry, Removed: rep.Removed}
-		if r.Removed == nil {
-			r.Removed = []string{}
-		}
-		for _, e := range rep.Errors {
-			r.Errors = append(r.Errors, e.Error())
-		}
-		reps = append(reps, r)
-	}
-	if c.json {
-		_ = json.NewEncoder(stdout).Encode(reps)
-	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		verb := "REMOVED"
-		if *dry {
-			verb = "WOULD REMOVE"
-		}
-		fmt.Fprintf(tw, "FROM\t%s\n", verb)
-		for _, r := range reps {
-			for _, x := range r.Removed {
-				fmt.Fprintf(tw, "%s\t%s\n", r.Runtime, x)
-			}
-			for _, e := range r.Errors {
-				fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, e)
-			}
-		}
-		tw.Flush()
-	}
+	reps := sweepReports(got, parts, *dry)
+	printSweep(stdout, c.json, reps, *dry)
 	failed := false
 	for _, r := range reps {
 		failed = failed || len(r.Errors) > 0
@@ -372,6 +344,45 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailed
 	}
 	return exitOK
+}
+
+// sweepReports names each sweeper's report for the output.
+func sweepReports(got []port.SweepReport, parts []sweepPart, dry bool) []sweepReport {
+	var reps []sweepReport
+	for i, rep := range got {
+		r := sweepReport{Runtime: parts[i].name, DryRun: dry, Removed: rep.Removed}
+		if r.Removed == nil {
+			r.Removed = []string{}
+		}
+		for _, e := range rep.Errors {
+			r.Errors = append(r.Errors, e.Error())
+		}
+		reps = append(reps, r)
+	}
+	return reps
+}
+
+// printSweep writes the reports as JSON or as a table.
+func printSweep(stdout io.Writer, asJSON bool, reps []sweepReport, dry bool) {
+	if asJSON {
+		_ = json.NewEncoder(stdout).Encode(reps)
+		return
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	verb := "REMOVED"
+	if dry {
+		verb = "WOULD REMOVE"
+	}
+	fmt.Fprintf(tw, "FROM\t%s\n", verb)
+	for _, r := range reps {
+		for _, x := range r.Removed {
+			fmt.Fprintf(tw, "%s\t%s\n", r.Runtime, x)
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, e)
+		}
+	}
+	tw.Flush()
 }
 
 // dockerProxies is the Docker proxy manager of the owner, for its sweep: nginx

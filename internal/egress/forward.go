@@ -222,7 +222,7 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, mode string
 		}
 		h[k] = vs
 	}
-	red := NewRedactor(vals)
+	red := p.compiled.Redactor(vals)
 	if red != nil {
 		h.Del("Accept-Encoding") // the reflection guard reads plain bodies
 	}

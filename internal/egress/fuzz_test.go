@@ -124,3 +124,42 @@ func FuzzRedactor(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRedactorReuse: a Redactor reads each header name and value with one scanner,
+// reset between them, and a per-run Compiled hands out the same compiled values. Every
+// call must answer as a fresh Redactor does, whatever the calls before it read (a run
+// left pending, an error).
+func FuzzRedactorReuse(f *testing.F) {
+	f.Add([]byte("secret-value-1\x00secret-val\x00SECRET-VALUE-1\x00x%73ecret-value-1"))
+	f.Add([]byte("value-1-oth\x00value-1-other\x00\x00&#115;ecret-value-1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		vals := map[string]string{"a": "secret-value-1", "b": "value-1-other", "c": "other-value-22"}
+		var c Compiled
+		reused := c.Redactor(vals)
+		for i, part := range strings.Split(string(data), "\x00") {
+			fresh := c.Redactor(vals)
+			if i%2 == 1 {
+				fresh = NewRedactor(vals)
+			}
+			var got, want any
+			switch i % 3 {
+			case 0:
+				v, err := reused.Header(part)
+				w, werr := fresh.Header(part)
+				got, want = [2]any{v, err}, [2]any{w, werr}
+			case 1:
+				d, err := reused.Name(part)
+				w, werr := fresh.Name(part)
+				got, want = [2]any{d, err}, [2]any{w, werr}
+			default:
+				got, want = reused.String(part), fresh.String(part)
+			}
+			if got != want {
+				t.Fatalf("call %d on %q: reused %v, fresh %v", i, part, got, want)
+			}
+			if reused.short != nil && reused.short.late > 0 {
+				t.Fatalf("call %d: %d bytes marked after they went out", i, reused.short.late)
+			}
+		}
+	})
+}

@@ -77,6 +77,8 @@ type Proxy struct {
 	// withdrawn is set when a response reflected part of a credential: the run's
 	// later requests that carry one are refused (see reflect.go).
 	withdrawn atomic.Bool
+	// compiled are the run's credential values compiled for the reflection guard.
+	compiled Compiled
 
 	mu       sync.Mutex
 	audit    auditLog

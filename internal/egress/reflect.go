@@ -1,9 +1,11 @@
 package egress
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // The reflection guard. A credential value echoed back by the upstream in the
@@ -83,6 +85,7 @@ var (
 type Redactor struct {
 	secrets []*secret
 	body    *scanner
+	short   *scanner // reused for header names and values (each is read whole)
 	// Count is the number of redacted runs so far.
 	Count int
 }
@@ -97,21 +100,63 @@ type secret struct {
 
 // NewRedactor returns a Redactor for vals (name to value); nil when there is nothing
 // to redact.
-func NewRedactor(vals map[string]string) *Redactor {
+func NewRedactor(vals map[string]string) *Redactor { return (*Compiled)(nil).Redactor(vals) }
+
+// Compiled keeps the compiled values of one run (a value's automaton costs most of a
+// small response's guard, and a run's values rarely change), at most maxCompiled; a
+// nil *Compiled compiles every time. Safe for concurrent use: a compiled value is
+// only read.
+type Compiled struct {
+	mu   sync.Mutex
+	secs map[[2]string]*secret
+}
+
+// maxCompiled bounds a run's compiled values: a credential source that hands out a
+// new value per request makes the cache start over instead of growing.
+const maxCompiled = 64
+
+// compile returns name's value compiled, from the cache when it has it.
+func (c *Compiled) compile(name, v string) *secret {
+	if c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if s, ok := c.secs[[2]string{name, v}]; ok {
+			return s
+		}
+	}
+	s := &secret{repl: []byte("{{" + name + "}}"), n: int32(len(v)), k: int32(runLen(len(v))),
+		sam: newAutomaton(v), fsam: newAutomaton(strings.ToLower(v))}
+	if c != nil {
+		if c.secs == nil || len(c.secs) >= maxCompiled {
+			c.secs = make(map[[2]string]*secret)
+		}
+		c.secs[[2]string{name, v}] = s
+	}
+	return s
+}
+
+// Redactor returns a Redactor for vals (name to value) with the values compiled once
+// per run; nil when there is nothing to redact.
+func (c *Compiled) Redactor(vals map[string]string) *Redactor {
 	r := &Redactor{}
 	for name, v := range vals {
 		if len(v) < minSecret {
 			continue
 		}
-		r.secrets = append(r.secrets, &secret{repl: []byte("{{" + name + "}}"), n: int32(len(v)), k: int32(runLen(len(v))),
-			sam: newAutomaton(v), fsam: newAutomaton(strings.ToLower(v))})
+		r.secrets = append(r.secrets, c.compile(name, v))
 	}
 	if len(r.secrets) == 0 {
 		return nil
 	}
 	// The longest value first: where runs of two values overlap, its placeholder is
-	// shown; the order is fixed, so a stream redacts the same however it is split.
-	slices.SortFunc(r.secrets, func(a, b *secret) int { return int(b.n - a.n) })
+	// shown; the order is fixed (length, then placeholder), so a stream redacts the
+	// same however it is split and whatever order the map gave.
+	slices.SortFunc(r.secrets, func(a, b *secret) int {
+		if a.n != b.n {
+			return int(b.n - a.n)
+		}
+		return bytes.Compare(a.repl, b.repl)
+	})
 	return r
 }
 
@@ -135,7 +180,7 @@ func (r *Redactor) Header(v string) (string, error) {
 	if r == nil || v == "" {
 		return v, nil
 	}
-	s := newScanner(r.secrets, false, true)
+	s := r.scanner(false, true)
 	out, err := s.feed([]byte(v), true)
 	r.Count += s.take()
 	return string(out), err
@@ -148,7 +193,7 @@ func (r *Redactor) Name(k string) (bool, error) {
 	if r == nil {
 		return false, nil
 	}
-	s := newScanner(r.secrets, true, true)
+	s := r.scanner(true, true)
 	_, err := s.feed([]byte(k), true)
 	n := s.take()
 	r.Count += n
@@ -161,7 +206,7 @@ func (r *Redactor) String(s string) string {
 	if r == nil || s == "" {
 		return s
 	}
-	sc := newScanner(r.secrets, false, false)
+	sc := r.scanner(false, false)
 	out, _ := sc.feed([]byte(s), true)
 	r.Count += sc.take()
 	return string(out)
@@ -219,6 +264,34 @@ func newScanner(secs []*secret, fold, strict bool) *scanner {
 	return &scanner{secs: secs, fold: fold, strict: strict, ring: make([][ringSlots][]pstate, len(secs)),
 		pending: make([][]span, len(secs)), wholes: make([][]span, len(secs)),
 		live: make([]int, len(secs)), cur: make([]pstate, len(secs)), fast: true}
+}
+
+// scanner returns the Redactor's scanner for one whole string, reset: allocating the
+// scanner's rings for every header was most of a small response's guard.
+func (r *Redactor) scanner(fold, strict bool) *scanner {
+	if r.short == nil {
+		r.short = newScanner(r.secrets, fold, strict)
+		return r.short
+	}
+	r.short.reset(fold, strict)
+	return r.short
+}
+
+// reset makes s as newScanner made it, keeping what it allocated.
+func (s *scanner) reset(fold, strict bool) {
+	s.fold, s.strict = fold, strict
+	s.buf, s.mark, s.rs = s.buf[:0], s.mark[:0], s.rs[:0]
+	s.base, s.proc, s.barrier = 0, 0, 0
+	for i := range s.ring {
+		for j := range s.ring[i] {
+			s.ring[i][j] = s.ring[i][j][:0]
+		}
+		s.pending[i], s.wholes[i] = s.pending[i][:0], s.wholes[i][:0]
+	}
+	s.npending = 0
+	clear(s.live)
+	clear(s.cur)
+	s.fast, s.lastOut, s.count, s.late, s.err = true, 0, 0, 0, nil
 }
 
 // take returns the runs redacted since the last call.

@@ -40,7 +40,17 @@ func ForPID(pid int) (Paths, bool) {
 	if err != nil {
 		return Paths{}, false
 	}
+	return parse(b)
+}
+
+// parse resolves the directories a /proc/<pid>/cgroup file names. Only a cgroup of
+// the sandbox's own is kept: a runtime that places its process in a memory cgroup
+// but leaves it in a shared unified one (gVisor's runsc on a hybrid host stays in
+// "0::/") would report the whole machine's stall as the run's, so a unified path
+// that is the root, or differs from the memory controller's, is dropped.
+func parse(b []byte) (Paths, bool) {
 	var p Paths
+	var v2Rel, memRel string
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
@@ -49,16 +59,22 @@ func ForPID(pid int) (Paths, bool) {
 		}
 		switch {
 		case parts[0] == "0" && parts[1] == "":
+			if parts[2] == "/" {
+				continue
+			}
 			for _, base := range []string{Root, filepath.Join(Root, "unified")} {
 				dir := filepath.Join(base, parts[2])
 				if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err == nil && isCgroup2(base) {
-					p.V2 = dir
+					p.V2, v2Rel = dir, parts[2]
 					break
 				}
 			}
 		case hasController(parts[1], "memory"):
-			p.V1Memory = filepath.Join(Root, "memory", parts[2])
+			p.V1Memory, memRel = filepath.Join(Root, "memory", parts[2]), parts[2]
 		}
+	}
+	if p.V1Memory != "" && v2Rel != memRel {
+		p.V2 = ""
 	}
 	return p, p.V2 != "" || p.V1Memory != ""
 }

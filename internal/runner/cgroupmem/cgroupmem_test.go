@@ -163,3 +163,42 @@ func TestStartClaimedV2(t *testing.T) {
 		t.Errorf("no cgroup, yet %+v", none)
 	}
 }
+
+// The stall times are the sandbox's own or none: a process left in the unified
+// root (runsc's sandbox on a hybrid host) or in another unified cgroup than its
+// memory one reads no PSI, else a 400 ms run was reported stalled for seconds.
+func TestParseKeepsOnlyTheSandboxsCgroup(t *testing.T) {
+	old := Root
+	Root = t.TempDir()
+	t.Cleanup(func() { Root = old })
+	mk := func(dir string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, dir, map[string]string{"cgroup.procs": ""})
+	}
+	uni := filepath.Join(Root, "unified")
+	mk(uni)
+	write(t, uni, map[string]string{"cgroup.subtree_control": ""})
+	mk(filepath.Join(uni, "ns", "run-a"))
+	mk(filepath.Join(uni, "system.slice", "containerd.service"))
+	mk(filepath.Join(Root, "memory", "ns", "run-a"))
+	for _, c := range []struct {
+		name, file string
+		want       Paths
+	}{
+		{"runc: same path in both", "4:memory:/ns/run-a\n0::/ns/run-a\n",
+			Paths{V1Memory: filepath.Join(Root, "memory", "ns", "run-a"), V2: filepath.Join(uni, "ns", "run-a")}},
+		{"runsc: unified root", "4:memory:/ns/run-a\n0::/\n",
+			Paths{V1Memory: filepath.Join(Root, "memory", "ns", "run-a")}},
+		{"another unified cgroup", "4:memory:/ns/run-a\n0::/system.slice/containerd.service\n",
+			Paths{V1Memory: filepath.Join(Root, "memory", "ns", "run-a")}},
+		{"v2 root only", "0::/\n", Paths{}},
+	} {
+		got, ok := parse([]byte(c.file))
+		if got != c.want || ok != (c.want != Paths{}) {
+			t.Errorf("%s: got %+v ok=%v, want %+v", c.name, got, ok, c.want)
+		}
+	}
+}

@@ -118,32 +118,7 @@ func TestPuller(t *testing.T, h PullHarness) {
 		}
 	})
 	t.Run("PolicyAndPinnedRun", func(t *testing.T) {
-		r := h.New(t, port.PullIfNotPresent, good)
-		p, err := r.PullImage(ctx, tagged+"@"+d1, port.PullIfNotPresent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !p.Pulled || p.Digest != d1 {
-			t.Fatalf("first pull: %+v, want pulled at %s", p, d1)
-		}
-		if p, err = r.PullImage(ctx, pinned, port.PullIfNotPresent); err != nil || p.Pulled || p.Digest != d1 {
-			t.Fatalf("IfNotPresent on a present image: %+v %v", p, err)
-		}
-		if p, err = r.PullImage(ctx, pinned, port.PullAlways); err != nil || !p.Pulled || p.Digest != d1 {
-			t.Fatalf("Always: %+v %v", p, err)
-		}
-		// A run by the pinned reference; the sandbox sees none of the credentials.
-		res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("pulled"), Image: pinned, Argv: []string{"/agent", "env"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := string(res.Stdout) + string(res.Stderr)
-		if res.ExitCode != 0 || !strings.Contains(out, "PATH=") {
-			t.Fatalf("run of the pulled image: exit %d, %q", res.ExitCode, out)
-		}
-		if strings.Contains(out, reg.Password) || strings.Contains(out, reg.User) {
-			t.Fatalf("the registry credentials reached the sandbox: %q", out)
-		}
+		testPolicyAndPinnedRun(ctx, t, h, reg, good, tagged, d1)
 	})
 	t.Run("AlwaysAsksTheRegistry", func(t *testing.T) {
 		// The image is held (pulled with the right password): PullAlways still asks
@@ -172,4 +147,36 @@ func TestPuller(t *testing.T, h PullHarness) {
 			t.Fatalf("stdout %q", res.Stdout)
 		}
 	})
+}
+
+// testPolicyAndPinnedRun pulls a pinned reference under each policy, then runs it:
+// the sandbox sees none of the credentials.
+func testPolicyAndPinnedRun(ctx context.Context, t *testing.T, h PullHarness, reg *Registry, good port.StaticRegistryCredentials, tagged, d1 string) {
+	pinned := reg.Addr + "/team/agent@" + d1
+	r := h.New(t, port.PullIfNotPresent, good)
+	p, err := r.PullImage(ctx, tagged+"@"+d1, port.PullIfNotPresent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Pulled || p.Digest != d1 {
+		t.Fatalf("first pull: %+v, want pulled at %s", p, d1)
+	}
+	if p, err = r.PullImage(ctx, pinned, port.PullIfNotPresent); err != nil || p.Pulled || p.Digest != d1 {
+		t.Fatalf("IfNotPresent on a present image: %+v %v", p, err)
+	}
+	if p, err = r.PullImage(ctx, pinned, port.PullAlways); err != nil || !p.Pulled || p.Digest != d1 {
+		t.Fatalf("Always: %+v %v", p, err)
+	}
+	// A run by the pinned reference; the sandbox sees none of the credentials.
+	res, err := r.RunOnce(ctx, port.RunSpec{RunID: sandboxtest.RunID("pulled"), Image: pinned, Argv: []string{"/agent", "env"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout) + string(res.Stderr)
+	if res.ExitCode != 0 || !strings.Contains(out, "PATH=") {
+		t.Fatalf("run of the pulled image: exit %d, %q", res.ExitCode, out)
+	}
+	if strings.Contains(out, reg.Password) || strings.Contains(out, reg.User) {
+		t.Fatalf("the registry credentials reached the sandbox: %q", out)
+	}
 }

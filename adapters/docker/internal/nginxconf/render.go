@@ -79,16 +79,19 @@ type forwardedHeader struct{ Name, Var string }
 
 // forwarded is the allowlist of client request headers the nginx proxy forwards.
 //
-// Why these: Content-Type and Accept carry the API's content negotiation; User-Agent
-// helps debugging upstream; OpenAI-Beta, Anthropic-Version and Anthropic-Beta select API
-// versions and features of the OpenAI and Anthropic APIs that LiteLLM serves. Left out
-// on purpose: Accept-Encoding (a compressed stream can be held back by the compressor,
-// and the hop to LiteLLM is local), Connection and Upgrade (no protocol switch past the
-// proxy), OpenAI-Organization and OpenAI-Project (they pick whose account pays),
+// Why these: Content-Type and Accept carry the API's content negotiation (the
+// Content-Type goes upstream as the Go fronts send it: application/json on a route
+// with a body, its parameters dropped, and none on a route without one; a body of
+// another type is refused); User-Agent helps debugging upstream; OpenAI-Beta,
+// Anthropic-Version and Anthropic-Beta select API versions and features of the
+// OpenAI and Anthropic APIs that LiteLLM serves. Left out on purpose:
+// Accept-Encoding (a compressed stream can be held back by the compressor, and the
+// hop to LiteLLM is local), Connection and Upgrade (no protocol switch past the
+// proxy; a request with Upgrade is refused, as the Go fronts refuse it), OpenAI-Organization and OpenAI-Project (they pick whose account pays),
 // traceparent (tracing is attribution the proxy owns), and x-pass-* and the other x-*
 // headers (LiteLLM forwards those to providers, so they could carry credentials).
 var forwarded = []forwardedHeader{
-	{"Content-Type", "http_content_type"},
+	{"Content-Type", "llmproxy_content_type"},
 	{"Accept", "http_accept"},
 	{"User-Agent", "http_user_agent"},
 	{"OpenAI-Beta", "http_openai_beta"},
@@ -142,7 +145,11 @@ func init() {
 		}
 	}
 	for _, h := range forwarded {
-		if proxypolicy.IsStripped(h.Name) || "http_"+strings.ReplaceAll(strings.ToLower(h.Name), "-", "_") != h.Var {
+		v := "http_" + strings.ReplaceAll(strings.ToLower(h.Name), "-", "_")
+		if h.Name == "Content-Type" {
+			v = "llmproxy_content_type" // rewritten, never the client's value
+		}
+		if proxypolicy.IsStripped(h.Name) || v != h.Var {
 			panic("nginxconf: bad forwarded header " + h.Name)
 		}
 	}
@@ -210,6 +217,8 @@ type nginxData struct {
 type nginxRoute struct {
 	Path, Bare, Methods string
 	Sub                 bool
+	// Body marks a route that takes a JSON body (BodyKeys): its Content-Type is checked.
+	Body bool
 }
 
 // routePathRe keeps route paths to what may be written into a location unquoted.
@@ -226,7 +235,7 @@ func nginxRoutes() ([]nginxRoute, error) {
 		if m == http.MethodGet {
 			m = "GET|HEAD"
 		}
-		out = append(out, nginxRoute{Path: r.Path, Bare: strings.TrimPrefix(r.Path, proxypolicy.BareRoutePrefix), Methods: m, Sub: r.SubPaths})
+		out = append(out, nginxRoute{Path: r.Path, Bare: strings.TrimPrefix(r.Path, proxypolicy.BareRoutePrefix), Methods: m, Sub: r.SubPaths, Body: r.BodyKeys != nil})
 	}
 	return out, nil
 }

@@ -531,7 +531,7 @@ func TestNginxEndToEnd(t *testing.T) {
 			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", "/v1", 404, nf, "path_not_allowed"
 		}),
 		rec(func(r *port.AuditRecord) {
-			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", `/x","status":"200"}`+"\n"+`{"run_id":"run-e2e`, 404, nf, "path_not_allowed"
+			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "GET", `/x","status":"200"}%0A{"run_id":"run-e2e` /* the LF inert */, 404, nf, "path_not_allowed"
 		}),
 		rec(func(r *port.AuditRecord) {
 			r.Method, r.Path, r.Status, r.RespBytes, r.Blocked = "POST", "/v1/mcp/server", 404, rna, "route_not_allowed"

@@ -117,7 +117,7 @@ func TestRenderNginxContent(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"Host":                          "litellm:4000",
 		"Connection":                    "",
-		"Content-Type":                  "$http_content_type",
+		"Content-Type":                  "$llmproxy_content_type",
 		"Accept":                        "$http_accept",
 		"User-Agent":                    "$http_user_agent",
 		"OpenAI-Beta":                   "$http_openai_beta",
