@@ -156,6 +156,8 @@ func startNginx(t *testing.T, bin string, spec port.ProxySpec, cfg NginxConfig) 
 	cfg.Policy = mustPolicy(t, spec)
 	cfg.Upstream = spec.Upstream
 	cfg.SocketPath, cfg.AuditLogPath, cfg.RuntimeDir = p.sock, p.audit, dir
+	cfg.ScriptPath = filepath.Join(dir, "llmproxy.js")
+	require.NoError(t, os.WriteFile(cfg.ScriptPath, NginxScript(), 0o644))
 	conf, err := RenderNginx(cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(p.conf, conf, 0o600))
