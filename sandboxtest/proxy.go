@@ -83,6 +83,7 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"TrailersDropped", testTrailers},
 		{"ResponseHeaderAllowlist", testResponseHeaderAllowlist},
 		{"RequestFraming", testRequestFraming},
+		{"UpstreamInformational", testUpstreamInformational},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 		{"DeclaredRefusals", testProxyDeclaredRefusals},
