@@ -30,6 +30,10 @@
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.36.3}
+# This script prints KUBE_VERSION with a "v" (as Kubernetes names its releases); a
+# caller that exported what it printed may hand it back.
+KUBE_VERSION=${KUBE_VERSION#v}
+[[ $KUBE_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "install-kubernetes: KUBE_VERSION must be MAJOR.MINOR.PATCH, got '$KUBE_VERSION'" >&2; exit 2; }
 cache=${SANDBOX_CACHE:-${HOME:-/root}/.cache/agentsandbox}
 dir="$cache/kubernetes-$KUBE_VERSION"
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
