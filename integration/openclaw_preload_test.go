@@ -58,8 +58,8 @@ func TestOpenClawOneShotPreloadedWarmUpContainerd(t *testing.T) {
 	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "--warm-up")
 }
 
-// TestOpenClawPreloadedSlotStateDocker: with --warm-up-follow-up each pre-booted slot
-// also prepares OpenClaw's state database ahead of the claim, in a directory of its own
+// TestOpenClawPreloadedSlotStateDocker: with --warm-up-follow-up --prepare-state each
+// pre-booted slot also prepares OpenClaw's state database ahead of the claim, in a directory of its own
 // the warm-up never touched, and the claim hands it to the run. Two runs, each on its own
 // slot of one pool (the second on the slot refilled after the first claim) and each with
 // its own canary: each run's state database was made before its claim (its schema_meta
@@ -164,6 +164,8 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 		pre.Argv[slices.Index(pre.Argv, "--warm-up")] = flag
 	}
 	if slotState {
+		// Opt-in: the slot prepares OpenClaw's state database ahead of the claim.
+		pre.Argv = slices.Insert(pre.Argv, slices.Index(pre.Argv, flag)+1, "--prepare-state")
 		// Two warm-up turns, then the state database: about twice --warm-up's boot.
 		pre.Timeout *= 2
 	}

@@ -172,12 +172,17 @@ delete process.env.AGENTSANDBOX_PRELOAD_FD;
 const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
+const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--prepare-state]] OPENCLAW_PACKAGE_DIR';
 // --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
 const followUp = args[0] === '--warm-up-follow-up';
 const warmUp = followUp || args[0] === '--warm-up';
 if (warmUp) args.shift();
+// --prepare-state (with --warm-up-follow-up): the slot prepares OpenClaw's state database
+// ahead of the claim (prepareSlotState).
+const prepareState = followUp && args[0] === '--prepare-state';
+if (prepareState) args.shift();
 const pkgDir = args[0];
-if (!pkgDir || args.length !== 1) fail('usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up] OPENCLAW_PACKAGE_DIR');
+if (!pkgDir || args.length !== 1 || pkgDir.startsWith('--')) fail(usage);
 const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
 if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PINNED_VERSION}: the split point must be proven again`);
 const dist = path.join(pkgDir, 'dist');
@@ -224,7 +229,7 @@ if (warmUp) {
   }
   await warmUpTurn();
   await startStandbyWorkers();
-  if (followUp) await prepareSlotState();
+  if (prepareState) await prepareSlotState();
   await reduceIdleMemory();
 }
 
@@ -402,9 +407,10 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
 // At the claim, handOverSlotState copies it into the run's state directory when that is
 // empty (a fresh one-shot), else it is dropped. A run that finds a state database takes
 // OpenClaw's existing-state path (its doctor's state-migration preflight), which the
-// follow-up warm-up turn loaded: so only --warm-up-follow-up prepares it.
+// follow-up warm-up turn loaded: so it needs --warm-up-follow-up, and it is opt-in
+// (--prepare-state) until it is shown to make runs faster (see
+// docs/warm-pools-and-runtimes.md: on a loaded machine it has not yet).
 async function prepareSlotState() {
-  if (process.env.OPENCLAW_PRELOAD_NO_SLOT_STATE === '1') return; // measured against in the benchmarks
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'openclaw-slot-state-'));
   try {
     warm.openOpenClawStateDatabase({ env: { ...process.env, OPENCLAW_STATE_DIR: dir, HOME: dir } });
