@@ -81,17 +81,27 @@ type Budget struct {
 	MaxCalls int
 	// MaxTokens stops further calls once the total tokens reported in responses' usage
 	// reach it. The engine's proxies (in-process, shared daemon, billing router)
-	// reserve each call's worst case before forwarding it: one token per byte of
-	// the forwarded body (its prompt bound) plus n (or best_of, at most 128) times
-	// its output cap, which the proxy writes into the body (max_tokens and its
-	// kin: the call's own, lowered to what the budget has left, or a default when
-	// it names none). A call is admitted while the budget has tokens left, so
+	// reserve each call's worst case before forwarding it: its prompt bound (one
+	// token per byte of the forwarded body, plus what the providers document
+	// billing for its tools: a tool-use system prompt of 530 tokens on a call with
+	// any tool or function, and 245, 700 and 1,234 more for Anthropic's bash, text
+	// editor and computer use tools) plus n (or best_of, at most 128) times its
+	// output cap, which the proxy writes into the body (max_tokens and its kin:
+	// the call's own, lowered to what the budget has left, or a default when it
+	// names none). A call is admitted while the budget has tokens left, so
 	// whatever the concurrency, the tokens charged stay within MaxTokens plus one
-	// call's excess, which is at most that call's body bytes plus its choices
-	// (so at most the proxy's request size limit plus 128). Inputs whose tokens
-	// their bytes do not bound (images, audio, files by URL or id) make a call
-	// reserve all that is left, so it runs alone and only its own usage can
-	// exceed. A call that reports no usage is charged its reservation.
+	// call's excess, which is at most that call's prompt bound plus its choices
+	// (so at most the proxy's request size limit plus 128 plus its tools'
+	// overhead). Tools the provider runs itself (web search, web fetch, code
+	// execution, file search, MCP, ...) bill their results as input no request
+	// field bounds: under a token budget a call offering one, or a tool type not
+	// known to the proxy, is refused (HTTP 400, "body_policy: ..."). Inputs whose
+	// tokens their bytes do not bound (images, audio, files by URL or id) make a
+	// call reserve all that is left, so it runs alone and only its own usage can
+	// exceed. Every call is charged the usage its response reports, even beyond
+	// its reservation, and one that reports none is charged its reservation; the
+	// bound assumes an upstream that bills within the output cap it was given
+	// (calls in flight while one bills past its cap can each exceed).
 	MaxTokens int64
 }
 

@@ -82,6 +82,8 @@ func TestProxyManager(t *testing.T, h ProxyHarness) {
 		{"RedTeam", testRedTeam},
 		{"TrailersDropped", testTrailers},
 		{"ResponseHeaderAllowlist", testResponseHeaderAllowlist},
+		{"RequestFraming", testRequestFraming},
+		{"UpstreamInformational", testUpstreamInformational},
 		{"ProxyKilledMidStream", testProxyKilled},
 		{"BadInputStartsNothing", testProxyBadInput},
 		{"DeclaredRefusals", testProxyDeclaredRefusals},

@@ -57,6 +57,10 @@ fi
 
 if ! complete; then
   start=$(date +%s)
+  # What a run killed half-way left (under the lock: no other run builds now).
+  for d in "$cache"/kubernetes-build.*; do
+    if [ -d "$d" ]; then chmod -R u+w "$d" 2>/dev/null || true; rm -rf "$d"; fi
+  done
   tmp=$(mktemp -d "$cache/kubernetes-build.XXXXXX")
   trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
   (cd "$tmp" && go mod init kubebuild >/dev/null 2>&1)

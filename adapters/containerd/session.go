@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -69,25 +68,20 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, err)
 	}
 	id := containerID(ss.RunID)
-	st, err := session.Prepare(r.sessionRoot(), id, r.cfg.owner, ss)
+	// The lease is held from before the sandbox exists: another process's Sweep
+	// leaves it alone.
+	st, lease, err := session.PrepareLeased(r.sessionRoot(), id, r.cfg.owner, ss)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	root, dir, lbls := st.Root, st.Dir, st.Labels
+	dir, lbls := st.Dir, st.Labels
 	var c client.Container
-	// Held from before the sandbox exists: another process's Sweep leaves it alone.
-	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
-	if err != nil {
-		_ = session.RemoveDir(root, dir)
-		return nil, opErr("Start", ss.RunID, err)
-	}
 	defer func() {
 		if err != nil {
 			if c != nil {
 				r.remove(c, ss.RunID, false)
 			}
-			_ = session.RemoveDir(root, dir)
-			lease.Release()
+			st.Abandon(lease)
 		}
 	}()
 	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
@@ -190,13 +184,9 @@ type ctrSession struct {
 	r *Runner
 	c client.Container
 
-	mu       sync.Mutex
-	task     client.Task
-	cancel   context.CancelFunc
-	watching sync.WaitGroup
-	stopping bool
-	stopped  bool
-	started  chan struct{} // closed once the task runs
+	mu      sync.Mutex
+	task    client.Task
+	started chan struct{} // closed once the task runs
 }
 
 func (r *Runner) newSession(m session.Meta, c client.Container, lease *runlease.Lease) *ctrSession {
@@ -207,18 +197,16 @@ func (r *Runner) newSession(m session.Meta, c client.Container, lease *runlease.
 
 // watch waits for the task's exit and records it as RunOnce classifies it.
 func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
-	wctx, cancel := context.WithCancel(s.r.ns(context.WithoutCancel(ctx)))
+	wctx := s.Watch.Context(s.r.ns(context.WithoutCancel(ctx)))
 	statusC, err := task.Wait(wctx)
 	if err != nil {
-		cancel()
+		s.Watch.Halt()
 		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}
 	}
 	s.mu.Lock()
-	s.task, s.cancel = task, cancel
+	s.task = task
 	s.mu.Unlock()
-	s.watching.Add(1)
-	go func() {
-		defer s.watching.Done()
+	s.Watch.Go(func() {
 		// The lifetime's timer follows the deadline as resumes move it; it runs once
 		// the task does.
 		var life *session.Lifetime
@@ -259,14 +247,12 @@ func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
 				return
 			}
 		}
-	}()
+	})
 	return nil
 }
 
 func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut error) {
-	s.mu.Lock()
-	stopping := s.stopping
-	s.mu.Unlock()
+	stopping := s.Stopping()
 	code, exited, err := st.Result()
 	res := &port.RunResult{ExitCode: int(code)}
 	fail := func(c port.ErrorCode, cause error) {
@@ -287,7 +273,7 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		return
 	}
 	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.c) {
-		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
+		fail(port.CodeInternal, session.RemovedError(int(code)))
 		return
 	}
 	if code == 137 {
@@ -305,110 +291,48 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 
 // halt stops watching (Start's and Attach's failure paths).
 func (s *ctrSession) halt() {
-	s.StopHeartbeat()
-	s.mu.Lock()
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.watching.Wait()
-	s.Handle.Finish(nil, fmt.Errorf("%w: session not started or attached", port.ErrContainerFailed))
-	s.CloseLog()
+	s.Halt(fmt.Errorf("%w: session not started or attached", port.ErrContainerFailed))
 }
 
-// Stop implements port.Session.
+// Stop implements port.Session: a paused session thawed, SIGTERM, SIGKILL after
+// grace, then the task, the container and the session's directory go.
 func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunResult, error) {
 	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return s.Result()
-	}
-	s.stopping = true
 	task := s.task
 	s.mu.Unlock()
-	s.thawForStop(ctx)
-	ctx = s.r.ns(ctx)
-	select {
-	case <-s.Done():
-	default:
-		if task != nil {
-			if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
-				s.r.cfg.logger.Warn("session: SIGTERM failed", logattr.RunID, s.RunID(), logattr.Err, err)
+	return s.StopWith(ctx, session.Stopper{
+		Thaw: s.thawForStop,
+		End: func(ctx context.Context) {
+			if task == nil {
+				return
 			}
-			t := time.NewTimer(grace)
-			select {
-			case <-s.Done():
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			select {
-			case <-s.Done():
-			default:
-				kctx, cancel := s.r.cleanupCtx(ctx)
-				_ = task.Kill(kctx, syscall.SIGKILL, client.WithKillAll)
-				select {
-				case <-s.Done():
-				case <-kctx.Done():
+			ctx = s.r.ns(ctx)
+			s.Terminate(ctx, grace, func() {
+				if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+					s.r.cfg.logger.Warn("session: SIGTERM failed", logattr.RunID, s.RunID(), logattr.Err, err)
 				}
-				cancel()
+			}, func(kctx context.Context) {
+				_ = task.Kill(kctx, syscall.SIGKILL, client.WithKillAll)
+			}, func() (context.Context, context.CancelFunc) { return s.r.cleanupCtx(ctx) })
+		},
+		Remove: func(context.Context) {
+			gone := false
+			if task != nil {
+				gone = s.r.deleteTask(task, s.RunID(), taskUnknown)
 			}
-		}
-	}
-	s.StopHeartbeat()
-	s.mu.Lock()
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.watching.Wait()
-	gone := false
-	if task != nil {
-		gone = s.r.deleteTask(task, s.RunID(), taskUnknown)
-	}
-	s.r.remove(s.c, s.RunID(), gone)
-	if err := session.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
-		s.r.cfg.logger.Warn("session: removing its directory failed; a Sweep will retry", logattr.RunID, s.RunID(), logattr.Err, err)
-	}
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil)
-	s.CloseLog()
-	return s.Result()
-}
-
-// Detach implements port.Session.
-func (s *ctrSession) Detach() error {
-	s.StopHeartbeat()
-	s.mu.Lock()
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.watching.Wait()
-	s.MarkDetached()
-	s.CloseLog()
-	return nil
+			s.r.remove(s.c, s.RunID(), gone)
+		},
+		Root: s.r.sessionRoot(),
+		Log:  s.r.cfg.logger.With(logattr.RunID, s.RunID()),
+	})
 }
 
 // Exec implements port.Session: a process in the task with the sandbox's own process
 // spec (user, capabilities, no-new-privileges, rlimits), behind the bridge so its time
 // limit holds inside too.
 func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResult, error) {
-	es = es.WithDefaults()
-	if err := es.Validate(); err != nil {
-		return nil, opErr("Exec", s.RunID(), err)
-	}
-	select {
-	case <-s.Done():
-		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
-	default:
-	}
-	if err := s.CheckRunning(); err != nil {
+	es, err := s.BeginExec(es)
+	if err != nil {
 		return nil, opErr("Exec", s.RunID(), err)
 	}
 	s.mu.Lock()
@@ -428,7 +352,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	if es.Dir != "" {
 		p.Cwd = es.Dir
 	}
-	stdout, stderr, ow, ew := execOutput(es)
+	stdout, stderr, ow, ew := session.ExecOutput(es)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	proc, err := task.Exec(ctx, "exec-"+hex.EncodeToString(b[:]), &p, cio.NewCreator(cio.WithStreams(nil, ow, ew)))
@@ -486,21 +410,6 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 	s.stopExec(ctx, proc, statusC)
 	collect()
 	return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeTimeout, Err: cause})
-}
-
-// execOutput is an exec's capped output buffers, and the writers its process gets:
-// the buffers, teed to the caller's live writers when given.
-func execOutput(es port.ExecSpec) (stdout, stderr *capture.Buffer, ow, ew io.Writer) {
-	stdout = &capture.Buffer{Max: es.OutputLimit}
-	stderr = &capture.Buffer{Max: es.OutputLimit}
-	ow, ew = stdout, stderr
-	if es.Stdout != nil {
-		ow = io.MultiWriter(stdout, es.Stdout)
-	}
-	if es.Stderr != nil {
-		ew = io.MultiWriter(stderr, es.Stderr)
-	}
-	return stdout, stderr, ow, ew
 }
 
 // stopExec ends an exec past its time: TERM first (the exec's bridge passes it on

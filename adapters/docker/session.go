@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -71,11 +69,13 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	// The bridge writes the session's output log, which every handle reads.
 	entrypoint = session.InsertFlags(entrypoint, append(append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...), session.ControlFlags()...))
 	name := containerName(ss.RunID)
-	st, err := session.Prepare(r.sessionRoot(), name, r.cfg.owner, ss)
+	// The lease is held from before the sandbox exists: another process's Sweep
+	// leaves it alone.
+	st, lease, err := session.PrepareLeased(r.sessionRoot(), name, r.cfg.owner, ss)
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	root, dir, lbls := st.Root, st.Dir, st.Labels
+	dir, lbls := st.Dir, st.Labels
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget},
@@ -85,20 +85,13 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	// `docker logs` only, bounded like it (two files of the log limit).
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
 	var id string
-	// Held from before the sandbox exists: another process's Sweep leaves it alone.
-	lease, err := session.HoldLease(r.cfg.owner, ss.RunID)
-	if err != nil {
-		_ = session.RemoveDir(root, dir)
-		return nil, opErr("Start", ss.RunID, err)
-	}
 	defer func() {
 		if err != nil {
 			// A fresh context: a cancelled caller must not leak the container.
 			if id != "" {
 				r.remove(context.WithoutCancel(ctx), id, ss.RunID)
 			}
-			_ = session.RemoveDir(root, dir)
-			lease.Release()
+			st.Abandon(lease)
 		}
 	}()
 	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
@@ -163,12 +156,6 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 type dockerSession struct {
 	*session.Handle
 	r *Runner
-
-	cancel   context.CancelFunc // ends the watcher and the attach stream
-	watching sync.WaitGroup
-	mu       sync.Mutex
-	stopping bool // the host asked the session to end: its exit is not a failure
-	stopped  bool // removed
 }
 
 func (r *Runner) newSession(m session.Meta, lease *runlease.Lease) *dockerSession {
@@ -181,12 +168,9 @@ func (r *Runner) newSession(m session.Meta, lease *runlease.Lease) *dockerSessio
 // session at its lifetime. The output is in the session's log, not in any stream of
 // the daemon's this handle would hold.
 func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition) error {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
+	wctx := s.Watch.Context(context.WithoutCancel(ctx))
 	wait := s.r.cfg.api.ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: cond})
-	s.watching.Add(1)
-	go func() {
-		defer s.watching.Done()
+	s.Watch.Go(func() {
 		// The lifetime's timer follows the deadline as resumes move it.
 		life := s.NewLifetime()
 		defer life.Stop()
@@ -215,16 +199,14 @@ func (s *dockerSession) watch(ctx context.Context, cond container.WaitCondition)
 				return
 			}
 		}
-	}()
+	})
 	return nil
 }
 
 // finish classifies and records the exit. timedOut, if set, makes it a timeout.
 func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 	res := &port.RunResult{ExitCode: code}
-	s.mu.Lock()
-	stopping := s.stopping
-	s.mu.Unlock()
+	stopping := s.Stopping()
 	fail := func(c port.ErrorCode, cause error) {
 		res.ErrorCode = c
 		s.Handle.Finish(res, opErr("Session", s.RunID(), &port.RunError{Code: c, Err: cause}))
@@ -244,7 +226,7 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		return
 	}
 	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.ID()) {
-		fail(port.CodeInternal, fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code))
+		fail(port.CodeInternal, session.RemovedError(code))
 		return
 	}
 	if code == 137 {
@@ -260,96 +242,40 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 	s.Handle.Finish(res, nil)
 }
 
-// halt stops watching and removes the container (used on Start's failure paths by the
-// deferred cleanup, which removes the container itself).
+// halt stops watching (used on Start's and Attach's failure paths; Start's
+// deferred cleanup removes the container).
 func (s *dockerSession) halt() {
-	s.StopHeartbeat()
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.watching.Wait()
-	s.Handle.Finish(nil, fmt.Errorf("%w: session never started", port.ErrContainerFailed))
-	s.CloseLog()
+	s.Halt(fmt.Errorf("%w: session never started", port.ErrContainerFailed))
 }
 
-// Stop implements port.Session.
+// Stop implements port.Session: a paused session thawed, SIGTERM, SIGKILL after
+// grace, then the container and the session's directory go.
 func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.RunResult, error) {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return s.Result()
-	}
-	s.stopping = true
-	s.mu.Unlock()
-	s.thawForStop(ctx)
 	api := s.r.cfg.api
-	select {
-	case <-s.Done():
-	default:
-		if _, err := api.ContainerKill(ctx, s.ID(), client.ContainerKillOptions{Signal: "SIGTERM"}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
-			s.r.cfg.logger.Warn("session: SIGTERM failed", logattr.RunID, s.RunID(), logattr.Err, err)
-		}
-		t := time.NewTimer(grace)
-		select {
-		case <-s.Done():
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-		select {
-		case <-s.Done():
-		default:
-			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.r.cfg.killGrace)
-			_, _ = api.ContainerKill(kctx, s.ID(), client.ContainerKillOptions{Signal: "SIGKILL"})
-			select {
-			case <-s.Done():
-			case <-kctx.Done():
-			}
-			cancel()
-		}
-	}
-	s.StopHeartbeat()
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.watching.Wait()
-	s.r.remove(context.WithoutCancel(ctx), s.ID(), s.RunID())
-	if err := session.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
-		s.r.cfg.logger.Warn("session: removing its directory failed; a Sweep will retry", logattr.RunID, s.RunID(), logattr.Err, err)
-	}
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil) // no-op unless the exit was never seen
-	s.CloseLog()
-	return s.Result()
-}
-
-// Detach implements port.Session.
-func (s *dockerSession) Detach() error {
-	s.StopHeartbeat()
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.watching.Wait()
-	s.MarkDetached()
-	s.CloseLog()
-	return nil
+	return s.StopWith(ctx, session.Stopper{
+		Thaw: s.thawForStop,
+		End: func(ctx context.Context) {
+			s.Terminate(ctx, grace, func() {
+				if _, err := api.ContainerKill(ctx, s.ID(), client.ContainerKillOptions{Signal: "SIGTERM"}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {
+					s.r.cfg.logger.Warn("session: SIGTERM failed", logattr.RunID, s.RunID(), logattr.Err, err)
+				}
+			}, func(kctx context.Context) {
+				_, _ = api.ContainerKill(kctx, s.ID(), client.ContainerKillOptions{Signal: "SIGKILL"})
+			}, func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.WithoutCancel(ctx), s.r.cfg.killGrace)
+			})
+		},
+		Remove: func(ctx context.Context) { s.r.remove(context.WithoutCancel(ctx), s.ID(), s.RunID()) },
+		Root:   s.r.sessionRoot(),
+		Log:    s.r.cfg.logger.With(logattr.RunID, s.RunID()),
+	})
 }
 
 // Exec implements port.Session. The command runs through the bridge, which ends it at
 // its timeout inside the sandbox (Docker has no API to kill an exec).
 func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResult, error) {
-	es = es.WithDefaults()
-	if err := es.Validate(); err != nil {
-		return nil, opErr("Exec", s.RunID(), err)
-	}
-	select {
-	case <-s.Done():
-		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
-	default:
-	}
-	if err := s.CheckRunning(); err != nil {
+	es, err := s.BeginExec(es)
+	if err != nil {
 		return nil, opErr("Exec", s.RunID(), err)
 	}
 	ex, ok := s.r.cfg.api.(execAPI)
@@ -374,15 +300,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		return nil, opErr("Exec", s.RunID(), classify(err))
 	}
 	defer att.Close()
-	stdout := &capture.Buffer{Max: es.OutputLimit}
-	stderr := &capture.Buffer{Max: es.OutputLimit}
-	var ow, ew io.Writer = stdout, stderr
-	if es.Stdout != nil {
-		ow = io.MultiWriter(stdout, es.Stdout)
-	}
-	if es.Stderr != nil {
-		ew = io.MultiWriter(stderr, es.Stderr)
-	}
+	stdout, stderr, ow, ew := session.ExecOutput(es)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)

@@ -64,10 +64,11 @@
 // "budget_exceeded" and never reaches the upstream. MaxTokens counts the "usage" the
 // upstream reports (streamed completions are always asked for it). Each call reserves
 // its worst case before it is forwarded (see port.Budget.MaxTokens: its body bytes
-// plus its choices times its output cap, which the proxy writes into the body, lowered
-// to what is left) and settles on its reported usage, so whatever the concurrency the
-// budget is overshot by at most one call's excess; a successful call that reports no
-// usage is charged its reservation. It is a guard rail, not billing: LiteLLM's spend
+// and its tools' documented overhead, plus its choices times its output cap, which the
+// proxy writes into the body, lowered to what is left) and settles on its reported
+// usage, so whatever the concurrency the budget is overshot by at most one call's
+// excess; a successful call that reports no usage is charged its reservation. Tools the
+// provider runs itself (web search, web fetch, ...) are refused under a token budget. It is a guard rail, not billing: LiteLLM's spend
 // logs stay the billing truth.
 //
 // # Files and sweeping

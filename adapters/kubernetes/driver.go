@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,41 +81,18 @@ func (driver) Open(ctx context.Context, target *url.URL, cfg port.RuntimeConfig)
 	if q.Has(QueryPull) {
 		opts = append(opts, WithImagePullPolicy(corev1.PullPolicy(q.Get(QueryPull))))
 	}
-	if cfg.Owner != "" {
-		opts = append(opts, WithOwner(cfg.Owner))
-	}
-	if cfg.Logger != nil {
-		opts = append(opts, WithLogger(cfg.Logger))
-	}
-	if cfg.Runtime != "" {
-		opts = append(opts, WithRuntime(cfg.Runtime))
-	}
-	dir := bridge.DefaultDir()
-	if cfg.Bridge != "" {
-		opts = append(opts, WithBridge(cfg.Bridge))
-		dir = filepath.Dir(cfg.Bridge)
-	}
-	// The init container removes the Pod's network before the agent starts.
-	initBin, err := BuildInit(ctx, dir)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: building the network init: %w", err)
-	}
-	opts = append(opts, WithInit(initBin))
-	loader, closeLoader, err := runner.OpenLoader(ctx, q.Get(runner.QueryLoad), cfg)
-	if err != nil {
-		return nil, err
-	}
-	if loader != nil {
-		opts = append(opts, WithImageLoader(loader), func(c *config) error { c.closeLoader = closeLoader; return nil })
-	}
-	r, err := NewRunner(opts...)
-	if err != nil {
-		if closeLoader != nil {
-			_ = closeLoader()
-		}
-		return nil, err // not a nil *Runner in a non-nil port.Runtime
-	}
-	return r, nil
+	return runner.OpenCluster(ctx, clusterDriver, opts, cfg, q.Get(runner.QueryLoad))
+}
+
+// clusterDriver is the rest of Open. The init container removes the Pod's network
+// before the agent starts.
+var clusterDriver = runner.ClusterDriver[Option, *Runner]{
+	Name: "kubernetes", InitName: "the network init", BuildInit: BuildInit, DefaultDir: bridge.DefaultDir,
+	Owner: WithOwner, Logger: WithLogger, Runtime: WithRuntime, Bridge: WithBridge, Init: WithInit,
+	Loader: func(l port.ImageLoader, opened func() error) Option {
+		return func(c *config) error { c.images = runner.NodeImages{Loader: l, Opened: opened}; return nil }
+	},
+	New: NewRunner,
 }
 
 // restConfig reads the kubeconfig as kubectl does (the file given, else

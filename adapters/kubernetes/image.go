@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -17,13 +16,7 @@ var _ port.Runtime = (*Runner)(nil)
 // (IfNotPresent). The API server cannot put an image on its nodes; only the host
 // knows which store that is.
 func WithImageLoader(l port.ImageLoader) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("kubernetes: image loader is nil")
-		}
-		c.loader = l
-		return nil
-	}
+	return func(c *config) error { return c.images.Set("kubernetes", l) }
 }
 
 // WithRuntime selects the OCI runtime sandboxes run with, by name, as on every
@@ -46,10 +39,7 @@ func WithRuntime(name string) Option {
 // images import`, containerd.Runner.LoadImage in namespace k8s.io), or push it to a
 // registry the nodes pull from.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
-	if r.cfg.loader == nil {
-		return nil, opErr("LoadImage", "", fmt.Errorf("%w: the Kubernetes API cannot put an image on its nodes: import it into each node's container runtime (`ctr -n k8s.io images import`, containerd.Runner.LoadImage with WithNamespace(\"k8s.io\"); a node on this host: kubernetes.WithImageLoader, or the target's load=containerd://...), or push it to a registry the nodes pull from", port.ErrUnsupported))
-	}
-	names, err := r.cfg.loader.LoadImage(ctx, archive)
+	names, err := r.cfg.images.Load(ctx, archive, "the Kubernetes API cannot put an image on its nodes: import it into each node's container runtime (`ctr -n k8s.io images import`, containerd.Runner.LoadImage with WithNamespace(\"k8s.io\"); a node on this host: kubernetes.WithImageLoader, or the target's load=containerd://...), or push it to a registry the nodes pull from")
 	if err != nil {
 		return nil, opErr("LoadImage", "", err)
 	}
@@ -59,8 +49,5 @@ func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, er
 // Close closes the image loader the target's load= query opened. The clientset
 // holds nothing to release; Pods still running are not stopped (Sweep finds them).
 func (r *Runner) Close() error {
-	if r.cfg.closeLoader != nil {
-		return r.cfg.closeLoader()
-	}
-	return nil
+	return r.cfg.images.Close()
 }

@@ -10,6 +10,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -39,10 +40,8 @@ type config struct {
 	pollInterval   time.Duration
 	cleanupTimeout time.Duration
 
-	// loader loads images for the nodes (WithImageLoader); closeLoader closes the
-	// one the driver opened from the target's load= query.
-	loader      port.ImageLoader
-	closeLoader func() error
+	// images loads images for the nodes (WithImageLoader, or the target's load=).
+	images runner.NodeImages
 }
 
 func defaultConfig() config {

@@ -224,21 +224,17 @@ type kubeSession struct {
 	r      *Runner
 	prefix []string // the init's command up to "--"
 
-	ctx     context.Context // ends on Stop, Detach or a failed start
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	started chan struct{} // closed once the agent runs (or ran)
+	ctx     context.Context // the watchers': ends on Stop, Detach or a failed start
+	started chan struct{}   // closed once the agent runs (or ran)
 	startMu sync.Once
 
 	mu       sync.Mutex
-	stopping bool
-	stopped  bool
 	timedOut bool
 }
 
 func (r *Runner) newSession(m session.Meta, prefix []string) *kubeSession {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &kubeSession{Handle: session.NewHandle(m, nil), r: r, prefix: prefix, ctx: ctx, cancel: cancel,
+	h := session.NewHandle(m, nil)
+	return &kubeSession{Handle: h, r: r, prefix: prefix, ctx: h.Watch.Context(context.Background()),
 		started: make(chan struct{})}
 }
 
@@ -266,7 +262,7 @@ func (s *kubeSession) isDone(p *corev1.Pod) (bool, error) {
 	var lost *PodLostError
 	if ok && errors.As(err, &lost) && lost.Reason == "deleted" {
 		s.mu.Lock()
-		ours := s.stopping || s.timedOut
+		ours := s.Stopping() || s.timedOut
 		s.mu.Unlock()
 		if ours {
 			return false, nil
@@ -279,9 +275,7 @@ func (s *kubeSession) isDone(p *corev1.Pod) (bool, error) {
 // lifetime.
 func (s *kubeSession) watch(p *corev1.Pod) {
 	log := s.r.cfg.logger.With(logattr.RunID, s.RunID(), "pod", s.ID())
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.Watch.Go(func() {
 		var last *corev1.Pod
 		final, err := s.r.wait(s.ctx, p, s.isDone, func(p *corev1.Pod) {
 			last = p
@@ -296,11 +290,9 @@ func (s *kubeSession) watch(p *corev1.Pod) {
 			final = last
 		}
 		s.finish(final, err, log)
-	}()
+	})
 	if !s.Deadline.IsZero() {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
+		s.Watch.Go(func() {
 			t := time.NewTimer(time.Until(s.Deadline))
 			defer t.Stop()
 			select {
@@ -314,14 +306,14 @@ func (s *kubeSession) watch(p *corev1.Pod) {
 			s.timedOut = true
 			s.mu.Unlock()
 			s.r.kill(s.ctx, s.ID(), log)
-		}()
+		})
 	}
 }
 
 // finish records the session's end from its last Pod status.
 func (s *kubeSession) finish(p *corev1.Pod, waitErr error, log interface{ Debug(string, ...any) }) {
 	s.mu.Lock()
-	stopping, timedOut := s.stopping, s.timedOut
+	stopping, timedOut := s.Stopping(), s.timedOut
 	s.mu.Unlock()
 	res := &port.RunResult{ExitCode: -1}
 	var st *corev1.ContainerState
@@ -361,11 +353,7 @@ func (s *kubeSession) finish(p *corev1.Pod, waitErr error, log interface{ Debug(
 
 // halt stops watching (Start's failure path); the caller removes the Pod.
 func (s *kubeSession) halt() {
-	s.StopHeartbeat()
-	s.cancel()
-	s.wg.Wait()
-	s.Handle.Finish(nil, fmt.Errorf("%w: session not started", port.ErrContainerFailed))
-	s.CloseLog()
+	s.Halt(fmt.Errorf("%w: session not started", port.ErrContainerFailed))
 }
 
 // Stop implements port.Session: the Pod is deleted with grace as its termination
@@ -373,55 +361,27 @@ func (s *kubeSession) halt() {
 // after grace; the handle waits for the agent's exit status, then for the Pod to go,
 // and removes the session's directory.
 func (s *kubeSession) Stop(ctx context.Context, grace time.Duration) (*port.RunResult, error) {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return s.Result()
-	}
-	s.stopping = true
-	s.mu.Unlock()
 	log := s.r.cfg.logger.With(logattr.RunID, s.RunID(), "pod", s.ID())
-	pods := s.r.cli.CoreV1().Pods(s.r.cfg.namespace)
-	select {
-	case <-s.Done():
-	default:
-		secs := int64(math.Ceil(grace.Seconds()))
-		err := pods.Delete(ctx, s.ID(), metav1.DeleteOptions{GracePeriodSeconds: &secs})
-		if err != nil && !apierrors.IsNotFound(err) {
-			log.Warn("session: deleting the pod failed", logattr.Err, err)
-		}
-		// The kubelet kills after the grace; its report can take a few seconds more.
-		t := time.NewTimer(grace + 20*time.Second)
-		select {
-		case <-s.Done():
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-	s.StopHeartbeat()
-	s.cancel()
-	s.wg.Wait()
-	s.r.cleanup(context.WithoutCancel(ctx), s.ID(), true, log)
-	if err := session.RemoveDir(s.r.sessionRoot(), s.Dir); err != nil {
-		log.Warn("session: removing its directory failed; a Sweep will retry", logattr.Err, err)
-	}
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	s.Handle.Finish(&port.RunResult{ExitCode: -1}, nil)
-	s.CloseLog()
-	return s.Result()
-}
-
-// Detach implements port.Session.
-func (s *kubeSession) Detach() error {
-	s.StopHeartbeat()
-	s.cancel()
-	s.wg.Wait()
-	s.MarkDetached()
-	s.CloseLog()
-	return nil
+	return s.StopWith(ctx, session.Stopper{
+		End: func(ctx context.Context) {
+			secs := int64(math.Ceil(grace.Seconds()))
+			err := s.r.cli.CoreV1().Pods(s.r.cfg.namespace).Delete(ctx, s.ID(), metav1.DeleteOptions{GracePeriodSeconds: &secs})
+			if err != nil && !apierrors.IsNotFound(err) {
+				log.Warn("session: deleting the pod failed", logattr.Err, err)
+			}
+			// The kubelet kills after the grace; its report can take a few seconds more.
+			t := time.NewTimer(grace + 20*time.Second)
+			select {
+			case <-s.Done():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		},
+		Remove: func(ctx context.Context) { s.r.cleanup(context.WithoutCancel(ctx), s.ID(), true, log) },
+		Root:   s.r.sessionRoot(),
+		Log:    log,
+	})
 }
 
 // Exec implements port.Session: the API server's pods/exec runs the init (the same
@@ -429,14 +389,9 @@ func (s *kubeSession) Detach() error {
 // bridge (the exec's time limit holds inside too) in the agent container, as its
 // user with its security context. Output comes back framed on the exec's stdout.
 func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResult, error) {
-	es = es.WithDefaults()
-	if err := es.Validate(); err != nil {
+	es, err := s.BeginExec(es) // never paused: Kubernetes sessions do not pause
+	if err != nil {
 		return nil, opErr("Exec", s.RunID(), err)
-	}
-	select {
-	case <-s.Done():
-		return nil, opErr("Exec", s.RunID(), fmt.Errorf("%w: session has ended", port.ErrClosed))
-	default:
 	}
 	timeout := s.ExecTimeout(es.Timeout)
 	start := time.Now()

@@ -2,7 +2,6 @@ package nomad
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/agentsandbox/sandbox/port"
@@ -16,13 +15,7 @@ var _ port.Runtime = (*Runner)(nil)
 // runner cannot reach a node's image store through Nomad's API; only the host knows
 // which store that is.
 func WithImageLoader(l port.ImageLoader) Option {
-	return func(c *config) error {
-		if l == nil {
-			return port.Invalidf("nomad: image loader is nil")
-		}
-		c.loader = l
-		return nil
-	}
+	return func(c *config) error { return c.images.Set("nomad", l) }
 }
 
 // LoadImage implements port.ImageLoader through the loader WithImageLoader gave.
@@ -30,10 +23,7 @@ func WithImageLoader(l port.ImageLoader) Option {
 // its nodes, so load it into each client node's Docker engine (`docker load`,
 // docker.Runner.LoadImage) or push it to a registry the nodes pull from.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
-	if r.cfg.loader == nil {
-		return nil, opErr("LoadImage", "", fmt.Errorf("%w: Nomad's API cannot put an image on its client nodes: load it into each node's Docker engine (`docker load`, docker.Runner.LoadImage; a one-machine cluster's is this host's: nomad.WithImageLoader, or the target's load=docker://), or push it to a registry the nodes pull from", port.ErrUnsupported))
-	}
-	names, err := r.cfg.loader.LoadImage(ctx, archive)
+	names, err := r.cfg.images.Load(ctx, archive, "Nomad's API cannot put an image on its client nodes: load it into each node's Docker engine (`docker load`, docker.Runner.LoadImage; a one-machine cluster's is this host's: nomad.WithImageLoader, or the target's load=docker://), or push it to a registry the nodes pull from")
 	if err != nil {
 		return nil, opErr("LoadImage", "", err)
 	}
@@ -47,10 +37,7 @@ func (r *Runner) Close() error {
 	if r.cfg.client == nil {
 		r.api.Close()
 	}
-	if r.cfg.closeLoader != nil {
-		return r.cfg.closeLoader()
-	}
-	return nil
+	return r.cfg.images.Close()
 }
 
 var _ port.RuntimeReporter = (*Runner)(nil)

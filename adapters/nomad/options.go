@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -39,10 +40,8 @@ type config struct {
 	hostPaths      bool
 	copyWorkspace  bool
 
-	// loader loads images for the nodes (WithImageLoader); closeLoader closes the
-	// one the driver opened from the target's load= query.
-	loader      port.ImageLoader
-	closeLoader func() error
+	// images loads images for the nodes (WithImageLoader, or the target's load=).
+	images runner.NodeImages
 }
 
 func defaultConfig() config {
@@ -314,13 +313,5 @@ func nodePath(what, p string) error {
 }
 
 func (c *config) apply(opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return optcheck.Apply(c, opts)
 }

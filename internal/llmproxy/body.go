@@ -147,6 +147,11 @@ func (p *parsedBody) measure(rt proxypolicy.Route) *Refusal {
 	if raw, ok := p.out["prediction"]; ok {
 		p.need.prompt += int64(len(raw))
 	}
+	tools, ref := toolTokens(p.out)
+	if ref != nil {
+		return ref
+	}
+	p.need.prompt += tools
 	for _, k := range []string{"n", "best_of"} {
 		raw, ok := p.out[k]
 		if !ok || string(raw) == "null" {

@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentsandbox/sandbox/internal/inert"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/proxypolicy"
@@ -171,7 +172,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 	start := time.Now()
 	c := &Call{meter: m, start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
-		Method: Clip(r.Method, 16), Path: Clip(Inert(path), 256),
+		Method: Clip(r.Method, 16), Path: Clip(inert.String(path), 256),
 	}}
 	ctx := e.startSpan(r, c) // the request's context with the call's span
 	if ref := m.attestationRefusal(); ref != nil {
@@ -184,7 +185,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		return
 	}
 	c.route, c.upPath = rt, up
-	c.rec.Path = Clip(Inert(up), 256)
+	c.rec.Path = Clip(inert.String(up), 256)
 	if ref := Check(r, e.cfg.MaxRequestBytes); ref != nil {
 		e.refuse(w, c, ref)
 		return
@@ -214,7 +215,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request, m *Meter, path 
 		if len(pb.dropped) > 0 {
 			m.log.Debug("llmproxy: body keys off the allowlist dropped", "path", c.rec.Path, "keys", pb.dropped)
 		}
-		body, c.rec.Model = pb.body, Inert(pb.model)
+		body, c.rec.Model = pb.body, inert.String(pb.model)
 	}
 	res, ref := m.reserve(budgeted, pb.need, pb.maxOut, e.cfg.TokenEstimate)
 	if ref != nil {
@@ -342,7 +343,7 @@ func (e *Engine) Refuse(w http.ResponseWriter, r *http.Request, m *Meter, path s
 	start := time.Now()
 	c := &Call{meter: m, start: start, rec: port.AuditRecord{
 		Time: start.UTC(), RunID: m.cfg.RunID, Attempt: m.cfg.Attempt,
-		Method: Clip(r.Method, 16), Path: Clip(Inert(path), 256),
+		Method: Clip(r.Method, 16), Path: Clip(inert.String(path), 256),
 	}}
 	e.startSpan(r, c)
 	e.refuse(w, c, ref)

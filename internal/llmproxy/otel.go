@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentsandbox/sandbox/internal/inert"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 )
 
@@ -82,7 +83,7 @@ func (e *Engine) observe(c *Call, ref *Refusal, usage GenAIUsage) {
 		return
 	}
 	if usage.Model != "" {
-		attrs = append(attrs, telemetry.GenAIResponseModel.String(Inert(usage.Model)))
+		attrs = append(attrs, telemetry.GenAIResponseModel.String(inert.String(usage.Model)))
 	}
 	if rec.RequestID != "" {
 		attrs = append(attrs, telemetry.GenAIResponseID.String(rec.RequestID))
@@ -111,7 +112,7 @@ func (e *Engine) observe(c *Call, ref *Refusal, usage GenAIUsage) {
 	// Metric attributes: a model name only when the upstream accepted the call (so
 	// an agent cannot mint series), never the run.
 	ctx := context.Background()
-	e.tel.GenAICall(ctx, rec.Latency, op, provider, rec.Model, Inert(usage.Model), errType, usage.Input, usage.Output)
+	e.tel.GenAICall(ctx, rec.Latency, op, provider, rec.Model, inert.String(usage.Model), errType, usage.Input, usage.Output)
 	e.tel.LLMCall(ctx, outcome, "")
 }
 

@@ -269,15 +269,25 @@ func splitChunks(s string) []string {
 const MaxUsageUncapped = 1 << 20
 
 // maxUsage is the most a chat call could be billed, as WithMaxUsage reports it:
-// one prompt token per body byte, and every choice (n) at the smallest output
-// cap the body names (max_tokens, max_completion_tokens), or MaxUsageUncapped.
+// one prompt token per body byte plus what providers bill for the body's tools
+// (ToolOverhead), and every choice (n) at the smallest output cap the body
+// names (max_tokens, max_completion_tokens), or MaxUsageUncapped.
 func maxUsage(raw []byte) (prompt, completion int) {
 	var b struct {
 		N                   *float64 `json:"n"`
 		MaxTokens           *float64 `json:"max_tokens"`
 		MaxCompletionTokens *float64 `json:"max_completion_tokens"`
+		Tools               []struct {
+			Type string `json:"type"`
+		} `json:"tools"`
+		Functions []json.RawMessage `json:"functions"`
 	}
 	_ = json.Unmarshal(raw, &b)
+	types := make([]string, len(b.Tools))
+	for i, t := range b.Tools {
+		types[i] = t.Type
+	}
+	defer func() { prompt += ToolOverhead(len(b.Functions) > 0, types...) }()
 	choices := 1
 	if b.N != nil && *b.N > 1 {
 		choices = int(*b.N)
@@ -306,4 +316,29 @@ func spendLogsMetadata(r *http.Request, metadata map[string]any) any {
 		}
 	}
 	return slm
+}
+
+// ToolOverhead is what a provider bills for a call's tools beyond the bytes of
+// their definitions, as WithMaxUsage bills it, from the providers' documentation
+// (Anthropic, "Tool use with Claude" > Pricing and the built-in tools' pages): a
+// tool-use system prompt of up to 530 tokens on any call with a tool (or a
+// legacy function), plus 245 for the bash tool, 700 for the text editor and
+// 735 + 499 (definition and system prompt) for computer use. types are the
+// tools' "type" fields.
+func ToolOverhead(functions bool, types ...string) int {
+	if !functions && len(types) == 0 {
+		return 0
+	}
+	n := 530
+	for _, t := range types {
+		switch {
+		case strings.HasPrefix(t, "bash_"):
+			n += 245
+		case strings.HasPrefix(t, "text_editor_"):
+			n += 700
+		case strings.HasPrefix(t, "computer_"):
+			n += 735 + 499
+		}
+	}
+	return n
 }

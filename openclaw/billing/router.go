@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/inert"
 	"github.com/agentsandbox/sandbox/internal/llmproxy"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/port"
@@ -316,7 +317,7 @@ func (r *Router) refuseUnattributed(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	n := llmproxy.WriteError(w, http.StatusForbidden, "unattributed", "run_token: this call carries no live run token; the LLM proxy refuses calls it cannot bill to a run")
 	rec := port.AuditRecord{
-		Time: start.UTC(), Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(llmproxy.Inert(redactPath(req.URL.Path)), 256),
+		Time: start.UTC(), Method: llmproxy.Clip(req.Method, 16), Path: llmproxy.Clip(inert.String(redactPath(req.URL.Path)), 256),
 		Status: http.StatusForbidden, RespBytes: n, Blocked: "unattributed", Latency: time.Since(start),
 	}
 	// Never log the path: it may hold a (revoked or guessed) token.

@@ -78,6 +78,8 @@ func Test(t *testing.T, newFront NewFront) {
 		{"BudgetMaxTokens", testMaxTokens},
 		{"BudgetMaxTokensUnderConcurrency", testMaxTokensConcurrent},
 		{"BudgetMaxTokensWorstCaseUnderConcurrency", testMaxTokensWorstCase},
+		{"BudgetMaxTokensWithTools", testMaxTokensWithTools},
+		{"BudgetRefusesServerTools", testServerToolsRefused},
 		{"EveryAllowlistedRouteEndToEnd", testRoutes},
 		{"AdminRoutesAreRefused", testAdminRoutes},
 		{"NonCanonicalPathsAreRefused", testNonCanonical},

@@ -28,8 +28,9 @@ func HoldLease(owner, runID string) (*runlease.Lease, error) {
 }
 
 // Handle is the state every adapter's session shares: identity, the output log, the
-// exit result, the heartbeat loop, the lease and the file and socket access. Adapters
-// embed it and add Stop, Exec and Detach.
+// exit result, the heartbeat loop, the watchers, the lease, the file and socket
+// access, Stop's and Detach's sequence (end.go). Adapters embed it and add Exec and
+// their runtime's steps.
 type Handle struct {
 	Meta
 
@@ -53,6 +54,13 @@ type Handle struct {
 	OnFinish func()
 	// life is the deadline as pauses move it, and the pause state (pause.go).
 	life lifetime
+	// Watch are the goroutines that follow the sandbox (end.go).
+	Watch Watchers
+	// stop says whether Stop began (the exit is then no failure) and finished.
+	stop struct {
+		sync.Mutex
+		stopping, stopped bool
+	}
 }
 
 // NewHandle returns a handle for m, with its session's output log open, and starts its

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/runner"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -58,6 +59,29 @@ func Prepare(root, name, owner string, ss port.SessionSpec) (Setup, error) {
 		st.Labels[k] = v
 	}
 	return st, nil
+}
+
+// PrepareLeased is Prepare, then the session's lease (HoldLease), held from before
+// the sandbox exists so that another process's Sweep leaves it alone. Nothing is
+// left behind on an error.
+func PrepareLeased(root, name, owner string, ss port.SessionSpec) (Setup, *runlease.Lease, error) {
+	st, err := Prepare(root, name, owner, ss)
+	if err != nil {
+		return st, nil, err
+	}
+	lease, err := HoldLease(owner, ss.RunID)
+	if err != nil {
+		_ = RemoveDir(root, st.Dir)
+		return Setup{}, nil, err
+	}
+	return st, lease, nil
+}
+
+// Abandon undoes PrepareLeased for a session that did not start: its directory
+// goes, its lease is released.
+func (st Setup) Abandon(lease *runlease.Lease) {
+	_ = RemoveDir(st.Root, st.Dir)
+	lease.Release()
 }
 
 // Meta is the handle's description of the session ss set up as st, in the sandbox id.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/inert"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -277,10 +278,12 @@ func parseAuditLine(b []byte) (port.AuditRecord, error) {
 	}
 	rec.Time = end.Add(-rec.Latency).UTC()
 	rec.Method = l.Method
-	rec.Path = l.Path
+	// nginx logs the decoded path ($uri) and LiteLLM's echo of the agent's model:
+	// both are agent-chosen, kept as the Go fronts keep them (inert.String).
+	rec.Path = inert.String(l.Path)
 	rec.CallID = dash(l.CallID)
 	rec.ResponseCost = dash(l.ResponseCost)
-	rec.Model = dash(l.ModelGroup)
+	rec.Model = inert.String(dash(l.ModelGroup))
 	if mt, _, perr := mime.ParseMediaType(dash(l.ContentType)); perr == nil {
 		rec.Streamed = mt == "text/event-stream"
 	}
@@ -291,6 +294,8 @@ func parseAuditLine(b []byte) (port.AuditRecord, error) {
 		rec.Error = "upstream: could not be reached or failed before answering (upstream status " + orDash(last(l.UpstreamStatus)) + ")"
 	case "upstream_timeout":
 		rec.Error = "upstream: timed out before answering"
+	case "upstream_informational":
+		rec.Error = "upstream: answered with an informational status (1xx); the call was cut (upstream status " + orDash(last(l.UpstreamStatus)) + ")"
 	default:
 		rec.Error = l.Error
 	}

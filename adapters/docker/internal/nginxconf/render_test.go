@@ -117,7 +117,7 @@ func TestRenderNginxContent(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"Host":                          "litellm:4000",
 		"Connection":                    "",
-		"Content-Type":                  "$http_content_type",
+		"Content-Type":                  "$llmproxy_content_type",
 		"Accept":                        "$http_accept",
 		"User-Agent":                    "$http_user_agent",
 		"OpenAI-Beta":                   "$http_openai_beta",
@@ -307,6 +307,7 @@ func TestRenderNginxPassesNginxT(t *testing.T) {
 		conf, err := RenderNginx(NginxConfig{
 			Policy: mustPolicy(t, typicalSpec()), Upstream: "https://localhost:8443", UpstreamCAFile: ca,
 			SocketPath: filepath.Join(dir, "s.sock"), AuditLogPath: filepath.Join(dir, "audit.log"), RuntimeDir: dir,
+			ScriptPath: filepath.Join(dir, "llmproxy.js"),
 		})
 		require.NoError(t, err)
 		ds, err := parseNginx(string(conf))

@@ -1,10 +1,10 @@
-package llmproxy
+package inert
 
 import "testing"
 
 // Control sequences, CR/LF, tabs, invalid UTF-8 and bidi overrides an agent puts
 // in a path or model name are stored percent-encoded; ordinary text is kept.
-func TestInert(t *testing.T) {
+func TestString(t *testing.T) {
 	for in, want := range map[string]string{
 		"/v1/chat/completions":            "/v1/chat/completions",
 		"gpt-4o mini é 模型":                "gpt-4o mini é 模型",
@@ -13,8 +13,8 @@ func TestInert(t *testing.T) {
 		"a\tb\x7f\xc2\x9b\xff":            "a%09b%7F%C2%9B%FF",
 		"evil\u202egpj.exe":               "evil%E2%80%AEgpj.exe",
 	} {
-		if got := Inert(in); got != want {
-			t.Errorf("Inert(%q) = %q, want %q", in, got, want)
+		if got := String(in); got != want {
+			t.Errorf("String(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
