@@ -483,10 +483,10 @@ async function reduceIdleMemory() {
   if (v8.cachedDataVersionTag() !== cacheTag) fail('reducing idle memory left V8 flags changed: the run\'s compile cache would be rejected');
 }
 
-// Standby workers. A one-shot run starts six worker threads after the claim (the SQLite
+// Standby workers. A one-shot run starts seven worker threads after the claim (the SQLite
 // carrier of the state and agent databases, the session archive's maintenance twice,
-// the transcript and state-read task servers), each a fresh V8 isolate importing
-// 1,100-1,600 modules: about 2 s of a run on 2 vCPUs. With --warm-up they are started
+// the transcript and state-read task servers, the session disk-budget reader), each a
+// fresh V8 isolate, most importing 1,100-1,600 modules: about 2 s of a run on 2 vCPUs. With --warm-up they are started
 // here, after the warm-up's cleanup, and import their graphs; at the claim a `new
 // Worker` of OpenClaw's with the same script and options gets a standby instead, which
 // first takes the environment (and workerData) the fresh worker would have had and
