@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -25,10 +24,8 @@ import (
 //     the same pool: the saved state restored into a fresh workspace, the turn's
 //     inputs written over it, the run (answered from the first turn's content);
 //   - resumed-follow-up: the same from a pool whose slots' warm-up also ran a
-//     follow-up turn on its own state (--warm-up-follow-up), and whose slots prepared
-//     OpenClaw's state database ahead of the claim (--prepare-state; used by fresh runs
-//     only);
-//   - preboot-follow-up: preboot on that pool (the prepared state handed over);
+//     follow-up turn on its own state (--warm-up-follow-up);
+//   - preboot-follow-up: preboot on that pool;
 //   - hibernate: an idle session holding the conversation's OpenClaw state (resumed
 //     from the hibernation, untimed) hibernated: stopped, removed, its state saved.
 //
@@ -49,7 +46,6 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	c := newOpenClawConversation(b, runner, image, appDir, fake, true, cacheMount)
 	// A second pool whose slots' warm-up also ran a follow-up turn on its own state.
 	f := newOpenClawConversationWith(b, runner, image, appDir, fake, "--warm-up-follow-up", cacheMount)
-	f.pre.Argv = slices.Insert(f.pre.Argv, slices.Index(f.pre.Argv, "--warm-up-follow-up")+1, "--prepare-state")
 	f.one, f.spec = c.one, c.spec
 
 	// The conversation's first turn, in a session, then hibernated.

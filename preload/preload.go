@@ -38,10 +38,7 @@ const NodeName = "preload.mjs"
 // docs/warm-pools-and-runtimes.md). With --warm-up-follow-up the warm-up runs a second
 // turn on the first turn's state, so a run that finds OpenClaw state in its workspace
 // (a conversation's next turn, a hibernated session resumed) finds the path OpenClaw
-// takes then (its doctor's state-migration preflight) loaded too; adding
-// --prepare-state after it makes the slot prepare OpenClaw's state database ahead of
-// the claim, handed to a fresh run at the claim (opt-in: see
-// docs/warm-pools-and-runtimes.md). It is pinned to
+// takes then (its doctor's state-migration preflight) loaded too. It is pinned to
 // OpenClawVersion and refuses to say ready for any other, or when a warm-up turn does
 // not answer as expected.
 //
