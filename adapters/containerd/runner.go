@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
@@ -65,13 +66,8 @@ var (
 // use); use Ping to check the daemon.
 func NewRunner(opts ...Option) (*Runner, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, opErr("NewRunner", "", err)
-		}
+	if err := optcheck.Apply(&cfg, opts); err != nil {
+		return nil, opErr("NewRunner", "", err)
 	}
 	cli, err := client.New(cfg.address, client.WithDefaultNamespace(cfg.namespace))
 	if err != nil {

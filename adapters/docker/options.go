@@ -170,15 +170,7 @@ func WithPoolDir(dir string) Option {
 }
 
 func (c *config) apply(opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return optcheck.Apply(c, opts)
 }
 
 // connect makes the SDK client. It does no I/O: the client dials lazily.

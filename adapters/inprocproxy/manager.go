@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/proxypolicy"
 
@@ -52,13 +53,8 @@ var (
 // port.ErrInvalidSpec (or port.ErrUnsupported, see WithSandboxUID).
 func NewManager(opts ...Option) (*Manager, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, opErr("New", "", err)
-		}
+	if err := optcheck.Apply(&cfg, opts); err != nil {
+		return nil, opErr("New", "", err)
 	}
 	// The shortest per-run socket path: <base>/<owner>/<1 char>-<random>/llm.sock.
 	if n := len(cfg.baseDir) + 1 + len(cfg.owner) + 1 + 2 + randSuffixLen + 1 + len(port.LLMSocketName); n > maxSocketPath {

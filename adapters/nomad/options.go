@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -312,13 +313,5 @@ func nodePath(what, p string) error {
 }
 
 func (c *config) apply(opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return optcheck.Apply(c, opts)
 }

@@ -78,13 +78,8 @@ func NewManager(c *Client, opts ...Option) (*Manager, error) {
 		return nil, &port.OpError{Op: "proxyd.New", Err: port.Invalidf("no client")}
 	}
 	cfg := config{grace: 5 * time.Second, logger: slog.New(slog.DiscardHandler)}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, &port.OpError{Op: "proxyd.New", Err: err}
-		}
+	if err := optcheck.Apply(&cfg, opts); err != nil {
+		return nil, &port.OpError{Op: "proxyd.New", Err: err}
 	}
 	return &Manager{c: c, cfg: cfg}, nil
 }

@@ -52,6 +52,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentsandbox/sandbox/internal/initenv"
 	"github.com/agentsandbox/sandbox/internal/netdown"
 )
 
@@ -114,7 +115,7 @@ func run(args []string) int {
 		}
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(environment(*keep), extra...)
+	cmd.Env = append(initenv.Filter(*keep), extra...)
 	cmd.Dir = *dir
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -217,21 +218,4 @@ func (f *framer) copy(kind byte, r io.Reader, limit int) (truncated bool) {
 			return truncated
 		}
 	}
-}
-
-func environment(keep string) []string {
-	keepSet := map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true}
-	for _, k := range strings.Split(keep, ",") {
-		if k != "" {
-			keepSet[k] = true
-		}
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if keepSet[name] {
-			env = append(env, kv)
-		}
-	}
-	return env
 }

@@ -71,6 +71,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/agentsandbox/sandbox/internal/initenv"
 )
 
 const exitFailed = 125
@@ -133,7 +135,7 @@ func main() {
 		fmt.Fprintln(errOut, "usage: sandbox-nomad-init [-unwritable DIRS] [-keep NAMES] [-wait SOCKET] [-capture -max N [-flushed OUT,ERR]] -- argv...")
 		exit(exitFailed)
 	}
-	env, err := decode(environment(*keep), *b64)
+	env, err := decode(initenv.Filter(*keep), *b64)
 	if err != nil {
 		fmt.Fprintf(errOut, "sandbox-nomad-init: %v\n", err)
 		exit(exitFailed)
@@ -288,23 +290,6 @@ func checkUnwritable(dir string) error {
 	f.Close()
 	os.Remove(name)
 	return fmt.Errorf("%s is writable: this runtime does not hide the Nomad directory bound there; refusing to run", dir)
-}
-
-func environment(keep string) []string {
-	keepSet := map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true}
-	for _, k := range strings.Split(keep, ",") {
-		if k != "" {
-			keepSet[k] = true
-		}
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if keepSet[name] {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // decode replaces the base64 values of the variables named in names with what they

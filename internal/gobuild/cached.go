@@ -50,16 +50,7 @@ func Cached(ctx context.Context, pkg, name, dir string) (string, error) {
 	// from them is found again by that name alone, with no go command (a host
 	// without a toolchain runs on a cache seeded where there was one).
 	if v := versionKey(buildInfo()); v != "" {
-		out := filepath.Join(abs, name+"-"+v)
-		if fi, err := os.Stat(out); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			cached[key] = out
-			return out, nil
-		}
-		if err := buildInto(ctx, src, pkg, name, abs, out); err != nil {
-			return "", err
-		}
-		cached[key] = out
-		return out, nil
+		return found(ctx, key, src, pkg, name, abs, filepath.Join(abs, name+"-"+v))
 	}
 	ver, err := Go(ctx, src, "env", "GOVERSION")
 	if err != nil {
@@ -82,12 +73,18 @@ func Cached(ctx context.Context, pkg, name, dir string) (string, error) {
 			}
 		}
 	}
-	out := filepath.Join(abs, name+"-"+hex.EncodeToString(h.Sum(nil))[:16])
+	return found(ctx, key, src, pkg, name, abs, filepath.Join(abs, name+"-"+hex.EncodeToString(h.Sum(nil))[:16]))
+}
+
+// found returns out, the binary's file under its key's name: the one there (an
+// executable regular file), else built now from src's pkg into dir. It records it
+// under key for this process (cachedMu held).
+func found(ctx context.Context, key, src, pkg, name, dir, out string) (string, error) {
 	if fi, err := os.Stat(out); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
 		cached[key] = out
 		return out, nil
 	}
-	if err := buildInto(ctx, src, pkg, name, abs, out); err != nil {
+	if err := buildInto(ctx, src, pkg, name, dir, out); err != nil {
 		return "", err
 	}
 	cached[key] = out

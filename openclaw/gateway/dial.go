@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/internal/optcheck"
 )
 
 // Dial connects to the gateway at rawURL (ws:// or wss://), completes the
@@ -28,13 +29,8 @@ import (
 // context's error when ctx ends first.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := optcheck.Apply(&cfg, opts); err != nil {
+		return nil, err
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {

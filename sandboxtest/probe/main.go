@@ -411,15 +411,16 @@ func stream(model, content, ackDir string) {
 	fmt.Printf("events %d\n", n)
 }
 
-// rawRequests sends each request of a JSON-lines file ({"method","path","headers",
-// "body"}) to the bridge as written (no client normalises the path or the header
-// names) and prints "req N status S" per request.
-func rawRequests(file string) {
+// readRequests reads a JSON-lines file of requests ({"method","path","headers",
+// "body"}) and returns each as written on the wire: no client normalises the path
+// or the header names. A file it cannot read fails the probe (exit 4).
+func readRequests(file string) [][]byte {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		fail(4, err.Error())
 	}
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	var reqs [][]byte
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var r struct {
 			Method, Path, Body string
 			Headers            [][2]string
@@ -433,10 +434,20 @@ func rawRequests(file string) {
 			fmt.Fprintf(&req, "%s: %s\r\n", h[0], h[1])
 		}
 		req.WriteString("\r\n" + r.Body)
+		reqs = append(reqs, req.Bytes())
+	}
+	return reqs
+}
+
+// rawRequests sends each request of a JSON-lines file ({"method","path","headers",
+// "body"}) to the bridge as written (no client normalises the path or the header
+// names) and prints "req N status S" per request.
+func rawRequests(file string) {
+	for i, req := range readRequests(file) {
 		status := "error"
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:8080", 5*time.Second); err == nil {
 			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			if _, err := c.Write(req.Bytes()); err == nil {
+			if _, err := c.Write(req); err == nil {
 				if l, err := bufio.NewReader(c).ReadString('\n'); err == nil {
 					if f := strings.Fields(l); len(f) >= 2 {
 						status = f[1]
@@ -454,24 +465,7 @@ func rawRequests(file string) {
 // status line and header the agent's HTTP client could parse, informational and
 // upgraded answers and what follows them included.
 func rawDump(file string) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		fail(4, err.Error())
-	}
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var r struct {
-			Method, Path, Body string
-			Headers            [][2]string
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			fail(4, "bad request line: "+err.Error())
-		}
-		var req bytes.Buffer
-		fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: llm\r\nConnection: close\r\nContent-Length: %d\r\n", r.Method, r.Path, len(r.Body))
-		for _, h := range r.Headers {
-			fmt.Fprintf(&req, "%s: %s\r\n", h[0], h[1])
-		}
-		req.WriteString("\r\n" + r.Body)
+	for i, req := range readRequests(file) {
 		var out struct {
 			I   int    `json:"i"`
 			Raw string `json:"raw"`
@@ -482,7 +476,7 @@ func rawDump(file string) {
 			out.Err = err.Error()
 		} else {
 			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			if _, err := c.Write(req.Bytes()); err != nil {
+			if _, err := c.Write(req); err != nil {
 				out.Err = err.Error()
 			}
 			raw, err := io.ReadAll(io.LimitReader(c, 1<<20))
