@@ -24,7 +24,9 @@ import (
 //     the same pool: the saved state restored into a fresh workspace, the turn's
 //     inputs written over it, the run (answered from the first turn's content);
 //   - resumed-follow-up: the same from a pool whose slots' warm-up also ran a
-//     follow-up turn on its own state (--warm-up-follow-up);
+//     follow-up turn on its own state (--warm-up-follow-up), and whose slots prepared
+//     OpenClaw's state database ahead of the claim (used by fresh runs only);
+//   - preboot-follow-up: preboot on that pool (the prepared state handed over);
 //   - hibernate: an idle session holding the conversation's OpenClaw state (resumed
 //     from the hibernation, untimed) hibernated: stopped, removed, its state saved.
 //
@@ -78,23 +80,24 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 			claimMem[name] = append(claimMem[name], time.Duration(m.ClaimBytes))
 		}
 	}
-	variants := []func(){
-		func() {
-			pooled("preboot", func() (*sandbox.Result, *openclaw.Result, error) {
+	// A fresh one-shot on conversation x's pool.
+	fresh := func(name string, x *openClawConversation) func() {
+		return func() {
+			pooled(name, func() (*sandbox.Result, *openclaw.Result, error) {
 				runID := sandboxtest.RunID("hib-bench-fresh")
-				one := c.one
+				one := x.one
 				one.SessionID = runID
 				ws := newWorkspace(b)
-				if err := one.Prepare(ws, c.cfg, openclaw.Files{Agents: "You are a test agent."}, "What was the code word? Answer with it."); err != nil {
+				if err := one.Prepare(ws, x.cfg, openclaw.Files{Agents: "You are a test agent."}, "What was the code word? Answer with it."); err != nil {
 					b.Fatal(err)
 				}
-				spec := port.RunSpec{Limits: c.limits}
+				spec := port.RunSpec{Limits: x.limits}
 				if err := one.Apply(&spec); err != nil {
 					b.Fatal(err)
 				}
-				res, runErr := c.sb.Run(ctx, sandbox.Request{
-					Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: c.image,
-					Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws, Limits: c.limits, Preload: c.pre,
+				res, runErr := x.sb.Run(ctx, sandbox.Request{
+					Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: x.image,
+					Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws, Limits: x.limits, Preload: x.pre,
 					Attribution: port.Attribution{BillingAccountID: "acct-bench"},
 				})
 				if res == nil || res.Run == nil {
@@ -103,7 +106,11 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 				out, err := openclaw.ParseRun(res.Run, runErr)
 				return res, out, err
 			}, "NO-MEMORY")
-		},
+		}
+	}
+	variants := []func(){
+		fresh("preboot", c),
+		fresh("preboot-follow-up", f),
 		func() {
 			pooled("resumed", func() (*sandbox.Result, *openclaw.Result, error) {
 				return c.resumeTurn(ctx, b, h, sandboxtest.RunID("hib-bench-resumed"), "What was the code word? Answer with it.")
@@ -142,7 +149,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"preboot", "resumed", "resumed-follow-up"} {
+	for _, name := range []string{"preboot", "preboot-follow-up", "resumed", "resumed-follow-up"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -154,6 +161,8 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	benchutil.Report(b, "hibernate", hibernate)
 	benchutil.Ratio(b, "resumed/preboot-p50", p50["resumed"], p50["preboot"])
 	benchutil.Ratio(b, "resumed-follow-up/preboot-p50", p50["resumed-follow-up"], p50["preboot"])
+	benchutil.Ratio(b, "preboot-follow-up/preboot-p50", p50["preboot-follow-up"], p50["preboot"])
+	benchutil.Ratio(b, "resumed-follow-up/preboot-follow-up-p50", p50["resumed-follow-up"], p50["preboot-follow-up"])
 	for name, m := range claimMem {
 		b.ReportMetric(float64(benchutil.Quantile(m, 0.5))/(1<<20), name+"-idle-slot-MiB")
 	}

@@ -3,9 +3,13 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,13 +31,13 @@ import (
 // run's turn reaches the fake LiteLLM through its own proxy and answers. Its boot
 // overhead (wall time minus OpenClaw's reported turn) is logged. About 20-40 s.
 func TestOpenClawOneShotPreloadedDocker(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, dockerRunnerFor, false)
+	testOpenClawOneShotPreloaded(t, dockerRunnerFor, "")
 }
 
 // TestOpenClawOneShotPreloadedContainerd is TestOpenClawOneShotPreloadedDocker on
 // containerd's warm pool. About 20-40 s.
 func TestOpenClawOneShotPreloadedContainerd(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, containerdRunnerFor, false)
+	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "")
 }
 
 // TestOpenClawOneShotPreloadedWarmUpDocker is TestOpenClawOneShotPreloadedDocker with
@@ -44,14 +48,31 @@ func TestOpenClawOneShotPreloadedContainerd(t *testing.T) {
 // provider and model), and nothing of the warm-up may be in its state directory
 // (session store, transcripts) or in the LLM traffic it sent. About 40-90 s.
 func TestOpenClawOneShotPreloadedWarmUpDocker(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, dockerRunnerFor, true)
+	testOpenClawOneShotPreloaded(t, dockerRunnerFor, "--warm-up")
 }
 
 // TestOpenClawOneShotPreloadedWarmUpContainerd is
 // TestOpenClawOneShotPreloadedWarmUpDocker on containerd's warm pool (loopback is up in
 // its slots before the claim too). About 40-90 s.
 func TestOpenClawOneShotPreloadedWarmUpContainerd(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, containerdRunnerFor, true)
+	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "--warm-up")
+}
+
+// TestOpenClawPreloadedSlotStateDocker: with --warm-up-follow-up each pre-booted slot
+// also prepares OpenClaw's state database ahead of the claim, in a directory of its own
+// the warm-up never touched, and the claim hands it to the run. Two runs, each on its own
+// slot of one pool (the second on the slot refilled after the first claim) and each with
+// its own canary: each run's state database was made before its claim (its schema_meta
+// row's created_at), holds its own session and canary and nothing of the other run's or
+// of the warm-up's. About 2-10 min.
+func TestOpenClawPreloadedSlotStateDocker(t *testing.T) {
+	testOpenClawOneShotPreloaded(t, dockerRunnerFor, "--warm-up-follow-up")
+}
+
+// TestOpenClawPreloadedSlotStateContainerd is TestOpenClawPreloadedSlotStateDocker on
+// containerd's warm pool. About 2-10 min.
+func TestOpenClawPreloadedSlotStateContainerd(t *testing.T) {
+	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "--warm-up-follow-up")
 }
 
 // openClawWarmUpMarkers are strings only the OpenClaw preloader's warm-up turn uses
@@ -80,9 +101,10 @@ func openClawPreload(t testing.TB, appDir string, warmUp bool, mounts ...port.Mo
 }
 
 // assertNoWarmUpState fails when anything under the run's workspace directory dir
-// (OpenClaw's state: session store, transcripts) holds a warm-up marker; it also
-// requires the run's own session id there, so the scan itself can fail.
-func assertNoWarmUpState(t testing.TB, ws, sessionID string) {
+// (OpenClaw's state: session store, transcripts) holds a warm-up marker or one of
+// others (another run's canaries); it also requires the run's own session id there, so
+// the scan itself can fail.
+func assertNoWarmUpState(t testing.TB, ws, sessionID string, others ...string) {
 	t.Helper()
 	root, err := os.OpenRoot(ws)
 	if err != nil {
@@ -105,6 +127,11 @@ func assertNoWarmUpState(t testing.TB, ws, sessionID string) {
 				t.Errorf("the run's %s holds the warm-up's %q", p, m)
 			}
 		}
+		for _, m := range others {
+			if bytes.Contains(b, []byte(m)) {
+				t.Errorf("the run %s's %s holds another run's %q", sessionID, p, m)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -115,9 +142,12 @@ func assertNoWarmUpState(t testing.TB, ws, sessionID string) {
 	}
 }
 
-func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), warmUp bool) {
+// testOpenClawOneShotPreloaded runs real one-shots on pre-booted slots of a warm pool
+// whose OpenClaw preloader runs with flag ("", "--warm-up" or "--warm-up-follow-up"):
+// one run, or with --warm-up-follow-up two, each on its own slot with its own canary.
+func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), flag string) {
 	appDir, nodeBin := openClawInstall(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	fake := litellmtest.NewServer(litellmtest.WithReply(markerReply))
 	defer fake.Close()
@@ -128,7 +158,19 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
+	warmUp, slotState := flag != "", flag == "--warm-up-follow-up"
 	pre := openClawPreload(t, appDir, warmUp)
+	if warmUp {
+		pre.Argv[slices.Index(pre.Argv, "--warm-up")] = flag
+	}
+	if slotState {
+		// Two warm-up turns, then the state database: about twice --warm-up's boot.
+		pre.Timeout *= 2
+	}
+	runs := 1
+	if slotState {
+		runs = 2
+	}
 	// The limit leaves room for a heavily loaded machine (a cold one-shot took 3 min at
 	// load 40 on 2 vCPUs).
 	limits := port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
@@ -143,47 +185,22 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	defer pool.Close(context.Background())
 	sb, lc := newStack(t, runner, fake, sandbox.WithPool(pool))
 	cfg := openClawConfig(ctx, t, lc)
-	for deadline := time.Now().Add(7 * time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
-			t.Fatalf("the pre-booted slot never became ready: %+v", pool.Stats())
-		}
-	}
 
-	runID := sandboxtest.RunID("openclaw-pre")
-	one := openclaw.OneShot{SessionID: runID, Timeout: 150 * time.Second, Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"}}
-	ws := newWorkspace(t)
-	if err := one.Prepare(ws, cfg, openclaw.Files{Agents: "You are a test agent."}, "Reply with the code word. MARKER=PRELOADED"); err != nil {
-		t.Fatal(err)
-	}
-	spec := port.RunSpec{Limits: limits}
-	if err := one.Apply(&spec); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	res, runErr := sb.Run(ctx, sandbox.Request{
-		Grant: sandbox.Grant{AllowSandbox: true}, RunID: runID, Image: image,
-		Argv: spec.Argv, Env: spec.Env, WorkspaceDir: ws, Limits: spec.Limits, Preload: pre,
-		Attribution: port.Attribution{BillingAccountID: "acct-pre"},
-	})
-	wall := time.Since(t0)
-	if res == nil || res.Run == nil {
-		t.Fatalf("Run: %v", runErr)
-	}
-	out, err := openclaw.ParseRun(res.Run, runErr)
-	if err != nil {
-		t.Fatalf("openclaw: %v (after %v; %d audited LLM calls)\nstdout: %s\nstderr: %s", err, time.Since(t0), len(res.Audit), tail(res.Run.Stdout), tail(res.Run.Stderr))
-	}
-	if got := out.Text(); got != "ANSWER-PRELOADED" {
-		t.Errorf("answer %q, want ANSWER-PRELOADED", got)
-	}
-	if res.Run.Start != port.StartPreloaded || res.Run.PreloadAttestation == nil {
-		t.Errorf("the run was not served pre-booted: %q %s", res.Run.Start, res.Run.StartNote)
-	}
-	if len(res.Audit) == 0 {
-		t.Error("no LLM call audited: the turn did not go through the run's proxy")
-	}
-	if am := out.Meta.AgentMeta; am.Provider != openclaw.DefaultProvider || am.Model != "gpt-4o-mini" || am.SessionID != runID {
-		t.Errorf("the run reports provider %q, model %q, session %q: want the run's config's %q, gpt-4o-mini, %q", am.Provider, am.Model, am.SessionID, openclaw.DefaultProvider, runID)
+	slot := preloadedSlotRun{sb: sb, cfg: cfg, image: image, pre: pre, limits: limits, flag: flag, nodeBin: nodeBin}
+	var all []preloadedSlotRun
+	for i := range runs {
+		// markerReply's markers are capital letters only.
+		// One slot at a time (the pool refills after each claim): a slot's warm-up is
+		// CPU-bound, and two at once on 2 loaded vCPUs take twice as long each.
+		for deadline := time.Now().Add(max(pre.Timeout, 6*time.Minute) + time.Minute); pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) || pool.Stats().PreloadFailed > 0 {
+				t.Fatalf("the pre-booted slot never became ready: %+v", pool.Stats())
+			}
+		}
+		r := slot
+		r.canary = "PRELOADED" + strings.Map(func(r rune) rune { return 'A' + r%26 }, fmt.Sprint(i)+sandboxtest.RunID("c")[2:])
+		r.run(ctx, t)
+		all = append(all, r)
 	}
 	chats := 0
 	for _, r := range fake.Requests() {
@@ -199,20 +216,110 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 			}
 		}
 	}
-	if chats == 0 {
-		t.Error("the fake LiteLLM saw no chat completion: the run used another endpoint")
+	if chats < runs {
+		t.Errorf("the fake LiteLLM saw %d chat completions for %d runs: a run used another endpoint", chats, runs)
 	}
-	assertNoWarmUpState(t, ws, runID)
+	for i, d := range all {
+		var others []string
+		for j, e := range all {
+			if j != i {
+				others = append(others, e.canary, e.runID)
+			}
+		}
+		assertNoWarmUpState(t, d.ws, d.runID, others...)
+	}
+}
+
+// preloadedSlotRun is one one-shot of testOpenClawOneShotPreloaded on a pre-booted slot:
+// its inputs, then (after run) its run id and workspace.
+type preloadedSlotRun struct {
+	sb                  *sandbox.Sandbox
+	cfg                 *openclaw.Config
+	image, flag, canary string
+	nodeBin             string
+	pre                 *port.Preload
+	limits              port.Limits
+	runID, ws           string
+}
+
+// run runs the one-shot with its canary as the prompt's marker and checks what it
+// answered, which endpoint, model and session it used, that it was served pre-booted,
+// and (with --warm-up-follow-up) that its state database was made before its claim.
+func (r *preloadedSlotRun) run(ctx context.Context, t *testing.T) {
+	t.Helper()
+	r.runID = sandboxtest.RunID("openclaw-pre")
+	one := openclaw.OneShot{SessionID: r.runID, Timeout: 150 * time.Second, Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"}}
+	r.ws = newWorkspace(t)
+	if err := one.Prepare(r.ws, r.cfg, openclaw.Files{Agents: "You are a test agent."}, "Reply with the code word. MARKER="+r.canary); err != nil {
+		t.Fatal(err)
+	}
+	spec := port.RunSpec{Limits: r.limits}
+	if err := one.Apply(&spec); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	res, runErr := r.sb.Run(ctx, sandbox.Request{
+		Grant: sandbox.Grant{AllowSandbox: true}, RunID: r.runID, Image: r.image,
+		Argv: spec.Argv, Env: spec.Env, WorkspaceDir: r.ws, Limits: spec.Limits, Preload: r.pre,
+		Attribution: port.Attribution{BillingAccountID: "acct-pre"},
+	})
+	wall := time.Since(t0)
+	if res == nil || res.Run == nil {
+		t.Fatalf("Run: %v", runErr)
+	}
+	out, err := openclaw.ParseRun(res.Run, runErr)
+	if err != nil {
+		t.Fatalf("openclaw: %v (after %v; %d audited LLM calls)\nstdout: %s\nstderr: %s", err, time.Since(t0), len(res.Audit), tail(res.Run.Stdout), tail(res.Run.Stderr))
+	}
+	if got := out.Text(); got != "ANSWER-"+r.canary {
+		t.Errorf("answer %q, want ANSWER-%s", got, r.canary)
+	}
+	if res.Run.Start != port.StartPreloaded || res.Run.PreloadAttestation == nil {
+		t.Errorf("the run was not served pre-booted: %q %s", res.Run.Start, res.Run.StartNote)
+	}
+	if len(res.Audit) == 0 {
+		t.Error("no LLM call audited: the turn did not go through the run's proxy")
+	}
+	if am := out.Meta.AgentMeta; am.Provider != openclaw.DefaultProvider || am.Model != "gpt-4o-mini" || am.SessionID != r.runID {
+		t.Errorf("the run reports provider %q, model %q, session %q: want the run's config's %q, gpt-4o-mini, %q", am.Provider, am.Model, am.SessionID, openclaw.DefaultProvider, r.runID)
+	}
 	for _, m := range openClawWarmUpMarkers {
 		if bytes.Contains(res.Run.Stdout, []byte(m)) || bytes.Contains(res.Run.Stderr, []byte(m)) {
 			t.Errorf("the run's output mentions the warm-up's %q:\n%s", m, tail(res.Run.Stderr))
+		}
+	}
+	if r.flag == "--warm-up-follow-up" {
+		// The slot's prepared database, handed over at the claim: made before it.
+		made := openClawStateCreated(t, r.nodeBin, r.ws)
+		if !made.Before(t0) {
+			t.Errorf("the run's state database was made at %v, after its claim at %v: the slot's prepared state was not handed over", made.Format(time.RFC3339Nano), t0.Format(time.RFC3339Nano))
 		}
 	}
 	var claimMiB, peakMiB uint64
 	if m := res.Run.Memory; m != nil {
 		claimMiB, peakMiB = m.ClaimBytes>>20, m.PeakBytes>>20
 	}
-	t.Logf("pre-booted one-shot (warm-up %v): wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v; idle slot %d MiB, run's peak %d MiB of %d MiB", warmUp, wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond), claimMiB, peakMiB, limits.MemoryBytes>>20)
+	t.Logf("pre-booted one-shot (%q): wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v; idle slot %d MiB, run's peak %d MiB of %d MiB", r.flag, wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond), claimMiB, peakMiB, r.limits.MemoryBytes>>20)
+}
+
+// openClawStateCreated returns when the OpenClaw state database of the one-shot in the
+// workspace ws was created, from its schema_meta row, read with the host's Node
+// (node:sqlite, read-only).
+func openClawStateCreated(t testing.TB, nodeBin, ws string) time.Time {
+	t.Helper()
+	db := filepath.Join(ws, openclaw.OneShotDir, openclaw.StateDirName, "state", "openclaw.sqlite")
+	script := `const { DatabaseSync } = require('node:sqlite');
+const db = new DatabaseSync(process.argv[1], { readOnly: true });
+process.stdout.write(String(db.prepare("SELECT min(created_at) AS c FROM schema_meta").get().c));`
+	out, err := exec.Command(nodeBin, "-e", script, db).CombinedOutput()
+	if err != nil {
+		t.Fatalf("reading %s: %v\n%s", db, err, out)
+	}
+	ms, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil || ms <= 0 {
+		t.Fatalf("the state database's schema_meta has no creation time: %q", out)
+	}
+	return time.UnixMilli(ms)
 }
 
 // openClawWarmUpMemory is the memory limit of a slot whose OpenClaw preloader ran the

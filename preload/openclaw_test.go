@@ -82,8 +82,8 @@ func TestOpenClawSplitPointPinned(t *testing.T) {
 	}
 	row := regexp.MustCompile(`(\w+): \['([\w.-]+)', '(\w+)'\]`)
 	rows := row.FindAllStringSubmatch(src, -1)
-	if len(rows) != 9 {
-		t.Fatalf("the preloader's SPLIT and WARM tables have %d rows, want 4 + 5", len(rows))
+	if len(rows) != 10 {
+		t.Fatalf("the preloader's SPLIT and WARM tables have %d rows, want 4 + 6", len(rows))
 	}
 	for _, r := range rows {
 		name, file, exp := r[1], r[2], r[3]
@@ -205,6 +205,15 @@ func TestOpenClawWarmUpPinned(t *testing.T) {
 	}
 	if mode, _ := cfg.Lookup("agents.defaults.sandbox.mode"); mode != "off" {
 		t.Errorf("one-shot configs set OpenClaw's sandbox mode %v, not off: its exec would use the warm-up's PATH", mode)
+	}
+	// The warm-up retires the session disk-budget reader's worker through OpenClaw's reset
+	// of that pool's singleton (its run gets the standby, whenever it is claimed).
+	if !strings.Contains(read("global-singleton-Dc_stLtU.mjs"), `const GLOBAL_SINGLETON_RESETS_KEY = Symbol.for("openclaw.globalSingletonLifecycleResets");`) {
+		t.Error("OpenClaw's singleton reset registry moved: the warm-up cannot retire the disk-budget reader's worker")
+	}
+	if !strings.Contains(read("disk-budget-CH7vIk-L.mjs"), `resolveGlobalSingleton(Symbol.for("openclaw.sessionDiskBudgetWorkers"), () => ({`) ||
+		!strings.Contains(read("disk-budget-CH7vIk-L.mjs"), `}), () => drainSessionDiskBudgetWorkers());`) {
+		t.Error("the session disk-budget workers' singleton no longer resets by draining its pool: check how the warm-up must retire its worker")
 	}
 	if !strings.Contains(string(OpenClaw), "sandbox: { mode: 'off' }") {
 		t.Error("the warm-up's config no longer sets OpenClaw's sandbox mode off")

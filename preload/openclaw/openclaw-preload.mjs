@@ -27,9 +27,10 @@
 // resources are closed (harnesses, agent and state databases and their workers);
 // OpenClaw's process-lifetime caches of the loaded config are reset (config-guard's
 // snapshot and doctor flag, the runtime config snapshot), so the run loads its own
-// config as a fresh process would; the directory is removed and the environment and
-// working directory restored. (One worker pool of the turn's, the session disk-budget
-// reader, stays alive: it keeps no state between tasks, and each task names its paths.)
+// config as a fresh process would; the session disk-budget reader's worker pool is
+// drained and its worker retired (OpenClaw retires it after 60 s idle anyway, and a run
+// claimed later then started a fresh one after its claim); the directory is removed and
+// the environment and working directory restored.
 // Last, it starts the worker threads a run will ask for as standbys (see
 // startStandbyWorkers). It costs memory (see docs/warm-pools-and-runtimes.md for the
 // measured figures and the limit to give the slot): opt-in.
@@ -57,9 +58,11 @@
 // the run's exit).
 //
 // Any mismatch with the pinned version (package version, a moved export, a warm-up turn
-// that does not answer as expected or does not end within WARM_UP_TIMEOUT_MS) fails the
-// preload before it says ready: the pool discards the slot and runs go cold, loudly
-// counted, never silently slower.
+// that does not answer as expected) fails the preload before it says ready: the pool
+// discards the slot and runs go cold, loudly counted, never silently slower. A warm-up
+// that does not end is ended by the slot's one boot deadline (port.Preload.Timeout, which
+// the bridge enforces until ready): the preloader keeps no shorter deadline of its own,
+// which on a loaded machine discarded slots the host had given the time to warm up.
 import fs from 'node:fs';
 import module from 'node:module';
 import http from 'node:http';
@@ -86,26 +89,40 @@ const WARM = {
   resetConfigRuntimeState: ['runtime-snapshot-DbgWcCyV.mjs', 'S'],
   closeCliResources: ['one-shot-exit-CRUuwygW.mjs', 'a'],
   closeOpenClawStateDatabaseAsync: ['openclaw-state-db-quM4UOZq.mjs', 'closeOpenClawStateDatabaseAsync'],
+  openOpenClawStateDatabase: ['openclaw-state-db-quM4UOZq.mjs', 'openOpenClawStateDatabase'],
 };
 // The worker threads a one-shot run starts after the claim, started ahead with --warm-up
 // (see startStandbyWorkers), for PINNED_VERSION: entry script, how many a run starts,
-// the modules its messages make it import later, and whether it reads workerData at
-// import (then only its imports are loaded ahead, and the entry at the claim).
+// the modules its messages make it import later, whether it reads workerData at import
+// (then only its imports are loaded ahead, and the entry at the claim), and the
+// resourceLimits OpenClaw gives it (a standby has them from its start).
 const STANDBY = {
   'infra/sqlite-store.worker.js': [2, ['state/openclaw-state.worker.js', 'state/openclaw-agent-execution.worker.js',
     'openclaw-state-worker-runtime-w7KnYZvx.mjs', 'infra/heartbeat-outcome-store.worker.js',
-    'agents/sessions/session-manager-metadata.worker.js', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], false],
+    'agents/sessions/session-manager-metadata.worker.js', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], false, 'db'],
   'config/sessions/session-accessor.sqlite-archive.worker.js': [2, ['session-accessor.sqlite-mutation-worker.runtime-CyUmBXrn.mjs',
-    'session-accessor.sqlite-reclamation-UaLqXnUk.mjs', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], true],
+    'session-accessor.sqlite-reclamation-UaLqXnUk.mjs', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], true, 'db'],
   'config/sessions/session-transcript.worker.js': [1, ['openclaw-quarantine-store-DAfgDica.mjs', 'session-accessor.sqlite-active-context-9vZE8MvL.mjs',
-    'session-transcript-hydration.worker-C_B_CMWY.mjs', 'openclaw-agent-db-readonly-scope-B4qyxiDQ.mjs'], false],
-  'state/openclaw-state-read.worker.js': [1, [], false],
+    'session-transcript-hydration.worker-C_B_CMWY.mjs', 'openclaw-agent-db-readonly-scope-B4qyxiDQ.mjs'], false, 'db'],
+  'state/openclaw-state-read.worker.js': [1, [], false, 'db'],
+  // The session disk-budget reader: a WorkerTaskPool worker, which OpenClaw retires after
+  // 60 s idle (the pool's default idleTimeoutMs). The warm-up's is retired at its end
+  // (DISK_BUDGET_WORKERS), so a run claimed a minute or an hour later gets this standby
+  // rather than a fresh worker after the claim.
+  'config/sessions/disk-budget.worker.js': [1, [], false, 'none'],
 };
-// The options OpenClaw gives those workers: a standby has them from its start.
-const STANDBY_LIMITS = { maxOldGenerationSizeMb: 512 };
-const WARM_UP_TIMEOUT_MS = 4 * 60 * 1000;
+// The resourceLimits of each kind of worker, as OpenClaw gives them ('none': it gives none).
+const STANDBY_LIMITS = { db: { maxOldGenerationSizeMb: 512 }, none: undefined };
+// The process-wide singletons' reset registry (global-singleton.ts) and the session
+// disk-budget workers' key in it, for PINNED_VERSION.
+const SINGLETON_RESETS = Symbol.for('openclaw.globalSingletonLifecycleResets');
+const DISK_BUDGET_WORKERS = Symbol.for('openclaw.sessionDiskBudgetWorkers');
 const WARM_UP_REPLY = 'OPENCLAW-PRELOAD-WARM-UP-REPLY';
 const STANDBY_KEY = 'agentsandbox-standby-worker';
+// The slot's own OpenClaw state, prepared by prepareSlotState (with --warm-up-follow-up):
+// its directory, and the files in it to hand over, relative to it.
+let slotState;
+const SLOT_STATE_FILES = [path.join('state', 'openclaw.sqlite')];
 // The standby workers started (startStandbyWorkers), for reduceIdleMemory.
 const standbys = [];
 // A standby worker's bootstrap: import, say ready, wait for the claim's handover (the
@@ -207,6 +224,7 @@ if (warmUp) {
   }
   await warmUpTurn();
   await startStandbyWorkers();
+  if (followUp) await prepareSlotState();
   await reduceIdleMemory();
 }
 
@@ -307,6 +325,12 @@ async function warmUpTurn() {
     fs.writeFileSync(layout.prompt, 'openclaw-preload warm-up turn, followed up: reply with anything.');
     await oneWarmUpTurn(layout, calls, 'follow-up');
   }
+  // The disk-budget reader's pool keeps its worker for 60 s idle, then retires it: retire
+  // it now, through OpenClaw's own reset of the singleton (drain, then rotate), so every
+  // run, however long after the warm-up it is claimed, gets the standby instead.
+  const diskBudget = globalThis[SINGLETON_RESETS]?.get?.(DISK_BUDGET_WORKERS);
+  if (typeof diskBudget?.reset !== 'function') fail('OpenClaw\'s session disk-budget workers are not in its singleton reset registry: the warm-up\'s split point moved');
+  await diskBudget.reset();
   stub.closeAllConnections();
   await new Promise((resolve) => stub.close(resolve));
   process.chdir('/');
@@ -344,10 +368,8 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
     if (done) process.nextTick(done);
     return true;
   };
-  let timer;
-  const exited = new Promise((resolve, reject) => {
+  const exited = new Promise((resolve) => {
     warm.defaultRuntime.exit = (code) => resolve(code);
-    timer = setTimeout(() => reject(new Error(`the warm-up turn did not end within ${WARM_UP_TIMEOUT_MS / 1000} s`)), WARM_UP_TIMEOUT_MS);
   });
   let code;
   try {
@@ -358,7 +380,6 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
   } catch (err) {
     fail(`the ${which} warm-up turn failed: ${err?.stack || err}`);
   } finally {
-    clearTimeout(timer);
     process.stdout.write = write;
     warm.defaultRuntime.exit = exitFn;
   }
@@ -371,6 +392,63 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
   await warm.closeOpenClawStateDatabaseAsync();
   warm.testApi.resetConfigGuardStateForTests();
   warm.resetConfigRuntimeState();
+}
+
+// prepareSlotState creates what a one-shot run's first step creates in its fresh state
+// directory, OpenClaw's state database (its whole schema: 0.9-3.6 s of a run's start on
+// 2 loaded vCPUs, against 0.05-0.1 s to open one made already), in a directory of this
+// slot's own, made after the warm-up (whose state is gone) and never given to OpenClaw
+// for anything else: no session, transcript, config or secret is in it, only the schema.
+// At the claim, handOverSlotState copies it into the run's state directory when that is
+// empty (a fresh one-shot), else it is dropped. A run that finds a state database takes
+// OpenClaw's existing-state path (its doctor's state-migration preflight), which the
+// follow-up warm-up turn loaded: so only --warm-up-follow-up prepares it.
+async function prepareSlotState() {
+  if (process.env.OPENCLAW_PRELOAD_NO_SLOT_STATE === '1') return; // measured against in the benchmarks
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'openclaw-slot-state-'));
+  try {
+    warm.openOpenClawStateDatabase({ env: { ...process.env, OPENCLAW_STATE_DIR: dir, HOME: dir } });
+  } finally {
+    await warm.closeOpenClawStateDatabaseAsync();
+  }
+  for (const f of SLOT_STATE_FILES) {
+    const st = fs.lstatSync(path.join(dir, f), { throwIfNoEntry: false });
+    if (!st?.isFile()) fail(`OpenClaw ${PINNED_VERSION} made no ${f} in a fresh state directory: the prepared state's layout moved`);
+  }
+  const left = fs.readdirSync(dir, { recursive: true }).filter((f) => !SLOT_STATE_FILES.includes(f) && !SLOT_STATE_FILES.some((k) => k.startsWith(f + path.sep)));
+  if (left.length) fail(`OpenClaw ${PINNED_VERSION} made more than ${SLOT_STATE_FILES.join(', ')} in a fresh state directory (${left.join(', ')}): the prepared state's layout moved`);
+  slotState = dir;
+}
+
+// handOverSlotState gives the run the slot's prepared state when its state directory
+// stateDir (absolute) exists, is a real directory and is empty: each file is copied
+// under a temporary name and renamed into place. Anything else (a run's existing state,
+// no state directory, a failed copy) leaves the run's directory as it was. The slot's
+// copy is removed either way.
+function handOverSlotState(stateDir) {
+  if (!slotState) return;
+  const made = [];
+  try {
+    const st = stateDir && path.isAbsolute(stateDir) ? fs.lstatSync(stateDir, { throwIfNoEntry: false }) : undefined;
+    if (!st?.isDirectory() || fs.readdirSync(stateDir).length) return;
+    for (const f of SLOT_STATE_FILES) {
+      const sub = path.dirname(f);
+      if (sub !== '.' && !fs.existsSync(path.join(stateDir, sub))) {
+        fs.mkdirSync(path.join(stateDir, sub), { mode: fs.statSync(path.join(slotState, sub)).mode & 0o777 });
+        made.push(path.join(stateDir, sub));
+      }
+      const tmp = path.join(stateDir, `${f}.slot-${process.pid}`);
+      fs.copyFileSync(path.join(slotState, f), tmp, fs.constants.COPYFILE_EXCL);
+      made.push(tmp);
+      fs.renameSync(tmp, path.join(stateDir, f));
+      made[made.length - 1] = path.join(stateDir, f);
+    }
+  } catch {
+    for (const p of made.reverse()) fs.rmSync(p, { recursive: true, force: true });
+  } finally {
+    fs.rmSync(slotState, { recursive: true, force: true });
+    slotState = undefined;
+  }
 }
 
 // reduceIdleMemory gives back what the warmed slot's isolates hold but do not use
@@ -417,16 +495,17 @@ async function startStandbyWorkers() {
   const pins = ['pinRuntimePaths', 'pinConfigDir'].map((name) => ({ url: url(SPLIT[name][0]), exp: SPLIT[name][1] }));
   const standby = new Map();
   const ready = [];
-  for (const [entry, [count, later, deferEntry]] of Object.entries(STANDBY)) {
+  for (const [entry, [count, later, deferEntry, limitsKind]] of Object.entries(STANDBY)) {
     const href = url(entry);
     if (!fs.existsSync(path.join(dist, entry))) fail(`dist/${entry} is gone: the standby workers' table moved`);
     // A deferred entry's own imports, relative ones (node: builtins cost nothing).
     const own = deferEntry ? [...fs.readFileSync(path.join(dist, entry), 'utf8').matchAll(/^import\s[^;]*?from\s+"(\.[^"]+)";/gm)].map((m) => new URL(m[1], href).href) : [];
     const imports = [...later.map(url), ...own, ...(deferEntry ? [] : [href])];
     const list = [];
-    standby.set(href, { list, deferEntry });
+    const limits = STANDBY_LIMITS[limitsKind];
+    standby.set(href, { list, deferEntry, limits });
     for (let i = 0; i < count; i++) {
-      const w = new Fresh(STANDBY_BOOT, { eval: true, env, execArgv: [], resourceLimits: STANDBY_LIMITS, workerData: { imports, pins, entry: deferEntry ? href : '' } });
+      const w = new Fresh(STANDBY_BOOT, { eval: true, env, execArgv: [], ...(limits ? { resourceLimits: limits } : {}), workerData: { imports, pins, entry: deferEntry ? href : '' } });
       ready.push(new Promise((resolve, reject) => {
         w.once('error', reject);
         w.once('message', (m) => {
@@ -442,7 +521,7 @@ async function startStandbyWorkers() {
   await Promise.all(ready).catch((err) => fail(`a standby worker did not start: ${err?.stack || err}`));
   for (const { list } of standby.values()) for (const w of list) standbys.push(w);
   for (const { list } of standby.values()) for (const w of list) w.unref();
-  const sameLimits = (l) => JSON.stringify(l) === JSON.stringify(STANDBY_LIMITS);
+  const sameLimits = (l, want) => JSON.stringify(l) === JSON.stringify(want);
   class Worker extends Fresh {
     constructor(file, opts) {
       const o = opts ?? {};
@@ -450,7 +529,7 @@ async function startStandbyWorkers() {
       const kind = standby.get(href);
       const keys = Object.keys(o).filter((k) => o[k] !== undefined);
       if (kind?.list.length && keys.every((k) => ['env', 'execArgv', 'resourceLimits', 'workerData'].includes(k))
-        && !o.execArgv?.length && sameLimits(o.resourceLimits) && typeof o.env !== 'symbol'
+        && !o.execArgv?.length && sameLimits(o.resourceLimits, kind.limits) && typeof o.env !== 'symbol'
         && (kind.deferEntry || o.workerData === undefined)) {
         const w = kind.list.shift();
         // What a fresh worker would have had: its options' environment or a copy of ours now.
@@ -514,6 +593,7 @@ process.title = 'openclaw';
 fns.normalizeEnv();
 fns.pinRuntimePaths(process.env);
 fns.pinConfigDir(process.env);
+handOverSlotState(process.env.OPENCLAW_STATE_DIR);
 await send({ started: true });
 ctl.destroy();
 await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {
