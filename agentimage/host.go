@@ -15,8 +15,13 @@ import (
 // NginxName is the repository of the image Nginx builds.
 const NginxName = "agentsandbox/nginx"
 
+// NginxJSModule is where Debian (libnginx-mod-http-js) and the nginx images keep
+// nginx's JavaScript module; Nginx packs it at the same path.
+const NginxJSModule = "/usr/lib/nginx/modules/ngx_http_js_module.so"
+
 // Nginx packs the host's nginx binary (from PATH; Debian's nginx-light or nginx
-// package) and the shared libraries it links into an image for the Docker adapter's
+// package), its JavaScript module (libnginx-mod-http-js) and the shared libraries
+// they link into an image for the Docker adapter's
 // nginx proxy manager (docker.WithProxyImage), so that proxy needs no registry:
 //
 //	img, err := agentimage.Nginx(ctx)
@@ -35,6 +40,23 @@ func Nginx(ctx context.Context) (Image, error) {
 	files, err := HostBinary(ctx, bin, "/usr/sbin/nginx")
 	if err != nil {
 		return Image{}, err
+	}
+	// The per-run proxy's response header filter runs in nginx's JavaScript module.
+	if _, err := os.Stat(NginxJSModule); err != nil {
+		return Image{}, fmt.Errorf("agentimage: nginx's JavaScript module is not installed on the host (apt-get install libnginx-mod-http-js): %w", err)
+	}
+	mod, err := HostBinary(ctx, NginxJSModule, NginxJSModule)
+	if err != nil {
+		return Image{}, err
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.Path] = true
+	}
+	for _, f := range mod { // libc and the loader are nginx's too
+		if !have[f.Path] {
+			files, have[f.Path] = append(files, f), true
+		}
 	}
 	files = WithDirs(files, "/etc/llmproxy", "/var/log/llmproxy", "/llm-sock")
 	// World-writable like any /tmp: Docker gives the tmpfs mounted here this mode.

@@ -24,9 +24,8 @@ import (
 //     the same pool: the saved state restored into a fresh workspace, the turn's
 //     inputs written over it, the run (answered from the first turn's content);
 //   - resumed-follow-up: the same from a pool whose slots' warm-up also ran a
-//     follow-up turn on its own state (--warm-up-follow-up), and whose slots prepared
-//     OpenClaw's state database ahead of the claim (used by fresh runs only);
-//   - preboot-follow-up: preboot on that pool (the prepared state handed over);
+//     follow-up turn on its own state (--warm-up-follow-up);
+//   - preboot-follow-up: preboot on that pool;
 //   - hibernate: an idle session holding the conversation's OpenClaw state (resumed
 //     from the hibernation, untimed) hibernated: stopped, removed, its state saved.
 //

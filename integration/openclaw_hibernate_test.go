@@ -95,6 +95,10 @@ func newOpenClawConversationWith(t testing.TB, runner port.SandboxRunner, image,
 			pre.Argv[i] = flag
 		}
 	}
+	if flag == "--warm-up-follow-up" {
+		// Two warm-up turns, then the state database: about twice --warm-up's boot.
+		pre.Timeout *= 2
+	}
 	c := &openClawConversation{runner: runner, image: image, appDir: appDir, pre: pre, mounts: mounts}
 	c.limits = port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
 	if warmUp {
@@ -128,7 +132,7 @@ func newOpenClawConversationWith(t testing.TB, runner port.SandboxRunner, image,
 // waitReady waits for the pool's slot to have booted.
 func (c *openClawConversation) waitReady(t testing.TB) {
 	t.Helper()
-	for deadline := time.Now().Add(7 * time.Minute); c.pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(max(c.pre.Timeout, 6*time.Minute) + time.Minute); c.pool.Stats().Ready < 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) || c.pool.Stats().PreloadFailed > 0 {
 			t.Fatalf("the pre-booted slot never became ready: %+v", c.pool.Stats())
 		}

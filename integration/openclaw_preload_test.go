@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,23 +54,6 @@ func TestOpenClawOneShotPreloadedWarmUpDocker(t *testing.T) {
 // its slots before the claim too). About 40-90 s.
 func TestOpenClawOneShotPreloadedWarmUpContainerd(t *testing.T) {
 	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "--warm-up")
-}
-
-// TestOpenClawPreloadedSlotStateDocker: with --warm-up-follow-up each pre-booted slot
-// also prepares OpenClaw's state database ahead of the claim, in a directory of its own
-// the warm-up never touched, and the claim hands it to the run. Two runs, each on its own
-// slot of one pool (the second on the slot refilled after the first claim) and each with
-// its own canary: each run's state database was made before its claim (its schema_meta
-// row's created_at), holds its own session and canary and nothing of the other run's or
-// of the warm-up's. About 2-10 min.
-func TestOpenClawPreloadedSlotStateDocker(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, dockerRunnerFor, "--warm-up-follow-up")
-}
-
-// TestOpenClawPreloadedSlotStateContainerd is TestOpenClawPreloadedSlotStateDocker on
-// containerd's warm pool. About 2-10 min.
-func TestOpenClawPreloadedSlotStateContainerd(t *testing.T) {
-	testOpenClawOneShotPreloaded(t, containerdRunnerFor, "--warm-up-follow-up")
 }
 
 // openClawWarmUpMarkers are strings only the OpenClaw preloader's warm-up turn uses
@@ -142,9 +123,9 @@ func assertNoWarmUpState(t testing.TB, ws, sessionID string, others ...string) {
 	}
 }
 
-// testOpenClawOneShotPreloaded runs real one-shots on pre-booted slots of a warm pool
-// whose OpenClaw preloader runs with flag ("", "--warm-up" or "--warm-up-follow-up"):
-// one run, or with --warm-up-follow-up two, each on its own slot with its own canary.
+// testOpenClawOneShotPreloaded runs a real one-shot on a pre-booted slot of a warm pool
+// whose OpenClaw preloader runs with flag ("", "--warm-up" or "--warm-up-follow-up"),
+// with its own canary.
 func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string), flag string) {
 	appDir, nodeBin := openClawInstall(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -158,19 +139,12 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
-	warmUp, slotState := flag != "", flag == "--warm-up-follow-up"
+	warmUp := flag != ""
 	pre := openClawPreload(t, appDir, warmUp)
 	if warmUp {
 		pre.Argv[slices.Index(pre.Argv, "--warm-up")] = flag
 	}
-	if slotState {
-		// Two warm-up turns, then the state database: about twice --warm-up's boot.
-		pre.Timeout *= 2
-	}
 	runs := 1
-	if slotState {
-		runs = 2
-	}
 	// The limit leaves room for a heavily loaded machine (a cold one-shot took 3 min at
 	// load 40 on 2 vCPUs).
 	limits := port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
@@ -186,7 +160,7 @@ func testOpenClawOneShotPreloaded(t *testing.T, newRunner func(testing.TB, strin
 	sb, lc := newStack(t, runner, fake, sandbox.WithPool(pool))
 	cfg := openClawConfig(ctx, t, lc)
 
-	slot := preloadedSlotRun{sb: sb, cfg: cfg, image: image, pre: pre, limits: limits, flag: flag, nodeBin: nodeBin}
+	slot := preloadedSlotRun{sb: sb, cfg: cfg, image: image, pre: pre, limits: limits, flag: flag}
 	var all []preloadedSlotRun
 	for i := range runs {
 		// markerReply's markers are capital letters only.
@@ -236,15 +210,14 @@ type preloadedSlotRun struct {
 	sb                  *sandbox.Sandbox
 	cfg                 *openclaw.Config
 	image, flag, canary string
-	nodeBin             string
 	pre                 *port.Preload
 	limits              port.Limits
 	runID, ws           string
 }
 
 // run runs the one-shot with its canary as the prompt's marker and checks what it
-// answered, which endpoint, model and session it used, that it was served pre-booted,
-// and (with --warm-up-follow-up) that its state database was made before its claim.
+// answered, which endpoint, model and session it used, and that it was served
+// pre-booted.
 func (r *preloadedSlotRun) run(ctx context.Context, t *testing.T) {
 	t.Helper()
 	r.runID = sandboxtest.RunID("openclaw-pre")
@@ -288,38 +261,11 @@ func (r *preloadedSlotRun) run(ctx context.Context, t *testing.T) {
 			t.Errorf("the run's output mentions the warm-up's %q:\n%s", m, tail(res.Run.Stderr))
 		}
 	}
-	if r.flag == "--warm-up-follow-up" {
-		// The slot's prepared database, handed over at the claim: made before it.
-		made := openClawStateCreated(t, r.nodeBin, r.ws)
-		if !made.Before(t0) {
-			t.Errorf("the run's state database was made at %v, after its claim at %v: the slot's prepared state was not handed over", made.Format(time.RFC3339Nano), t0.Format(time.RFC3339Nano))
-		}
-	}
 	var claimMiB, peakMiB uint64
 	if m := res.Run.Memory; m != nil {
 		claimMiB, peakMiB = m.ClaimBytes>>20, m.PeakBytes>>20
 	}
 	t.Logf("pre-booted one-shot (%q): wall %v, sandbox %v, OpenClaw's turn %v, boot overhead %v; idle slot %d MiB, run's peak %d MiB of %d MiB", r.flag, wall.Round(time.Millisecond), res.Run.Duration.Round(time.Millisecond), out.Meta.Duration(), (wall - out.Meta.Duration()).Round(time.Millisecond), claimMiB, peakMiB, r.limits.MemoryBytes>>20)
-}
-
-// openClawStateCreated returns when the OpenClaw state database of the one-shot in the
-// workspace ws was created, from its schema_meta row, read with the host's Node
-// (node:sqlite, read-only).
-func openClawStateCreated(t testing.TB, nodeBin, ws string) time.Time {
-	t.Helper()
-	db := filepath.Join(ws, openclaw.OneShotDir, openclaw.StateDirName, "state", "openclaw.sqlite")
-	script := `const { DatabaseSync } = require('node:sqlite');
-const db = new DatabaseSync(process.argv[1], { readOnly: true });
-process.stdout.write(String(db.prepare("SELECT min(created_at) AS c FROM schema_meta").get().c));`
-	out, err := exec.Command(nodeBin, "-e", script, db).CombinedOutput()
-	if err != nil {
-		t.Fatalf("reading %s: %v\n%s", db, err, out)
-	}
-	ms, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-	if err != nil || ms <= 0 {
-		t.Fatalf("the state database's schema_meta has no creation time: %q", out)
-	}
-	return time.UnixMilli(ms)
 }
 
 // openClawWarmUpMemory is the memory limit of a slot whose OpenClaw preloader ran the

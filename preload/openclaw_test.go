@@ -82,8 +82,8 @@ func TestOpenClawSplitPointPinned(t *testing.T) {
 	}
 	row := regexp.MustCompile(`(\w+): \['([\w.-]+)', '(\w+)'\]`)
 	rows := row.FindAllStringSubmatch(src, -1)
-	if len(rows) != 10 {
-		t.Fatalf("the preloader's SPLIT and WARM tables have %d rows, want 4 + 6", len(rows))
+	if len(rows) != 9 {
+		t.Fatalf("the preloader's SPLIT and WARM tables have %d rows, want 4 + 5", len(rows))
 	}
 	for _, r := range rows {
 		name, file, exp := r[1], r[2], r[3]

@@ -90,7 +90,7 @@ func progress(t *testing.T, ws string) int {
 		if i == 50 {
 			t.Fatalf("progress file: %q %v", b, err)
 		}
-		time.Sleep(10 * time.Millisecond) // caught between truncate and write
+		time.Sleep(10 * time.Millisecond) // read while the file is replaced
 	}
 }
 

@@ -30,6 +30,10 @@
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.36.3}
+# This script prints KUBE_VERSION with a "v" (as Kubernetes names its releases); a
+# caller that exported what it printed may hand it back.
+KUBE_VERSION=${KUBE_VERSION#v}
+[[ $KUBE_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "install-kubernetes: KUBE_VERSION must be MAJOR.MINOR.PATCH, got '$KUBE_VERSION'" >&2; exit 2; }
 cache=${SANDBOX_CACHE:-${HOME:-/root}/.cache/agentsandbox}
 dir="$cache/kubernetes-$KUBE_VERSION"
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
@@ -57,6 +61,10 @@ fi
 
 if ! complete; then
   start=$(date +%s)
+  # What a run killed half-way left (under the lock: no other run builds now).
+  for d in "$cache"/kubernetes-build.*; do
+    if [ -d "$d" ]; then chmod -R u+w "$d" 2>/dev/null || true; rm -rf "$d"; fi
+  done
   tmp=$(mktemp -d "$cache/kubernetes-build.XXXXXX")
   trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
   (cd "$tmp" && go mod init kubebuild >/dev/null 2>&1)

@@ -42,6 +42,10 @@ fi
 
 if ! complete; then
   start=$(date +%s)
+  # What a run killed half-way left (under the lock: no other run builds now).
+  for d in "$cache"/nomad-build.*; do
+    if [ -d "$d" ]; then chmod -R u+w "$d" 2>/dev/null || true; rm -rf "$d"; fi
+  done
   tmp=$(mktemp -d "$cache/nomad-build.XXXXXX")
   trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
   # go mod download needs a module to run in; an empty one will do.

@@ -140,6 +140,7 @@ func (m *ProxyManager) Start(ctx context.Context, spec port.ProxySpec) (_ port.P
 		SocketPath:   port.LLMSocketDir + "/" + port.LLMSocketName,
 		AuditLogPath: proxyAuditLog,
 		RuntimeDir:   "/tmp",
+		ScriptPath:   proxyConfDir + "/llmproxy.js",
 	})
 	if err != nil {
 		return nil, opErr("ProxyManager.Start", spec.RunID, err)
@@ -325,12 +326,17 @@ func (m *ProxyManager) makeDir(runID string, conf []byte, now time.Time) (dir st
 	if err := os.Lchown(fifo, uid, gid); err != nil {
 		return "", 0, 0, err
 	}
-	cf := filepath.Join(dir, "conf", "nginx.conf")
-	if err := os.WriteFile(cf, conf, 0o600); err != nil {
-		return "", 0, 0, err
-	}
-	if err := os.Lchown(cf, uid, gid); err != nil {
-		return "", 0, 0, err
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"nginx.conf", conf}, {"llmproxy.js", nginxconf.NginxScript()}} {
+		cf := filepath.Join(dir, "conf", f.name)
+		if err := os.WriteFile(cf, f.data, 0o600); err != nil {
+			return "", 0, 0, err
+		}
+		if err := os.Lchown(cf, uid, gid); err != nil {
+			return "", 0, 0, err
+		}
 	}
 	return dir, uid, gid, nil
 }

@@ -33,9 +33,11 @@ type proxyConfig struct {
 }
 
 // WithProxyImage sets the nginx image (default "nginx:alpine", which must be pulled:
-// the manager never pulls). The image must have nginx on PATH; the manager supplies
-// the whole command line and configuration. agentimage.Nginx builds one from the
-// host's nginx with no registry; load it with Runner.LoadImage.
+// the manager never pulls). The image must have nginx on PATH and nginx's JavaScript
+// module at /usr/lib/nginx/modules/ngx_http_js_module.so (nginx:alpine and Debian's
+// libnginx-mod-http-js keep it there): the proxy's response header filter runs in it.
+// The manager supplies the whole command line and configuration. agentimage.Nginx
+// builds one from the host's nginx with no registry; load it with Runner.LoadImage.
 func WithProxyImage(ref string) Option {
 	return only(ctorProxy, "WithProxyImage", func(c *config) error {
 		if ref == "" {

@@ -126,8 +126,11 @@ func TestSessionKubernetesSpecifics(t *testing.T) {
 	if err := <-execDone; !errors.Is(err, port.ErrTimeout) {
 		t.Errorf("a cancelled exec: %v, want ErrTimeout", err)
 	}
-	if !waitFor(false, 3*time.Second) {
-		t.Error("a cancelled exec's process still runs 3 s later")
+	// The kill goes through another exec (the API server and the kubelet): on a loaded
+	// 2-core machine that took over 3 s once. What matters is that it ends, not at the
+	// bridge's deadline minutes away.
+	if !waitFor(false, 30*time.Second) {
+		t.Error("a cancelled exec's process still runs 30 s later")
 	}
 	if err := e.cluster.Client.CoreV1().Pods(testNamespace).Delete(ctx, s.ID(), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

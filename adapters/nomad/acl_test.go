@@ -60,7 +60,8 @@ func TestACLLeastPrivilege(t *testing.T) {
 	t.Run("suite", func(t *testing.T) { // waits for the suite's parallel cases
 		sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{
 			Manager: r, Runner: r, Image: e.image,
-			Kill: func(ctx context.Context, p port.Proxy) error { return p.(*Proxy).kill(ctx) },
+			KillEndsSandbox: true,
+			Kill:            func(ctx context.Context, p port.Proxy) error { return p.(*Proxy).kill(ctx) },
 			Leftovers: func(ctx context.Context, runID string) ([]string, error) {
 				l, err := left(ctx, runID)
 				r.mu.Lock()

@@ -161,6 +161,7 @@ func TestProxyConformance(t *testing.T) {
 	left := e.leftovers(r)
 	sandboxtest.TestProxyManager(t, sandboxtest.ProxyHarness{
 		Manager: r, Runner: r, Image: e.image,
+		KillEndsSandbox: true,
 		Kill: func(ctx context.Context, p port.Proxy) error {
 			// The sidecar is killed where it runs, mid-run, as a crash would.
 			return p.(*Proxy).kill(ctx)

@@ -89,7 +89,6 @@ const WARM = {
   resetConfigRuntimeState: ['runtime-snapshot-DbgWcCyV.mjs', 'S'],
   closeCliResources: ['one-shot-exit-CRUuwygW.mjs', 'a'],
   closeOpenClawStateDatabaseAsync: ['openclaw-state-db-quM4UOZq.mjs', 'closeOpenClawStateDatabaseAsync'],
-  openOpenClawStateDatabase: ['openclaw-state-db-quM4UOZq.mjs', 'openOpenClawStateDatabase'],
 };
 // The worker threads a one-shot run starts after the claim, started ahead with --warm-up
 // (see startStandbyWorkers), for PINNED_VERSION: entry script, how many a run starts,
@@ -119,10 +118,6 @@ const SINGLETON_RESETS = Symbol.for('openclaw.globalSingletonLifecycleResets');
 const DISK_BUDGET_WORKERS = Symbol.for('openclaw.sessionDiskBudgetWorkers');
 const WARM_UP_REPLY = 'OPENCLAW-PRELOAD-WARM-UP-REPLY';
 const STANDBY_KEY = 'agentsandbox-standby-worker';
-// The slot's own OpenClaw state, prepared by prepareSlotState (with --warm-up-follow-up):
-// its directory, and the files in it to hand over, relative to it.
-let slotState;
-const SLOT_STATE_FILES = [path.join('state', 'openclaw.sqlite')];
 // The standby workers started (startStandbyWorkers), for reduceIdleMemory.
 const standbys = [];
 // A standby worker's bootstrap: import, say ready, wait for the claim's handover (the
@@ -224,7 +219,6 @@ if (warmUp) {
   }
   await warmUpTurn();
   await startStandbyWorkers();
-  if (followUp) await prepareSlotState();
   await reduceIdleMemory();
 }
 
@@ -394,63 +388,6 @@ async function oneWarmUpTurn({ ws, env, argv }, calls, which) {
   warm.resetConfigRuntimeState();
 }
 
-// prepareSlotState creates what a one-shot run's first step creates in its fresh state
-// directory, OpenClaw's state database (its whole schema: 0.9-3.6 s of a run's start on
-// 2 loaded vCPUs, against 0.05-0.1 s to open one made already), in a directory of this
-// slot's own, made after the warm-up (whose state is gone) and never given to OpenClaw
-// for anything else: no session, transcript, config or secret is in it, only the schema.
-// At the claim, handOverSlotState copies it into the run's state directory when that is
-// empty (a fresh one-shot), else it is dropped. A run that finds a state database takes
-// OpenClaw's existing-state path (its doctor's state-migration preflight), which the
-// follow-up warm-up turn loaded: so only --warm-up-follow-up prepares it.
-async function prepareSlotState() {
-  if (process.env.OPENCLAW_PRELOAD_NO_SLOT_STATE === '1') return; // measured against in the benchmarks
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'openclaw-slot-state-'));
-  try {
-    warm.openOpenClawStateDatabase({ env: { ...process.env, OPENCLAW_STATE_DIR: dir, HOME: dir } });
-  } finally {
-    await warm.closeOpenClawStateDatabaseAsync();
-  }
-  for (const f of SLOT_STATE_FILES) {
-    const st = fs.lstatSync(path.join(dir, f), { throwIfNoEntry: false });
-    if (!st?.isFile()) fail(`OpenClaw ${PINNED_VERSION} made no ${f} in a fresh state directory: the prepared state's layout moved`);
-  }
-  const left = fs.readdirSync(dir, { recursive: true }).filter((f) => !SLOT_STATE_FILES.includes(f) && !SLOT_STATE_FILES.some((k) => k.startsWith(f + path.sep)));
-  if (left.length) fail(`OpenClaw ${PINNED_VERSION} made more than ${SLOT_STATE_FILES.join(', ')} in a fresh state directory (${left.join(', ')}): the prepared state's layout moved`);
-  slotState = dir;
-}
-
-// handOverSlotState gives the run the slot's prepared state when its state directory
-// stateDir (absolute) exists, is a real directory and is empty: each file is copied
-// under a temporary name and renamed into place. Anything else (a run's existing state,
-// no state directory, a failed copy) leaves the run's directory as it was. The slot's
-// copy is removed either way.
-function handOverSlotState(stateDir) {
-  if (!slotState) return;
-  const made = [];
-  try {
-    const st = stateDir && path.isAbsolute(stateDir) ? fs.lstatSync(stateDir, { throwIfNoEntry: false }) : undefined;
-    if (!st?.isDirectory() || fs.readdirSync(stateDir).length) return;
-    for (const f of SLOT_STATE_FILES) {
-      const sub = path.dirname(f);
-      if (sub !== '.' && !fs.existsSync(path.join(stateDir, sub))) {
-        fs.mkdirSync(path.join(stateDir, sub), { mode: fs.statSync(path.join(slotState, sub)).mode & 0o777 });
-        made.push(path.join(stateDir, sub));
-      }
-      const tmp = path.join(stateDir, `${f}.slot-${process.pid}`);
-      fs.copyFileSync(path.join(slotState, f), tmp, fs.constants.COPYFILE_EXCL);
-      made.push(tmp);
-      fs.renameSync(tmp, path.join(stateDir, f));
-      made[made.length - 1] = path.join(stateDir, f);
-    }
-  } catch {
-    for (const p of made.reverse()) fs.rmSync(p, { recursive: true, force: true });
-  } finally {
-    fs.rmSync(slotState, { recursive: true, force: true });
-    slotState = undefined;
-  }
-}
-
 // reduceIdleMemory gives back what the warmed slot's isolates hold but do not use
 // while it waits for its claim: V8 keeps each isolate's young generation (grown during
 // the imports and the warm-up) and the free pages of its old generation committed. A
@@ -477,10 +414,10 @@ async function reduceIdleMemory() {
   if (v8.cachedDataVersionTag() !== cacheTag) fail('reducing idle memory left V8 flags changed: the run\'s compile cache would be rejected');
 }
 
-// Standby workers. A one-shot run starts six worker threads after the claim (the SQLite
+// Standby workers. A one-shot run starts seven worker threads after the claim (the SQLite
 // carrier of the state and agent databases, the session archive's maintenance twice,
-// the transcript and state-read task servers), each a fresh V8 isolate importing
-// 1,100-1,600 modules: about 2 s of a run on 2 vCPUs. With --warm-up they are started
+// the transcript and state-read task servers, the session disk-budget reader), each a
+// fresh V8 isolate, most importing 1,100-1,600 modules: about 2 s of a run on 2 vCPUs. With --warm-up they are started
 // here, after the warm-up's cleanup, and import their graphs; at the claim a `new
 // Worker` of OpenClaw's with the same script and options gets a standby instead, which
 // first takes the environment (and workerData) the fresh worker would have had and
@@ -593,7 +530,6 @@ process.title = 'openclaw';
 fns.normalizeEnv();
 fns.pinRuntimePaths(process.env);
 fns.pinConfigDir(process.env);
-handOverSlotState(process.env.OPENCLAW_STATE_DIR);
 await send({ started: true });
 ctl.destroy();
 await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {

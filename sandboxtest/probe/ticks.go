@@ -13,7 +13,11 @@ import (
 func ticks(progress string) {
 	for n := 1; ; n++ {
 		fmt.Printf("tick %d\n", n)
-		_ = os.WriteFile(progress, []byte(strconv.Itoa(n)), 0o644)
+		// Written aside and renamed in: a pause can freeze the process at any point,
+		// and a reader must never find the file truncated but not yet written.
+		if os.WriteFile(progress+".next", []byte(strconv.Itoa(n)), 0o644) == nil {
+			_ = os.Rename(progress+".next", progress)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }

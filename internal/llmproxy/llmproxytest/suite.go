@@ -842,25 +842,8 @@ func testMaxTokensWorstCase(t *testing.T, nf NewFront) {
 		`{"model":"gpt-4o-mini","stream":true,"n":2,` + msg + `}`,
 		`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://img.example/a.png"}}]}]}`,
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	count := map[int]int{}
-	for i := range 60 {
-		wg.Go(func() {
-			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", bodies[i%len(bodies)], nil)
-			mu.Lock()
-			count[r.Status]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if count[200] == 0 || count[200]+count[429] != 60 {
-		t.Fatalf("statuses = %v, want 200s and 429s only", count)
-	}
-	var total, excess int
-	for _, row := range e.up.SpendRows() {
-		total += row.TotalTokens
-	}
+	total := burst(t, e, bodies)
+	var excess int
 	for i, r := range e.up.Requests() {
 		var b map[string]any
 		if err := json.Unmarshal(r.Body, &b); err != nil {
@@ -901,4 +884,31 @@ func testMaxTokensWorstCase(t *testing.T, nf NewFront) {
 			t.Errorf("%s reached the upstream", bad)
 		}
 	}
+}
+
+// burst makes 60 concurrent chat calls through e's run, cycling through bodies; every
+// call must be answered 200 or 429 (some 200). It returns the tokens the upstream
+// charged in all.
+func burst(t *testing.T, e *env, bodies []string) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	count := map[int]int{}
+	for i := range 60 {
+		wg.Go(func() {
+			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", bodies[i%len(bodies)], nil)
+			mu.Lock()
+			count[r.Status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if count[200] == 0 || count[200]+count[429] != 60 {
+		t.Fatalf("statuses = %v, want 200s and 429s only", count)
+	}
+	total := 0
+	for _, row := range e.up.SpendRows() {
+		total += row.TotalTokens
+	}
+	return total
 }

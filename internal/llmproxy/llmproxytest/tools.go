@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,25 +53,8 @@ func testMaxTokensWithTools(t *testing.T, nf NewFront) {
 			e := newEnv(t, nf, s, litellmtest.WithMaxUsage())
 			e.up.SetLatency(30 * time.Millisecond) // the calls overlap
 			body := `{"model":"gpt-4o-mini","max_tokens":1,"messages":[{"role":"user","content":"hi"}],` + kind.Body + `}`
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			count := map[int]int{}
-			for range 60 {
-				wg.Go(func() {
-					r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", body, nil)
-					mu.Lock()
-					count[r.Status]++
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			if count[200] == 0 || count[200]+count[429] != 60 {
-				t.Fatalf("statuses = %v, want 200s and 429s only", count)
-			}
-			var total, excess int
-			for _, row := range e.up.SpendRows() {
-				total += row.TotalTokens
-			}
+			total := burst(t, e, []string{body})
+			var excess int
 			for i, r := range e.up.Requests() {
 				var b struct {
 					Tools []struct {

@@ -294,6 +294,8 @@ func parseAuditLine(b []byte) (port.AuditRecord, error) {
 		rec.Error = "upstream: could not be reached or failed before answering (upstream status " + orDash(last(l.UpstreamStatus)) + ")"
 	case "upstream_timeout":
 		rec.Error = "upstream: timed out before answering"
+	case "upstream_informational":
+		rec.Error = "upstream: answered with an informational status (1xx); the call was cut (upstream status " + orDash(last(l.UpstreamStatus)) + ")"
 	default:
 		rec.Error = l.Error
 	}

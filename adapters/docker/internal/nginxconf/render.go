@@ -72,6 +72,12 @@ type NginxConfig struct {
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes); larger ones get
 	// HTTP 413 and an audit record with Blocked "request_too_large".
 	MaxBodyBytes int64
+	// NJSModule is nginx's JavaScript module, as seen by nginx (default
+	// DefaultNJSModule); the response header filter needs it.
+	NJSModule string
+	// ScriptPath is where the caller writes NginxScript, as seen by nginx (default
+	// DefaultScriptPath).
+	ScriptPath string
 }
 
 // forwardedHeader is a client header re-added after proxy_pass_request_headers off.
@@ -103,14 +109,13 @@ var forwarded = []forwardedHeader{
 // the call id, cost and deployment of each call.
 var passedResponseHeaders = []string{"X-Litellm-Call-Id", "X-Litellm-Response-Cost", "X-Litellm-Model-Id"}
 
-// hiddenResponseHeaders are the upstream response headers nginx withholds by name.
-// The Go fronts forward only proxypolicy.ResponseHeaders (an allowlist); stock nginx
-// cannot drop response headers by pattern or keep only listed ones (that needs njs
-// or Lua), so this front names what LiteLLM and the providers it relays are known
-// to send: LiteLLM's headers about the key and the deployment, the shared key's
-// rate limits (x-ratelimit-*: every tenant's use), and the provider headers
-// LiteLLM relays as llm_provider-* (organisation, account limits). A header an
-// upstream adds later passes this front until it is named here.
+// hiddenResponseHeaders are upstream response headers nginx also withholds by name:
+// a second wall behind the njs filter (NginxScript), which keeps only
+// proxypolicy.ResponseHeaders as the Go fronts do. They are what LiteLLM and the
+// providers it relays are known to send: LiteLLM's headers about the key and the
+// deployment, the shared key's rate limits (x-ratelimit-*: every tenant's use),
+// and the provider headers LiteLLM relays as llm_provider-* (organisation,
+// account limits).
 var hiddenResponseHeaders = []string{
 	"X-Litellm-Key-Spend", "X-Litellm-Key-Max-Budget", "X-Litellm-Key-Tpm-Limit", "X-Litellm-Key-Rpm-Limit",
 	"X-Litellm-Model-Api-Base", "X-Litellm-Model-Region", "X-Litellm-Version", "X-Litellm-Cache-Key",
@@ -155,8 +160,8 @@ func init() {
 	}
 }
 
-// HiddenResponseHeaders lists the upstream response headers the nginx proxy
-// withholds by name (stock nginx cannot keep only proxypolicy.ResponseHeaders).
+// HiddenResponseHeaders lists the upstream response headers the nginx proxy also
+// withholds by name, behind its allowlist filter (NginxScript).
 func HiddenResponseHeaders() []string { return slices.Clone(hiddenResponseHeaders) }
 
 // ForwardedRequestHeaders lists the client request headers the nginx proxy forwards
@@ -191,6 +196,8 @@ var nginxTemplate = template.Must(template.New("nginx.conf.tmpl").Funcs(template
 type nginxData struct {
 	RunID          string
 	Attempt        int
+	NJSModule      string
+	Script         string
 	PIDFile        string
 	Temp           struct{ ClientBody, Proxy, FastCGI, UWSGI, SCGI string }
 	AuditLog       string
@@ -242,7 +249,8 @@ func nginxRoutes() ([]nginxRoute, error) {
 
 // RenderNginx renders the nginx configuration of one per-run proxy. It does no I/O.
 // Errors wrap port.ErrInvalidSpec and name the offending field. Run the result with
-// NginxArgs; it needs only nginx's core, proxy, rewrite and geo modules.
+// NginxArgs, with NginxScript written at ScriptPath; it needs nginx's core, proxy,
+// rewrite, map and geo modules and the njs module (NJSModule).
 //
 // # What is served
 //
@@ -268,6 +276,8 @@ func nginxRoutes() ([]nginxRoute, error) {
 // through. So the configuration fails closed: proxy_pass_request_headers is off, the few
 // client headers ForwardedRequestHeaders lists are re-added by name, and the three
 // headers of Policy.Injected are set. Anything else a client sends never leaves nginx.
+// Responses pass the njs filter of NginxScript: only proxypolicy.ResponseHeaders
+// reach the sandbox, and an informational answer (1xx) cuts the call.
 //
 // # Values
 //
@@ -346,6 +356,8 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 		{"socket path", &cfg.SocketPath, DefaultSocketPath},
 		{"audit log path", &cfg.AuditLogPath, DefaultAuditLogPath},
 		{"runtime dir", &cfg.RuntimeDir, DefaultRuntimeDir},
+		{"njs module", &cfg.NJSModule, DefaultNJSModule},
+		{"script path", &cfg.ScriptPath, DefaultScriptPath},
 	}
 	for _, f := range paths {
 		if *f.v == "" {
@@ -357,6 +369,7 @@ func (cfg NginxConfig) data() (*nginxData, error) {
 	}
 	d.Listen = "unix:" + cfg.SocketPath
 	d.AuditLog = cfg.AuditLogPath
+	d.NJSModule, d.Script = cfg.NJSModule, cfg.ScriptPath
 	rd := cfg.RuntimeDir
 	d.PIDFile = path.Join(rd, "nginx.pid")
 	d.Temp.ClientBody = path.Join(rd, "nginx-client-body")

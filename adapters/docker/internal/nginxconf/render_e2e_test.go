@@ -148,6 +148,12 @@ func (l *lockedBuffer) String() string {
 
 func startNginx(t *testing.T, bin string, spec port.ProxySpec, cfg NginxConfig) *nginxProc {
 	t.Helper()
+	return startNginxEdited(t, bin, spec, cfg, nil)
+}
+
+// startNginxEdited starts nginx on the rendered configuration after edit (if any).
+func startNginxEdited(t testing.TB, bin string, spec port.ProxySpec, cfg NginxConfig, edit func([]byte) []byte) *nginxProc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &nginxProc{
 		dir: dir, sock: filepath.Join(dir, "llm.sock"), audit: filepath.Join(dir, "audit.log"),
@@ -156,8 +162,13 @@ func startNginx(t *testing.T, bin string, spec port.ProxySpec, cfg NginxConfig) 
 	cfg.Policy = mustPolicy(t, spec)
 	cfg.Upstream = spec.Upstream
 	cfg.SocketPath, cfg.AuditLogPath, cfg.RuntimeDir = p.sock, p.audit, dir
+	cfg.ScriptPath = filepath.Join(dir, "llmproxy.js")
+	require.NoError(t, os.WriteFile(cfg.ScriptPath, NginxScript(), 0o644))
 	conf, err := RenderNginx(cfg)
 	require.NoError(t, err)
+	if edit != nil {
+		conf = edit(conf)
+	}
 	require.NoError(t, os.WriteFile(p.conf, conf, 0o600))
 
 	p.cmd = exec.Command(bin, append([]string{"-p", dir}, NginxArgs(p.conf)...)...)
@@ -225,7 +236,7 @@ func (p *nginxProc) workers(t *testing.T) []int {
 }
 
 // stop asks nginx for a graceful shutdown and waits for it.
-func (p *nginxProc) stop(t *testing.T) {
+func (p *nginxProc) stop(t testing.TB) {
 	// Workers outlive a master that died: whatever is left of the group goes last.
 	defer syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	select {

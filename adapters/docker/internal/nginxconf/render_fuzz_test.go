@@ -358,6 +358,7 @@ func nginxTest(t *testing.T, nginx string, spec port.ProxySpec) {
 	conf, err := RenderNginx(NginxConfig{
 		Policy: pol, Upstream: spec.Upstream,
 		SocketPath: filepath.Join(dir, "llm.sock"), AuditLogPath: filepath.Join(dir, "audit.log"), RuntimeDir: dir,
+		ScriptPath: filepath.Join(dir, "llmproxy.js"),
 	})
 	require.NoError(t, err)
 	runNginxT(t, nginx, dir, conf)
@@ -367,6 +368,7 @@ func runNginxT(t *testing.T, nginx, dir string, conf []byte) {
 	t.Helper()
 	file := filepath.Join(dir, "nginx.conf")
 	require.NoError(t, os.WriteFile(file, conf, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "llmproxy.js"), NginxScript(), 0o644))
 	out, err := exec.Command(nginx, "-t", "-p", dir, "-e", "stderr", "-c", file).CombinedOutput()
 	require.NoError(t, err, "nginx -t refused:\n%s\n--- config ---\n%s", out, conf)
 	assert.Contains(t, string(out), "test is successful")

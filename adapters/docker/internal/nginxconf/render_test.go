@@ -307,6 +307,7 @@ func TestRenderNginxPassesNginxT(t *testing.T) {
 		conf, err := RenderNginx(NginxConfig{
 			Policy: mustPolicy(t, typicalSpec()), Upstream: "https://localhost:8443", UpstreamCAFile: ca,
 			SocketPath: filepath.Join(dir, "s.sock"), AuditLogPath: filepath.Join(dir, "audit.log"), RuntimeDir: dir,
+			ScriptPath: filepath.Join(dir, "llmproxy.js"),
 		})
 		require.NoError(t, err)
 		ds, err := parseNginx(string(conf))
