@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/countio"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/statearchive"
 	"github.com/agentsandbox/sandbox/port"
@@ -363,12 +364,12 @@ func (st *HibernationStore) saveSegments(image string, segs []Segment, trees []t
 			return nil, err
 		}
 		sum := sha256.New()
-		cw := &countWriter{w: io.MultiWriter(f, sum)}
+		cw := &countio.Writer{W: io.MultiWriter(f, sum)}
 		rep, werr := statearchive.Write(cw, t.source, t.exclude, st.lim)
 		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
 			return nil, fmt.Errorf("%s: %w", treeName(t.target), err)
 		}
-		h.Trees = append(h.Trees, savedTree{Target: t.target, File: name, SHA256: hex.EncodeToString(sum.Sum(nil)), Bytes: cw.n})
+		h.Trees = append(h.Trees, savedTree{Target: t.target, File: name, SHA256: hex.EncodeToString(sum.Sum(nil)), Bytes: cw.N})
 		h.Saved.Files += rep.Files
 		h.Saved.Dirs += rep.Dirs
 		h.Saved.Bytes += rep.Bytes
@@ -400,17 +401,6 @@ func treeName(target string) string {
 		return "workspace"
 	}
 	return target
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func newHibernationID() string {

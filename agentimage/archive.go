@@ -20,6 +20,7 @@ import (
 	"unicode"
 
 	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/internal/countio"
 )
 
 // File is one entry of an image's single layer.
@@ -237,7 +238,7 @@ func (img Image) Archive() (ref string, archive []byte, err error) {
 // writeArchive writes the archive: the config, the layer (streamed from the files, and
 // checked against the first pass's digest) and the manifest.
 func (p *packed) writeArchive(w io.Writer) (int64, error) {
-	cw := &countWriter{w: w}
+	cw := &countio.Writer{W: w}
 	tw := tar.NewWriter(cw)
 	entry := func(name string, size int64) error {
 		if dir := path.Dir(name); dir != "." {
@@ -248,42 +249,42 @@ func (p *packed) writeArchive(w io.Writer) (int64, error) {
 		return tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: epoch})
 	}
 	if err := entry(p.cfgName, int64(len(p.cfg))); err != nil {
-		return cw.n, err
+		return cw.N, err
 	}
 	if _, err := tw.Write(p.cfg); err != nil {
-		return cw.n, err
+		return cw.N, err
 	}
 	if err := entry(p.layerName, p.layerSize); err != nil {
-		return cw.n, err
+		return cw.N, err
 	}
 	h := sha256.New()
 	if _, err := writeLayer(io.MultiWriter(tw, h), p.files); err != nil {
 		if errors.Is(err, tar.ErrWriteTooLong) {
 			err = fmt.Errorf("%w: %w", ErrChanged, err)
 		}
-		return cw.n, err
+		return cw.N, err
 	}
 	if !bytes.Equal(h.Sum(nil), p.layerSum[:]) {
-		return cw.n, ErrChanged
+		return cw.N, ErrChanged
 	}
 	if err := entry("manifest.json", int64(len(p.manifest))); err != nil {
-		return cw.n, err
+		return cw.N, err
 	}
 	if _, err := tw.Write(p.manifest); err != nil {
-		return cw.n, err
+		return cw.N, err
 	}
 	err := tw.Close()
-	return cw.n, err
+	return cw.N, err
 }
 
 // writeLayer writes the single layer's tar of files (sorted) to w and returns its
 // size, reading each Source as it goes.
 func writeLayer(w io.Writer, files []File) (int64, error) {
-	cw := &countWriter{w: w}
+	cw := &countio.Writer{W: w}
 	tw := tar.NewWriter(cw)
 	for _, f := range files {
 		if !path.IsAbs(f.Path) {
-			return cw.n, errdefs.Invalidf("agentimage: path %q is not absolute", f.Path)
+			return cw.N, errdefs.Invalidf("agentimage: path %q is not absolute", f.Path)
 		}
 		h := &tar.Header{Name: f.Path[1:], Mode: int64(f.Mode.Perm()), Uid: f.UID, Gid: f.GID, ModTime: epoch, Format: tar.FormatPAX}
 		if f.Mode&fs.ModeSetuid != 0 {
@@ -301,7 +302,7 @@ func writeLayer(w io.Writer, files []File) (int64, error) {
 		default:
 			r, err := f.Open()
 			if err != nil {
-				return cw.n, err
+				return cw.N, err
 			}
 			content = r
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
@@ -309,7 +310,7 @@ func writeLayer(w io.Writer, files []File) (int64, error) {
 				fi, err := r.(*os.File).Stat()
 				if err != nil {
 					r.Close()
-					return cw.n, err
+					return cw.N, err
 				}
 				h.Size = fi.Size()
 			}
@@ -326,21 +327,9 @@ func writeLayer(w io.Writer, files []File) (int64, error) {
 			content.Close()
 		}
 		if err != nil {
-			return cw.n, err
+			return cw.N, err
 		}
 	}
 	err := tw.Close()
-	return cw.n, err
-}
-
-// countWriter counts what it passes on.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return cw.N, err
 }

@@ -11,7 +11,9 @@ import (
 // OOM-killed; it can thrash instead (the kernel evicting and re-reading its code
 // pages), making no progress until its timeout. Zero fields were not available
 // (cgroup v1 has no per-cgroup limit-hit events, and a kernel without PSI has no
-// stall times).
+// stall times; nor has a runtime that leaves the sandbox in a shared unified cgroup,
+// such as gVisor's runsc on a host with both cgroup versions mounted: the stall times
+// there would be other processes').
 type MemoryPressure struct {
 	// LimitBytes is the cgroup's memory limit; PeakBytes the most it used.
 	LimitBytes, PeakBytes uint64

@@ -121,20 +121,10 @@ func TestPoolEndsWithHost(t *testing.T, h PoolHostHarness) {
 	}
 	c.kill()
 	killed := time.Now()
-	for {
-		run, err := h.Running(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(run) == 0 {
-			t.Logf("every ready sandbox stopped %v after its host died", time.Since(killed).Round(10*time.Millisecond))
-			break
-		}
-		if time.Since(killed) > PoolHostBound {
-			t.Errorf("%d ready sandboxes still run %v after their host died: %v", len(run), PoolHostBound, run)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if run := stillRunning(t, ctx, h, killed); len(run) == 0 {
+		t.Logf("every ready sandbox stopped %v after its host died", time.Since(killed).Round(10*time.Millisecond))
+	} else {
+		t.Errorf("%d ready sandboxes still run %v after their host died: %v", len(run), PoolHostBound, run)
 	}
 	rep, err := h.Sweeper.Sweep(ctx, port.SweepOptions{})
 	if err != nil || len(rep.Errors) > 0 {
@@ -168,20 +158,8 @@ func TestPoolHostKilledWhileFilling(t *testing.T, h PoolHostHarness) {
 		}
 		time.Sleep(after)
 		c.kill()
-		killed := time.Now()
-		for {
-			run, err := h.Running(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(run) == 0 {
-				break
-			}
-			if time.Since(killed) > PoolHostBound {
-				t.Errorf("killed %v into its pool's making: %d sandboxes still run %v after their host died: %v", after, len(run), PoolHostBound, run)
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		if run := stillRunning(t, ctx, h, time.Now()); len(run) > 0 {
+			t.Errorf("killed %v into its pool's making: %d sandboxes still run %v after their host died: %v", after, len(run), PoolHostBound, run)
 		}
 		// The runtime finishes the requests in flight when the host died (a container,
 		// a task, a snapshot may appear after it): wait until what is left stops
@@ -195,6 +173,22 @@ func TestPoolHostKilledWhileFilling(t *testing.T, h PoolHostHarness) {
 		if left, err := h.Leftovers(ctx); err != nil || len(left) > 0 {
 			t.Errorf("killed %v into its pool's making, after a sweep: %v %v", after, left, err)
 		}
+	}
+}
+
+// stillRunning polls h.Running until it lists nothing or PoolHostBound has passed
+// since killed, and returns what runs then (nothing: every sandbox stopped).
+func stillRunning(t *testing.T, ctx context.Context, h PoolHostHarness, killed time.Time) []string {
+	t.Helper()
+	for {
+		run, err := h.Running(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(run) == 0 || time.Since(killed) > PoolHostBound {
+			return run
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -2,7 +2,6 @@ package sandboxtest
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
-	"github.com/agentsandbox/sandbox/port"
 )
 
 // informationalCanary marks what a hostile upstream puts in its informational
@@ -74,28 +72,13 @@ func newInformationalUpstream(t *testing.T) *upstream {
 // the agent.
 func testUpstreamInformational(t *testing.T, h ProxyHarness) {
 	u := newInformationalUpstream(t)
-	spec := proxySpec(RunID("informational"), u)
-	p, stop := started(t, h, spec)
-	defer stop()
 	ctype := [2]string{"Content-Type", "application/json"}
 	var reqs []redTeamRequest
 	for _, m := range []string{"inf103", "inf100", "inf101"} {
 		reqs = append(reqs, redTeamRequest{Method: "POST", Path: "/v1/chat/completions", Headers: [][2]string{ctype},
 			Body: `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"MARKER:` + m + `"}]}`})
 	}
-	ws := requestsWorkspace(t, reqs)
-	res := h.sandbox(t, p, spec.RunID, ws, "rawdump", port.WorkspacePath+"/reqs.jsonl")
-	got := 0
-	for _, l := range lines0(res.Stdout) {
-		var out struct {
-			I   int    `json:"i"`
-			Raw string `json:"raw"`
-			Err string `json:"err"`
-		}
-		if err := json.Unmarshal([]byte(l), &out); err != nil {
-			continue
-		}
-		got++
+	rawAnswers(t, h, u, "informational", reqs, func(out rawAnswer) {
 		if strings.Contains(out.Raw, informationalCanary) {
 			t.Errorf("request %d: the upstream's informational answer reached the agent:\n%s", out.I, out.Raw)
 		}
@@ -112,8 +95,5 @@ func testUpstreamInformational(t *testing.T, h ProxyHarness) {
 		default:
 			t.Errorf("request %d: want the final answer, a JSON 502 or nothing, got:\n%s", out.I, out.Raw)
 		}
-	}
-	if got != len(reqs) {
-		t.Errorf("the probe answered %d of %d requests: exit %d\n%s\n%s", got, len(reqs), res.ExitCode, res.Stdout, res.Stderr)
-	}
+	})
 }

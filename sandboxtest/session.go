@@ -33,6 +33,22 @@ type SessionHarness struct {
 	AgeHeartbeat func(s port.Session, d time.Duration) error
 }
 
+// subtest is a named case of a suite.
+type subtest struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// runParallel runs each case as a parallel subtest of t.
+func runParallel(t *testing.T, cases []subtest) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t)
+		})
+	}
+}
+
 // servePort is the loopback port the probe serves on inside sessions.
 const servePort = 7000
 
@@ -62,10 +78,7 @@ func TestSessions(t *testing.T, h SessionHarness) {
 				c.fn(t, shared)
 			})
 		}
-		for _, c := range []struct {
-			name string
-			fn   func(*testing.T)
-		}{
+		runParallel(t, []subtest{
 			{"WaitReportsExit", s.testWaitExit},
 			{"LongestRunIDAndDuration", s.testLongestRunID},
 			{"LogsRingCapped", s.testLogsCap},
@@ -77,12 +90,7 @@ func TestSessions(t *testing.T, h SessionHarness) {
 			{"DetachedOutputNeverBlocks", s.testDetachedOutput},
 			{"ReadersByteExact", s.testReadersByteExact},
 			{"FollowFromAnyPoint", s.testFollowFromAnyPoint},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				t.Parallel()
-				c.fn(t)
-			})
-		}
+		})
 	})
 	t.Run("StopCleansUp", func(t *testing.T) {
 		res, err := shared.Stop(context.Background(), 5*time.Second)

@@ -36,22 +36,14 @@ func TestSessionPause(t *testing.T, h PauseHarness) {
 		t.Fatal("sandboxtest: PauseHarness needs Runner, Reopen, Image, Leftovers, AgeHeartbeat and PID")
 	}
 	s := &pauseSuite{sessionSuite{h: h.SessionHarness}, h}
-	for _, c := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runParallel(t, []subtest{
 		{"FreezesKeepsMemoryResumes", s.testFreeze},
 		{"ClockRunsWhilePaused", s.testClockRuns},
 		{"StopClockHoldsTheLifetime", s.testStopClock},
 		{"SurvivesHostRestart", s.testRestart},
 		{"StopWhilePaused", s.testStop},
 		{"SweepWhilePaused", s.testSweepPaused},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.fn(t)
-		})
-	}
+	})
 }
 
 type pauseSuite struct {

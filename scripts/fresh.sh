@@ -22,7 +22,7 @@
 # packages are installed, so a missing install step passes there.
 #
 # Environment it sets: SANDBOX_FRESH_DIR (the run's directory; the scripts' sign that
-# they run fresh), GOCACHE, GOMODCACHE, npm_config_cache, SANDBOX_CACHE, XDG_CACHE_HOME.
+# they run fresh), SANDBOX_PKG_RUN, GOCACHE, GOMODCACHE, npm_config_cache, SANDBOX_CACHE, XDG_CACHE_HOME.
 set -euo pipefail
 
 (($#)) || { echo "usage: $0 COMMAND..." >&2; exit 2; }
@@ -39,6 +39,9 @@ trap 'rundir_remove "$dir"' EXIT
 mkdir -p "$dir/go-build" "$dir/go-mod" "$dir/npm" "$dir/cache" "$dir/xdg"
 export SANDBOX_FRESH_DIR=$dir GOCACHE=$dir/go-build GOMODCACHE=$dir/go-mod \
   npm_config_cache=$dir/npm SANDBOX_CACHE=$dir/cache XDG_CACHE_HOME=$dir/xdg
+# The whole command is one package run (scripts/lib/pkg.sh): a new machine updates its
+# lists once and installs a package once, however many scripts ask for it.
+export SANDBOX_PKG_RUN="fresh.${dir##*.}.$$"
 log "as on a new machine: empty caches in $dir, every package installed again"
 start=$(date +%s)
 rc=0

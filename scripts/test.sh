@@ -27,6 +27,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${SANDBOX_FRESH:-0}" != 1 ] || [ -n "${SANDBOX_FRESH_DIR:-}" ] || exec bash scripts/fresh.sh bash scripts/test.sh "$@"
 start=$(date +%s)
+# Every script below is one package run (scripts/lib/pkg.sh): the lists are updated at
+# most once, and a package asked for by two scripts is installed once.
+export SANDBOX_PKG_RUN=${SANDBOX_PKG_RUN:-test.$$.$start}
 # at prints how long the run has taken so far: where the time goes, in the log.
 at() { echo "   ($(($(date +%s) - start)) s) $*"; }
 

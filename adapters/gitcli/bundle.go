@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/agentsandbox/sandbox/internal/countio"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -163,7 +164,8 @@ func scanPackObject(br *bufio.Reader, zr *io.ReadCloser, i uint32, maxObject int
 		return 0, rejectf(port.RuleObject, "object %d: %v", i, err)
 	}
 	// Read at most the declared size plus one byte: more is a lie, and a bomb.
-	cr := &countingReader{r: io.LimitReader(*zr, int64(size)+1)}
+	read := &countio.Writer{W: io.Discard}
+	cr := io.TeeReader(io.LimitReader(*zr, int64(size)+1), read)
 	var data io.Reader = cr
 	result := int64(size)
 	if typ >= 6 {
@@ -180,7 +182,7 @@ func scanPackObject(br *bufio.Reader, zr *io.ReadCloser, i uint32, maxObject int
 		result = int64(rs)
 		data = dbr
 	}
-	if _, err := io.Copy(io.Discard, data); err != nil || cr.n != int64(size) {
+	if _, err := io.Copy(io.Discard, data); err != nil || read.N != int64(size) {
 		return 0, rejectf(port.RuleObject, "object %d does not inflate to its declared size", i)
 	}
 	// The zlib stream must end exactly here (its checksum verified).
@@ -217,15 +219,4 @@ func isHex40(s string) bool {
 		return false
 	}
 	return strings.Trim(s, "0123456789abcdef") == ""
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -12,6 +12,8 @@ import (
 	"math/big"
 	"sync"
 	"time"
+
+	"github.com/agentsandbox/sandbox/internal/selfca"
 )
 
 // CA is a run's certificate authority, made in memory for the run: its key never
@@ -33,30 +35,18 @@ const maxLeaves = 1024
 // NewCA makes a CA valid from an hour ago for validity (name constraints are not
 // used: the policy, not the certificate, decides which hosts are served).
 func NewCA(runID string, validity time.Duration) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "agentsandbox egress CA " + clip(runID, 32), Organization: []string{"agentsandbox"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, der, key, err := selfca.New(&x509.Certificate{
+		SerialNumber:   serial(),
+		Subject:        pkix.Name{CommonName: "agentsandbox egress CA " + clip(runID, 32), Organization: []string{"agentsandbox"}},
+		NotBefore:      now.Add(-time.Hour),
+		NotAfter:       now.Add(validity),
+		MaxPathLenZero: true,
+	})
 	if err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{cert: cert, key: key, notAfter: tmpl.NotAfter, leaves: map[string]*tls.Certificate{},
+	return &CA{cert: cert, key: key, notAfter: now.Add(validity), leaves: map[string]*tls.Certificate{},
 		pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 

@@ -12,7 +12,8 @@
 #     on dpkg's lock. Installs are serialised with flock on a lock of their own, and
 #     apt-get waits for dpkg's lock (DPkg::Lock::Timeout) when something else holds it.
 #   - The package lists are updated at most once per run (a run is the outermost script
-#     that sourced this file: SANDBOX_PKG_RUN names it, and children inherit it), and
+#     that sourced this file, or scripts/test.sh and scripts/fresh.sh for every script
+#     they start: SANDBOX_PKG_RUN names it, and children inherit it), and
 #     only when needed: when there are no lists at all, or when an install failed (stale
 #     lists name package versions the mirror no longer has), then the install is retried.
 #   - No service starts or stops during an install: a policy-rc.d that forbids them is in

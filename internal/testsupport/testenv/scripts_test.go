@@ -427,3 +427,28 @@ func TestPkgFreshReinstalls(t *testing.T) {
 		t.Errorf("the packages are not downloaded again into the fresh directory: %s", calls[1])
 	}
 }
+
+// TestFreshRunIsOnePackageRun: under scripts/fresh.sh the scripts a command runs are one
+// package run, as on a new machine: the lists are updated once and a package two scripts
+// ask for is reinstalled once (each script sourcing the helper used to be a run of its own).
+func TestFreshRunIsOnePackageRun(t *testing.T) {
+	f := newFakeDebian(t, "0", "a", "b")
+	helper, err := filepath.Abs(filepath.Join(scriptsDir, "lib", "pkg.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := filepath.Abs(filepath.Join(scriptsDir, "fresh.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := func(pkgs string) string { return `bash -c '. ` + helper + `; pkg_install ` + pkgs + `'` }
+	cmd := exec.Command("bash", fresh, "bash", "-c", script("a")+" && "+script("a b"))
+	cmd.Env = f.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	calls := f.calls(t)
+	if len(calls) != 3 || count(calls, "update") != 1 || !strings.HasSuffix(calls[1], " a") || !strings.HasSuffix(calls[2], " b") {
+		t.Fatalf("calls %q: want one update, a reinstalled, then only b", calls)
+	}
+}
