@@ -55,23 +55,26 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 
 	limits := port.Limits{Timeout: 8 * time.Minute, MemoryBytes: 1 << 30}
 	type prebooted struct {
-		name string
-		pre  *port.Preload
-		pool port.Pool
-		sb   *sandbox.Sandbox
+		name   string
+		pre    *port.Preload
+		limits port.Limits
+		pool   port.Pool
+		sb     *sandbox.Sandbox
 	}
 	var pools []*prebooted
 	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby"} {
 		warmUp := name != "preboot"
-		p := &prebooted{name: name, pre: openClawPreload(b, appDir, warmUp, cacheMount)}
+		p := &prebooted{name: name, pre: openClawPreload(b, appDir, warmUp, cacheMount), limits: limits}
 		if warmUp {
-			limits.MemoryBytes = max(limits.MemoryBytes, openClawWarmUpMemory)
+			// A warm-up slot's refill was seen OOM-killed at 1 GiB on a loaded machine
+			// (its collector starved of CPU): the benchmark measures speed, not the limit.
+			p.limits.MemoryBytes = 3 << 29
 		}
 		if name == "preboot-warm-no-standby" {
 			n := len(p.pre.Argv)
 			p.pre.Argv = append(p.pre.Argv[:n-1:n-1], "--no-standby-workers", p.pre.Argv[n-1])
 		}
-		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: p.pre})
+		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: p.limits, Preload: p.pre})
 		var err error
 		if p.pool, err = runner.(port.Pooler).WarmPool(ctx, tmpl, port.PoolOptions{Size: 1, RefillBetweenRuns: true}); err != nil {
 			b.Fatal(err)
@@ -137,7 +140,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			if err := one.Prepare(ws, cfg, openclaw.Files{}, prompt); err != nil {
 				b.Fatal(err)
 			}
-			spec := port.RunSpec{Limits: limits}
+			spec := port.RunSpec{Limits: p.limits}
 			if err := one.Apply(&spec); err != nil {
 				b.Fatal(err)
 			}
