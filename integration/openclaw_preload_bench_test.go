@@ -23,12 +23,13 @@ import (
 // the fake LiteLLM directly, by a cold sandboxed one-shot through the facade, by a
 // one-shot served by a pre-booted slot of a warm pool through the facade (the OpenClaw
 // preloader imported the CLI's entry and main graph before the claim), by one served
-// by a slot whose preloader also ran its warm-up turn (--warm-up), and by one turn
+// by a slot whose preloader also ran its warm-up turn (--warm-up), by one whose
+// warm-up started no standby workers (--warm-up --no-standby-workers), and by one turn
 // through a warm sandboxed gateway (BenchmarkOpenClawSandboxedGateway's set-up; its
 // first turn is not counted). All sandboxed one-shots have the warm compile cache
 // (openclaw.CompileCache, built first by a sandboxed one-shot) mounted read-only; the
 // host CLI has its own, persistent one. Before each iteration, and after each
-// pre-booted run, both pools are full again, so no slot's boot competes with a
+// pre-booted run, every pool is full again, so no slot's boot competes with a
 // measured run. Reported per variant: wall
 // time p50/p95, boot overhead (wall minus OpenClaw's own reported turn) p50, and for
 // the pre-booted slots their memory when claimed (the idle slot:
@@ -60,11 +61,15 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 		sb   *sandbox.Sandbox
 	}
 	var pools []*prebooted
-	for _, warmUp := range []bool{false, true} {
-		p := &prebooted{name: "preboot", pre: openClawPreload(b, appDir, warmUp, cacheMount)}
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby"} {
+		warmUp := name != "preboot"
+		p := &prebooted{name: name, pre: openClawPreload(b, appDir, warmUp, cacheMount)}
 		if warmUp {
-			p.name = "preboot-warm"
 			limits.MemoryBytes = max(limits.MemoryBytes, openClawWarmUpMemory)
+		}
+		if name == "preboot-warm-no-standby" {
+			n := len(p.pre.Argv)
+			p.pre.Argv = append(p.pre.Argv[:n-1:n-1], "--no-standby-workers", p.pre.Argv[n-1])
 		}
 		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: limits, Preload: p.pre})
 		var err error
@@ -173,7 +178,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm"} {
+	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -184,7 +189,8 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			b.ReportMetric(float64(benchutil.Quantile(overs, 0.5))/float64(time.Millisecond), name+"-boot-overhead-p50-ms")
 		}
 	}
-	for _, name := range []string{"preboot", "preboot-warm"} {
+	benchutil.Ratio(b, "preboot-warm-no-standby/preboot-warm-p50", p50["preboot-warm-no-standby"], p50["preboot-warm"])
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby"} {
 		benchutil.Ratio(b, name+"/host-p50", p50[name], p50["host"])
 		benchutil.Ratio(b, name+"/cold-p50", p50[name], p50["cold"])
 		benchutil.Ratio(b, name+"/gateway-p50", p50[name], p50["gateway"])

@@ -36,6 +36,34 @@ const openClawWorkerIdle = 60 * time.Second
 // standbys' start alone took longer): a worker the warm-up left in a pool of OpenClaw's
 // is gone by then and would be started again after the claim.
 func TestOpenClawStandbyWorkersServeTheRun(t *testing.T) {
+	before, after, turn := claimCountingWorkers(t, openClawWorkerIdle+5*time.Second, "--warm-up")
+	if after > 0 {
+		t.Errorf("OpenClaw started %d worker threads after the claim; the standbys should have served them all", after)
+	}
+	if before < 7 {
+		t.Errorf("only %d worker threads before the claim: the warm-up's and seven standbys expected", before)
+	}
+	t.Logf("%d worker threads before the claim, %d after; reported turn %v", before, after, turn)
+}
+
+// TestOpenClawNoStandbyWorkers: with --no-standby-workers the warm-up starts no
+// standbys (the idle slot's memory is the price they cost), so the run starts its
+// worker threads after the claim, fresh, and answers as with them.
+func TestOpenClawNoStandbyWorkers(t *testing.T) {
+	before, after, turn := claimCountingWorkers(t, 0, "--warm-up-follow-up", "--no-standby-workers")
+	if after < 6 {
+		t.Errorf("OpenClaw started %d worker threads after the claim: without standbys it starts its own (six or more)", after)
+	}
+	t.Logf("%d worker threads before the claim (the warm-up's own), %d after; reported turn %v", before, after, turn)
+}
+
+// claimCountingWorkers starts a host preloader with args, waits until it is ready and
+// then idle more, claims it with a real one-shot (its own config, state, workspace and
+// session; the fake LiteLLM as its endpoint), checks that the run answers, and returns
+// how many worker threads the process started before and after the claim, and
+// OpenClaw's reported turn.
+func claimCountingWorkers(t *testing.T, idle time.Duration, args ...string) (before, after int, turn time.Duration) {
+	t.Helper()
 	dir := os.Getenv("OPENCLAW_DIR")
 	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
 	pkg := filepath.Join(dir, "node_modules", "openclaw")
@@ -45,9 +73,9 @@ func TestOpenClawStandbyWorkersServeTheRun(t *testing.T) {
 	defer fake.Close()
 
 	log := filepath.Join(t.TempDir(), "workers.log")
-	h := startHostPreload(t, pkg, workerLog, []string{"WORKER_LOG=" + log}, "--warm-up")
+	h := startHostPreload(t, pkg, workerLog, []string{"WORKER_LOG=" + log}, args...)
 	h.waitReady()
-	time.Sleep(openClawWorkerIdle + 5*time.Second)
+	time.Sleep(idle)
 
 	ws := t.TempDir()
 	cfg, err := openclaw.NewConfig(openclaw.WithModels(openclaw.Model{ID: "gpt-4o-mini", ContextWindow: 128000, MaxTokens: 16384}),
@@ -87,7 +115,6 @@ func TestOpenClawStandbyWorkersServeTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, after := 0, 0
 	for _, l := range strings.Split(strings.TrimSpace(string(logged)), "\n") {
 		ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
 		if ms >= claimed {
@@ -96,11 +123,5 @@ func TestOpenClawStandbyWorkersServeTheRun(t *testing.T) {
 			before++
 		}
 	}
-	if after > 0 {
-		t.Errorf("OpenClaw started %d worker threads after the claim; the standbys should have served them all", after)
-	}
-	if before < 7 {
-		t.Errorf("only %d worker threads before the claim: the warm-up's and seven standbys expected", before)
-	}
-	t.Logf("%d worker threads before the claim, %d after; reported turn %v", before, after, res.Meta.Duration())
+	return before, after, res.Meta.Duration()
 }

@@ -38,7 +38,10 @@ const NodeName = "preload.mjs"
 // docs/warm-pools-and-runtimes.md). With --warm-up-follow-up the warm-up runs a second
 // turn on the first turn's state, so a run that finds OpenClaw state in its workspace
 // (a conversation's next turn, a hibernated session resumed) finds the path OpenClaw
-// takes then (its doctor's state-migration preflight) loaded too. It is pinned to
+// takes then (its doctor's state-migration preflight) loaded too. With
+// --no-standby-workers after either, the warm-up starts no standby workers: an idle
+// slot holds about 300 MB less, and a run starts its worker threads after the claim
+// (seconds more per run). It is pinned to
 // OpenClawVersion and refuses to say ready for any other, or when a warm-up turn does
 // not answer as expected.
 //

@@ -2,7 +2,7 @@
 // protocol (version 1, api/bridgeapi/preload.go) for `openclaw agent --local --json`
 // one-shot runs, pinned to OpenClaw 2026.9.6 (dist/ file names are content-hashed).
 //
-//   node openclaw-preload.mjs [--warm-up] OPENCLAW_PACKAGE_DIR
+//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
@@ -32,7 +32,8 @@
 // claimed later then started a fresh one after its claim); the directory is removed and
 // the environment and working directory restored.
 // Last, it starts the worker threads a run will ask for as standbys (see
-// startStandbyWorkers). It costs memory (see docs/warm-pools-and-runtimes.md for the
+// startStandbyWorkers; not with --no-standby-workers, which trades seconds of a run for
+// about 300 MB of the idle slot). It costs memory (see docs/warm-pools-and-runtimes.md for the
 // measured figures and the limit to give the slot): opt-in.
 //
 // The warm-up loads some 2,900 modules; one that computes a top-level value from the
@@ -167,12 +168,22 @@ delete process.env.AGENTSANDBOX_PRELOAD_FD;
 const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
+const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] OPENCLAW_PACKAGE_DIR';
 // --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
-const followUp = args[0] === '--warm-up-follow-up';
-const warmUp = followUp || args[0] === '--warm-up';
-if (warmUp) args.shift();
+// --no-standby-workers: the warm-up starts no standby workers (a run starts its
+// worker threads after the claim, as without a warm-up): about 300 MB less per idle
+// slot, seconds more per run (docs/warm-pools-and-runtimes.md).
+let warmUp = false, followUp = false, standbyWorkers = true;
+while (args.length > 1) {
+  const a = args.shift();
+  if (a === '--warm-up') warmUp = true;
+  else if (a === '--warm-up-follow-up') warmUp = followUp = true;
+  else if (a === '--no-standby-workers') standbyWorkers = false;
+  else fail(usage);
+}
+if (!warmUp && !standbyWorkers) fail(`--no-standby-workers needs a warm-up: ${usage}`);
 const pkgDir = args[0];
-if (!pkgDir || args.length !== 1) fail('usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up] OPENCLAW_PACKAGE_DIR');
+if (!pkgDir || args.length !== 1 || pkgDir.startsWith('--')) fail(usage);
 const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
 if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PINNED_VERSION}: the split point must be proven again`);
 const dist = path.join(pkgDir, 'dist');
@@ -218,7 +229,7 @@ if (warmUp) {
     warm[name] = v;
   }
   await warmUpTurn();
-  await startStandbyWorkers();
+  if (standbyWorkers) await startStandbyWorkers();
   await reduceIdleMemory();
 }
 
