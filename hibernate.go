@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/countio"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/statearchive"
 	"github.com/agentsandbox/sandbox/port"
@@ -364,12 +363,12 @@ func (st *HibernationStore) saveSegments(image string, segs []Segment, trees []t
 			return nil, err
 		}
 		sum := sha256.New()
-		cw := &countio.Writer{W: io.MultiWriter(f, sum)}
-		rep, werr := statearchive.Write(cw, t.source, t.exclude, st.lim)
-		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		rep, werr := statearchive.Write(io.MultiWriter(f, sum), t.source, t.exclude, st.lim)
+		size, serr := f.Seek(0, io.SeekCurrent) // the file is new: its offset is what was written
+		if err := errors.Join(werr, serr, f.Sync(), f.Close()); err != nil {
 			return nil, fmt.Errorf("%s: %w", treeName(t.target), err)
 		}
-		h.Trees = append(h.Trees, savedTree{Target: t.target, File: name, SHA256: hex.EncodeToString(sum.Sum(nil)), Bytes: cw.N})
+		h.Trees = append(h.Trees, savedTree{Target: t.target, File: name, SHA256: hex.EncodeToString(sum.Sum(nil)), Bytes: size})
 		h.Saved.Files += rep.Files
 		h.Saved.Dirs += rep.Dirs
 		h.Saved.Bytes += rep.Bytes

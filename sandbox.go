@@ -484,23 +484,10 @@ func (s *Sandbox) prepare(ctx context.Context, req Request) (port.RunSpec, port.
 		User: req.User, Network: req.Network, OutputLimit: req.OutputLimit, Labels: req.Labels,
 		OwnBridge: req.OwnBridge, Stdout: req.Stdout, Stderr: req.Stderr, Preload: req.Preload,
 	}
-	if err := spec.WithDefaults().Validate(); err != nil {
+	if err := checkSpec(spec.WithDefaults().Validate(), spec, "Request", "run"); err != nil {
 		return wrap(err)
 	}
-	if req.WorkspaceDir == "" {
-		return wrap(port.Invalidf("Request.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per run)"))
-	}
-	// Missing host directories are bad input: refuse them before a proxy holds the key.
-	if err := spec.CheckHostPaths(); err != nil {
-		return wrap(err)
-	}
-	if s.llm != nil {
-		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
-		}
-	}
+	pspec = s.proxySpec(req, egressPolicy)
 	// What the adapters declare they cannot do is refused before any side effect
 	// (no clone, no file written, no proxy started).
 	if err := s.checkCapabilities(spec, pspec); err != nil {
@@ -588,21 +575,7 @@ func (s *Sandbox) finish(ctx context.Context, req Request, res *Result, runErr e
 	if req.FailOnUpstream && len(res.Policy.UpstreamFailures) > 0 {
 		errs = append(errs, upstreamError(res.Policy))
 	}
-	if req.Reconcile || req.ReconcileAsync {
-		rreq := port.ReconcileRequest{
-			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
-			Since: started, Until: time.Now(), Calls: res.Audit,
-		}
-		if req.ReconcileAsync {
-			res.Reconciling = s.reconcileAsync(ctx, rreq, log)
-		} else {
-			usage, rerr := s.reconcile(ctx, rreq)
-			res.Usage = usage
-			if rerr != nil {
-				errs = append(errs, fmt.Errorf("reconcile: %w", rerr))
-			}
-		}
-	}
+	errs = append(errs, s.reconcileInto(ctx, req, res, started, log))
 	if res.Repo != nil {
 		errs = append(errs, s.traced(ctx, "sandbox.repo.export_push", func(ctx context.Context) error {
 			return s.finishRepo(ctx, req, res.Run, res.Repo)
@@ -610,6 +583,53 @@ func (s *Sandbox) finish(ctx context.Context, req Request, res *Result, runErr e
 	}
 	log.Info("run finished", "exit", res.Run.ExitCode, "llm_calls", len(res.Audit), "blocked", len(res.Policy.Blocked))
 	return errors.Join(errs...)
+}
+
+// checkSpec refuses a spec that did not validate (valid is its error), a request
+// without a workspace (kind names the request's type, per what Open makes one per)
+// and missing host directories: bad input, refused before a proxy holds the key.
+func checkSpec(valid error, rs port.RunSpec, kind, per string) error {
+	if valid != nil {
+		return valid
+	}
+	if rs.WorkspaceDir == "" {
+		return port.Invalidf("%s.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per %s)", kind, per)
+	}
+	return rs.CheckHostPaths()
+}
+
+// proxySpec is the LLM proxy's spec for req's run (zero without an LLM).
+func (s *Sandbox) proxySpec(req Request, egress *port.EgressPolicy) port.ProxySpec {
+	if s.llm == nil {
+		return port.ProxySpec{}
+	}
+	return port.ProxySpec{
+		RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
+		Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
+		Egress: egress,
+	}
+}
+
+// reconcileInto reconciles res's audited calls with the billing system when req
+// asks: in the background (res.Reconciling) or now (res.Usage, and its error).
+func (s *Sandbox) reconcileInto(ctx context.Context, req Request, res *Result, since time.Time, log *slog.Logger) error {
+	if !req.Reconcile && !req.ReconcileAsync {
+		return nil
+	}
+	rreq := port.ReconcileRequest{
+		RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
+		Since: since, Until: time.Now(), Calls: res.Audit,
+	}
+	if req.ReconcileAsync {
+		res.Reconciling = s.reconcileAsync(ctx, rreq, log)
+		return nil
+	}
+	usage, err := s.reconcile(ctx, rreq)
+	res.Usage = usage
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	return nil
 }
 
 // checkCapabilities refuses, with port.ErrUnsupported, a run the runner or the

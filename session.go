@@ -165,22 +165,10 @@ func (s *Sandbox) planSession(req SessionRequest) (port.SessionRunner, port.Sess
 		},
 		Expose: req.Expose, LogLimit: req.LogLimit,
 	}
-	if err := spec.WithDefaults().Validate(); err != nil {
+	if err := checkSpec(spec.WithDefaults().Validate(), spec.RunSpec, "SessionRequest", "session"); err != nil {
 		return fail(err)
 	}
-	if req.WorkspaceDir == "" {
-		return fail(port.Invalidf("SessionRequest.WorkspaceDir is required (sandbox.NewWorkspace makes one; a Sandbox made by Open makes one per session)"))
-	}
-	if err := spec.CheckHostPaths(); err != nil {
-		return fail(err)
-	}
-	if s.llm != nil {
-		pspec = port.ProxySpec{
-			RunID: req.RunID, Attempt: req.Attempt, Upstream: s.llm.Upstream,
-			Attribution: req.Attribution, Budget: req.Budget, RequireAttestation: req.RequireAttestation,
-			Egress: egressPolicy,
-		}
-	}
+	pspec = s.proxySpec(req.Request, egressPolicy)
 	// What the adapters declare they cannot do is refused before any side effect.
 	if err := s.checkCapabilities(spec.RunSpec, pspec); err != nil {
 		return fail(err)
@@ -290,21 +278,7 @@ func (ss *Session) stop(ctx context.Context, grace time.Duration) (*Result, erro
 	if req.FailOnBudget && res.Policy.BudgetExceeded {
 		errs = append(errs, budgetError(res.Policy))
 	}
-	if req.Reconcile || req.ReconcileAsync {
-		rreq := port.ReconcileRequest{
-			RunID: req.RunID, Attempt: req.Attempt, BillingAccountID: req.Attribution.BillingAccountID,
-			Since: ss.started, Until: time.Now(), Calls: res.Audit,
-		}
-		if req.ReconcileAsync {
-			res.Reconciling = s.reconcileAsync(ctx, rreq, ss.log)
-		} else {
-			usage, rerr := s.reconcile(ctx, rreq)
-			res.Usage = usage
-			if rerr != nil {
-				errs = append(errs, fmt.Errorf("reconcile: %w", rerr))
-			}
-		}
-	}
+	errs = append(errs, s.reconcileInto(ctx, req.Request, res, ss.started, ss.log))
 	if ss.repo != nil {
 		// The host ended the session: that is its normal end, not a failed run.
 		outcome := *res.Run

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/api/proxydapi"
 	"github.com/agentsandbox/sandbox/internal/gobuild"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/runtoken"
 )
@@ -34,7 +35,9 @@ func TestProxydAuditFollowAcrossKills(t *testing.T) {
 	if err != nil {
 		base = os.TempDir()
 	}
-	ctl, err := gobuild.Cached(ctx, "github.com/agentsandbox/sandbox/cmd/sandboxctl", "sandboxctl", filepath.Join(base, "agentsandbox", "sandboxctl"))
+	buildCtx, cancelBuild := testenv.BuildContext(t)
+	defer cancelBuild()
+	ctl, err := gobuild.Cached(buildCtx, "github.com/agentsandbox/sandbox/cmd/sandboxctl", "sandboxctl", filepath.Join(base, "agentsandbox", "sandboxctl"))
 	if err != nil {
 		t.Fatal(err)
 	}

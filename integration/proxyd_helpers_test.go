@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/gobuild"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -32,7 +33,7 @@ type proxydProc struct {
 }
 
 func buildProxyd(t testing.TB) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.BuildContext(t)
 	defer cancel()
 	base, err := os.UserCacheDir()
 	if err != nil {

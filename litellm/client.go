@@ -3,6 +3,7 @@ package litellm
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -184,6 +185,17 @@ func (a leveledLogger) log(level slog.Level, msg string, kv []any) {
 }
 
 const maxBody = 64 << 20
+
+// getJSON reads path (with query) and decodes its JSON answer into v; an answer
+// that is not v's JSON is malformed.
+func (c *Client) getJSON(ctx context.Context, path string, query url.Values, v any) error {
+	return c.get(ctx, path, query, func(body []byte) error {
+		if err := json.Unmarshal(body, v); err != nil {
+			return malformed(path, "%v", err)
+		}
+		return nil
+	})
+}
 
 // get performs GET path?query and calls fn with the body of a 2xx response. The
 // body is only valid during fn (its buffer is reused). Errors: *APIError for a non-2xx

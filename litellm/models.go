@@ -42,12 +42,7 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 			OwnedBy string `json:"owned_by"`
 		} `json:"data"`
 	}
-	err := c.get(ctx, "/v1/models", nil, func(body []byte) error {
-		if err := json.Unmarshal(body, &list); err != nil {
-			return malformed("/v1/models", "%v", err)
-		}
-		return nil
-	})
+	err := c.getJSON(ctx, "/v1/models", nil, &list)
 	if err != nil {
 		return nil, fmt.Errorf("litellm: models: %w", err)
 	}
@@ -62,12 +57,7 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 	}
 
 	var info modelInfoPage
-	err = c.get(ctx, "/model/info", nil, func(body []byte) error {
-		if err := json.Unmarshal(body, &info); err != nil {
-			return malformed("/model/info", "%v", err)
-		}
-		return nil
-	})
+	err = c.getJSON(ctx, "/model/info", nil, &info)
 	var apiErr *APIError
 	switch {
 	case err == nil:
@@ -180,12 +170,7 @@ type Readiness struct {
 // *APIError matching errdefs.ErrUnavailable.
 func (c *Client) Readiness(ctx context.Context) (*Readiness, error) {
 	var r Readiness
-	err := c.get(ctx, "/health/readiness", nil, func(body []byte) error {
-		if err := json.Unmarshal(body, &r); err != nil {
-			return malformed("/health/readiness", "%v", err)
-		}
-		return nil
-	})
+	err := c.getJSON(ctx, "/health/readiness", nil, &r)
 	if err != nil {
 		return nil, fmt.Errorf("litellm: readiness: %w", err)
 	}
@@ -210,12 +195,7 @@ func (c *Client) CustomerInfo(ctx context.Context, endUserID string) (*Customer,
 		return nil, errdefs.Invalidf("empty end user id")
 	}
 	var cu Customer
-	err := c.get(ctx, "/customer/info", map[string][]string{"end_user_id": {endUserID}}, func(body []byte) error {
-		if err := json.Unmarshal(body, &cu); err != nil {
-			return malformed("/customer/info", "%v", err)
-		}
-		return nil
-	})
+	err := c.getJSON(ctx, "/customer/info", map[string][]string{"end_user_id": {endUserID}}, &cu)
 	if err != nil {
 		return nil, fmt.Errorf("litellm: customer %s: %w", endUserID, err)
 	}

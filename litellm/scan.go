@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/agentsandbox/sandbox/internal/jsonscan"
 )
 
 // A tiny reader over JSON that encoding/json has already validated (json.Valid does
@@ -11,89 +13,32 @@ import (
 // thousand spend rows can be walked, and most rows skipped, without copying them.
 // Every function assumes valid input; callers check json.Valid first.
 
-func skipWS(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index after the value starting at b[i].
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(b)
-	default: // number, true, false, null
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return i
-			}
-		}
-		return i
-	}
-}
-
 // eachMember calls fn with the raw key (without quotes, escapes untouched) and raw
 // value of each member of the object obj, until fn returns false. A non-object is
 // skipped silently.
 func eachMember(obj []byte, fn func(key, val []byte) bool) {
-	i := skipWS(obj, 0)
+	i := jsonscan.Space(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return
 	}
 	i++
 	for {
-		i = skipWS(obj, i)
+		i = jsonscan.Space(obj, i)
 		if i >= len(obj) || obj[i] != '"' {
 			return
 		}
-		ke := skipString(obj, i)
+		ke := jsonscan.StringEnd(obj, i)
 		key := obj[i+1 : ke-1]
-		i = skipWS(obj, ke)
+		i = jsonscan.Space(obj, ke)
 		if i >= len(obj) || obj[i] != ':' {
 			return
 		}
-		i = skipWS(obj, i+1)
-		ve := skipValue(obj, i)
+		i = jsonscan.Space(obj, i+1)
+		ve := jsonscan.ValueEnd(obj, i)
 		if !fn(key, obj[i:ve]) {
 			return
 		}
-		i = skipWS(obj, ve)
+		i = jsonscan.Space(obj, ve)
 		if i >= len(obj) || obj[i] != ',' {
 			return
 		}
@@ -103,21 +48,21 @@ func eachMember(obj []byte, fn func(key, val []byte) bool) {
 
 // eachElem calls fn with each raw element of the array arr until fn returns false.
 func eachElem(arr []byte, fn func(val []byte) bool) {
-	i := skipWS(arr, 0)
+	i := jsonscan.Space(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return
 	}
 	i++
 	for {
-		i = skipWS(arr, i)
+		i = jsonscan.Space(arr, i)
 		if i >= len(arr) || arr[i] == ']' {
 			return
 		}
-		ve := skipValue(arr, i)
+		ve := jsonscan.ValueEnd(arr, i)
 		if !fn(arr[i:ve]) {
 			return
 		}
-		i = skipWS(arr, ve)
+		i = jsonscan.Space(arr, ve)
 		if i >= len(arr) || arr[i] != ',' {
 			return
 		}
@@ -200,7 +145,7 @@ func objectOf(v []byte) []byte {
 	case '"':
 		s := []byte(strVal(v))
 		if json.Valid(s) {
-			s = s[skipWS(s, 0):]
+			s = s[jsonscan.Space(s, 0):]
 			if len(s) > 0 && s[0] == '{' {
 				return s
 			}

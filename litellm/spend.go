@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/errdefs"
+	"github.com/agentsandbox/sandbox/internal/jsonscan"
 )
 
 // MaxPageSize is the largest page LiteLLM's /spend/logs/v2 serves.
@@ -100,7 +101,7 @@ func (l *SpendLog) decode(b []byte) error { return l.decodeRaw(b, true) }
 func (l *SpendLog) decodeLean(b []byte) error { return l.decodeRaw(b, false) }
 
 func (l *SpendLog) decodeRaw(b []byte, copyRaw bool) error {
-	b = b[skipWS(b, 0):]
+	b = b[jsonscan.Space(b, 0):]
 	if len(b) == 0 || b[0] != '{' {
 		return malformed("spend log", "row is not an object")
 	}
@@ -571,7 +572,7 @@ func (c *Client) SpendLogsByRequestID(ctx context.Context, requestID string) (*S
 		if !json.Valid(body) {
 			return malformed(path, "invalid JSON")
 		}
-		b := body[skipWS(body, 0):]
+		b := body[jsonscan.Space(body, 0):]
 		var derr error
 		visit := func(v []byte) bool {
 			if isNull(v) || len(v) == 0 || v[0] != '{' {

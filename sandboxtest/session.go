@@ -524,6 +524,26 @@ func (s *sessionSuite) testSweep(t *testing.T) {
 	}
 	abandoned := s.start(t, "abandoned", servePort)
 	alive := s.start(t, "alive", servePort)
+	s.abandon(t, abandoned, alive)
+	dry, err := sw.Sweep(context.Background(), port.SweepOptions{OlderThan: 10 * time.Minute, RunID: abandoned.RunID(), DryRun: true})
+	if err != nil || !removedSandbox(dry.Removed) {
+		t.Errorf("dry run = %+v, %v", dry, err)
+	}
+	s.sweepEach(t, sw, abandoned, alive, "session")
+	back, err := s.h.Runner.Attach(context.Background(), alive.ID())
+	if err != nil {
+		t.Fatalf("the fresh session is gone: %v", err)
+	}
+	echoThrough(t, back, "still here")
+	if _, err := back.Stop(context.Background(), 2*time.Second); err != nil {
+		t.Error(err)
+	}
+}
+
+// abandon detaches both sessions, then ages abandoned's heartbeat by an hour and
+// refreshes alive's: a host that stopped caring for one of them.
+func (s *sessionSuite) abandon(t *testing.T, abandoned, alive port.Session) {
+	t.Helper()
 	for _, x := range []port.Session{abandoned, alive} {
 		if err := x.Detach(); err != nil {
 			t.Fatal(err)
@@ -535,31 +555,26 @@ func (s *sessionSuite) testSweep(t *testing.T) {
 	if err := alive.Heartbeat(); err != nil {
 		t.Fatal(err)
 	}
-	dry, err := sw.Sweep(context.Background(), port.SweepOptions{OlderThan: 10 * time.Minute, RunID: abandoned.RunID(), DryRun: true})
-	if err != nil || !removedSandbox(dry.Removed) {
-		t.Errorf("dry run = %+v, %v", dry, err)
-	}
+}
+
+// sweepEach sweeps each session's run with a 10-minute grace: abandoned (see
+// abandon) must go and leave nothing, alive must stay. what names the sessions in
+// the messages.
+func (s *sessionSuite) sweepEach(t *testing.T, sw port.Sweeper, abandoned, alive port.Session, what string) {
+	t.Helper()
 	for _, id := range []string{abandoned.RunID(), alive.RunID()} {
 		rep, err := sw.Sweep(context.Background(), port.SweepOptions{OlderThan: 10 * time.Minute, RunID: id})
 		if err != nil || len(rep.Errors) > 0 {
 			t.Fatalf("Sweep: %+v, %v", rep, err)
 		}
 		if id == alive.RunID() && len(rep.Removed) > 0 {
-			t.Errorf("Sweep removed a session with a fresh heartbeat: %v", rep.Removed)
+			t.Errorf("Sweep removed a %s with a fresh heartbeat: %v", what, rep.Removed)
 		}
 		if id == abandoned.RunID() && !removedSandbox(rep.Removed) {
-			t.Errorf("Sweep kept a session whose heartbeat is an hour old: %v", rep.Removed)
+			t.Errorf("Sweep kept a %s whose heartbeat is an hour old: %v", what, rep.Removed)
 		}
 	}
 	s.noLeftovers(t, abandoned)
-	back, err := s.h.Runner.Attach(context.Background(), alive.ID())
-	if err != nil {
-		t.Fatalf("the fresh session is gone: %v", err)
-	}
-	echoThrough(t, back, "still here")
-	if _, err := back.Stop(context.Background(), 2*time.Second); err != nil {
-		t.Error(err)
-	}
 }
 
 // removedSandbox says whether a sweep report names a sandbox: a container, or a

@@ -412,30 +412,8 @@ func (s *pauseSuite) testSweepPaused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, x := range []port.Session{abandoned, alive} {
-		if err := x.Detach(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.h.AgeHeartbeat(abandoned, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := alive.Heartbeat(); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{abandoned.RunID(), alive.RunID()} {
-		rep, err := sw.Sweep(ctx, port.SweepOptions{OlderThan: 10 * time.Minute, RunID: id})
-		if err != nil || len(rep.Errors) > 0 {
-			t.Fatalf("Sweep: %+v, %v", rep, err)
-		}
-		if id == alive.RunID() && len(rep.Removed) > 0 {
-			t.Errorf("Sweep removed a paused session with a fresh heartbeat: %v", rep.Removed)
-		}
-		if id == abandoned.RunID() && !removedSandbox(rep.Removed) {
-			t.Errorf("Sweep kept a paused session whose heartbeat is an hour old: %v", rep.Removed)
-		}
-	}
-	s.noLeftovers(t, abandoned)
+	s.abandon(t, abandoned, alive)
+	s.sweepEach(t, sw, abandoned, alive, "paused session")
 	back, err := s.h.Runner.Attach(ctx, alive.ID())
 	if err != nil {
 		t.Fatalf("the paused session with a fresh heartbeat is gone: %v", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/adapters/proxyd"
 	"github.com/agentsandbox/sandbox/internal/gobuild"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -37,7 +38,7 @@ func (d *daemon) Write(b []byte) (int, error) {
 
 func startDaemon(t testing.TB) *daemon {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.BuildContext(t)
 	defer cancel()
 	bin, err := gobuild.Cached(ctx, "github.com/agentsandbox/sandbox/cmd/sandbox-proxyd", "sandbox-proxyd", filepath.Join(os.TempDir(), "agentsandbox-proxyd-kubetest"))
 	if err != nil {

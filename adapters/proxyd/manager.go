@@ -236,14 +236,7 @@ func (p *Proxy) EgressAudit() []port.EgressRecord {
 	if stopped || !p.reg.Egress {
 		return append([]port.EgressRecord(nil), recs...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	recs, err := p.m.c.EgressAudit(ctx, p.reg.ID)
-	if err != nil {
-		p.m.cfg.logger.Warn("proxyd: egress audit", "run_id", p.reg.RunID, "err", err)
-		return nil
-	}
-	return recs
+	return askDaemon(p, "egress audit", p.m.c.EgressAudit)
 }
 
 // Attestation implements port.Attester (nil before the bridge reported, or when
@@ -255,12 +248,19 @@ func (p *Proxy) Attestation() *port.Attestation {
 	if stopped {
 		return a
 	}
+	return askDaemon(p, "attestation", p.m.c.Attestation)
+}
+
+// askDaemon returns what get answers for p's live run within 10 s, or the zero
+// value (logged, named by what) when the daemon cannot be asked.
+func askDaemon[T any](p *Proxy, what string, get func(ctx context.Context, id string) (T, error)) T {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, err := p.m.c.Attestation(ctx, p.reg.ID)
+	v, err := get(ctx, p.reg.ID)
 	if err != nil {
-		p.m.cfg.logger.Warn("proxyd: attestation", "run_id", p.reg.RunID, "err", err)
-		return nil
+		p.m.cfg.logger.Warn("proxyd: "+what, "run_id", p.reg.RunID, "err", err)
+		var zero T
+		return zero
 	}
-	return a
+	return v
 }

@@ -192,20 +192,10 @@ func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool, ticket str
 		m.records = append(m.records, rec)
 	case forwarded:
 		m.stats.Forwarded++
-		if m.unbilled < MaxUnbilledRecords {
-			m.unbilled++
-			m.records = append(m.records, rec)
-		} else {
-			m.stats.UnbilledDropped++
-		}
+		m.keepCapped(rec, &m.unbilled, MaxUnbilledRecords, &m.stats.UnbilledDropped)
 	default:
 		m.stats.Refused++
-		if m.refusedKept < MaxRefusedRecords {
-			m.refusedKept++
-			m.records = append(m.records, rec)
-		} else {
-			m.stats.RefusedDropped++
-		}
+		m.keepCapped(rec, &m.refusedKept, MaxRefusedRecords, &m.stats.RefusedDropped)
 	}
 	kept, used := len(m.records) > n, Usage{Calls: m.calls, Tokens: m.tokens}
 	m.mu.Unlock()
@@ -221,6 +211,17 @@ func (m *Meter) leave(rec port.AuditRecord, forwarded, billable bool, ticket str
 	m.inflight--
 	if m.stopping && m.inflight == 0 {
 		close(m.idle)
+	}
+}
+
+// keepCapped keeps rec while *kept is under limit (counting it), else counts it in
+// *dropped: a run's unbillable and refused calls are kept up to a cap each.
+func (m *Meter) keepCapped(rec port.AuditRecord, kept *int, limit int, dropped *int) {
+	if *kept < limit {
+		*kept++
+		m.records = append(m.records, rec)
+	} else {
+		*dropped++
 	}
 }
 

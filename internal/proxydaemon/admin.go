@@ -307,6 +307,17 @@ func (s *Server) Deregister(ctx context.Context, id string, grace time.Duration)
 	return out, nil
 }
 
+// pathRun returns the live run the request's path names, or answers 404 and
+// returns nil.
+func (s *Server) pathRun(w http.ResponseWriter, req *http.Request) *run {
+	id := req.PathValue("id")
+	r := s.lookup(id)
+	if r == nil {
+		writeErr(w, fmt.Errorf("run %q: %w", clip(id), port.ErrNotFound))
+	}
+	return r
+}
+
 func (s *Server) lookup(id string) *run {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -409,10 +420,8 @@ func (s *Server) auditStream(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *Server) attestation(w http.ResponseWriter, req *http.Request) {
-	id := req.PathValue("id")
-	r := s.lookup(id)
+	r := s.pathRun(w, req)
 	if r == nil {
-		writeErr(w, fmt.Errorf("run %q: %w", clip(id), port.ErrNotFound))
 		return
 	}
 	llmproxy.WriteJSON(w, http.StatusOK, api.AttestationAnswer{Attestation: portconv.WireAttestation(r.meter.Attestation())})

@@ -3,7 +3,6 @@ package proxydaemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -137,10 +136,8 @@ func (l *touchListener) Accept() (net.Conn, error) {
 }
 
 func (s *Server) egressRecords(w http.ResponseWriter, req *http.Request) {
-	id := req.PathValue("id")
-	r := s.lookup(id)
+	r := s.pathRun(w, req)
 	if r == nil {
-		writeErr(w, fmt.Errorf("run %q: %w", clip(id), port.ErrNotFound))
 		return
 	}
 	recs := r.egressAudit()

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -37,13 +35,9 @@ func (c *Client) AgentWait(ctx context.Context, runID string, timeout time.Durat
 		RunID     string `json:"runId"`
 		TimeoutMs int64  `json:"timeoutMs"`
 	}{strings.TrimSpace(runID), timeout.Milliseconds()}
-	raw, err := c.Request(ctx, "agent.wait", params)
-	if err != nil {
-		return nil, err
-	}
 	var ws WaitStatus
-	if err := json.Unmarshal(raw, &ws); err != nil {
-		return nil, fmt.Errorf("gateway agent.wait: %w: %v", ErrMalformedFrame, err)
+	if _, err := c.requestInto(ctx, "agent.wait", params, &ws); err != nil {
+		return nil, err
 	}
 	return &ws, nil
 }

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/agentsandbox/sandbox/errdefs"
@@ -24,16 +22,12 @@ func (c *Client) Abort(ctx context.Context, sessionKey, runID string) (bool, err
 		SessionKey string `json:"sessionKey"`
 		RunID      string `json:"runId,omitempty"`
 	}{sessionKey, strings.TrimSpace(runID)}
-	raw, err := c.Request(ctx, "chat.abort", params)
-	if err != nil {
-		return false, err
-	}
 	var out struct {
 		Aborted bool     `json:"aborted"`
 		RunIDs  []string `json:"runIds"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return false, fmt.Errorf("gateway chat.abort: %w: %v", ErrMalformedFrame, err)
+	if _, err := c.requestInto(ctx, "chat.abort", params, &out); err != nil {
+		return false, err
 	}
 	if !out.Aborted {
 		return false, nil

@@ -27,13 +27,10 @@ type ConfigSnapshot struct {
 // Errors: ErrMalformedFrame for an answer that does not decode or has no hash;
 // otherwise those of Request.
 func (c *Client) ConfigGet(ctx context.Context) (*ConfigSnapshot, error) {
-	raw, err := c.Request(ctx, "config.get", struct{}{})
+	var s ConfigSnapshot
+	raw, err := c.requestInto(ctx, "config.get", struct{}{}, &s)
 	if err != nil {
 		return nil, err
-	}
-	var s ConfigSnapshot
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, fmt.Errorf("gateway config.get: %w: %v", ErrMalformedFrame, err)
 	}
 	if s.Hash == "" {
 		return nil, fmt.Errorf("gateway config.get: %w: no hash in the response", ErrMalformedFrame)

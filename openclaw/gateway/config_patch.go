@@ -60,13 +60,10 @@ func (c *Client) ConfigPatch(ctx context.Context, p ConfigPatch) (*ConfigPatchRe
 		ReplacePaths []string `json:"replacePaths,omitempty"`
 		Note         string   `json:"note,omitempty"`
 	}{string(raw), p.BaseHash, p.ReplacePaths, p.Note}
-	payload, err := c.Request(ctx, "config.patch", params)
+	var out ConfigPatchResult
+	payload, err := c.requestInto(ctx, "config.patch", params, &out)
 	if err != nil {
 		return nil, err
-	}
-	var out ConfigPatchResult
-	if err := json.Unmarshal(payload, &out); err != nil {
-		return nil, fmt.Errorf("gateway config.patch: %w: %v", ErrMalformedFrame, err)
 	}
 	out.Raw = payload
 	return &out, nil

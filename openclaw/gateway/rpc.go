@@ -51,6 +51,19 @@ func (cl *call) end(err error) {
 	close(cl.done)
 }
 
+// requestInto is Request with the answer's payload decoded into out (and returned
+// too): a payload that does not decode is ErrMalformedFrame, named by method.
+func (c *Client) requestInto(ctx context.Context, method string, params, out any) (json.RawMessage, error) {
+	raw, err := c.Request(ctx, method, params)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, fmt.Errorf("gateway %s: %w: %v", method, ErrMalformedFrame, err)
+	}
+	return raw, nil
+}
+
 // Request sends method with params (any JSON-encodable value, or nil) and waits
 // for the response payload. A response with ok:false returns an *Error.
 // Errors also: ErrFrameTooLarge when the encoded request exceeds the gateway's

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/agentsandbox/sandbox/internal/jsonscan"
 )
 
 // runIDOf returns the top-level "runId" of a run event's payload, which the
@@ -20,13 +22,13 @@ import (
 // The id aliases payload when it needs no unescaping: looking it up in a map
 // as string(id) then costs no allocation.
 func runIDOf(payload []byte) (id []byte, ok bool) {
-	i := skipSpace(payload, 0)
+	i := jsonscan.Space(payload, 0)
 	if i >= len(payload) || payload[i] != '{' {
 		return nil, false
 	}
 	i++
 	for {
-		i = skipSpace(payload, i)
+		i = jsonscan.Space(payload, i)
 		if i >= len(payload) || payload[i] == '}' {
 			return id, true
 		}
@@ -34,17 +36,17 @@ func runIDOf(payload []byte) (id []byte, ok bool) {
 			i++
 			continue
 		}
-		kEnd := stringEnd(payload, i)
+		kEnd := jsonscan.StringEnd(payload, i)
 		if kEnd < 0 {
 			return nil, false
 		}
 		key := payload[i+1 : kEnd-1]
-		i = skipSpace(payload, kEnd)
+		i = jsonscan.Space(payload, kEnd)
 		if i >= len(payload) || payload[i] != ':' {
 			return nil, false
 		}
-		i = skipSpace(payload, i+1)
-		vEnd := valueEnd(payload, i)
+		i = jsonscan.Space(payload, i+1)
+		vEnd := jsonscan.ValueEnd(payload, i)
 		if vEnd < 0 {
 			return nil, false
 		}
@@ -76,64 +78,4 @@ func keyIsRunID(key []byte) bool {
 		key = []byte(k)
 	}
 	return bytes.EqualFold(key, []byte("runId"))
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string starting at b[i], or -1.
-func stringEnd(b []byte, i int) int {
-	if i >= len(b) || b[i] != '"' {
-		return -1
-	}
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return -1
-}
-
-// valueEnd returns the index just past the JSON value starting at b[i], or -1.
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i)
-				if i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return -1
-	default: // number, true, false, null
-		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
-			i++
-		}
-		return i
-	}
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/agentsandbox/sandbox/errdefs"
@@ -59,10 +58,6 @@ func (c *Client) SessionsPatch(ctx context.Context, key string, patch SessionPat
 	if patch.OutboundHeaders != nil {
 		params["outboundHeaders"] = patch.OutboundHeaders
 	}
-	raw, err := c.Request(ctx, "sessions.patch", params)
-	if err != nil {
-		return nil, err
-	}
 	var out struct {
 		Key      string `json:"key"`
 		Resolved struct {
@@ -70,8 +65,9 @@ func (c *Client) SessionsPatch(ctx context.Context, key string, patch SessionPat
 			Model         string `json:"model"`
 		} `json:"resolved"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("gateway sessions.patch: %w: %v", ErrMalformedFrame, err)
+	raw, err := c.requestInto(ctx, "sessions.patch", params, &out)
+	if err != nil {
+		return nil, err
 	}
 	return &SessionPatchResult{Key: out.Key, ModelProvider: out.Resolved.ModelProvider, Model: out.Resolved.Model, Raw: raw}, nil
 }

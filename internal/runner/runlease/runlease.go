@@ -205,26 +205,20 @@ func List(root, owner string) ([]Info, error) {
 	if err := checkName(owner); err != nil {
 		return nil, err
 	}
-	runs, err := os.ReadDir(filepath.Join(root, owner))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	runs, err := subdirs(filepath.Join(root, owner))
 	if err != nil {
-		return nil, fmt.Errorf("runlease: %w", err)
+		return nil, err
 	}
 	var out []Info
-	for _, r := range runs {
-		if !r.IsDir() || checkName(r.Name()) != nil {
-			continue
-		}
-		dir := filepath.Join(root, owner, r.Name())
+	for _, run := range runs {
+		dir := filepath.Join(root, owner, run)
 		hs, _ := os.ReadDir(dir)
 		for _, h := range hs {
 			if !h.Type().IsRegular() || strings.HasPrefix(h.Name(), ".") {
 				continue
 			}
 			p := filepath.Join(dir, h.Name())
-			in := Info{Owner: owner, RunID: r.Name(), Holder: h.Name(), Held: alive(p)}
+			in := Info{Owner: owner, RunID: run, Holder: h.Name(), Held: alive(p)}
 			in.read(p)
 			out = append(out, in)
 		}
@@ -257,8 +251,12 @@ func (in *Info) read(p string) {
 }
 
 // Owners returns the owners with a lease directory under root.
-func Owners(root string) ([]string, error) {
-	ents, err := os.ReadDir(root)
+func Owners(root string) ([]string, error) { return subdirs(root) }
+
+// subdirs returns the names of dir's directories that are valid names (none when dir
+// does not exist): the owners under the root, the runs under an owner.
+func subdirs(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -286,16 +284,13 @@ func Prune(root, owner string) int {
 		return 0
 	}
 	od := filepath.Join(root, owner)
-	runs, err := os.ReadDir(od)
+	runs, err := subdirs(od)
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for _, r := range runs {
-		if !r.IsDir() || checkName(r.Name()) != nil {
-			continue
-		}
-		dir := filepath.Join(od, r.Name())
+	for _, run := range runs {
+		dir := filepath.Join(od, run)
 		hs, _ := os.ReadDir(dir)
 		for _, h := range hs {
 			if !h.Type().IsRegular() {

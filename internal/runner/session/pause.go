@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -280,7 +282,7 @@ func (h *Handle) PauseWith(ctx context.Context, f Freezer, opts port.PauseOption
 	if err := writePause(h.Dir, rec); err != nil {
 		return fmt.Errorf("%w: recording the pause: %w", port.ErrInternal, err)
 	}
-	if err := f.Freeze(ctx); err != nil {
+	if err := freeze(ctx, f); err != nil {
 		_ = writePause(h.Dir, prev)
 		return err
 	}
@@ -289,6 +291,33 @@ func (h *Handle) PauseWith(ctx context.Context, f Freezer, opts port.PauseOption
 	h.life.set(h.life.deadline, rec.StopClock)
 	h.life.mu.Unlock()
 	return nil
+}
+
+// freezeAttempts bounds freeze's tries (waits of 50, 100 and 200 ms between them).
+const freezeAttempts = 4
+
+// freeze asks f to freeze the sandbox, again after a short wait when the runtime
+// failed for a reason of its own (an internal or unknown error). runc gives up
+// freezing a cgroup whose tasks do not stop in time, thaws it and answers "unable to
+// freeze": a task in uninterruptible sleep on a loaded machine is enough, and a try a
+// moment later succeeds. What says the request was wrong (not found, not running,
+// unsupported) is not retried.
+func freeze(ctx context.Context, f Freezer) error {
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := f.Freeze(ctx)
+		if err == nil || attempt == freezeAttempts || !(cerrdefs.IsInternal(err) || cerrdefs.IsUnknown(err)) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // ResumeWith thaws the session through f (see port.PausableSession.Resume). A
