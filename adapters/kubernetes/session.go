@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -432,12 +433,12 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 		_, _ = io.Copy(io.Discard, pr)
 	}()
 	var initErr limitedBuffer
-	// The host's limit ends the stream; the exec's bridge ends the process inside by
-	// its own deadline a moment later (the exec subresource cannot signal it).
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	pid := &pidSniffer{w: pw}
+	pid := &pidSniffer{w: pw, seen: make(chan struct{})}
+	// The caller's end or the limit ends the stream, and the process inside is then
+	// signalled by its pid (the exec subresource cannot signal it).
+	sctx, ended, streamed := streamEnd(ctx, timeout, pid.seen)
 	streamErr := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: pid, Stderr: &initErr})
+	streamed()
 	pw.Close()
 	<-decoded
 	res := &port.ExecResult{ExitCode: -1, Duration: time.Since(start)}
@@ -446,9 +447,9 @@ func (s *kubeSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecRes
 	switch {
 	case streamErr == nil:
 		res.ExitCode = 0
-	case errors.As(streamErr, &ee) && sctx.Err() == nil:
+	case errors.As(streamErr, &ee) && !ended():
 		res.ExitCode = ee.ExitStatus()
-	case sctx.Err() != nil:
+	case ended():
 		// Ending the stream leaves the process running: signal it.
 		s.stopExec(ctx, pid.pid())
 		cause := fmt.Errorf("exec exceeded its %v limit", timeout)
@@ -495,10 +496,47 @@ func (s *kubeSession) stopExec(ctx context.Context, pid int) {
 	}
 }
 
+// streamEnd returns an exec stream's context, which ends when ctx ends or limit passes,
+// but only once the init's pid frame arrived (seen closed) or execPidGrace passed: the
+// kill that follows needs the pid, the stream's first frame, and an end that came
+// before it would leave the process running to its bridge's deadline, minutes away.
+// ended reports whether the stream was ended that way; streamed must be called when
+// the stream is over.
+func streamEnd(ctx context.Context, limit time.Duration, seen <-chan struct{}) (sctx context.Context, ended func() bool, streamed func()) {
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	over := make(chan struct{})
+	var end atomic.Bool
+	go func() {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		select {
+		case <-over:
+			return
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		end.Store(true)
+		wait := time.NewTimer(execPidGrace)
+		defer wait.Stop()
+		select {
+		case <-seen:
+		case <-wait.C:
+		case <-over:
+		}
+		stop()
+	}()
+	return sctx, end.Load, func() { close(over); stop() }
+}
+
+// execPidGrace bounds how long an exec ended by its caller or its limit waits for the
+// init's pid frame, which its kill needs.
+const execPidGrace = 10 * time.Second
+
 // pidSniffer passes an exec's stdout on, reading the init's "p <pid>" frame from its
-// first line.
+// first line; seen is closed once that line is read.
 type pidSniffer struct {
 	w     io.Writer
+	seen  chan struct{}
 	mu    sync.Mutex
 	first []byte
 	done  bool
@@ -520,6 +558,9 @@ func (p *pidSniffer) Write(b []byte) (int, error) {
 		}
 		if len(p.first) > 32 {
 			p.done = true
+		}
+		if p.done && p.seen != nil {
+			close(p.seen)
 		}
 	}
 	p.mu.Unlock()
