@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -95,7 +96,7 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 	// kill grace, whichever call it is in.
 	task, stdout, stderr, err := newTask(run.Limit, container, spec)
 	if err != nil {
-		if run.Limit.Err() != nil {
+		if limitPassed(run.Limit, err) {
 			// The limit passed (or the caller gave up) before the create was answered:
 			// a task may exist, for the removal to find.
 			s.unsure.Store(true)
@@ -122,7 +123,7 @@ func (s *oneShot) Attach(ctx context.Context, run *runner.Run) (err error) {
 
 func (s *oneShot) Start(ctx context.Context, run *runner.Run) error {
 	if err := s.task.Start(run.Limit); err != nil {
-		if run.Limit.Err() != nil {
+		if limitPassed(run.Limit, err) {
 			return runner.Fail(port.CodeTimeout, s.r.timedOut(ctx, run.Spec, s.task, s.statusC, &s.exited, nil, time.Since(run.Start), s.collect, s.log))
 		}
 		return runner.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
@@ -157,4 +158,25 @@ func (s *oneShot) Stop(ctx context.Context, run *runner.Run) error {
 
 func (s *oneShot) Classify(ctx context.Context, run *runner.Run) (port.ErrorCode, error) {
 	return s.r.exitResult(ctx, s.container, s.task, s.status, run.Result, s.stderr, s.oom, run.Spec, s.log)
+}
+
+// limitPassed reports whether a call bounded by the run's limit failed because the
+// limit passed. containerd answers with its own side of the propagated deadline
+// ("context deadline exceeded", as an unknown error), which can arrive a moment before
+// the host's context ends too: such an answer waits up to a second for it.
+func limitPassed(limit context.Context, err error) bool {
+	if limit.Err() != nil {
+		return true
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		return false
+	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-limit.Done():
+		return true
+	case <-t.C:
+		return false
+	}
 }
