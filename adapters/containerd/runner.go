@@ -528,8 +528,29 @@ func stateOf(exited bool) taskState {
 // deleteTask deletes a task, killing it first if it still runs. NotFound is success.
 // A kill of a task that has exited fails on some runtimes (runsc: the sandbox is
 // gone), so an exited task is deleted without one, and a delete that fails one way
-// is retried the other.
+// is retried the other. On runsc the task can still be "running" to containerd for a
+// moment after its exit was reported (a delete then fails its precondition): the
+// delete is tried again a little later, for up to about 1.5 s.
 func deleteTask(ctx context.Context, task client.Task, state taskState) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := deleteTaskOnce(ctx, task, state)
+		if err == nil || !errdefs.IsFailedPrecondition(err) || wait > time.Second {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+		state = taskUnknown
+	}
+}
+
+func deleteTaskOnce(ctx context.Context, task client.Task, state taskState) error {
 	if state == taskUnknown {
 		state = taskRunning
 		if st, err := task.Status(ctx); err == nil && st.Status == client.Stopped {
