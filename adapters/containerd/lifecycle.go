@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
@@ -171,12 +172,5 @@ func limitPassed(limit context.Context, err error) bool {
 	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
 		return false
 	}
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-limit.Done():
-		return true
-	case <-t.C:
-		return false
-	}
+	return !ctxsleep.Sleep(limit, time.Second)
 }

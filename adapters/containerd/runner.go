@@ -29,6 +29,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
@@ -538,12 +539,8 @@ func deleteTask(ctx context.Context, task client.Task, state taskState) error {
 		if err == nil || !errdefs.IsFailedPrecondition(err) || wait > time.Second {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxsleep.Sleep(ctx, wait) {
 			return err
-		case <-t.C:
 		}
 		wait *= 2
 		state = taskUnknown

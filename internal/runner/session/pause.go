@@ -16,6 +16,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -309,12 +310,8 @@ func freeze(ctx context.Context, f Freezer) error {
 		if err == nil || attempt == freezeAttempts || !(cerrdefs.IsInternal(err) || cerrdefs.IsUnknown(err)) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxsleep.Sleep(ctx, wait) {
 			return err
-		case <-t.C:
 		}
 		wait *= 2
 	}
