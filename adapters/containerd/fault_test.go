@@ -82,7 +82,7 @@ func testFrozenShim(t *testing.T, at client.ProcessStatus) {
 		t.Fatalf("RunOnce = %+v, %v; want a timeout", o.res, o.err)
 	}
 	if !bytes.Contains([]byte(o.err.Error()), []byte("not confirmed")) {
-		t.Errorf("the error does not say the kill was unconfirmed: %v", o.err)
+		t.Errorf("the error does not say the create or the kill was unconfirmed: %v", o.err)
 	}
 
 	resume()

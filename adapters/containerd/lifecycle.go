@@ -103,7 +103,7 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 			s.unsure.Store(true)
 			cause := runner.DeadlineCause(ctx, spec.Limits.Timeout)
 			if ctx.Err() == nil {
-				cause = fmt.Errorf("%w (the task's create was not answered within the limit; a task it made is removed in the background, and Sweep removes what is left)", cause)
+				cause = fmt.Errorf("%w (the task's create was not confirmed within the limit: its shim did not answer; a task it made is removed in the background, and Sweep removes what is left)", cause)
 			}
 			return runner.Fail(port.CodeTimeout, cause)
 		}
