@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/ctxsleep"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/openclaw"
@@ -35,6 +37,8 @@ const DefaultProviderPrefix = "sbx-run-"
 // Retry bounds for gateway writes.
 const (
 	maxConflictRetries = 8
+	maxUnanswered      = 2 // config.patch attempts left unanswered that did not land
+	defaultWriteWait   = 20 * time.Second
 	reloadPoll         = 250 * time.Millisecond
 	maxReloadPolls     = 40
 	defaultRetryAfter  = time.Second
@@ -55,6 +59,7 @@ type Preparer struct {
 	models    map[string]openclaw.Model
 	order     []string
 	prefix    string
+	writeWait time.Duration
 	log       *slog.Logger
 
 	mu      sync.Mutex // one config write at a time: each needs the latest base hash
@@ -65,8 +70,9 @@ type Preparer struct {
 type PreparerOption func(*prepConfig) error
 
 type prepConfig struct {
-	prefix string
-	logger *slog.Logger
+	prefix    string
+	logger    *slog.Logger
+	writeWait time.Duration
 }
 
 // WithProviderPrefix sets the prefix of per-run provider names (default
@@ -86,12 +92,21 @@ func WithPreparerLogger(l *slog.Logger) PreparerOption {
 	return func(c *prepConfig) error { return optcheck.Set(&c.logger, l, l != nil, "nil logger") }
 }
 
+// WithConfigWriteWait bounds how long one config.patch may go unanswered (default
+// 20 s; a write answers in well under a second). OpenClaw 2026.9.6 can leave a
+// write unanswered when the hot reload it waits for is superseded by a newer one,
+// although the write itself was made: after the wait the Preparer reads the config
+// and goes on when the change is there, or writes again when it is not.
+func WithConfigWriteWait(d time.Duration) PreparerOption {
+	return func(c *prepConfig) error { return optcheck.Positive(&c.writeWait, d, "config write wait") }
+}
+
 // NewPreparer returns a Preparer that prepares runs on the gateway gw. routerURL is
 // how the gateway reaches the Router ("http://127.0.0.1:4100"); models are the
 // models each per-run provider offers (validated with openclaw.NewModel's rules).
 // It does no I/O. Errors wrap port.ErrInvalidSpec.
 func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts ...PreparerOption) (*Preparer, error) {
-	cfg := prepConfig{prefix: DefaultProviderPrefix, logger: slog.New(slog.DiscardHandler)}
+	cfg := prepConfig{prefix: DefaultProviderPrefix, logger: slog.New(slog.DiscardHandler), writeWait: defaultWriteWait}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -109,7 +124,7 @@ func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts .
 	}
 	p := &Preparer{
 		gw: gw, routerURL: strings.TrimSuffix(routerURL, "/"), models: map[string]openclaw.Model{},
-		prefix: cfg.prefix, log: cfg.logger.With(logattr.Component, "billing.preparer"), pending: map[string]bool{},
+		prefix: cfg.prefix, writeWait: cfg.writeWait, log: cfg.logger.With(logattr.Component, "billing.preparer"), pending: map[string]bool{},
 	}
 	for _, m := range models {
 		if _, err := openclaw.NewModel(m.ID, m.Name, m.ContextWindow, m.MaxTokens); err != nil {
@@ -208,8 +223,8 @@ func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) 
 		}
 		// The config reload may still be in flight: the model is not known yet.
 		lastErr = err
-		if err := sleep(ctx, reloadPoll); err != nil {
-			return "", err
+		if !ctxsleep.Sleep(ctx, reloadPoll) {
+			return "", ctx.Err()
 		}
 	}
 	return "", lastErr
@@ -275,7 +290,8 @@ func (p *Preparer) queueRemoval(name string) {
 
 // writeProviders adds providers and removes the pending ones with config.patch (a
 // JSON merge patch: null deletes). It re-reads the base hash when another writer
-// got in first and waits out the gateway's write rate limit.
+// got in first, waits out the gateway's write rate limit, and checks the config
+// itself when a write goes unanswered (WithConfigWriteWait).
 func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -299,13 +315,29 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 		// provider's models) unless the paths are named as intended.
 		patch.ReplacePaths = append(patch.ReplacePaths, "models.providers."+n+".models")
 	}
-	for conflicts := 0; ; {
+	for conflicts, unanswered := 0, 0; ; {
 		snap, err := p.gw.ConfigGet(ctx)
 		if err != nil {
 			return err
 		}
 		patch.BaseHash = snap.Hash
-		_, err = p.gw.ConfigPatch(ctx, patch)
+		wctx, cancel := context.WithTimeout(ctx, p.writeWait)
+		_, err = p.gw.ConfigPatch(wctx, patch)
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			landed, gerr := p.landed(ctx, add, removing)
+			switch {
+			case gerr != nil:
+				return fmt.Errorf("%w (and reading the config to see whether it landed: %v)", err, gerr)
+			case landed:
+				p.log.Warn("billing: the gateway did not answer a config write, but its config has the change", "wait", p.writeWait)
+				err = nil
+			case unanswered < maxUnanswered:
+				unanswered++
+				p.log.Warn("billing: the gateway did not answer a config write, and its config lacks the change; writing again", "wait", p.writeWait)
+				continue
+			}
+		}
 		if err == nil {
 			for _, n := range removing {
 				delete(p.pending, n)
@@ -324,8 +356,8 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 				d = defaultRetryAfter
 			}
 			p.log.Info("billing: gateway config writes are rate-limited; waiting", "retry_after", d)
-			if err := sleep(ctx, d); err != nil {
-				return fmt.Errorf("waiting for the gateway's config write limit: %w", err)
+			if !ctxsleep.Sleep(ctx, d) {
+				return fmt.Errorf("waiting for the gateway's config write limit: %w", ctx.Err())
 			}
 		default:
 			return err
@@ -333,15 +365,32 @@ func (p *Preparer) writeProviders(ctx context.Context, add map[string]any) error
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// landed reports whether the gateway's config has every provider of add and none
+// of removing: provider names come from run tokens, so no other writer makes them.
+func (p *Preparer) landed(ctx context.Context, add map[string]any, removing []string) (bool, error) {
+	snap, err := p.gw.ConfigGet(ctx)
+	if err != nil {
+		return false, err
 	}
+	var cfg struct {
+		Models struct {
+			Providers map[string]json.RawMessage `json:"providers"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(snap.Config, &cfg); err != nil {
+		return false, fmt.Errorf("gateway config.get: %w: %v", gateway.ErrMalformedFrame, err)
+	}
+	for n := range add {
+		if _, ok := cfg.Models.Providers[n]; !ok {
+			return false, nil
+		}
+	}
+	for _, n := range removing {
+		if _, ok := cfg.Models.Providers[n]; ok {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // ProbeOutboundHeaders reports whether the gateway accepts per-session outbound

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,4 +153,88 @@ func TestOutboundHeadersOnUpstream(t *testing.T) {
 	reg := f.register(t, "run-4")
 	_, err = f.prep.PrepareHeaders(ctx, reg, "s4", "unattributed/"+prepModel.ID)
 	assert.ErrorIs(t, err, port.ErrUnsupported)
+}
+
+// unansweredPatches is a gateway double that leaves the first n config.patch
+// requests unanswered, making the write first when made is set (OpenClaw 2026.9.6
+// can leave a write unanswered when the hot reload it waits for is superseded). It
+// returns the fixture, a Preparer that waits 200 ms for an answer, and the count of
+// config.patch requests seen.
+func unansweredPatches(t *testing.T, n int, made bool) (*prepFixture, *billing.Preparer, *atomic.Int32) {
+	t.Helper()
+	var srv *gatewaytest.Server
+	var seen atomic.Int32
+	f := newPrepFixture(t, gatewaytest.WithHandler(func(c *gatewaytest.Conn) {
+		for {
+			req, err := c.Next(context.Background())
+			if err != nil {
+				return
+			}
+			if req.Method == "config.patch" && int(seen.Add(1)) <= n {
+				if made {
+					var p struct {
+						Raw string `json:"raw"`
+					}
+					var patch map[string]any
+					if req.Decode(&p) != nil || json.Unmarshal([]byte(p.Raw), &patch) != nil {
+						t.Errorf("config.patch params do not decode")
+					}
+					srv.PatchConfig(patch)
+				}
+				continue
+			}
+			c.Serve(req)
+		}
+	}))
+	srv = f.srv
+	prep, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, billing.WithConfigWriteWait(200*time.Millisecond))
+	require.NoError(t, err)
+	return f, prep, &seen
+}
+
+// TestPrepareGoesOnWhenAWriteIsMadeButNotAnswered: the gateway makes the write
+// but never answers; the Preparer reads the config, finds its provider and goes on
+// without writing again.
+func TestPrepareGoesOnWhenAWriteIsMadeButNotAnswered(t *testing.T) {
+	f, prep, seen := unansweredPatches(t, 1, true)
+	reg := f.register(t, "run-unanswered")
+	sess, err := prep.Prepare(prepCtx(t), reg, "s-unanswered", prepModel.ID)
+	require.NoError(t, err)
+	assert.Contains(t, f.providers(), sess.Provider)
+	assert.Equal(t, int32(1), seen.Load(), "the write that landed is not made again")
+	assert.Equal(t, 0, f.srv.ConfigWrites(), "no answered write")
+}
+
+// TestPrepareWritesAgainWhenAnUnansweredWriteDidNotLand: the first write is lost
+// without an answer; the Preparer finds its provider missing and writes again.
+func TestPrepareWritesAgainWhenAnUnansweredWriteDidNotLand(t *testing.T) {
+	f, prep, seen := unansweredPatches(t, 1, false)
+	reg := f.register(t, "run-lost")
+	sess, err := prep.Prepare(prepCtx(t), reg, "s-lost", prepModel.ID)
+	require.NoError(t, err)
+	assert.Contains(t, f.providers(), sess.Provider)
+	assert.Equal(t, int32(2), seen.Load())
+	assert.Equal(t, 1, f.srv.ConfigWrites())
+}
+
+// TestPrepareGivesUpOnAGatewayThatNeverAnswers: writes that neither answer nor
+// land end Prepare with a deadline error after three tries, and nothing is left
+// pointed at the run.
+func TestPrepareGivesUpOnAGatewayThatNeverAnswers(t *testing.T) {
+	f, prep, seen := unansweredPatches(t, 100, false)
+	reg := f.register(t, "run-silent")
+	_, err := prep.Prepare(prepCtx(t), reg, "s-silent", prepModel.ID)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "config.patch")
+	assert.Equal(t, int32(3), seen.Load())
+	assert.NotContains(t, f.providers(), prep.ProviderName(reg))
+}
+
+// TestConfigWriteWaitRefusesNonPositive: the option validates its argument.
+func TestConfigWriteWaitRefusesNonPositive(t *testing.T) {
+	f := newPrepFixture(t)
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, billing.WithConfigWriteWait(d))
+		require.ErrorIs(t, err, port.ErrInvalidSpec, "wait %v", d)
+	}
 }
