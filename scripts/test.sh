@@ -237,40 +237,10 @@ gotest() { # log, packages...: go test in the outlive cgroup
   (bash scripts/outlive.sh enter "$guard/outlive" "$BASHPID"
     exec go test -count=1 $race -shuffle="$shuffle" -timeout 45m -v "${extra[@]}" "$@" >"$log" 2>&1)
 }
-# integration's tests run one at a time and are the longest package by far: its OpenClaw
-# and preloaded-agent tests (about two thirds of its time) go in a go test of their own,
-# the rest in a third, beside the other packages. Each test process has its own owner, so
-# the halves do not meet. The third starts once the first has run a test: the package is
-# then compiled once, not twice at the same time. Not when the caller names tests itself.
-int_pkg="$(go list -m)/integration" int_first='^(TestOpenClaw|TestPreloaded)'
-split_int=0
-if [ "${#extra[@]}" = 0 ] && grep -qxF "$int_pkg" <<<"$other_pkgs"; then
-  split_int=1
-  other_pkgs=$(grep -vxF "$int_pkg" <<<"$other_pkgs")
-fi
-gotest_after() { # file, log, args...: gotest once file has a test's start (or 10 min)
-  local f=$1
-  shift
-  for _ in $(seq 600); do
-    grep -q '^=== RUN' "$f" 2>/dev/null && break
-    [ -e "$guard/int1.rc" ] && break
-    sleep 1
-  done
-  gotest "$@"
-}
 unset NOMAD_BIN KUBE_BIN_DIR
-: >"$guard/test-int1.log"
-: >"$guard/test-int2.log"
-if [ "$split_int" = 1 ]; then
-  bg int1 "integration's OpenClaw and preloaded tests tested" gotest "$guard/test-int1.log" -run "$int_first" "$int_pkg"
-fi
 # shellcheck disable=SC2086
 bg tests "the packages that need no cluster tested" gotest "$TEST_LOG" $other_pkgs
 at "go test of the $(wc -w <<<"$other_pkgs") packages that need no cluster started"
-if [ "$split_int" = 1 ]; then
-  bg int2 "integration's other tests tested" gotest_after "$guard/test-int1.log" "$guard/test-int2.log" -skip "$int_first" "$int_pkg"
-  at "go test of integration started, in two halves"
-fi
 
 # The cluster packages: the Nomad-only ones once Nomad is built (with NOMAD_BIN only), the
 # Kubernetes ones (some start both) once Kubernetes is built too.
@@ -304,7 +274,7 @@ fi
 
 rc=0
 await tests || rc=1
-for g in int1 int2 nomadtests kubetests; do
+for g in nomadtests kubetests; do
   if [ -n "${bg_pid[$g]:-}" ]; then await "$g" || rc=1; fi
 done
 if [ "$built" = 0 ]; then
@@ -312,7 +282,7 @@ if [ "$built" = 0 ]; then
   rc=1
 fi
 # One log, in the order the packages were started.
-cat "$guard/test-int1.log" "$guard/test-int2.log" "$guard/test-nomad.log" "$guard/test-kube.log" >>"$TEST_LOG"
+cat "$guard/test-nomad.log" "$guard/test-kube.log" >>"$TEST_LOG"
 grep -E "^(ok|FAIL|---|panic|-test.shuffle)|^\s+--- (FAIL|SKIP)|WARNING: DATA RACE" "$TEST_LOG" | grep -v -- "--- PASS" || true
 passes=$(grep -c -- "--- PASS" "$TEST_LOG" || true)
 fails=$(grep -c -- "--- FAIL" "$TEST_LOG" || true)
