@@ -93,7 +93,11 @@ func newTokenForwarder(ln net.Listener, socket, token string, log *slog.Logger) 
 		},
 		Transport:     tr,
 		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Body = &cutReporter{ReadCloser: resp.Body, ctx: resp.Request.Context(), log: log}
+			return nil
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log.Warn("bridge: cannot reach the LLM proxy socket", slog.String("socket", socket), slog.Any("err", err))
 			w.Header().Set("Content-Type", "application/json")
@@ -117,4 +121,23 @@ func (f *tokenForwarder) close() {
 	_ = f.srv.Close()
 	<-f.served
 	f.tr.CloseIdleConnections()
+}
+
+// cutReporter warns once when the LLM proxy's answer ends early while the agent
+// still waits for it: a stream cut mid-body then names the hop that broke (the
+// agent's side going away cancels ctx first, and is not reported).
+type cutReporter struct {
+	io.ReadCloser
+	ctx    context.Context
+	log    *slog.Logger
+	warned bool
+}
+
+func (c *cutReporter) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && c.ctx.Err() == nil && !c.warned {
+		c.warned = true
+		c.log.Warn("bridge: the LLM proxy's answer was cut before its end", slog.Any("err", err))
+	}
+	return n, err
 }

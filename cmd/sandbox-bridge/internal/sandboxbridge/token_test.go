@@ -2,10 +2,12 @@ package sandboxbridge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,4 +98,79 @@ func TestTokenFileThatIsNoTokenIsIgnored(t *testing.T) {
 	}
 	require.NoError(t, os.Remove(filepath.Join(dir, bridgeapi.TokenFile)))
 	assert.Empty(t, readRunToken(sock, slog.New(slog.DiscardHandler)))
+}
+
+// TestTokenModeReportsACutAnswer: an answer the socket's side cuts mid-body is
+// reported at warning level (the agent sees only a broken stream); an agent that
+// goes away itself is not.
+func TestTokenModeReportsACutAnswer(t *testing.T) {
+	for _, agentLeaves := range []bool{false, true} {
+		t.Run(fmt.Sprintf("agentLeaves=%v", agentLeaves), func(t *testing.T) {
+			release := make(chan struct{})
+			sock := socketHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "data: 0\n\n")
+				w.(http.Flusher).Flush()
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close() // the chunked body never ends
+				}
+			}))
+			const token = "run-1|0|2000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+			require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(sock), bridgeapi.TokenFile), []byte(token+"\n"), 0o644))
+			var logs syncBuffer
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			f := newTokenForwarder(ln, sock, token, slog.New(slog.NewTextHandler(&logs, nil)))
+			go f.serve()
+			defer f.close()
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/v1/stream", nil)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			br := bufio.NewReader(resp.Body)
+			line, err := br.ReadString('\n')
+			require.NoError(t, err)
+			assert.Equal(t, "data: 0\n", line)
+			if agentLeaves {
+				resp.Body.Close()
+				time.Sleep(100 * time.Millisecond) // the bridge sees the agent gone
+				close(release)
+				time.Sleep(200 * time.Millisecond)
+				assert.NotContains(t, logs.String(), "cut before its end")
+				return
+			}
+			close(release)
+			_, err = io.ReadAll(br)
+			require.Error(t, err, "the agent sees a broken stream")
+			resp.Body.Close()
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cut before its end") }, 5*time.Second, 10*time.Millisecond, "logs: %s", logs.String())
+			assert.Contains(t, logs.String(), "level=WARN")
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
