@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -63,42 +64,39 @@ func (s *Server) addFault(f *fault) {
 
 // SetLatency delays every response by d (0 turns it off).
 func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	s.latency = d
-	s.mu.Unlock()
+	locked(&s.mu, &s.latency, d)
 }
 
 // DropStreamAfter makes the next streamed completion close its connection after k
 // chunks, without [DONE] and without writing a spend row (LiteLLM never saw the end).
 func (s *Server) DropStreamAfter(k int) {
-	s.mu.Lock()
-	s.dropAt = k
-	s.mu.Unlock()
+	locked(&s.mu, &s.dropAt, k)
 }
 
 // ErrorStreamAfter makes the next streamed completion send, after k chunks, an error
 // event data: {"error":{...}} (status stays 200, as in LiteLLM) and end the stream.
 // The spend row is written with status "failure".
 func (s *Server) ErrorStreamAfter(k int) {
-	s.mu.Lock()
-	s.errAt = k
-	s.mu.Unlock()
+	locked(&s.mu, &s.errAt, k)
 }
 
 // IgnoreEndUserFilter makes /spend/logs/v2 ignore its end_user filter and return
 // every user's rows, a bug seen in real deployments.
 func (s *Server) IgnoreEndUserFilter(ignore bool) {
-	s.mu.Lock()
-	s.ignoreEU = ignore
-	s.mu.Unlock()
+	locked(&s.mu, &s.ignoreEU, ignore)
 }
 
 // SetUnhealthy makes /health/readiness answer 503 {"detail":"Service Unhealthy (msg)"};
 // "" makes it healthy again.
 func (s *Server) SetUnhealthy(msg string) {
-	s.mu.Lock()
-	s.unhealth = msg
-	s.mu.Unlock()
+	locked(&s.mu, &s.unhealth, msg)
+}
+
+// locked sets *p to v under mu: the knobs are read by requests in flight.
+func locked[T any](mu *sync.Mutex, p *T, v T) {
+	mu.Lock()
+	*p = v
+	mu.Unlock()
 }
 
 // takeFault consumes one matching fault, if any.

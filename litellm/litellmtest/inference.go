@@ -83,9 +83,14 @@ func (s *Server) inference(w http.ResponseWriter, r *http.Request, callType, idP
 // charge completes row with the call's tokens and cost and sets the cost header
 // (for answers that are not streamed).
 func (s *Server) charge(w http.ResponseWriter, m Model, row *SpendRow, prompt, completion int) {
+	account(m, row, prompt, completion)
+	w.Header().Set("x-litellm-response-cost", strconv.FormatFloat(row.Spend, 'g', -1, 64))
+}
+
+// account completes row with the call's tokens and cost.
+func account(m Model, row *SpendRow, prompt, completion int) {
 	row.PromptTokens, row.CompletionTokens, row.TotalTokens = prompt, completion, prompt+completion
 	row.Spend = roundCost(cost(m, prompt, completion))
-	w.Header().Set("x-litellm-response-cost", strconv.FormatFloat(row.Spend, 'g', -1, 64))
 }
 
 func (s *Server) finishRow(row SpendRow) {
@@ -93,9 +98,24 @@ func (s *Server) finishRow(row SpendRow) {
 	s.writeSpend(row)
 }
 
-// replyText is the scripted answer to a non-chat request's text.
-func (s *Server) replyText(model, text string, h http.Header) string {
-	return s.cfg.reply(ChatRequest{Model: model, Messages: []Message{{Role: "user", Content: text}}, Header: h}).Content
+// answer is the scripted reply to a non-chat request, with the token counts of its
+// prompt and of the reply (at least one).
+func (s *Server) answer(b *inferenceBody, h http.Header) (reply string, in, out int) {
+	text := b.text()
+	reply = s.cfg.reply(ChatRequest{Model: b.Model, Messages: []Message{{Role: "user", Content: text}}, Header: h}).Content
+	return reply, tokens(text), max(1, tokens(reply))
+}
+
+// chunks calls emit with each streamed piece of reply, after the configured delay;
+// false means the client went away and the call ends without a spend row.
+func (s *Server) chunks(r *http.Request, reply string, emit func(c string)) bool {
+	for _, c := range splitChunks(reply) {
+		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
+			return false
+		}
+		emit(c)
+	}
+	return true
 }
 
 // sseWriter writes server-sent events, flushing each.
@@ -137,9 +157,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	text := b.text()
-	reply := s.replyText(b.Model, text, r.Header)
-	prompt, completion := tokens(text), max(1, tokens(reply))
+	reply, prompt, completion := s.answer(&b, r.Header)
 	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 	created := row.StartTime.Unix()
 	obj := func(text string, finish any) map[string]any {
@@ -154,14 +172,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.finishRow(row)
 		return
 	}
-	row.PromptTokens, row.CompletionTokens, row.TotalTokens = prompt, completion, prompt+completion
-	row.Spend = roundCost(cost(m, prompt, completion))
+	account(m, &row, prompt, completion)
 	e := startSSE(w)
-	for _, c := range splitChunks(reply) {
-		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
-			return
-		}
-		e.event("", obj(c, nil))
+	if !s.chunks(r, reply, func(c string) { e.event("", obj(c, nil)) }) {
+		return
 	}
 	last := obj("", "stop")
 	last["usage"] = usage
@@ -206,9 +220,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	text := b.text()
-	reply := s.replyText(b.Model, text, r.Header)
-	in, out := tokens(text), max(1, tokens(reply))
+	reply, in, out := s.answer(&b, r.Header)
 	usage := map[string]any{"input_tokens": in, "output_tokens": out, "total_tokens": in + out,
 		"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
 	msgID := "msg_" + newUUID()
@@ -227,8 +239,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		s.finishRow(row)
 		return
 	}
-	row.PromptTokens, row.CompletionTokens, row.TotalTokens = in, out, in+out
-	row.Spend = roundCost(cost(m, in, out))
+	account(m, &row, in, out)
 	e := startSSE(w)
 	seq := 0
 	ev := func(typ string, v map[string]any) {
@@ -237,11 +248,10 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		e.event(typ, v)
 	}
 	ev("response.created", map[string]any{"response": resp("in_progress", "", nil)})
-	for _, c := range splitChunks(reply) {
-		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
-			return
-		}
+	if !s.chunks(r, reply, func(c string) {
 		ev("response.output_text.delta", map[string]any{"item_id": msgID, "output_index": 0, "content_index": 0, "delta": c})
+	}) {
+		return
 	}
 	ev("response.completed", map[string]any{"response": resp("completed", reply, usage)})
 	s.finishRow(row)
@@ -273,9 +283,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	text := b.text()
-	reply := s.replyText(b.Model, text, r.Header)
-	in, out := tokens(text), max(1, tokens(reply))
+	reply, in, out := s.answer(&b, r.Header)
 	msg := func(content []any, stop any, usage map[string]any) map[string]any {
 		return map[string]any{"id": row.RequestID, "type": "message", "role": "assistant", "model": m.Name,
 			"content": content, "stop_reason": stop, "stop_sequence": nil, "usage": usage}
@@ -287,16 +295,14 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		s.finishRow(row)
 		return
 	}
-	row.PromptTokens, row.CompletionTokens, row.TotalTokens = in, out, in+out
-	row.Spend = roundCost(cost(m, in, out))
+	account(m, &row, in, out)
 	e := startSSE(w)
 	e.event("message_start", map[string]any{"type": "message_start", "message": msg([]any{}, nil, map[string]any{"input_tokens": in, "output_tokens": 1})})
 	e.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
-	for _, c := range splitChunks(reply) {
-		if !ctxsleep.Sleep(r.Context(), s.cfg.chunkDelay) {
-			return
-		}
+	if !s.chunks(r, reply, func(c string) {
 		e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": c}})
+	}) {
+		return
 	}
 	e.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	e.event("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},

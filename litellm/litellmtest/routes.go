@@ -29,21 +29,25 @@ func (s *Server) routes() http.Handler {
 			h(w, r)
 		})
 	}
-	mux.HandleFunc("POST /v1/chat/completions", authed(s.chat))
-	mux.HandleFunc("POST /chat/completions", authed(s.chat))
-	mux.HandleFunc("GET /v1/models", authed(s.listModels))
-	mux.HandleFunc("GET /models", authed(s.listModels))
-	mux.HandleFunc("GET /v1/models/{model...}", authed(s.getModel))
-	mux.HandleFunc("GET /models/{model...}", authed(s.getModel))
-	for _, p := range []string{"/v1", ""} {
-		mux.HandleFunc("POST "+p+"/completions", authed(s.completions))
-		mux.HandleFunc("POST "+p+"/embeddings", authed(s.embeddings))
-		mux.HandleFunc("POST "+p+"/responses", authed(s.responses))
-		mux.HandleFunc("POST "+p+"/moderations", authed(s.moderations))
+	// The client routes answer with and without the /v1 prefix, as LiteLLM's do.
+	for _, rt := range []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"POST", "/chat/completions", s.chat},
+		{"GET", "/models", s.listModels},
+		{"GET", "/models/{model...}", s.getModel},
+		{"POST", "/completions", s.completions},
+		{"POST", "/embeddings", s.embeddings},
+		{"POST", "/responses", s.responses},
+		{"POST", "/moderations", s.moderations},
+		{"GET", "/model/info", s.modelInfo},
+	} {
+		for _, p := range []string{"/v1", ""} {
+			mux.HandleFunc(rt.method+" "+p+rt.path, authed(rt.h))
+		}
 	}
 	mux.HandleFunc("POST /v1/messages", authed(s.messages))
-	mux.HandleFunc("GET /model/info", authed(s.modelInfo))
-	mux.HandleFunc("GET /v1/model/info", authed(s.modelInfo))
 	mux.HandleFunc("GET /spend/logs/v2", admin(s.spendLogsV2))
 	mux.HandleFunc("GET /spend/logs", admin(s.spendLogsLegacy))
 	mux.HandleFunc("GET /customer/info", admin(s.customerInfo))

@@ -188,23 +188,22 @@ func WithReply(f ReplyFunc) Option {
 // WithChunkDelay waits d before each streamed chunk, so a test can watch chunks
 // arrive one by one.
 func WithChunkDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return errors.New("litellmtest: negative chunk delay")
-		}
-		c.chunkDelay = d
-		return nil
-	}
+	return delay(d, "chunk delay", func(c *config) { c.chunkDelay = d })
 }
 
 // WithBatchWriteDelay makes spend rows visible only d after their call ended, like
 // LiteLLM's proxy_batch_write_at (10 s by default there, 0 here).
 func WithBatchWriteDelay(d time.Duration) Option {
+	return delay(d, "batch write delay", func(c *config) { c.batchDelay = d })
+}
+
+// delay is an Option that applies set, refusing a negative d (what names it).
+func delay(d time.Duration, what string, set func(*config)) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return errors.New("litellmtest: negative batch write delay")
+			return errors.New("litellmtest: negative " + what)
 		}
-		c.batchDelay = d
+		set(c)
 		return nil
 	}
 }
