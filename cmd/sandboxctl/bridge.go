@@ -15,10 +15,8 @@ func cmdBridge(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var c common
 	fs := newFlags("bridge", stderr, &c)
 	dir := fs.String("dir", "", "cache `directory` (default the library's, "+bridge.DefaultDir()+")")
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() > 0 {
-		return exitUsage
+	if code, ok := parse(fs, args, 0, 0, stderr, ""); !ok {
+		return code
 	}
 	p, err := bridge.Build(ctx, *dir)
 	if err != nil {

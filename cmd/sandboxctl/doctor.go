@@ -38,10 +38,8 @@ const (
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("doctor", stderr, &c)
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() > 0 {
-		return exitUsage
+	if code, ok := parse(fs, args, 0, 0, stderr, ""); !ok {
+		return code
 	}
 	checks := doctor(ctx, c)
 	failed := false

@@ -40,10 +40,8 @@ type entry struct {
 func cmdPs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("ps", stderr, &c)
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() > 0 {
-		return exitUsage
+	if code, ok := parse(fs, args, 0, 0, stderr, ""); !ok {
+		return code
 	}
 	var all []entry
 	var errs []error
@@ -265,10 +263,8 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	proxyDir := fs.String("proxy-dir", filepath.Join(os.TempDir(), inprocproxy.DefaultBaseDirName), "the proxies' per-run directories' `root` (in-process and Docker nginx proxies; default the library's)")
 	wsDir := fs.String("workspace-dir", os.TempDir(), "`parent` of the workspaces NewWorkspace made (default the library's)")
 	poolDir := fs.String("pool-dir", docker.DefaultPoolDir, "warm pools' slot directories' `root` (default the library's)")
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() > 0 {
-		return exitUsage
+	if code, ok := parse(fs, args, 0, 0, stderr, ""); !ok {
+		return code
 	}
 	if c.owner == "" {
 		fmt.Fprintln(stderr, "sandboxctl sweep: --owner is required (a sweep never touches another owner's sandboxes)")

@@ -54,11 +54,8 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	timeout := fs.Duration("timeout", time.Minute, "bound on the command")
 	workdir := fs.String("w", "", "working `directory` in the sandbox (default the workspace)")
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() < 2 {
-		fmt.Fprintln(stderr, "usage: sandboxctl exec --owner O --runtime R ID [--] CMD [ARG...]")
-		return exitUsage
+	if code, ok := parse(fs, args, 2, -1, stderr, "usage: sandboxctl exec --owner O --runtime R ID [--] CMD [ARG...]"); !ok {
+		return code
 	}
 	id, argv := fs.Arg(0), fs.Args()[1:]
 	if argv[0] == "--" {
@@ -96,11 +93,8 @@ func cmdStop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlags("stop", stderr, &c)
 	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL")
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxctl stop --owner O --runtime R [--grace D] ID")
-		return exitUsage
+	if code, ok := parse(fs, args, 1, 1, stderr, "usage: sandboxctl stop --owner O --runtime R [--grace D] ID"); !ok {
+		return code
 	}
 	s, done, err := attach(ctx, c, fs.Arg(0))
 	if err != nil {
@@ -130,11 +124,8 @@ func cmdLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	follow := fs.Bool("follow", false, "keep printing the output as it comes, until the session ends or Ctrl-C")
 	now := fs.Bool("now", false, "with --follow: only output from now on (not what the log holds)")
 	wait := fs.Duration("for", 0, "with --follow: stop after this long (0: until the session ends)")
-	if err := fs.Parse(args); err != nil {
-		return parseCode(err)
-	} else if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxctl logs --owner O --runtime R [--follow [--now] [--for D]] ID")
-		return exitUsage
+	if code, ok := parse(fs, args, 1, 1, stderr, "usage: sandboxctl logs --owner O --runtime R [--follow [--now] [--for D]] ID"); !ok {
+		return code
 	}
 	s, done, err := attach(ctx, c, fs.Arg(0))
 	if err != nil {
