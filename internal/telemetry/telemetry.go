@@ -131,20 +131,18 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider) *T {
 		metric.WithDescription("GenAI operation duration."), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	t.tokenUsage, _ = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
 		metric.WithDescription("Number of input and output tokens used."), metric.WithExplicitBucketBoundaries(tokenBuckets...))
-	t.llmCalls, _ = m.Int64Counter("sandbox.llm.calls", metric.WithUnit("{call}"),
-		metric.WithDescription("LLM calls that reached a sandbox proxy, by outcome (ok, error, refused)."))
-	t.refusals, _ = m.Int64Counter("sandbox.llm.refusals", metric.WithUnit("{call}"),
-		metric.WithDescription("LLM calls a sandbox proxy refused itself, by rule (budget, route, body, attestation, ...)."))
-	t.runs, _ = m.Int64Counter("sandbox.runs", metric.WithUnit("{run}"),
-		metric.WithDescription("Sandboxed runs finished, by outcome and runtime."))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, _ := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return c
+	}
+	t.llmCalls = counter("sandbox.llm.calls", "{call}", "LLM calls that reached a sandbox proxy, by outcome (ok, error, refused).")
+	t.refusals = counter("sandbox.llm.refusals", "{call}", "LLM calls a sandbox proxy refused itself, by rule (budget, route, body, attestation, ...).")
+	t.runs = counter("sandbox.runs", "{run}", "Sandboxed runs finished, by outcome and runtime.")
 	t.runDuration, _ = m.Float64Histogram("sandbox.run.duration", metric.WithUnit("s"),
 		metric.WithDescription("Wall time of a sandboxed run, by outcome and runtime."), metric.WithExplicitBucketBoundaries(runBuckets...))
-	t.reconciled, _ = m.Int64Counter("sandbox.reconcile.calls", metric.WithUnit("{call}"),
-		metric.WithDescription("Audited LLM calls after reconciliation against the billing system, by state (found, missing)."))
-	t.egress, _ = m.Int64Counter("sandbox.egress.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Egress requests of sandboxes, by outcome and refusal rule."))
-	t.poolClaims, _ = m.Int64Counter("sandbox.pool.claims", metric.WithUnit("{claim}"),
-		metric.WithDescription("Runs started by runtime and claim (warm: a pre-started pool slot; cold: created for the run)."))
+	t.reconciled = counter("sandbox.reconcile.calls", "{call}", "Audited LLM calls after reconciliation against the billing system, by state (found, missing).")
+	t.egress = counter("sandbox.egress.requests", "{request}", "Egress requests of sandboxes, by outcome and refusal rule.")
+	t.poolClaims = counter("sandbox.pool.claims", "{claim}", "Runs started by runtime and claim (warm: a pre-started pool slot; cold: created for the run).")
 	t.sessions, _ = m.Int64UpDownCounter("sandbox.sessions.live", metric.WithUnit("{session}"),
 		metric.WithDescription("Long-running sandbox sessions this process holds a handle to (started or attached, not ended or detached), by runtime."))
 	t.pools = map[*poolObs]struct{}{}

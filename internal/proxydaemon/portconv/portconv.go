@@ -26,6 +26,18 @@ func each[T, U any](in []T, f func(T) U) []U {
 	return out
 }
 
+// eachValue is each for a map's values; nil stays nil.
+func eachValue[K comparable, T, U any](in map[K]T, f func(T) U) map[K]U {
+	if in == nil {
+		return nil
+	}
+	out := make(map[K]U, len(in))
+	for k, v := range in {
+		out[k] = f(v)
+	}
+	return out
+}
+
 // WireAttribution converts a to the wire.
 func WireAttribution(a port.Attribution) api.Attribution { return api.Attribution(a) }
 
@@ -43,14 +55,8 @@ func Budget(b api.Budget) port.Budget { return port.Budget(b) }
 func WireEgressPolicy(p port.EgressPolicy) api.EgressPolicy {
 	return api.EgressPolicy{
 		Providers: each(p.Providers, func(v port.EgressProvider) api.EgressProvider {
-			w := api.EgressProvider{ID: v.ID, URIs: v.URIs, Credentials: v.Credentials, TunnelOnly: v.TunnelOnly}
-			if v.Placements != nil {
-				w.Placements = make(map[string]api.CredentialPlacement, len(v.Placements))
-				for k, pl := range v.Placements {
-					w.Placements[k] = api.CredentialPlacement(pl)
-				}
-			}
-			return w
+			return api.EgressProvider{ID: v.ID, URIs: v.URIs, Credentials: v.Credentials, TunnelOnly: v.TunnelOnly,
+				Placements: eachValue(v.Placements, func(pl port.CredentialPlacement) api.CredentialPlacement { return api.CredentialPlacement(pl) })}
 		}),
 		MaxRequestBytes: p.MaxRequestBytes, MaxRunBytes: p.MaxRunBytes,
 		ResponseLimit: p.ResponseLimit, ResponseCeiling: p.ResponseCeiling, UpstreamProxy: p.UpstreamProxy,
@@ -62,14 +68,8 @@ func WireEgressPolicy(p port.EgressPolicy) api.EgressPolicy {
 func EgressPolicy(p api.EgressPolicy) port.EgressPolicy {
 	return port.EgressPolicy{
 		Providers: each(p.Providers, func(w api.EgressProvider) port.EgressProvider {
-			v := port.EgressProvider{ID: w.ID, URIs: w.URIs, Credentials: w.Credentials, TunnelOnly: w.TunnelOnly}
-			if w.Placements != nil {
-				v.Placements = make(map[string]port.CredentialPlacement, len(w.Placements))
-				for k, pl := range w.Placements {
-					v.Placements[k] = port.CredentialPlacement(pl)
-				}
-			}
-			return v
+			return port.EgressProvider{ID: w.ID, URIs: w.URIs, Credentials: w.Credentials, TunnelOnly: w.TunnelOnly,
+				Placements: eachValue(w.Placements, func(pl api.CredentialPlacement) port.CredentialPlacement { return port.CredentialPlacement(pl) })}
 		}),
 		MaxRequestBytes: p.MaxRequestBytes, MaxRunBytes: p.MaxRunBytes,
 		ResponseLimit: p.ResponseLimit, ResponseCeiling: p.ResponseCeiling, UpstreamProxy: p.UpstreamProxy,
