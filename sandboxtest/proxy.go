@@ -425,18 +425,25 @@ func testHealthAndNotFound(t *testing.T, h ProxyHarness) {
 	}
 }
 
+// refusedUnsupported checks that a manager without what spec asks for refuses
+// it with port.ErrUnsupported and leaves nothing; accepted starts the failure.
+func refusedUnsupported(t *testing.T, h ProxyHarness, spec port.ProxySpec, accepted string) {
+	t.Helper()
+	_, err := h.Manager.Start(context.Background(), spec)
+	if !errors.Is(err, port.ErrUnsupported) {
+		t.Fatalf("%s: %v", accepted, err)
+	}
+	if left, _ := h.Leftovers(context.Background(), spec.RunID); len(left) > 0 {
+		t.Errorf("refused start left %v", left)
+	}
+}
+
 func testCallBudget(t *testing.T, h ProxyHarness) {
 	u := newUpstream(t)
 	spec := proxySpec(RunID("budget"), u)
 	spec.Budget = port.Budget{MaxCalls: 2}
 	if !h.Budget {
-		_, err := h.Manager.Start(context.Background(), spec)
-		if !errors.Is(err, port.ErrUnsupported) {
-			t.Fatalf("a manager without budgets accepted one: %v", err)
-		}
-		if left, _ := h.Leftovers(context.Background(), spec.RunID); len(left) > 0 {
-			t.Errorf("refused start left %v", left)
-		}
+		refusedUnsupported(t, h, spec, "a manager without budgets accepted one")
 		return
 	}
 	p, stop := started(t, h, spec)
@@ -675,13 +682,7 @@ func testIsolationAttested(t *testing.T, h ProxyHarness) {
 	spec := proxySpec(RunID("attest"), u)
 	spec.RequireAttestation = true
 	if !h.Attestation {
-		_, err := h.Manager.Start(context.Background(), spec)
-		if !errors.Is(err, port.ErrUnsupported) {
-			t.Fatalf("a manager without attestation accepted RequireAttestation: %v", err)
-		}
-		if left, _ := h.Leftovers(context.Background(), spec.RunID); len(left) > 0 {
-			t.Errorf("refused start left %v", left)
-		}
+		refusedUnsupported(t, h, spec, "a manager without attestation accepted RequireAttestation")
 		return
 	}
 	p, stop := started(t, h, spec)

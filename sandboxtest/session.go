@@ -187,6 +187,16 @@ func (s *sessionSuite) exec(t *testing.T, sess port.Session, es port.ExecSpec) *
 	return res
 }
 
+// execAsUser checks that an exec in sess runs as the sandbox user; what starts the
+// failure.
+func (s *sessionSuite) execAsUser(t *testing.T, sess port.Session, what string) {
+	t.Helper()
+	res := s.exec(t, sess, port.ExecSpec{Argv: []string{"/agent", "id"}})
+	if strings.TrimSpace(string(res.Stdout)) != "uid=1001 gid=1001" {
+		t.Errorf("%s: %q", what, res.Stdout)
+	}
+}
+
 func (s *sessionSuite) testExecLockdown(t *testing.T, sess port.Session) {
 	res := s.exec(t, sess, port.ExecSpec{Argv: []string{"/agent", "net"}})
 	if got := strings.Join(lines(res.Stdout), "|"); got != "iface lo|routes 0" {
@@ -253,9 +263,7 @@ func (s *sessionSuite) testExecTimeout(t *testing.T, sess port.Session) {
 		t.Error("no partial result with the timeout")
 	}
 	// The session is unharmed.
-	if r := s.exec(t, sess, port.ExecSpec{Argv: []string{"/agent", "id"}}); strings.TrimSpace(string(r.Stdout)) != "uid=1001 gid=1001" {
-		t.Errorf("after a timed-out exec: %q", r.Stdout)
-	}
+	s.execAsUser(t, sess, "after a timed-out exec")
 }
 
 func echoThrough(t *testing.T, sess port.Session, msg string) {
@@ -507,10 +515,7 @@ func (s *sessionSuite) testReattach(t *testing.T) {
 		t.Errorf("re-attached handle is %s/%s, want %s/%s", again.ID(), again.RunID(), sess.ID(), sess.RunID())
 	}
 	echoThrough(t, again, "after")
-	res := s.exec(t, again, port.ExecSpec{Argv: []string{"/agent", "id"}})
-	if strings.TrimSpace(string(res.Stdout)) != "uid=1001 gid=1001" {
-		t.Errorf("exec after re-attach: %q", res.Stdout)
-	}
+	s.execAsUser(t, again, "exec after re-attach")
 	if _, err := again.Stop(context.Background(), 2*time.Second); err != nil {
 		t.Errorf("Stop after re-attach: %v", err)
 	}

@@ -74,6 +74,16 @@ func follower(t *testing.T, s port.Session) port.LogFollower {
 	return lf
 }
 
+// startLines starts a session whose probe writes n lines 4 ms apart into a log of
+// limit bytes, and returns it with what the lines are on stdout and stderr.
+func (s *sessionSuite) startLines(t *testing.T, name string, n, limit int) (port.Session, []byte, []byte) {
+	t.Helper()
+	spec := s.spec(name, "lines", fmt.Sprint(n), "4")
+	spec.LogLimit = limit
+	wantOut, wantErr := LinesOutput(n)
+	return s.startSpec(t, spec), wantOut, wantErr
+}
+
 // testReadersByteExact: any number of readers see every byte of a session's output,
 // whoever else reads it, across wraps of its log: the handle that started it, a
 // handle of another host process (Attach) while that process also execs in the
@@ -83,10 +93,7 @@ func follower(t *testing.T, s port.Session) port.LogFollower {
 // an exact count of the rest. About 3 s.
 func (s *sessionSuite) testReadersByteExact(t *testing.T) {
 	const n, limit = 600, 4096
-	spec := s.spec("readers", "lines", fmt.Sprint(n), "4")
-	spec.LogLimit = limit
-	wantOut, wantErr := LinesOutput(n)
-	sess := s.startSpec(t, spec)
+	sess, wantOut, wantErr := s.startLines(t, "readers", n, limit)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := func(lf port.LogFollower) <-chan followed {
@@ -147,10 +154,7 @@ func (s *sessionSuite) testReadersByteExact(t *testing.T) {
 // readers end with ErrClosed when it is detached. About 3 s.
 func (s *sessionSuite) testFollowFromAnyPoint(t *testing.T) {
 	const n, limit = 500, 2048
-	spec := s.spec("follow", "lines", fmt.Sprint(n), "4")
-	spec.LogLimit = limit
-	wantOut, wantErr := LinesOutput(n)
-	sess := s.startSpec(t, spec)
+	sess, wantOut, wantErr := s.startLines(t, "follow", n, limit)
 	lf := follower(t, sess)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -223,10 +223,7 @@ func (s *pauseSuite) testFreeze(t *testing.T) {
 		t.Errorf("Resume of a running session: %v", err)
 	}
 	waitProgress(t, ws, before+5)
-	res := s.exec(t, sess, port.ExecSpec{Argv: []string{"/agent", "id"}})
-	if strings.TrimSpace(string(res.Stdout)) != "uid=1001 gid=1001" {
-		t.Errorf("exec after Resume: %q", res.Stdout)
-	}
+	s.execAsUser(t, sess, "exec after Resume")
 	if pid2, err := s.ph.PID(sess); err != nil || pid2 != pid {
 		t.Errorf("the sandbox's init is pid %d after the pause, %d before (%v)", pid2, pid, err)
 	}
@@ -365,10 +362,7 @@ func (s *pauseSuite) testRestart(t *testing.T) {
 		t.Fatalf("Resume after Attach: %v", err)
 	}
 	waitProgress(t, ws, before+5)
-	echoless := s.exec(t, again, port.ExecSpec{Argv: []string{"/agent", "id"}})
-	if strings.TrimSpace(string(echoless.Stdout)) != "uid=1001 gid=1001" {
-		t.Errorf("exec after resume: %q", echoless.Stdout)
-	}
+	s.execAsUser(t, again, "exec after resume")
 	out, _ := again.Logs()
 	// The re-attached handle sees output from before the pause again on Docker (its
 	// log replays) and from the attach on containerd: contiguous either way.
