@@ -554,18 +554,7 @@ func testMaxCallsConcurrent(t *testing.T, nf NewFront) {
 	s := spec("run-calls-conc")
 	s.Budget.MaxCalls = 5
 	e := newEnv(t, nf, s)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	count := map[int]int{}
-	for range 20 {
-		wg.Go(func() {
-			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", chatBody, nil)
-			mu.Lock()
-			count[r.Status]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	count := statuses(t, e, 20, chatBody)
 	if count[200] != 5 || count[429] != 15 {
 		t.Errorf("statuses = %v, want 5×200 and 15×429", count)
 	}
@@ -735,18 +724,7 @@ func testMaxTokensConcurrent(t *testing.T, nf NewFront) {
 	}))
 	e.up.SetLatency(30 * time.Millisecond) // the calls overlap
 	body := `{"model":"gpt-4o-mini","max_tokens":30,"messages":[{"role":"user","content":"hi"}]}`
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	count := map[int]int{}
-	for range 20 {
-		wg.Go(func() {
-			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", body, nil)
-			mu.Lock()
-			count[r.Status]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	count := statuses(t, e, 20, body)
 	// Every call forwarded used perCall tokens; the budget may be overshot by at
 	// most one call's excess over its reservation, never by the concurrency.
 	used := e.up.RequestCount("/v1/chat/completions") * perCall
@@ -886,15 +864,14 @@ func testMaxTokensWorstCase(t *testing.T, nf NewFront) {
 	}
 }
 
-// burst makes 60 concurrent chat calls through e's run, cycling through bodies; every
-// call must be answered 200 or 429 (some 200). It returns the tokens the upstream
-// charged in all.
-func burst(t *testing.T, e *env, bodies []string) int {
+// statuses makes n concurrent chat calls through e's run, cycling through bodies,
+// and counts their answers by status.
+func statuses(t *testing.T, e *env, n int, bodies ...string) map[int]int {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	count := map[int]int{}
-	for i := range 60 {
+	for i := range n {
 		wg.Go(func() {
 			r := Do(t, e.run, http.MethodPost, "/v1/chat/completions", bodies[i%len(bodies)], nil)
 			mu.Lock()
@@ -903,6 +880,15 @@ func burst(t *testing.T, e *env, bodies []string) int {
 		})
 	}
 	wg.Wait()
+	return count
+}
+
+// burst makes 60 concurrent chat calls through e's run, cycling through bodies; every
+// call must be answered 200 or 429 (some 200). It returns the tokens the upstream
+// charged in all.
+func burst(t *testing.T, e *env, bodies []string) int {
+	t.Helper()
+	count := statuses(t, e, 60, bodies...)
 	if count[200] == 0 || count[200]+count[429] != 60 {
 		t.Fatalf("statuses = %v, want 200s and 429s only", count)
 	}
