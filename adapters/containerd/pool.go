@@ -55,12 +55,12 @@ var _ port.Pooler = (*Runner)(nil)
 // the run, as a cold one is, and the pool refilled. See docs/warm-pools-and-runtimes.md.
 type Pool struct {
 	r    *Runner
-	tmpl port.PoolTemplate
-	key  string
-	size int
-	k    *warmpool.Keeper[*slot]
-	// ready is k.Ready: the sandboxes ready for a claim.
+	b    *warmpool.Pool[*slot]
+	tmpl port.PoolTemplate // b's, as admitted
+	// ready is the keeper's queue of the sandboxes ready for a claim, size the
+	// pool's size.
 	ready     chan *slot
+	size      int
 	unobserve func() // ends the pool's sandbox.pool.ready gauge
 }
 
@@ -102,45 +102,67 @@ func (r *Runner) WarmPool(ctx context.Context, tmpl port.PoolTemplate, opts port
 
 // NewPool is WarmPool returning the concrete type.
 func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
-	if !poolSupported {
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: %v", port.ErrUnsupported, errNoPoolHere))
-	}
-	tmpl, opts, err := warmpool.Admit(tmpl, opts, warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: r.propagatesMounts(),
-		Runtime: r.Runtime(), Check: r.check, DefaultRefill: DefaultPoolRefillConcurrency})
+	p := &Pool{r: r}
+	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot]{
+		Admission: warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: r.propagatesMounts(),
+			Runtime: r.Runtime(), Check: r.check, DefaultRefill: DefaultPoolRefillConcurrency},
+		Steps: warmpool.Steps[*slot]{New: p.newSlot, Destroy: p.destroy, Ended: endedBeforeClaim,
+			Check: func(_ context.Context, spec port.RunSpec) error { return r.check(spec) }, Cold: r.RunOnce, Run: p.run,
+			Claimed: func(ctx context.Context, warm bool) { telemetry.Or(r.cfg.tel).PoolClaim(ctx, "containerd", warm) },
+			Closed:  func() { p.unobserve(); r.pools.Remove(p) }},
+		Engine: "containerd", Supported: poolSupported, Base: r.ns(context.Background()), Cleanup: r.cleanup, Logger: r.cfg.logger,
+	})
 	if err != nil {
-		return nil, opErr("WarmPool", "", err)
+		return nil, err
 	}
-	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
-	cfg := warmpool.Sized[*slot](tmpl, opts, r.cfg.logger)
-	cfg.New, cfg.Destroy, cfg.Discard = p.newSlot, p.destroy, p.discard
-	p.k = warmpool.New(r.ns(context.Background()), cfg)
-	p.ready = p.k.Ready
-	if !r.pools.Add(p) {
-		p.k.Stop()
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
+	p.b, p.tmpl, p.ready, p.size = b, b.Template(), b.Ready(), b.Size()
+	err = b.Start(func() bool {
+		if !r.pools.Add(p) {
+			return false
+		}
+		p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", b.Key(), func() int64 { return int64(len(p.ready)) })
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
-	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
-	p.k.Start()
 	return p, nil
 }
 
-var errNoPoolHere = errors.New("warm pools need Linux mount propagation")
-
 // Template implements port.Pool.
-func (p *Pool) Template() port.PoolTemplate { return p.tmpl }
+func (p *Pool) Template() port.PoolTemplate { return p.b.Template() }
 
 // Stats implements port.Pool.
-func (p *Pool) Stats() port.PoolStats { return p.k.Stats() }
+func (p *Pool) Stats() port.PoolStats { return p.b.Stats() }
 
-// discard removes s in the background.
-func (p *Pool) discard(s *slot) { p.r.cleanup.Go(func() { p.destroy(s) }) }
+// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
+// removals waited for (until ctx ends). Runs in progress finish.
+func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
+
+// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
+// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
+func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return p.b.RunOnce(ctx, spec)
+}
+
+// endedBeforeClaim reports whether s's task ended before its claim, and how: such
+// a sandbox is no sandbox to run in, started or not.
+func endedBeforeClaim(s *slot) (int, bool) {
+	select {
+	case st := <-s.statusC:
+		s.exited.Store(true)
+		return int(st.ExitCode()), true
+	default:
+		return 0, false
+	}
+}
 
 // newSlot creates one sandbox of the template, not started. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
 func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.k.Ctx()), r.cfg.cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.b.Ctx()), r.cfg.cleanupTimeout)
 	defer cancel()
 	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
 	s := &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
@@ -161,7 +183,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.b.Key(), LabelSlotDir: s.dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub.Argv))
@@ -201,7 +223,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
-		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.statusC)
+		att, exited, err := warmpool.AwaitReady(p.b.Ctx(), stub, s.statusC)
 		if err != nil {
 			s.exited.Store(exited)
 			return nil, err
@@ -233,66 +255,8 @@ func withStub(args []string) oci.SpecOpts {
 	}
 }
 
-// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
-// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
-func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	spec = spec.WithDefaults()
-	if !port.TemplateOf(spec).Equal(p.tmpl) {
-		p.k.Other.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "no pool of the run's shape")
-	}
-	if err := p.r.check(spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	// A sandbox whose task ended before its claim (killed from outside, say) is no
-	// sandbox to run in, started or not.
-	s, ok := p.k.Take(func(s *slot) bool {
-		select {
-		case st := <-s.statusC:
-			s.exited.Store(true)
-			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, int(st.ExitCode()))
-			return true
-		default:
-			return false
-		}
-	})
-	if !ok {
-		p.k.Cold.Add(1)
-		telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", false)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
-	}
-	p.k.Warm.Add(1)
-	defer p.k.Done()
-	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
-	res, err := p.run(ctx, spec, s)
-	if res != nil && res.broken != "" {
-		// The sandbox could not be started at the claim (its task died or its shim
-		// does not answer): nothing of the run ran in it, and it never will (it gets
-		// no claim). Run it cold, and say so.
-		p.k.Failed.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pooled sandbox could not be started at the claim: "+res.broken)
-	}
-	if res != nil && res.gone != "" {
-		// The runtime died between its last check and the claim: nothing of the run
-		// ran in the slot. Run it cold, and say so.
-		p.k.PreloadFailed.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pre-booted runtime was gone at the claim: "+res.gone)
-	}
-	if res == nil {
-		return nil, err
-	}
-	return res.RunResult, err
-}
-
-// slotResult is a pooled run's result, with what the pool needs to know of it.
-type slotResult struct {
-	*port.RunResult
-	gone   string // the stub's PreloadGone reason
-	broken string // why a slot not started yet could not be started at the claim
-}
-
 // run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult, error) {
+func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
 	r := p.r
 	ctx = r.ns(ctx)
 	start := time.Now()
@@ -317,12 +281,12 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 		// leaves a sandbox that can never run this claim, and the run goes cold.
 		if err := r.startSlot(ctx, s); err != nil {
 			log.Warn("the pooled sandbox could not be started at the claim; the run goes cold", "err", err)
-			return &slotResult{RunResult: res, broken: err.Error()}, nil
+			return &warmpool.Result{RunResult: res, Broken: err.Error()}, nil
 		}
 	}
 	var err error
 	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
-		return toSlot(run.Fail(port.CodeInternal, err))
+		return warmpool.Ran(run.Fail(port.CodeInternal, err))
 	}
 
 	// The run's identity: its labels (so Sweep by run ID finds the sandbox), set while
@@ -330,12 +294,12 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	relabel.Add(1)
 	go func() {
 		defer relabel.Done()
-		r.labelForRun(s, p.key, spec, log)
+		r.labelForRun(s, p.b.Key(), spec, log)
 	}()
 
 	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
+		return warmpool.Ran(run.Fail(port.CodeContainerFailed, err))
 	}
 
 	r.phase("attach")
@@ -344,7 +308,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	// keyed by it, the run's end without waiting for the task's exit event and IO.
 	msg, nonce, err := warmpool.ClaimMessage(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
 	if err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
+		return warmpool.Ran(run.Fail(port.CodeContainerFailed, err))
 	}
 	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, run: run}
 	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
@@ -360,14 +324,9 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	return c.await(ctx, runCtx)
 }
 
-// toSlot is a pooled run's result as the pool takes it.
-func toSlot(res *port.RunResult, err error) (*slotResult, error) {
-	return &slotResult{RunResult: res}, err
-}
-
 // fail ends the claimed run with code (runner.Run.Fail).
-func (c *claimed) fail(code port.ErrorCode, cause error) (*slotResult, error) {
-	return toSlot(c.run.Fail(code, cause))
+func (c *claimed) fail(code port.ErrorCode, cause error) (*warmpool.Result, error) {
+	return warmpool.Ran(c.run.Fail(code, cause))
 }
 
 // startSlot starts the stub of a slot created but not started, bounded by the kill
@@ -407,7 +366,7 @@ type claimed struct {
 
 // await waits for the run's end: the stub's exit records (its output whole), else
 // the task's exit, else runCtx's end (the run's deadline).
-func (c *claimed) await(ctx, runCtx context.Context) (*slotResult, error) {
+func (c *claimed) await(ctx, runCtx context.Context) (*warmpool.Result, error) {
 	r, s, res := c.p.r, c.s, c.res
 	records := c.watch.Done()
 	for {
@@ -446,7 +405,7 @@ func (c *claimed) collect(until time.Time) {
 }
 
 // exited classifies the run's exit status, however it came (res has the output).
-func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*slotResult, error) {
+func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*warmpool.Result, error) {
 	p, res := c.p, c.res
 	res.Duration = time.Since(c.start)
 	if code, cause := slotExitResult(ctx, c.s, status, statusErr, res, c.stderr, c.spec, c.log); code != "" {
@@ -461,10 +420,10 @@ func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*
 	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
 		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
 			c.s.runLease.Release() // the cold run that follows holds the run's lease
-			return &slotResult{RunResult: res, gone: reason}, nil
+			return &warmpool.Result{RunResult: res, Gone: reason}, nil
 		}
 	}
-	return &slotResult{RunResult: res}, nil
+	return &warmpool.Result{RunResult: res}, nil
 }
 
 // labelForRun gives a claimed slot's container the run's labels, so Sweep by run ID
@@ -568,20 +527,6 @@ func (p *Pool) destroy(s *slot) {
 func (s *slot) release() {
 	s.lease.Release()
 	s.runLease.Release()
-}
-
-// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
-// removals waited for (until ctx ends). Runs in progress finish.
-func (p *Pool) Close(ctx context.Context) error {
-	if !p.k.Stop() {
-		return nil
-	}
-	p.unobserve()
-	p.r.pools.Remove(p)
-	if err := warmpool.Settle(ctx, p.k, p.r.cleanup); err != nil {
-		return opErr("Pool.Close", "", err)
-	}
-	return nil
 }
 
 // poolDir is where slot directories live: one per pooled sandbox, named after it.

@@ -64,12 +64,12 @@ var _ port.Pooler = (*Runner)(nil)
 // Stats.Other): a created container's labels and network cannot change.
 type Pool struct {
 	r    *Runner
-	tmpl port.PoolTemplate
-	key  string
-	size int
-	k    *warmpool.Keeper[*slot]
-	// ready is k.Ready: the sandboxes ready for a claim.
+	b    *warmpool.Pool[*slot]
+	tmpl port.PoolTemplate // b's, as admitted
+	// ready is the keeper's queue of the sandboxes ready for a claim, size the
+	// pool's size.
 	ready chan *slot
+	size  int
 }
 
 var _ port.Pool = (*Pool)(nil)
@@ -125,42 +125,66 @@ func (r *Runner) WarmPool(ctx context.Context, tmpl port.PoolTemplate, opts port
 
 // NewPool is WarmPool returning the concrete type.
 func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
-	if !slotmount.Supported {
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: warm pools need Linux mount propagation", port.ErrUnsupported))
-	}
-	tmpl, opts, err := warmpool.Admit(tmpl, opts, warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: !IsGVisor(r.Runtime()),
-		Runtime: r.Runtime(), Check: func(s port.RunSpec) error { return s.Validate() }, DefaultRefill: DefaultPoolRefillConcurrency})
+	p := &Pool{r: r}
+	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot]{
+		Admission: warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: !IsGVisor(r.Runtime()),
+			Runtime: r.Runtime(), Check: func(s port.RunSpec) error { return s.Validate() }, DefaultRefill: DefaultPoolRefillConcurrency},
+		Steps: warmpool.Steps[*slot]{New: p.newSlot, Destroy: p.destroy, Ended: endedBeforeClaim, Fits: fitsSlot,
+			Check: r.check, Cold: r.RunOnce, Run: p.run, Closed: func() { r.pools.Remove(p) }},
+		Engine: "docker", Supported: slotmount.Supported, Base: context.Background(), Cleanup: r.cleanup, Logger: r.cfg.logger,
+	})
 	if err != nil {
-		return nil, opErr("WarmPool", "", err)
+		return nil, err
 	}
-	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
-	cfg := warmpool.Sized[*slot](tmpl, opts, r.cfg.logger)
-	cfg.New, cfg.Destroy, cfg.Discard = p.newSlot, p.destroy, p.discard
-	p.k = warmpool.New(context.Background(), cfg)
-	p.ready = p.k.Ready
-	if !r.pools.Add(p) {
-		p.k.Stop()
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
+	p.b, p.tmpl, p.ready, p.size = b, b.Template(), b.Ready(), b.Size()
+	if err := b.Start(func() bool { return r.pools.Add(p) }); err != nil {
+		return nil, err
 	}
-	p.k.Start()
 	return p, nil
 }
 
 // Template implements port.Pool.
-func (p *Pool) Template() port.PoolTemplate { return p.tmpl }
+func (p *Pool) Template() port.PoolTemplate { return p.b.Template() }
 
 // Stats implements port.Pool.
-func (p *Pool) Stats() port.PoolStats { return p.k.Stats() }
+func (p *Pool) Stats() port.PoolStats { return p.b.Stats() }
 
-// discard removes s in the background.
-func (p *Pool) discard(s *slot) { p.r.cleanup.Go(func() { p.destroy(s) }) }
+// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
+// removals waited for (until ctx ends). Runs in progress finish.
+func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
+
+// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
+// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
+func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return p.b.RunOnce(ctx, spec)
+}
+
+// fitsSlot says whether a run of the template's shape can take a pooled sandbox: not
+// with labels of its own or an internal network, which a created container cannot
+// change.
+func fitsSlot(spec port.RunSpec) bool { return len(spec.Labels) == 0 && spec.Network.Internal == "" }
+
+// endedBeforeClaim reports whether s's container exited before its claim, and how.
+func endedBeforeClaim(s *slot) (int, bool) {
+	select {
+	case st := <-s.exit:
+		s.exited.Store(true)
+		code := -1
+		if st.err == nil {
+			code = int(st.res.StatusCode)
+		}
+		return code, true
+	default:
+		return 0, false
+	}
+}
 
 // newSlot creates and starts one sandbox of the template. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
 func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.k.Ctx()), r.cfg.cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.b.Ctx()), r.cfg.cleanupTimeout)
 	defer cancel()
 	name := poolNamePrefix + randHex(6)
 	s := &slot{dir: filepath.Join(r.poolDir(), name)}
@@ -186,7 +210,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.b.Key(), LabelSlotDir: s.dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	cfg, hc := sandboxConfig(spec.ColdSpec(), stub.Argv, lbls, r.cfg.bridgePath)
@@ -218,7 +242,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		_, err := stdcopy.StdCopy(s.stdout, s.stderr, s.att.Reader)
 		s.copied <- err
 	}()
-	wctx, stop := context.WithCancel(context.WithoutCancel(p.k.Ctx()))
+	wctx, stop := context.WithCancel(context.WithoutCancel(p.b.Ctx()))
 	s.stop = stop
 	s.wait = r.cfg.api.ContainerWait(wctx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	s.exit = make(chan exitStatus, 1)
@@ -236,7 +260,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	s.mem, _ = cgroupmem.ForPID(r.pid(ctx, s.id))
 	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
-		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.exit)
+		att, exited, err := warmpool.AwaitReady(p.b.Ctx(), stub, s.exit)
 		if err != nil {
 			s.exited.Store(exited)
 			return nil, err
@@ -246,57 +270,8 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	return s, nil
 }
 
-// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
-// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
-func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	spec = spec.WithDefaults()
-	if !port.TemplateOf(spec).Equal(p.tmpl) || len(spec.Labels) > 0 || spec.Network.Internal != "" {
-		p.k.Other.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "no pool of the run's shape")
-	}
-	if err := p.r.check(ctx, spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	s, ok := p.k.Take(func(s *slot) bool {
-		select {
-		case st := <-s.exit:
-			s.exited.Store(true)
-			code := -1
-			if st.err == nil {
-				code = int(st.res.StatusCode)
-			}
-			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, code)
-			return true
-		default:
-			return false
-		}
-	})
-	if !ok {
-		p.k.Cold.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
-	}
-	p.k.Warm.Add(1)
-	defer p.k.Done()
-	res, err := p.run(ctx, spec, s)
-	if reason, gone := res.preloadGone(); gone {
-		// The runtime died between its last check and the claim: nothing of the run
-		// ran in the slot. Run it cold, and say so.
-		p.k.PreloadFailed.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pre-booted runtime was gone at the claim: "+reason)
-	}
-	return res.RunResult, err
-}
-
-// slotResult is a pooled run's result, with what the pool needs to know of it.
-type slotResult struct {
-	*port.RunResult
-	gone string // the stub's PreloadGone reason
-}
-
-func (r slotResult) preloadGone() (string, bool) { return r.gone, r.gone != "" }
-
 // run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult, error) {
+func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
 	r := p.r
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
@@ -314,7 +289,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
 	var err error
 	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
-		return toSlot(run.Fail(port.CodeInternal, err))
+		return warmpool.Ran(run.Fail(port.CodeInternal, err))
 	}
 
 	// The run's identity: the container's name (so Sweep by run ID finds it), set
@@ -326,13 +301,13 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	}()
 
 	if err := warmpool.AttachRun(s.dir, spec); err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
+		return warmpool.Ran(run.Fail(port.CodeContainerFailed, err))
 	}
 	// The claim carries a fresh exit nonce: the stub ends its streams with records
 	// keyed by it, the run's end without waiting for Docker's exit handling.
 	msg, nonce, err := warmpool.ClaimMessage(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
 	if err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
+		return warmpool.Ran(run.Fail(port.CodeContainerFailed, err))
 	}
 	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, run: run}
 	c.stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
@@ -343,19 +318,14 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
 	defer func() { res.Memory = cgroupmem.Ended(c.mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if err := s.writeClaim(msg); err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err)))
+		return warmpool.Ran(run.Fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err)))
 	}
 	return c.await(ctx)
 }
 
-// toSlot is a pooled run's result as the pool takes it.
-func toSlot(res *port.RunResult, err error) (slotResult, error) {
-	return slotResult{RunResult: res}, err
-}
-
 // fail ends the claimed run with code (runner.Run.Fail).
-func (c *claimed) fail(code port.ErrorCode, cause error) (slotResult, error) {
-	return toSlot(c.run.Fail(code, cause))
+func (c *claimed) fail(code port.ErrorCode, cause error) (*warmpool.Result, error) {
+	return warmpool.Ran(c.run.Fail(code, cause))
 }
 
 // claimed is a run in a claimed slot, once its claim line is on the way.
@@ -374,7 +344,7 @@ type claimed struct {
 
 // await waits for the run's end: the stub's exit records (its output whole), else
 // Docker's exit report, else the run's deadline.
-func (c *claimed) await(ctx context.Context) (slotResult, error) {
+func (c *claimed) await(ctx context.Context) (*warmpool.Result, error) {
 	r, s, res := c.p.r, c.s, c.res
 	runCtx, cancel := context.WithTimeout(ctx, c.spec.Limits.Timeout)
 	defer cancel()
@@ -426,14 +396,14 @@ func (c *claimed) collect() {
 }
 
 // exited classifies the run's exit status, however it came (res has the output).
-func (c *claimed) exited(ctx context.Context, status int) (slotResult, error) {
+func (c *claimed) exited(ctx context.Context, status int) (*warmpool.Result, error) {
 	p, res := c.p, c.res
 	res.Duration = time.Since(c.start)
 	res.ExitCode = status
 	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
 		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
 			c.s.runLease.Release() // the cold run that follows holds the run's lease
-			return slotResult{RunResult: res, gone: reason}, nil
+			return &warmpool.Result{RunResult: res, Gone: reason}, nil
 		}
 	}
 	// A pool always has the bridge: the runner's classification is the pool's.
@@ -443,7 +413,7 @@ func (c *claimed) exited(ctx context.Context, status int) (slotResult, error) {
 		}
 		return c.fail(code, cause)
 	}
-	return slotResult{RunResult: res}, nil
+	return &warmpool.Result{RunResult: res}, nil
 }
 
 // nameAfterRun renames a claimed slot's container after its run, so Sweep by run
@@ -537,19 +507,6 @@ func (p *Pool) release(s *slot) {
 	if s.stop != nil {
 		s.stop()
 	}
-}
-
-// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
-// removals waited for (until ctx ends). Runs in progress finish.
-func (p *Pool) Close(ctx context.Context) error {
-	if !p.k.Stop() {
-		return nil
-	}
-	p.r.pools.Remove(p)
-	if err := warmpool.Settle(ctx, p.k, p.r.cleanup); err != nil {
-		return opErr("Pool.Close", "", err)
-	}
-	return nil
 }
 
 // poolDir is where slot directories live: one per pooled sandbox, named after it.
