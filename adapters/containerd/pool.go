@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -55,12 +54,12 @@ var _ port.Pooler = (*Runner)(nil)
 // the run, as a cold one is, and the pool refilled. See docs/warm-pools-and-runtimes.md.
 type Pool struct {
 	r    *Runner
-	tmpl port.PoolTemplate
-	key  string
-	size int
-	k    *warmpool.Keeper[*slot]
-	// ready is k.Ready: the sandboxes ready for a claim.
+	b    *warmpool.Pool[*slot]
+	tmpl port.PoolTemplate // b's, as admitted
+	// ready is the keeper's queue of the sandboxes ready for a claim, size the
+	// pool's size.
 	ready     chan *slot
+	size      int
 	unobserve func() // ends the pool's sandbox.pool.ready gauge
 }
 
@@ -68,82 +67,89 @@ var _ port.Pool = (*Pool)(nil)
 
 // slot is one pre-created sandbox.
 type slot struct {
+	warmpool.Slot
 	id        string
-	dir       string
 	img       *imageInfo // what the sandbox was made of: its config is the run's
 	container client.Container
 	task      client.Task
 	statusC   <-chan client.ExitStatus
 	claim     *io.PipeWriter // the stub's stdin
 	started   bool           // the stub already runs, waiting on its stdin
-	exited    atomic.Bool    // its exit was seen
-	stdout    *warmpool.SwitchWriter
-	stderr    *warmpool.SwitchWriter
-	// attestation is what the stub reported once its pre-booted runtime was ready
-	// (nil without Preload).
-	attestation *port.Attestation
-	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
-	// lease is the slot's own run lease (its pool label's run ID) from creation,
-	// runLease the claiming run's from the claim, both held until the slot is removed,
-	// so another process's Sweep of the owner leaves a live pool's sandboxes alone.
-	lease, runLease *runlease.Lease
 }
 
 // WarmPool implements port.Pooler: it starts keeping opts.Size sandboxes of tmpl's
 // shape ready and returns at once. The runner needs a bridge (WithBridge). Close the
 // pool (or the runner, which closes its pools) to remove them.
 func (r *Runner) WarmPool(ctx context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (port.Pool, error) {
-	p, err := r.NewPool(ctx, tmpl, opts)
+	return warmpool.Port(r.NewPool(ctx, tmpl, opts))
+}
+
+// NewPool is WarmPool returning the concrete type.
+func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
+	p := &Pool{r: r}
+	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot]{
+		Admission: warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: r.propagatesMounts(),
+			Runtime: r.Runtime(), Check: r.check, DefaultRefill: DefaultPoolRefillConcurrency},
+		Steps: warmpool.Steps[*slot]{New: p.newSlot, Destroy: p.destroy, Ended: endedBeforeClaim,
+			Check: func(_ context.Context, spec port.RunSpec) error { return r.check(spec) }, Cold: r.RunOnce, Run: p.run,
+			Claimed: func(ctx context.Context, warm bool) { telemetry.Or(r.cfg.tel).PoolClaim(ctx, "containerd", warm) },
+			Closed:  func() { p.unobserve(); r.pools.Remove(p) }},
+		Engine: "containerd", Supported: poolSupported, Base: r.ns(context.Background()), Cleanup: r.cleanup, Logger: r.cfg.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.b, p.tmpl, p.ready, p.size = b, b.Template(), b.Ready(), b.Size()
+	err = b.Start(func() bool {
+		if !r.pools.Add(p) {
+			return false
+		}
+		p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", b.Key(), func() int64 { return int64(len(p.ready)) })
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// NewPool is WarmPool returning the concrete type.
-func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
-	if !poolSupported {
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: %v", port.ErrUnsupported, errNoPoolHere))
-	}
-	tmpl, opts, err := warmpool.Admit(tmpl, opts, warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: r.propagatesMounts(),
-		Runtime: r.Runtime(), Check: r.check, DefaultRefill: DefaultPoolRefillConcurrency})
-	if err != nil {
-		return nil, opErr("WarmPool", "", err)
-	}
-	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
-	cfg := warmpool.Sized[*slot](tmpl, opts, r.cfg.logger)
-	cfg.New, cfg.Destroy, cfg.Discard = p.newSlot, p.destroy, p.discard
-	p.k = warmpool.New(r.ns(context.Background()), cfg)
-	p.ready = p.k.Ready
-	if !r.pools.Add(p) {
-		p.k.Stop()
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
-	}
-	p.unobserve = telemetry.Or(r.cfg.tel).ObservePool("containerd", p.key, func() int64 { return int64(len(p.ready)) })
-	p.k.Start()
-	return p, nil
-}
-
-var errNoPoolHere = errors.New("warm pools need Linux mount propagation")
-
 // Template implements port.Pool.
-func (p *Pool) Template() port.PoolTemplate { return p.tmpl }
+func (p *Pool) Template() port.PoolTemplate { return p.b.Template() }
 
 // Stats implements port.Pool.
-func (p *Pool) Stats() port.PoolStats { return p.k.Stats() }
+func (p *Pool) Stats() port.PoolStats { return p.b.Stats() }
 
-// discard removes s in the background.
-func (p *Pool) discard(s *slot) { p.r.cleanup.Go(func() { p.destroy(s) }) }
+// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
+// removals waited for (until ctx ends). Runs in progress finish.
+func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
+
+// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
+// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
+func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return p.b.RunOnce(ctx, spec)
+}
+
+// endedBeforeClaim reports whether s's task ended before its claim, and how: such
+// a sandbox is no sandbox to run in, started or not.
+func endedBeforeClaim(s *slot) (int, bool) {
+	select {
+	case st := <-s.statusC:
+		s.Exited.Store(true)
+		return int(st.ExitCode()), true
+	default:
+		return 0, false
+	}
+}
 
 // newSlot creates one sandbox of the template, not started. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
 func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.k.Ctx()), r.cfg.cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.b.Ctx()), r.cfg.cleanupTimeout)
 	defer cancel()
 	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
-	s := &slot{id: id, dir: filepath.Join(r.poolDir(), id)}
+	s := &slot{Slot: warmpool.Slot{Dir: filepath.Join(r.poolDir(), id)}, id: id}
 	defer func() {
 		if err != nil {
 			p.destroy(s) // the slot as far as it got (a named result would be nil here)
@@ -155,26 +161,26 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	s.img = img
 	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
-	if s.lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
+	if s.Lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
-	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
+	if err := warmpool.MakeSlotDirs(s.Dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.b.Key(), LabelSlotDir: s.Dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
-	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.dir), withStub(stub.Argv))
+	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.Dir), withStub(stub.Argv))
 	if err != nil {
 		return nil, err
 	}
 	in, claim := io.Pipe()
 	s.claim = claim
-	s.stdout, s.stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
+	s.Stdout, s.Stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
 	if stub.Status != nil {
-		s.stdout.Set(stub.Status)
+		s.Stdout.Set(stub.Status)
 	}
-	task, err := s.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(in, s.stdout, s.stderr)))
+	task, err := s.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(in, s.Stdout, s.Stderr)))
 	if err != nil {
 		_ = claim.Close()
 		return nil, fmt.Errorf("create task: %w", classify(err))
@@ -188,7 +194,7 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
 		return nil, fmt.Errorf("close the shim's stdin writer: %w", classify(err))
 	}
-	s.mem, _ = cgroupmem.ForPID(int(task.Pid()))
+	s.Mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("wait: %w", classify(err))
 	}
@@ -201,12 +207,12 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	}
 	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
-		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.statusC)
+		att, exited, err := warmpool.AwaitReady(p.b.Ctx(), stub, s.statusC)
 		if err != nil {
-			s.exited.Store(exited)
+			s.Exited.Store(exited)
 			return nil, err
 		}
-		s.attestation = att
+		s.Attestation = att
 	}
 	return s, nil
 }
@@ -233,76 +239,13 @@ func withStub(args []string) oci.SpecOpts {
 	}
 }
 
-// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
-// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
-func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	spec = spec.WithDefaults()
-	if !port.TemplateOf(spec).Equal(p.tmpl) {
-		p.k.Other.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "no pool of the run's shape")
-	}
-	if err := p.r.check(spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	// A sandbox whose task ended before its claim (killed from outside, say) is no
-	// sandbox to run in, started or not.
-	s, ok := p.k.Take(func(s *slot) bool {
-		select {
-		case st := <-s.statusC:
-			s.exited.Store(true)
-			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, int(st.ExitCode()))
-			return true
-		default:
-			return false
-		}
-	})
-	if !ok {
-		p.k.Cold.Add(1)
-		telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", false)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
-	}
-	p.k.Warm.Add(1)
-	defer p.k.Done()
-	telemetry.Or(p.r.cfg.tel).PoolClaim(ctx, "containerd", true)
-	res, err := p.run(ctx, spec, s)
-	if res != nil && res.broken != "" {
-		// The sandbox could not be started at the claim (its task died or its shim
-		// does not answer): nothing of the run ran in it, and it never will (it gets
-		// no claim). Run it cold, and say so.
-		p.k.Failed.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pooled sandbox could not be started at the claim: "+res.broken)
-	}
-	if res != nil && res.gone != "" {
-		// The runtime died between its last check and the claim: nothing of the run
-		// ran in the slot. Run it cold, and say so.
-		p.k.PreloadFailed.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pre-booted runtime was gone at the claim: "+res.gone)
-	}
-	if res == nil {
-		return nil, err
-	}
-	return res.RunResult, err
-}
-
-// slotResult is a pooled run's result, with what the pool needs to know of it.
-type slotResult struct {
-	*port.RunResult
-	gone   string // the stub's PreloadGone reason
-	broken string // why a slot not started yet could not be started at the claim
-}
-
 // run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult, error) {
+func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
 	r := p.r
 	ctx = r.ns(ctx)
-	start := time.Now()
-	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
-	if p.tmpl.Preload != nil {
-		res.Start, res.PreloadAttestation = port.StartPreloaded, s.attestation
-	}
+	c := &claimed{Claim: p.b.Claim("containerd.RunOnce", spec, &s.Slot, r.cfg.logger.With("run_id", spec.RunID, "container", s.id)), p: p, s: s}
 	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
 	defer ph.End()
-	run := &runner.Run{Op: "containerd.RunOnce", Spec: spec, Start: start, Result: res}
 	// The slot is single-use whatever happens from here; removed after the result.
 	var relabel sync.WaitGroup
 	defer func() {
@@ -311,45 +254,27 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 			p.destroy(s)
 		})
 	}()
-	log := r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
+	res := c.Res
 	if !s.started {
 		// Started before it has the run: a start that fails or does not return in time
 		// leaves a sandbox that can never run this claim, and the run goes cold.
 		if err := r.startSlot(ctx, s); err != nil {
-			log.Warn("the pooled sandbox could not be started at the claim; the run goes cold", "err", err)
-			return &slotResult{RunResult: res, broken: err.Error()}, nil
+			c.Log.Warn("the pooled sandbox could not be started at the claim; the run goes cold", "err", err)
+			return &warmpool.Result{RunResult: res, Broken: err.Error()}, nil
 		}
 	}
-	var err error
-	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
-		return toSlot(run.Fail(port.CodeInternal, err))
+	// The run's identity is its labels; its command goes through the claim channel,
+	// closed after it.
+	img := s.img.config
+	msg, failed, err := c.Begin(r.cfg.owner, &relabel, func() { r.labelForRun(s, p.b.Key(), spec, c.Log) },
+		append(append([]string(nil), img.Entrypoint...), img.Cmd...), runEnv(spec, s.img), img.WorkingDir)
+	if failed != nil {
+		return failed, err
 	}
-
-	// The run's identity: its labels (so Sweep by run ID finds the sandbox), set while
-	// the run goes on.
-	relabel.Add(1)
-	go func() {
-		defer relabel.Done()
-		r.labelForRun(s, p.key, spec, log)
-	}()
-
-	// Its data: workspace, mounts and LLM socket directory on the slot's mount points.
-	if err := warmpool.AttachRun(s.dir, spec); err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
-	}
-
 	r.phase("attach")
-	// Its command, through the claim channel, closed after it.
-	// The claim carries a fresh exit nonce: the stub ends its streams with records
-	// keyed by it, the run's end without waiting for the task's exit event and IO.
-	msg, nonce, err := warmpool.ClaimMessage(spec, append(append([]string(nil), s.img.config.Entrypoint...), s.img.config.Cmd...), runEnv(spec, s.img), s.img.config.WorkingDir)
-	if err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
-	}
-	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, run: run}
-	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
-	defer func() { res.Memory = c.mem.Stop() }()
-	c.stdout, c.stderr, c.watch = s.sendClaim(spec, nonce, msg)
+	c.Mem = cgroupmem.StartClaimed(s.Mem, memSampleInterval)
+	defer func() { res.Memory = c.Mem.Stop() }()
+	s.sendClaim(msg)
 
 	runCtx, cancel := context.WithTimeout(ctx, spec.Limits.Timeout)
 	defer cancel()
@@ -360,22 +285,12 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*slotResult
 	return c.await(ctx, runCtx)
 }
 
-// toSlot is a pooled run's result as the pool takes it.
-func toSlot(res *port.RunResult, err error) (*slotResult, error) {
-	return &slotResult{RunResult: res}, err
-}
-
-// fail ends the claimed run with code (runner.Run.Fail).
-func (c *claimed) fail(code port.ErrorCode, cause error) (*slotResult, error) {
-	return toSlot(c.run.Fail(code, cause))
-}
-
 // startSlot starts the stub of a slot created but not started, bounded by the kill
 // grace (a shim that does not answer is no sandbox to wait for).
 func (r *Runner) startSlot(ctx context.Context, s *slot) error {
 	select {
 	case <-s.statusC:
-		s.exited.Store(true)
+		s.Exited.Store(true)
 		return errors.New("its task had ended")
 	default:
 	}
@@ -393,45 +308,37 @@ func (r *Runner) startSlot(ctx context.Context, s *slot) error {
 
 // claimed is a run in a claimed slot, once its claim is on the way.
 type claimed struct {
-	p              *Pool
-	s              *slot
-	spec           port.RunSpec
-	res            *port.RunResult
-	start          time.Time
-	stdout, stderr *capture.Buffer
-	watch          *warmpool.ExitWatch
-	mem            *cgroupmem.Sampler
-	log            *slog.Logger
-	run            *runner.Run
+	*warmpool.Claim
+	p *Pool
+	s *slot
 }
 
 // await waits for the run's end: the stub's exit records (its output whole), else
 // the task's exit, else runCtx's end (the run's deadline).
-func (c *claimed) await(ctx, runCtx context.Context) (*slotResult, error) {
-	r, s, res := c.p.r, c.s, c.res
-	records := c.watch.Done()
+func (c *claimed) await(ctx, runCtx context.Context) (*warmpool.Result, error) {
+	r, s := c.p.r, c.s
+	records := c.Watch.Done()
 	for {
 		select {
 		case <-records:
 			// A SIGKILL (137) may be an OOM kill or a removal, which the task's
 			// exit and its cgroup tell apart: wait for the exit then.
-			if code := c.watch.Code(); code >= 0 && code != 128+9 {
+			if code := c.Watch.Code(); code >= 0 && code != 128+9 {
 				r.phase("exit")
-				res.Stdout, res.StdoutTruncated = c.stdout.Result()
-				res.Stderr, res.StderrTruncated = c.stderr.Result()
+				c.Output()
 				r.phase("output")
 				return c.exited(ctx, uint32(code), nil)
 			}
 			records = nil
 		case st := <-s.statusC:
-			s.exited.Store(true)
+			s.Exited.Store(true)
 			r.phase("exit")
 			c.collect(time.Now().Add(ioGrace))
 			r.phase("output")
 			code, _, err := st.Result()
 			return c.exited(ctx, code, err)
 		case <-runCtx.Done():
-			return c.fail(port.CodeTimeout, r.timedOut(ctx, c.spec, s.task, s.statusC, &s.exited, c.mem, time.Since(c.start), c.collect, c.log))
+			return c.Fail(port.CodeTimeout, r.timedOut(ctx, c.Spec, s.task, s.statusC, &s.Exited, c.Mem, time.Since(c.Start), c.collect, c.Log))
 		}
 	}
 }
@@ -439,32 +346,24 @@ func (c *claimed) await(ctx, runCtx context.Context) (*slotResult, error) {
 // collect takes the output once the task exited: its IO's end (until the time
 // given), and what the watch held back as a possible record's start.
 func (c *claimed) collect(until time.Time) {
-	waitIO(c.s.task.IO(), until, c.log)
-	c.watch.Flush()
-	c.res.Stdout, c.res.StdoutTruncated = c.stdout.Result()
-	c.res.Stderr, c.res.StderrTruncated = c.stderr.Result()
+	waitIO(c.s.task.IO(), until, c.Log)
+	c.Collected()
 }
 
 // exited classifies the run's exit status, however it came (res has the output).
-func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*slotResult, error) {
-	p, res := c.p, c.res
-	res.Duration = time.Since(c.start)
-	if code, cause := slotExitResult(ctx, c.s, status, statusErr, res, c.stderr, c.spec, c.log); code != "" {
-		if entry, ok := bridgeapi.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
-			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
-		}
-		return c.fail(code, cause)
+func (c *claimed) exited(ctx context.Context, status uint32, statusErr error) (*warmpool.Result, error) {
+	p, res := c.p, c.Res
+	res.Duration = time.Since(c.Start)
+	if code, cause := slotExitResult(ctx, c.s, status, statusErr, res, c.Stderr, c.Spec, c.Log); code != "" {
+		return c.Fail(code, c.MissingEntry(code, cause))
 	}
 	if res.ExitCode == 137 && p.r.removedUnderUs(ctx, c.s.container) {
-		return c.fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
+		return c.Fail(port.CodeInternal, fmt.Errorf("%w: the pooled sandbox was deleted while the run went on (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, res.ExitCode))
 	}
-	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
-		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
-			c.s.runLease.Release() // the cold run that follows holds the run's lease
-			return &slotResult{RunResult: res, gone: reason}, nil
-		}
+	if gone, ok := c.PreloadGone(); ok {
+		return gone, nil
 	}
-	return &slotResult{RunResult: res}, nil
+	return &warmpool.Result{RunResult: res}, nil
 }
 
 // labelForRun gives a claimed slot's container the run's labels, so Sweep by run ID
@@ -475,27 +374,20 @@ func (r *Runner) labelForRun(s *slot, key string, spec port.RunSpec, log *slog.L
 	ctx, cancel := r.cleanupCtx(context.Background())
 	defer cancel()
 	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindSandbox, spec.Labels, time.Now())
-	lbls[LabelPool], lbls[LabelSlotDir] = key, s.dir
+	lbls[LabelPool], lbls[LabelSlotDir] = key, s.Dir
 	if _, err := s.container.SetLabels(ctx, lbls); err != nil {
 		log.Warn("labelling the claimed sandbox failed", "err", err)
 	}
 }
 
-// sendClaim points the slot's output at fresh buffers for spec's run and hands the
-// stub its claim message, closing the claim channel after it. The write runs on
-// its own goroutine: a pipe write returns only once the shim's FIFO has it, and the
-// stub reads it only after its task starts.
-func (s *slot) sendClaim(spec port.RunSpec, nonce string, msg []byte) (stdout, stderr *capture.Buffer, watch *warmpool.ExitWatch) {
-	stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	watch = warmpool.NewExitWatch(nonce, stdout, stderr)
-	s.stdout.Set(watch.Stdout())
-	s.stderr.Set(watch.Stderr())
+// sendClaim hands the stub its claim message, closing the claim channel after it.
+// The write runs on its own goroutine: a pipe write returns only once the shim's
+// FIFO has it, and the stub reads it only after its task starts.
+func (s *slot) sendClaim(msg []byte) {
 	go func() {
 		_, werr := s.claim.Write(msg)
 		_ = s.claim.CloseWithError(werr)
 	}()
-	return stdout, stderr, watch
 }
 
 // slotExitResult classifies the exit of a pooled run: its exit code into res, and
@@ -549,42 +441,18 @@ func (p *Pool) destroy(s *slot) {
 	}
 	gone := s.task == nil
 	if s.task != nil {
-		gone = r.deleteTask(s.task, s.id, stateOf(s.exited.Load()))
+		gone = r.deleteTask(s.task, s.id, stateOf(s.Exited.Load()))
 	}
 	if s.container != nil {
 		if err := deleteContainer(ctx, s.container, gone); err != nil {
 			r.cfg.logger.Error("removing a pooled sandbox failed; a Sweep will retry", "container", s.id, "err", err)
-			s.release()
+			s.ReleaseLeases()
 			return
 		}
 	}
-	if err := removeSlotDir(s.dir); err != nil {
-		r.cfg.logger.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.dir, "err", err)
-	}
-	s.release()
+	s.Removed(r.cfg.logger)
 }
 
-// release gives up the slot's leases: it is gone, or a Sweep may have what is left.
-func (s *slot) release() {
-	s.lease.Release()
-	s.runLease.Release()
-}
-
-// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
-// removals waited for (until ctx ends). Runs in progress finish.
-func (p *Pool) Close(ctx context.Context) error {
-	if !p.k.Stop() {
-		return nil
-	}
-	p.unobserve()
-	p.r.pools.Remove(p)
-	if err := warmpool.Settle(ctx, p.k, p.r.cleanup); err != nil {
-		return opErr("Pool.Close", "", err)
-	}
-	return nil
-}
-
-// poolDir is where slot directories live: one per pooled sandbox, named after it.
 // poolIDPrefix starts the container id of every slot of owner's pools. The id names
 // the slot's stdio FIFOs under FIFORoot, which carry no labels: the owner's tag in it
 // lets a sweep or an operator attribute them (another owner's FIFOs are not ours).
@@ -593,6 +461,7 @@ func poolIDPrefix(namespace, owner string) string {
 	return "agentsandbox-pool-" + hex.EncodeToString(sum[:4]) + "-"
 }
 
+// poolDir is where slot directories live: one per pooled sandbox, named after it.
 func (r *Runner) poolDir() string {
 	return filepath.Join(r.cfg.poolDir, r.cfg.namespace, r.cfg.owner)
 }

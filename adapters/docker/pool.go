@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -16,10 +14,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
@@ -64,37 +60,26 @@ var _ port.Pooler = (*Runner)(nil)
 // Stats.Other): a created container's labels and network cannot change.
 type Pool struct {
 	r    *Runner
-	tmpl port.PoolTemplate
-	key  string
-	size int
-	k    *warmpool.Keeper[*slot]
-	// ready is k.Ready: the sandboxes ready for a claim.
+	b    *warmpool.Pool[*slot]
+	tmpl port.PoolTemplate // b's, as admitted
+	// ready is the keeper's queue of the sandboxes ready for a claim, size the
+	// pool's size.
 	ready chan *slot
+	size  int
 }
 
 var _ port.Pool = (*Pool)(nil)
 
 // slot is one pre-created, started sandbox.
 type slot struct {
+	warmpool.Slot
 	id     string // container ID
-	dir    string
 	img    imageConfig
 	att    *client.HijackedResponse // stdin (the claim channel), stdout and stderr
 	copied chan error               // the output copy ended
-	stdout *warmpool.SwitchWriter
-	stderr *warmpool.SwitchWriter
 	wait   client.ContainerWaitResult
 	exit   chan exitStatus    // the wait's outcome, once (buffered)
 	stop   context.CancelFunc // ends the wait
-	// attestation is what the stub reported once its pre-booted runtime was ready
-	// (nil without Preload).
-	attestation *port.Attestation
-	exited      atomic.Bool
-	mem         cgroupmem.Paths // its memory cgroup, sampled from the claim
-	// lease is the slot's own run lease (its label's run ID) from creation, runLease
-	// the claiming run's from the claim, both held until the slot is removed, so
-	// another process's Sweep of the owner leaves a live pool's sandboxes alone.
-	lease, runLease *runlease.Lease
 }
 
 // exitStatus is a wait's outcome: the exit, or the wait's error.
@@ -116,54 +101,74 @@ type imageConfig struct {
 // templates without a workspace, mounts or LLM socket can pool (its sandboxes do not
 // see host mounts made after they start): others fail with port.ErrUnsupported.
 func (r *Runner) WarmPool(ctx context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (port.Pool, error) {
-	p, err := r.NewPool(ctx, tmpl, opts)
+	return warmpool.Port(r.NewPool(ctx, tmpl, opts))
+}
+
+// NewPool is WarmPool returning the concrete type.
+func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
+	p := &Pool{r: r}
+	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot]{
+		Admission: warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: !IsGVisor(r.Runtime()),
+			Runtime: r.Runtime(), Check: func(s port.RunSpec) error { return s.Validate() }, DefaultRefill: DefaultPoolRefillConcurrency},
+		Steps: warmpool.Steps[*slot]{New: p.newSlot, Destroy: p.destroy, Ended: endedBeforeClaim, Fits: fitsSlot,
+			Check: r.check, Cold: r.RunOnce, Run: p.run, Closed: func() { r.pools.Remove(p) }},
+		Engine: "docker", Supported: slotmount.Supported, Base: context.Background(), Cleanup: r.cleanup, Logger: r.cfg.logger,
+	})
 	if err != nil {
+		return nil, err
+	}
+	p.b, p.tmpl, p.ready, p.size = b, b.Template(), b.Ready(), b.Size()
+	if err := b.Start(func() bool { return r.pools.Add(p) }); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// NewPool is WarmPool returning the concrete type.
-func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
-	if !slotmount.Supported {
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: warm pools need Linux mount propagation", port.ErrUnsupported))
-	}
-	tmpl, opts, err := warmpool.Admit(tmpl, opts, warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: !IsGVisor(r.Runtime()),
-		Runtime: r.Runtime(), Check: func(s port.RunSpec) error { return s.Validate() }, DefaultRefill: DefaultPoolRefillConcurrency})
-	if err != nil {
-		return nil, opErr("WarmPool", "", err)
-	}
-	p := &Pool{r: r, tmpl: tmpl, key: tmpl.Key(), size: opts.Size}
-	cfg := warmpool.Sized[*slot](tmpl, opts, r.cfg.logger)
-	cfg.New, cfg.Destroy, cfg.Discard = p.newSlot, p.destroy, p.discard
-	p.k = warmpool.New(context.Background(), cfg)
-	p.ready = p.k.Ready
-	if !r.pools.Add(p) {
-		p.k.Stop()
-		return nil, opErr("WarmPool", "", fmt.Errorf("%w: the runner is closed", port.ErrUnavailable))
-	}
-	p.k.Start()
-	return p, nil
-}
-
 // Template implements port.Pool.
-func (p *Pool) Template() port.PoolTemplate { return p.tmpl }
+func (p *Pool) Template() port.PoolTemplate { return p.b.Template() }
 
 // Stats implements port.Pool.
-func (p *Pool) Stats() port.PoolStats { return p.k.Stats() }
+func (p *Pool) Stats() port.PoolStats { return p.b.Stats() }
 
-// discard removes s in the background.
-func (p *Pool) discard(s *slot) { p.r.cleanup.Go(func() { p.destroy(s) }) }
+// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
+// removals waited for (until ctx ends). Runs in progress finish.
+func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
+
+// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
+// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
+func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return p.b.RunOnce(ctx, spec)
+}
+
+// fitsSlot says whether a run of the template's shape can take a pooled sandbox: not
+// with labels of its own or an internal network, which a created container cannot
+// change.
+func fitsSlot(spec port.RunSpec) bool { return len(spec.Labels) == 0 && spec.Network.Internal == "" }
+
+// endedBeforeClaim reports whether s's container exited before its claim, and how.
+func endedBeforeClaim(s *slot) (int, bool) {
+	select {
+	case st := <-s.exit:
+		s.Exited.Store(true)
+		code := -1
+		if st.err == nil {
+			code = int(st.res.StatusCode)
+		}
+		return code, true
+	default:
+		return 0, false
+	}
+}
 
 // newSlot creates and starts one sandbox of the template. It runs to the end even
 // when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
 // behind when it fails.
 func (p *Pool) newSlot() (_ *slot, err error) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.k.Ctx()), r.cfg.cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.b.Ctx()), r.cfg.cleanupTimeout)
 	defer cancel()
 	name := poolNamePrefix + randHex(6)
-	s := &slot{dir: filepath.Join(r.poolDir(), name)}
+	s := &slot{Slot: warmpool.Slot{Dir: filepath.Join(r.poolDir(), name)}}
 	defer func() {
 		if err != nil {
 			p.destroy(s) // the slot as far as it got (a named result would be nil here)
@@ -180,19 +185,19 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		s.img = imageConfig{argv: append(append([]string(nil), c.Entrypoint...), c.Cmd...), env: c.Env, dir: c.WorkingDir}
 	}
 	spec := p.tmpl.Spec("pool-" + name[len(poolNamePrefix):])
-	if s.lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
+	if s.Lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
 		return nil, err
 	}
-	if err := warmpool.MakeSlotDirs(s.dir, &spec); err != nil {
+	if err := warmpool.MakeSlotDirs(s.Dir, &spec); err != nil {
 		return nil, err
 	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.key, LabelSlotDir: s.dir}, time.Now())
+	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.b.Key(), LabelSlotDir: s.Dir}, time.Now())
 	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
 	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
 	cfg, hc := sandboxConfig(spec.ColdSpec(), stub.Argv, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	for i, m := range hc.Mounts {
-		if m.Type == mount.TypeBind && strings.HasPrefix(m.Source, s.dir+"/") {
+		if m.Type == mount.TypeBind && strings.HasPrefix(m.Source, s.Dir+"/") {
 			hc.Mounts[i].BindOptions = &mount.BindOptions{Propagation: mount.PropagationRSlave}
 		}
 	}
@@ -209,16 +214,16 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		return nil, fmt.Errorf("attach: %w", classify(err))
 	}
 	s.att = &att.HijackedResponse
-	s.stdout, s.stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
+	s.Stdout, s.Stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
 	if stub.Status != nil {
-		s.stdout.Set(stub.Status)
+		s.Stdout.Set(stub.Status)
 	}
 	s.copied = make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(s.stdout, s.stderr, s.att.Reader)
+		_, err := stdcopy.StdCopy(s.Stdout, s.Stderr, s.att.Reader)
 		s.copied <- err
 	}()
-	wctx, stop := context.WithCancel(context.WithoutCancel(p.k.Ctx()))
+	wctx, stop := context.WithCancel(context.WithoutCancel(p.b.Ctx()))
 	s.stop = stop
 	s.wait = r.cfg.api.ContainerWait(wctx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	s.exit = make(chan exitStatus, 1)
@@ -233,77 +238,23 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	if _, err := r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start: %w", classify(err))
 	}
-	s.mem, _ = cgroupmem.ForPID(r.pid(ctx, s.id))
+	s.Mem, _ = cgroupmem.ForPID(r.pid(ctx, s.id))
 	if stub.Status != nil {
 		// Ready only once the runtime is: the stub's status line, or its end.
-		att, exited, err := warmpool.AwaitReady(p.k.Ctx(), stub, s.exit)
+		att, exited, err := warmpool.AwaitReady(p.b.Ctx(), stub, s.exit)
 		if err != nil {
-			s.exited.Store(exited)
+			s.Exited.Store(exited)
 			return nil, err
 		}
-		s.attestation = att
+		s.Attestation = att
 	}
 	return s, nil
 }
 
-// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
-// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
-func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	spec = spec.WithDefaults()
-	if !port.TemplateOf(spec).Equal(p.tmpl) || len(spec.Labels) > 0 || spec.Network.Internal != "" {
-		p.k.Other.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "no pool of the run's shape")
-	}
-	if err := p.r.check(ctx, spec); err != nil {
-		return nil, opErr("RunOnce", spec.RunID, err)
-	}
-	s, ok := p.k.Take(func(s *slot) bool {
-		select {
-		case st := <-s.exit:
-			s.exited.Store(true)
-			code := -1
-			if st.err == nil {
-				code = int(st.res.StatusCode)
-			}
-			p.k.EndedBeforeClaim(p.tmpl.Preload != nil, code)
-			return true
-		default:
-			return false
-		}
-	})
-	if !ok {
-		p.k.Cold.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pool was empty")
-	}
-	p.k.Warm.Add(1)
-	defer p.k.Done()
-	res, err := p.run(ctx, spec, s)
-	if reason, gone := res.preloadGone(); gone {
-		// The runtime died between its last check and the claim: nothing of the run
-		// ran in the slot. Run it cold, and say so.
-		p.k.PreloadFailed.Add(1)
-		return warmpool.Cold(ctx, p.r.RunOnce, spec, "the pre-booted runtime was gone at the claim: "+reason)
-	}
-	return res.RunResult, err
-}
-
-// slotResult is a pooled run's result, with what the pool needs to know of it.
-type slotResult struct {
-	*port.RunResult
-	gone string // the stub's PreloadGone reason
-}
-
-func (r slotResult) preloadGone() (string, bool) { return r.gone, r.gone != "" }
-
 // run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult, error) {
+func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
 	r := p.r
-	start := time.Now()
-	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
-	if p.tmpl.Preload != nil {
-		res.Start, res.PreloadAttestation = port.StartPreloaded, s.attestation
-	}
-	run := &runner.Run{Op: "docker.RunOnce", Spec: spec, Start: start, Result: res}
+	c := &claimed{Claim: p.b.Claim("docker.RunOnce", spec, &s.Slot, r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))), p: p, s: s}
 	var rename sync.WaitGroup
 	defer func() {
 		r.cleanup.Go(func() {
@@ -311,103 +262,62 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (slotResult,
 			p.destroy(s)
 		})
 	}()
-	log := r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
-	var err error
-	if s.runLease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindRun); err != nil {
-		return toSlot(run.Fail(port.CodeInternal, err))
+	// The run's identity is the container's name.
+	msg, failed, err := c.Begin(r.cfg.owner, &rename, func() { r.nameAfterRun(s.id, spec.RunID, c.Log) }, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
+	if failed != nil {
+		return failed, err
 	}
-
-	// The run's identity: the container's name (so Sweep by run ID finds it), set
-	// while the run goes on.
-	rename.Add(1)
-	go func() {
-		defer rename.Done()
-		r.nameAfterRun(s.id, spec.RunID, log)
-	}()
-
-	if err := warmpool.AttachRun(s.dir, spec); err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
-	}
-	// The claim carries a fresh exit nonce: the stub ends its streams with records
-	// keyed by it, the run's end without waiting for Docker's exit handling.
-	msg, nonce, err := warmpool.ClaimMessage(spec, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
-	if err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, err))
-	}
-	c := &claimed{p: p, s: s, spec: spec, res: res, start: start, log: log, run: run}
-	c.stdout = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stdout}
-	c.stderr = &capture.Buffer{Max: spec.OutputLimit, Live: spec.Stderr}
-	c.watch = warmpool.NewExitWatch(nonce, c.stdout, c.stderr)
-	s.stdout.Set(c.watch.Stdout())
-	s.stderr.Set(c.watch.Stderr())
-	c.mem = cgroupmem.StartClaimed(s.mem, memSampleInterval)
-	defer func() { res.Memory = cgroupmem.Ended(c.mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
+	res := c.Res
+	c.Mem = cgroupmem.StartClaimed(s.Mem, memSampleInterval)
+	defer func() { res.Memory = cgroupmem.Ended(c.Mem.Stop(), res.ErrorCode == port.CodeOOMKilled) }()
 	if err := s.writeClaim(msg); err != nil {
-		return toSlot(run.Fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err)))
+		return c.Fail(port.CodeContainerFailed, fmt.Errorf("claim: %w", err))
 	}
 	return c.await(ctx)
 }
 
-// toSlot is a pooled run's result as the pool takes it.
-func toSlot(res *port.RunResult, err error) (slotResult, error) {
-	return slotResult{RunResult: res}, err
-}
-
-// fail ends the claimed run with code (runner.Run.Fail).
-func (c *claimed) fail(code port.ErrorCode, cause error) (slotResult, error) {
-	return toSlot(c.run.Fail(code, cause))
-}
-
 // claimed is a run in a claimed slot, once its claim line is on the way.
 type claimed struct {
-	p              *Pool
-	s              *slot
-	spec           port.RunSpec
-	res            *port.RunResult
-	start          time.Time
-	stdout, stderr *capture.Buffer
-	watch          *warmpool.ExitWatch
-	mem            *cgroupmem.Sampler
-	log            *slog.Logger
-	run            *runner.Run
+	*warmpool.Claim
+	p *Pool
+	s *slot
 }
 
 // await waits for the run's end: the stub's exit records (its output whole), else
 // Docker's exit report, else the run's deadline.
-func (c *claimed) await(ctx context.Context) (slotResult, error) {
-	r, s, res := c.p.r, c.s, c.res
-	runCtx, cancel := context.WithTimeout(ctx, c.spec.Limits.Timeout)
+func (c *claimed) await(ctx context.Context) (*warmpool.Result, error) {
+	r, s, res := c.p.r, c.s, c.Res
+	runCtx, cancel := context.WithTimeout(ctx, c.Spec.Limits.Timeout)
 	defer cancel()
-	records := c.watch.Done()
+	records := c.Watch.Done()
 	for {
 		select {
 		case <-records:
 			// A SIGKILL (137) may be an OOM kill or someone else's removal, which
 			// Docker's own exit report tells apart: wait for it then.
-			if code := c.watch.Code(); code != 128+9 {
-				res.Stdout, res.StdoutTruncated = c.stdout.Result()
-				res.Stderr, res.StderrTruncated = c.stderr.Result()
+			if code := c.Watch.Code(); code != 128+9 {
+				c.Output()
 				return c.exited(ctx, code)
 			}
 			records = nil
 		case st := <-s.exit:
-			s.exited.Store(true)
+			s.Exited.Store(true)
 			c.collect()
 			if st.err != nil {
-				return c.fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
+				return c.Fail(port.CodeInternal, r.waitFailed(ctx, s.id, st.err, "pooled sandbox"))
 			}
 			if w := st.res; w.Error != nil && w.Error.Message != "" {
 				res.ExitCode = int(w.StatusCode)
-				return c.fail(port.CodeInternal, errors.New(w.Error.Message))
+				return c.Fail(port.CodeInternal, errors.New(w.Error.Message))
 			}
 			return c.exited(ctx, int(st.res.StatusCode))
 		case <-runCtx.Done():
-			cause := runner.DeadlineCause(ctx, c.spec.Limits.Timeout)
-			c.mem.Sample()
-			cause = cgroupmem.Hint(cause, c.mem.Stop(), time.Since(c.start))
-			r.killSlot(ctx, s, c.log)
+			cause := runner.DeadlineCause(ctx, c.Spec.Limits.Timeout)
+			c.Mem.Sample()
+			cause = cgroupmem.Hint(cause, c.Mem.Stop(), time.Since(c.Start))
+			r.killSlot(ctx, s, c.Log)
 			c.collect()
-			return c.fail(port.CodeTimeout, cause)
+			return c.Fail(port.CodeTimeout, cause)
 		}
 	}
 }
@@ -418,32 +328,24 @@ func (c *claimed) collect() {
 	select {
 	case <-c.s.copied:
 	case <-time.After(5 * time.Second):
-		c.log.Warn("output stream did not end after exit")
+		c.Log.Warn("output stream did not end after exit")
 	}
-	c.watch.Flush()
-	c.res.Stdout, c.res.StdoutTruncated = c.stdout.Result()
-	c.res.Stderr, c.res.StderrTruncated = c.stderr.Result()
+	c.Collected()
 }
 
 // exited classifies the run's exit status, however it came (res has the output).
-func (c *claimed) exited(ctx context.Context, status int) (slotResult, error) {
-	p, res := c.p, c.res
-	res.Duration = time.Since(c.start)
+func (c *claimed) exited(ctx context.Context, status int) (*warmpool.Result, error) {
+	p, res := c.p, c.Res
+	res.Duration = time.Since(c.Start)
 	res.ExitCode = status
-	if p.tmpl.Preload != nil && res.ExitCode == bridgeapi.ExitBridgeFailed {
-		if reason, ok := bridgeapi.PreloadGoneIn(c.stderr.Tail()); ok {
-			c.s.runLease.Release() // the cold run that follows holds the run's lease
-			return slotResult{RunResult: res, gone: reason}, nil
-		}
+	if gone, ok := c.PreloadGone(); ok {
+		return gone, nil
 	}
 	// A pool always has the bridge: the runner's classification is the pool's.
-	if code, cause := p.r.exitResult(ctx, c.s.id, int64(status), res, c.stderr, c.spec, "pooled sandbox"); code != "" {
-		if entry, ok := bridgeapi.MissingEntry(cause.Error()); ok && p.tmpl.Preload != nil && code == port.CodeContainerFailed {
-			cause = &port.EntrypointError{Entry: entry, Reason: cause.Error()}
-		}
-		return c.fail(code, cause)
+	if code, cause := p.r.exitResult(ctx, c.s.id, int64(status), res, c.Stderr, c.Spec, "pooled sandbox"); code != "" {
+		return c.Fail(code, c.MissingEntry(code, cause))
 	}
-	return slotResult{RunResult: res}, nil
+	return &warmpool.Result{RunResult: res}, nil
 }
 
 // nameAfterRun renames a claimed slot's container after its run, so Sweep by run
@@ -476,7 +378,7 @@ func (r *Runner) killSlot(ctx context.Context, s *slot, log interface{ Warn(stri
 	}
 	select {
 	case <-s.exit:
-		s.exited.Store(true)
+		s.Exited.Store(true)
 	case <-ctx.Done():
 		log.Warn("container did not exit after kill")
 	}
@@ -500,17 +402,12 @@ func (p *Pool) destroy(s *slot) {
 		if _, err := r.cfg.api.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errors.Is(classify(err), port.ErrNotFound) && !r.goneAfterRemoval(ctx, s.id) {
 			r.cfg.logger.Error("removing a pooled sandbox failed; a Sweep will retry", logattr.Container, short(s.id), logattr.Err, err)
 			p.release(s)
-			s.lease.Release()
-			s.runLease.Release()
+			s.ReleaseLeases()
 			return
 		}
 	}
 	p.release(s)
-	if err := slotmount.RemoveDir(s.dir); err != nil {
-		r.cfg.logger.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.dir, logattr.Err, err)
-	}
-	s.lease.Release() // gone, or a Sweep may have what is left
-	s.runLease.Release()
+	s.Removed(r.cfg.logger)
 }
 
 // goneAfterRemoval waits (until ctx ends) for a container that someone else is
@@ -537,19 +434,6 @@ func (p *Pool) release(s *slot) {
 	if s.stop != nil {
 		s.stop()
 	}
-}
-
-// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
-// removals waited for (until ctx ends). Runs in progress finish.
-func (p *Pool) Close(ctx context.Context) error {
-	if !p.k.Stop() {
-		return nil
-	}
-	p.r.pools.Remove(p)
-	if err := warmpool.Settle(ctx, p.k, p.r.cleanup); err != nil {
-		return opErr("Pool.Close", "", err)
-	}
-	return nil
 }
 
 // poolDir is where slot directories live: one per pooled sandbox, named after it.
