@@ -74,7 +74,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	dir, lbls := st.Dir, st.Labels
+	lbls := st.Labels
 	var c client.Container
 	defer func() {
 		if err != nil {
@@ -84,7 +84,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 			st.Abandon(lease)
 		}
 	}()
-	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withExpose(dir, ss.Expose, ss.LogLimit))
+	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withSession(st, ss))
 	if err != nil {
 		c = nil
 		if errors.Is(err, port.ErrUnavailable) {
@@ -110,28 +110,27 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
 	}
 	close(s.started)
-	if err := session.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
-		s.halt()
-		if _, werr := s.Result(); werr != nil {
-			err = fmt.Errorf("%w (%w)", err, werr)
-		}
+	if err := s.Ready(ctx, s.halt); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
 	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, id)
 	return s, nil
 }
 
-// withExpose mounts the session's expose and log directories and has the bridge
-// expose the ports in the one and write the agent's output to the other, relaying it
-// so that the agent never blocks on it. It runs after the lockdown options, which put
-// the bridge first.
-func withExpose(dir string, ports []int, logLimit int) oci.SpecOpts {
+// withSession mounts the parts of the session's directory (session.Setup.Mounts)
+// and has the bridge expose the ports and write the agent's output to the log,
+// relaying it so that the agent never blocks on it. It runs after the lockdown
+// options, which put the bridge first.
+func withSession(st session.Setup, ss port.SessionSpec) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: session.ExposeTarget, Type: "bind", Source: session.ExposeDir(dir), Options: opts},
-			specs.Mount{Destination: bridgeapi.SessionLogDir, Type: "bind", Source: session.LogDir(dir), Options: opts},
-			specs.Mount{Destination: session.ControlTarget, Type: "bind", Source: session.ControlDir(dir), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
-		s.Process.Args = session.InsertFlags(s.Process.Args, append(append(append(session.BridgeFlags(ports), session.OutputFlags(logLimit)...), session.LogFlags()...), session.ControlFlags()...))
+		for _, m := range st.Mounts(true) {
+			opts := []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
+			if m.ReadOnly {
+				opts[1] = "ro"
+			}
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+		}
+		s.Process.Args = session.InsertFlags(s.Process.Args, session.Flags(ss, true))
 		return nil
 	}
 }
@@ -181,6 +180,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 // ctrSession is a containerd session's handle.
 type ctrSession struct {
 	*session.Handle
+	session.Pausable
 	r *Runner
 	c client.Container
 
@@ -192,7 +192,9 @@ type ctrSession struct {
 func (r *Runner) newSession(m session.Meta, c client.Container, lease *runlease.Lease) *ctrSession {
 	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("containerd")
-	return &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
+	s := &ctrSession{Handle: h, r: r, c: c, started: make(chan struct{})}
+	s.Pausable = session.NewPausable(h, freezer{s}, "containerd", r.cfg.cleanupTimeout, r.cfg.logger)
+	return s
 }
 
 // watch waits for the task's exit and records it as RunOnce classifies it.
@@ -301,7 +303,7 @@ func (s *ctrSession) Stop(ctx context.Context, grace time.Duration) (*port.RunRe
 	task := s.task
 	s.mu.Unlock()
 	return s.StopWith(ctx, session.Stopper{
-		Thaw: s.thawForStop,
+		Thaw: s.ThawBeforeStop,
 		End: func(ctx context.Context) {
 			if task == nil {
 				return

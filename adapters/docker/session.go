@@ -67,7 +67,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		return nil, opErr("Start", ss.RunID, err)
 	}
 	// The bridge writes the session's output log, which every handle reads.
-	entrypoint = session.InsertFlags(entrypoint, append(append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...), session.ControlFlags()...))
+	entrypoint = session.InsertFlags(entrypoint, session.Flags(ss, true))
 	name := containerName(ss.RunID)
 	// The lease is held from before the sandbox exists: another process's Sweep
 	// leaves it alone.
@@ -75,12 +75,12 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 	if err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
-	dir, lbls := st.Dir, st.Labels
+	lbls := st.Labels
 	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: session.ExposeDir(dir), Target: session.ExposeTarget},
-		mount.Mount{Type: mount.TypeBind, Source: session.LogDir(dir), Target: bridgeapi.SessionLogDir},
-		mount.Mount{Type: mount.TypeBind, Source: session.ControlDir(dir), Target: session.ControlTarget, ReadOnly: true})
+	for _, m := range st.Mounts(true) {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
 	// The session's output is its log (session.LogDir); the daemon's copy is for
 	// `docker logs` only, bounded like it (two files of the log limit).
 	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
@@ -111,12 +111,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session
 		s.halt()
 		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
 	}
-	if err := session.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
-		s.halt()
-		_, werr := s.Result()
-		if werr != nil {
-			err = fmt.Errorf("%w (%w)", err, werr)
-		}
+	if err := s.Ready(ctx, s.halt); err != nil {
 		return nil, opErr("Start", ss.RunID, err)
 	}
 	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, short(id))
@@ -155,13 +150,16 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 // dockerSession is a Docker session's handle.
 type dockerSession struct {
 	*session.Handle
+	session.Pausable
 	r *Runner
 }
 
 func (r *Runner) newSession(m session.Meta, lease *runlease.Lease) *dockerSession {
 	h := session.NewHandle(m, lease)
 	h.OnFinish = telemetry.Or(r.cfg.tel).SessionHeld("docker")
-	return &dockerSession{Handle: h, r: r}
+	s := &dockerSession{Handle: h, r: r}
+	s.Pausable = session.NewPausable(h, freezer{s}, "docker", r.cfg.killGrace, r.cfg.logger)
+	return s
 }
 
 // watch waits for the exit, which it records as RunOnce would classify it, and ends the
@@ -253,7 +251,7 @@ func (s *dockerSession) halt() {
 func (s *dockerSession) Stop(ctx context.Context, grace time.Duration) (*port.RunResult, error) {
 	api := s.r.cfg.api
 	return s.StopWith(ctx, session.Stopper{
-		Thaw: s.thawForStop,
+		Thaw: s.ThawBeforeStop,
 		End: func(ctx context.Context) {
 			s.Terminate(ctx, grace, func() {
 				if _, err := api.ContainerKill(ctx, s.ID(), client.ContainerKillOptions{Signal: "SIGTERM"}); err != nil && !errors.Is(classify(err), port.ErrNotFound) {

@@ -1,9 +1,11 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/port"
@@ -88,4 +90,56 @@ func (st Setup) Abandon(lease *runlease.Lease) {
 func (st Setup) Meta(id string, ss port.SessionSpec) Meta {
 	return Meta{ID: id, RunID: ss.RunID, Dir: st.Dir, Workspace: ss.WorkspaceDir, Ports: ss.Expose,
 		LogLimit: ss.LogLimit, Deadline: st.Deadline, User: ss.User, Created: st.Start}
+}
+
+// Flags are the bridge's flags for the session ss: its ports exposed, its output kept
+// from blocking the agent and written to the session's log, and, where the runtime
+// pauses sessions (control), a moved deadline read from the control directory.
+func Flags(ss port.SessionSpec, control bool) []string {
+	f := append(append(BridgeFlags(ss.Expose), OutputFlags(ss.LogLimit)...), LogFlags()...)
+	if control {
+		f = append(f, ControlFlags()...)
+	}
+	return f
+}
+
+// Mount is a part of a session's host directory that its sandbox sees.
+type Mount struct {
+	// Name says which part it is ("expose", "log", "ctl"), for runtimes that name
+	// their volumes.
+	Name string
+	// Source is the directory on the host, Target where the sandbox sees it.
+	Source, Target string
+	// ReadOnly is set for what only the host writes.
+	ReadOnly bool
+}
+
+// Mounts are the parts of the session's directory its sandbox mounts, in this
+// order: the exposed sockets' and the output log's directories, which the bridge
+// writes, and, where the runtime pauses sessions (control), the control directory,
+// read-only (only the host writes it). Flags tells the bridge where they are.
+func (st Setup) Mounts(control bool) []Mount {
+	m := []Mount{
+		{Name: exposeDir, Source: ExposeDir(st.Dir), Target: ExposeTarget},
+		{Name: logDir, Source: LogDir(st.Dir), Target: bridgeapi.SessionLogDir},
+	}
+	if control {
+		m = append(m, Mount{Name: controlDir, Source: ControlDir(st.Dir), Target: ControlTarget, ReadOnly: true})
+	}
+	return m
+}
+
+// Ready waits until the session's exposed ports have their sockets (WaitSockets).
+// When they do not, it calls halt (the runtime's watchers stop) and the error says
+// how the session ended, if it did.
+func (h *Handle) Ready(ctx context.Context, halt func()) error {
+	err := WaitSockets(ctx, h.Dir, h.Ports, h.Done())
+	if err == nil {
+		return nil
+	}
+	halt()
+	if _, werr := h.Result(); werr != nil {
+		err = fmt.Errorf("%w (%w)", err, werr)
+	}
+	return err
 }
