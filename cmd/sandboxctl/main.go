@@ -151,14 +151,14 @@ func parseCode(err error) int {
 	return exitUsage
 }
 
-// parse parses a command's args into fs and checks that it got from min to max
-// positional arguments (max < 0: no upper bound). When it did not, ok is false
+// parse parses a command's args into fs and checks that it got from least to most
+// positional arguments (most < 0: no upper bound). When it did not, ok is false
 // and code is the exit code, after usage (if any) on stderr.
-func parse(fs *flag.FlagSet, args []string, min, max int, stderr io.Writer, usage string) (code int, ok bool) {
+func parse(fs *flag.FlagSet, args []string, least, most int, stderr io.Writer, usage string) (code int, ok bool) {
 	if err := fs.Parse(args); err != nil {
 		return parseCode(err), false
 	}
-	if n := fs.NArg(); n < min || (max >= 0 && n > max) {
+	if n := fs.NArg(); n < least || (most >= 0 && n > most) {
 		if usage != "" {
 			fmt.Fprintln(stderr, usage)
 		}

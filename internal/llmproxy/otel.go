@@ -18,23 +18,26 @@ import (
 // front knows it (MeterConfig.Trace), and the GenAI client metrics. The agent's own
 // trace headers are ignored: it must not choose where its calls appear.
 
+// genAIOperations maps a route's path suffix to its operation as the GenAI
+// conventions name it and the provider API it speaks; the first match wins.
+var genAIOperations = []struct{ suffix, op, provider string }{
+	{"/chat/completions", "chat", "openai"},
+	{"/completions", "text_completion", "openai"},
+	{"/embeddings", "embeddings", "openai"},
+	{"/responses", "chat", "openai"},
+	{"/messages", "chat", "anthropic"},
+	{"/moderations", "moderations", "openai"},
+}
+
 // genAIOperation names a route's operation as the GenAI conventions do, and the
 // provider API it speaks.
 func genAIOperation(path string) (op, provider string) {
-	switch {
-	case strings.HasSuffix(path, "/chat/completions"):
-		return "chat", "openai"
-	case strings.HasSuffix(path, "/completions"):
-		return "text_completion", "openai"
-	case strings.HasSuffix(path, "/embeddings"):
-		return "embeddings", "openai"
-	case strings.HasSuffix(path, "/responses"):
-		return "chat", "openai"
-	case strings.HasSuffix(path, "/messages"):
-		return "chat", "anthropic"
-	case strings.HasSuffix(path, "/moderations"):
-		return "moderations", "openai"
-	case strings.HasPrefix(path, "/v1/models"):
+	for _, o := range genAIOperations {
+		if strings.HasSuffix(path, o.suffix) {
+			return o.op, o.provider
+		}
+	}
+	if strings.HasPrefix(path, "/v1/models") {
 		return "models", "openai"
 	}
 	return "other", "openai" // a refused path off the allowlist

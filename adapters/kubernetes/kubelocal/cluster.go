@@ -562,28 +562,25 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return err
 	}
-	if _, err = c.start("kube-controller-manager", bin("kube-controller-manager"),
-		"--kubeconfig", k("controller-manager.kubeconfig"),
-		"--authentication-kubeconfig", k("controller-manager.kubeconfig"),
-		"--authorization-kubeconfig", k("controller-manager.kubeconfig"),
-		"--bind-address", "127.0.0.1", "--secure-port", "0",
+	// The controller manager and the scheduler each use one kubeconfig for
+	// everything, serve on loopback only, and run alone (no leader election).
+	component := func(name, kubeconfig string, extra ...string) error {
+		kc := k(kubeconfig)
+		_, err := c.start(name, bin(name), append([]string{
+			"--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+			"--bind-address", "127.0.0.1", "--secure-port", "0",
+			"--leader-elect=false", "--profiling=false", "--v", "1",
+		}, extra...)...)
+		return err
+	}
+	if err := component("kube-controller-manager", "controller-manager.kubeconfig",
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file", k("sa.key"),
 		"--root-ca-file", k("ca.crt"),
-		"--leader-elect=false",
-		"--flex-volume-plugin-dir", c.path("flexvolume"),
-		"--profiling=false", "--v", "1"); err != nil {
+		"--flex-volume-plugin-dir", c.path("flexvolume")); err != nil {
 		return err
 	}
-	if _, err = c.start("kube-scheduler", bin("kube-scheduler"),
-		"--kubeconfig", k("scheduler.kubeconfig"),
-		"--authentication-kubeconfig", k("scheduler.kubeconfig"),
-		"--authorization-kubeconfig", k("scheduler.kubeconfig"),
-		"--bind-address", "127.0.0.1", "--secure-port", "0",
-		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
-		return err
-	}
-	return nil
+	return component("kube-scheduler", "scheduler.kubeconfig")
 }
 
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
