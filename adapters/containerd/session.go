@@ -23,7 +23,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -254,24 +253,16 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		fail(port.CodeTimeout, timedOut)
 		return
 	}
-	tail := s.StderrTail(256)
-	if reason, ok := execFailed(true, res.ExitCode, tail); ok && !stopping {
-		fail(port.CodeContainerFailed, errors.New(reason))
-		return
-	}
-	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.c) {
-		fail(port.CodeInternal, session.RemovedError(int(code)))
-		return
-	}
-	if code == 137 {
+	removed := func() bool { return s.r.removedUnderUs(context.Background(), s.c) }
+	oomKilled := func() bool {
 		ctx, cancel := s.r.cleanupCtx(context.Background())
+		defer cancel()
 		n, err := oomKills(ctx, task)
-		cancel()
-		_, notice := capture.TrimNotice(tail, tail, bridgeapi.OOMNotice)
-		if (err == nil && n > 0) || notice {
-			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
-			return
-		}
+		return err == nil && n > 0
+	}
+	if c, cause := s.ExitFailure(res.ExitCode, stopping, removed, oomKilled); c != "" {
+		fail(c, cause)
+		return
 	}
 	s.Handle.FinishAt(res, nil, exited)
 }
@@ -385,7 +376,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeInternal, Err: err})
 		}
 		res.ExitCode = int(code)
-		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+		if reason, ok := runner.ExecFailed(true, res.ExitCode, stderr.Tail()); ok {
 			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
 		}
 		return res, nil

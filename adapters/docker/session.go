@@ -17,7 +17,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -206,20 +205,10 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		s.Handle.Finish(res, opErr("Session", s.RunID(), runErr))
 		return
 	}
-	errOut := s.StderrTail(256)
-	if reason, ok := execFailed(true, code, errOut); ok && !stopping {
-		fail(port.CodeContainerFailed, errors.New(reason))
+	removed := func() bool { return s.r.removedUnderUs(context.Background(), s.ID()) }
+	if c, cause := s.ExitFailure(code, stopping, removed, nil); c != "" {
+		fail(c, cause)
 		return
-	}
-	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.ID()) {
-		fail(port.CodeInternal, session.RemovedError(code))
-		return
-	}
-	if code == 137 {
-		if _, oom := capture.TrimNotice(errOut, errOut, bridgeapi.OOMNotice); oom {
-			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
-			return
-		}
 	}
 	if dl := s.CurrentDeadline(); !stopping && code == 128+15 && time.Now().After(dl) && !dl.IsZero() {
 		fail(port.CodeTimeout, errors.New("session exceeded its lifetime"))
@@ -320,7 +309,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		return res, opErr("Exec", s.RunID(), classify(err))
 	}
 	res.ExitCode = ins.ExitCode
-	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+	if reason, ok := runner.ExecFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
 	}
 	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), bridgeapi.ErrDeadline.Error()) {
