@@ -78,8 +78,8 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, 
 			return nil
 		},
 		Remove: func(context.Context, session.Setup) { r.remove(c, ss.RunID, false) },
-		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup, lease *runlease.Lease) (*ctrSession, error) {
-			s := r.newSession(st.Meta(st.Name, ss), c, lease)
+		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (*ctrSession, error) {
+			s := r.newSession(st.Meta(st.Name, ss), c, st.Lease)
 			// No stdio for the host: the session's output is its log, which the bridge
 			// writes and every handle reads (a FIFO has one reader: it would take the
 			// output from whoever else reads it). The shim gives the task /dev/null.

@@ -91,8 +91,8 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, 
 		},
 		// A fresh context: a cancelled caller must not leak the container.
 		Remove: func(ctx context.Context, _ session.Setup) { r.remove(ctx, id, ss.RunID) },
-		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup, lease *runlease.Lease) (*dockerSession, error) {
-			s := r.newSession(st.Meta(id, ss), lease)
+		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (*dockerSession, error) {
+			s := r.newSession(st.Meta(id, ss), st.Lease)
 			if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
 				s.halt()
 				return nil, err

@@ -28,7 +28,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -82,7 +81,7 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, 
 			return nil
 		},
 		Remove: func(ctx context.Context, st session.Setup) { r.cleanup(ctx, st.Name, false, r.cfg.logger) },
-		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup, _ *runlease.Lease) (*kubeSession, error) {
+		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (*kubeSession, error) {
 			s := r.newSession(st.Meta(st.Name, ss), execPrefix(createdPod))
 			s.watch(createdPod)
 			if err := s.waitStarted(ctx); err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -43,7 +42,7 @@ func TestLaunch(t *testing.T) {
 				return nil
 			},
 			Remove: func(_ context.Context, st Setup) { removed = st.Name },
-			Start: func(_ context.Context, ss port.SessionSpec, st Setup, _ *runlease.Lease) (*launched, error) {
+			Start: func(_ context.Context, ss port.SessionSpec, st Setup) (*launched, error) {
 				started = st.Name
 				if startErr != nil {
 					return nil, startErr

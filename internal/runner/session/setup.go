@@ -45,6 +45,9 @@ type Setup struct {
 	Root, Dir       string
 	Start, Deadline time.Time
 	Labels          map[string]string
+	// Lease is the session's run lease (PrepareLeased), held from before its sandbox
+	// exists; nil without one.
+	Lease *runlease.Lease
 }
 
 // Prepare creates the host directory of the session ss, named name under root, and
@@ -68,24 +71,23 @@ func Prepare(root, name, owner string, ss port.SessionSpec) (Setup, error) {
 // PrepareLeased is Prepare, then the session's lease (HoldLease), held from before
 // the sandbox exists so that another process's Sweep leaves it alone. Nothing is
 // left behind on an error.
-func PrepareLeased(root, name, owner string, ss port.SessionSpec) (Setup, *runlease.Lease, error) {
+func PrepareLeased(root, name, owner string, ss port.SessionSpec) (Setup, error) {
 	st, err := Prepare(root, name, owner, ss)
 	if err != nil {
-		return st, nil, err
+		return st, err
 	}
-	lease, err := HoldLease(owner, ss.RunID)
-	if err != nil {
+	if st.Lease, err = HoldLease(owner, ss.RunID); err != nil {
 		_ = RemoveDir(root, st.Dir)
-		return Setup{}, nil, err
+		return Setup{}, err
 	}
-	return st, lease, nil
+	return st, nil
 }
 
-// Abandon undoes PrepareLeased for a session that did not start: its directory
-// goes, its lease is released.
-func (st Setup) Abandon(lease *runlease.Lease) {
+// Abandon undoes Prepare or PrepareLeased for a session that did not start: its
+// directory goes, its lease, if any, is released.
+func (st Setup) Abandon() {
 	_ = RemoveDir(st.Root, st.Dir)
-	lease.Release()
+	st.Lease.Release()
 }
 
 // Meta is the handle's description of the session ss set up as st, in the sandbox id.
@@ -167,9 +169,9 @@ type Steps[S Launched] struct {
 	Create func(ctx context.Context, ss port.SessionSpec, st Setup) error
 	// Remove removes the sandbox Create made, when the start fails after it.
 	Remove func(ctx context.Context, st Setup)
-	// Start starts the sandbox and returns its handle (st.Meta, the lease), halted
-	// on an error.
-	Start func(ctx context.Context, ss port.SessionSpec, st Setup, lease *runlease.Lease) (S, error)
+	// Start starts the sandbox and returns its handle (st.Meta, st.Lease), halted on
+	// an error.
+	Start func(ctx context.Context, ss port.SessionSpec, st Setup) (S, error)
 	// Halt stops the handle's watchers when its exposed ports never come up.
 	Halt func(S)
 	// Started, if set, says the session started (a debug log).
@@ -198,10 +200,9 @@ func Launch[S Launched](ctx context.Context, ss port.SessionSpec, steps Steps[S]
 		return nil, runner.OpErr(steps.Op, ss.RunID, err)
 	}
 	var st Setup
-	var lease *runlease.Lease
 	if steps.Leased {
 		// Held from before the sandbox exists: another process's Sweep leaves it alone.
-		st, lease, err = PrepareLeased(steps.Root, name, steps.Owner, ss)
+		st, err = PrepareLeased(steps.Root, name, steps.Owner, ss)
 	} else {
 		st, err = Prepare(steps.Root, name, steps.Owner, ss)
 	}
@@ -214,14 +215,14 @@ func Launch[S Launched](ctx context.Context, ss port.SessionSpec, steps Steps[S]
 			if created {
 				steps.Remove(context.WithoutCancel(ctx), st)
 			}
-			st.Abandon(lease)
+			st.Abandon()
 		}
 	}()
 	if err := steps.Create(ctx, ss, st); err != nil {
 		return nil, runner.OpErr(steps.Op, ss.RunID, err)
 	}
 	created = true
-	s, err := steps.Start(ctx, ss, st, lease)
+	s, err := steps.Start(ctx, ss, st)
 	if err != nil {
 		return nil, runner.OpErr(steps.Op, ss.RunID, err)
 	}
