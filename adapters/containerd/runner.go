@@ -240,7 +240,7 @@ func (r *Runner) exitResult(ctx context.Context, container client.Container, tas
 		return port.CodeInternal, fmt.Errorf("exit status: %w", err)
 	}
 	res.ExitCode = int(code)
-	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+	if reason, ok := runner.ExecFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
 	if code == 137 && !oom.killed.Load() && r.oomCounted(ctx, task, oom.seen, log) {
@@ -664,13 +664,8 @@ func parseUser(u string) (uint32, uint32) {
 	return uint32(uid), uint32(gid)
 }
 
-// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
-func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
-		return "", false
-	}
-	return bridgeapi.ExecFailure(tail)
-}
+// execFailed is runner.ExecFailed, by the name the pool uses.
+var execFailed = runner.ExecFailed
 
 // memSampleInterval is how often a run's memory cgroup is read.
 const memSampleInterval = 500 * time.Millisecond

@@ -23,7 +23,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -49,72 +48,62 @@ func (r *Runner) sessionRoot() string { return session.Root(r.cfg.sessionRoot) }
 // exposes the ports and ends the session at its lifetime even without a host. Errors
 // are those of RunOnce before the process runs, plus port.ErrInvalidSpec without a
 // bridge.
-func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
-	if ss, err = session.Check(ss, r.cfg.bridgePath != ""); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := r.check(ss.RunSpec); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := r.reachable(); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	ctx = r.ns(ctx)
-	img, err := r.imageInfo(ctx, ss.Image)
-	if err != nil {
-		if errors.Is(err, port.ErrNotFound) && !errors.Is(err, port.ErrImageNotFound) {
-			return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
-		}
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	id := containerID(ss.RunID)
-	// The lease is held from before the sandbox exists: another process's Sweep
-	// leaves it alone.
-	st, lease, err := session.PrepareLeased(r.sessionRoot(), id, r.cfg.owner, ss)
-	if err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	lbls := st.Labels
+func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, error) {
+	var img *imageInfo
 	var c client.Container
-	defer func() {
-		if err != nil {
-			if c != nil {
-				r.remove(c, ss.RunID, false)
+	return session.Launch(r.ns(ctx), ss, session.Steps[*ctrSession]{
+		Op: "containerd.Start", Root: r.sessionRoot(), Owner: r.cfg.owner, Bridge: r.cfg.bridgePath != "", Leased: true,
+		Check: func(ctx context.Context, ss *port.SessionSpec) (_ string, err error) {
+			if err := r.check(ss.RunSpec); err != nil {
+				return "", err
 			}
-			st.Abandon(lease)
-		}
-	}()
-	c, err = r.create(ctx, id, ss.RunSpec, img, lbls, withSession(st, ss))
-	if err != nil {
-		c = nil
-		if errors.Is(err, port.ErrUnavailable) {
-			return nil, opErr("Start", ss.RunID, err)
-		}
-		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: err})
-	}
-	s := r.newSession(st.Meta(id, ss), c, lease)
-	// No stdio for the host: the session's output is its log, which the bridge
-	// writes and every handle reads (a FIFO has one reader: it would take the
-	// output from whoever else reads it). The shim gives the task /dev/null.
-	task, err := c.NewTask(ctx, cio.NullIO)
-	if err != nil {
-		s.halt()
-		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("create task: %w", classify(err))})
-	}
-	if err := s.watch(ctx, task); err != nil {
-		s.halt()
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := task.Start(ctx); err != nil {
-		s.halt()
-		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
-	}
-	close(s.started)
-	if err := s.Ready(ctx, s.halt); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, id)
-	return s, nil
+			if err := r.reachable(); err != nil {
+				return "", err
+			}
+			if img, err = r.imageInfo(ctx, ss.Image); err != nil {
+				if errors.Is(err, port.ErrNotFound) && !errors.Is(err, port.ErrImageNotFound) {
+					return "", &port.RunError{Code: port.CodeContainerFailed, Err: err}
+				}
+				return "", err
+			}
+			return containerID(ss.RunID), nil
+		},
+		Create: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (err error) {
+			if c, err = r.create(ctx, st.Name, ss.RunSpec, img, st.Labels, withSession(st, ss)); err != nil {
+				if errors.Is(err, port.ErrUnavailable) {
+					return err
+				}
+				return &port.RunError{Code: port.CodeContainerFailed, Err: err}
+			}
+			return nil
+		},
+		Remove: func(context.Context, session.Setup) { r.remove(c, ss.RunID, false) },
+		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (*ctrSession, error) {
+			s := r.newSession(st.Meta(st.Name, ss), c, st.Lease)
+			// No stdio for the host: the session's output is its log, which the bridge
+			// writes and every handle reads (a FIFO has one reader: it would take the
+			// output from whoever else reads it). The shim gives the task /dev/null.
+			task, err := c.NewTask(ctx, cio.NullIO)
+			if err != nil {
+				s.halt()
+				return nil, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("create task: %w", classify(err))}
+			}
+			if err := s.watch(ctx, task); err != nil {
+				s.halt()
+				return nil, err
+			}
+			if err := task.Start(ctx); err != nil {
+				s.halt()
+				return nil, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))}
+			}
+			close(s.started)
+			return s, nil
+		},
+		Halt: (*ctrSession).halt,
+		Started: func(s *ctrSession) {
+			r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, s.ID())
+		},
+	})
 }
 
 // withSession mounts the parts of the session's directory (session.Setup.Mounts)
@@ -152,12 +141,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	if err != nil {
 		return nil, opErr("Attach", "", classify(err))
 	}
-	m, err := session.ParseLabels(r.cfg.owner, r.sessionRoot(), lbls)
-	if err != nil {
-		return nil, opErr("Attach", "", err)
-	}
-	m.ID = id
-	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	m, lease, err := session.Reattach(r.cfg.owner, r.sessionRoot(), id, lbls)
 	if err != nil {
 		return nil, opErr("Attach", m.RunID, err)
 	}
@@ -269,24 +253,16 @@ func (s *ctrSession) finish(task client.Task, st client.ExitStatus, timedOut err
 		fail(port.CodeTimeout, timedOut)
 		return
 	}
-	tail := s.StderrTail(256)
-	if reason, ok := execFailed(true, res.ExitCode, tail); ok && !stopping {
-		fail(port.CodeContainerFailed, errors.New(reason))
-		return
-	}
-	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.c) {
-		fail(port.CodeInternal, session.RemovedError(int(code)))
-		return
-	}
-	if code == 137 {
+	removed := func() bool { return s.r.removedUnderUs(context.Background(), s.c) }
+	oomKilled := func() bool {
 		ctx, cancel := s.r.cleanupCtx(context.Background())
+		defer cancel()
 		n, err := oomKills(ctx, task)
-		cancel()
-		_, notice := capture.TrimNotice(tail, tail, bridgeapi.OOMNotice)
-		if (err == nil && n > 0) || notice {
-			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
-			return
-		}
+		return err == nil && n > 0
+	}
+	if c, cause := s.ExitFailure(res.ExitCode, stopping, removed, oomKilled); c != "" {
+		fail(c, cause)
+		return
 	}
 	s.Handle.FinishAt(res, nil, exited)
 }
@@ -400,7 +376,7 @@ func (s *ctrSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecResu
 			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeInternal, Err: err})
 		}
 		res.ExitCode = int(code)
-		if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+		if reason, ok := runner.ExecFailed(true, res.ExitCode, stderr.Tail()); ok {
 			return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
 		}
 		return res, nil

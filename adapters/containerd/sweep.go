@@ -34,11 +34,8 @@ func (r *Runner) Sweep(ctx context.Context, opts port.SweepOptions) (port.SweepR
 		filter += fmt.Sprintf(`,labels.%q==%q`, port.LabelRunID, opts.RunID)
 	}
 	cutoff := time.Now().Add(-opts.OlderThan)
-	old := func(lbls map[string]string) bool {
-		// By creation time, or a session's last heartbeat.
-		// A run whose host still refreshes its lease is live, whatever its age.
-		return !session.Keep(r.sessionRoot(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), r.cfg.owner, lbls[port.LabelRunID])
-	}
+	// By creation time, or a session's last heartbeat, unless its host holds the lease.
+	old := func(lbls map[string]string) bool { return session.Stale(r.sessionRoot(), r.cfg.owner, lbls, cutoff) }
 
 	cs, err := r.cli.Containers(ctx, filter)
 	if err != nil {

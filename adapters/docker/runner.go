@@ -141,7 +141,7 @@ func captureOutput(att client.ContainerAttachResult, spec port.RunSpec, res *por
 // cause ("" when the run completed): the exec failed, it was removed under the run
 // (what names it in that message), or it was OOM-killed.
 func (r *Runner) exitResult(ctx context.Context, id string, status int64, res *port.RunResult, stderr *capture.Buffer, spec port.RunSpec, what string) (port.ErrorCode, error) {
-	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
+	if reason, ok := runner.ExecFailed(r.cfg.bridgePath != "", res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
 	// Only a SIGKILLed process can have been OOM-killed; skip the inspect otherwise.
@@ -338,14 +338,6 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
-func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
-		return "", false
-	}
-	return bridgeapi.ExecFailure(tail)
 }
 
 // memSampleInterval is how often a run's memory cgroup is read.

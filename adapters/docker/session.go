@@ -17,7 +17,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/optcheck"
 	"github.com/agentsandbox/sandbox/internal/runner"
-	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/session"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
@@ -52,70 +51,63 @@ type execAPI interface {
 // exposes the ports, ends the session at its lifetime even without a host, and
 // bounds execs. Errors are those of RunOnce before the process runs, plus
 // port.ErrInvalidSpec without a bridge.
-func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
-	if ss, err = session.Check(ss, r.cfg.bridgePath != ""); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := r.check(ctx, ss.RunSpec); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if ss.Image, err = r.ensureImage(ctx, ss.Image); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	entrypoint, err := r.entrypoint(ctx, ss.RunSpec)
-	if err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	// The bridge writes the session's output log, which every handle reads.
-	entrypoint = session.InsertFlags(entrypoint, session.Flags(ss, true))
-	name := containerName(ss.RunID)
-	// The lease is held from before the sandbox exists: another process's Sweep
-	// leaves it alone.
-	st, lease, err := session.PrepareLeased(r.sessionRoot(), name, r.cfg.owner, ss)
-	if err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	lbls := st.Labels
-	cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, lbls, r.cfg.bridgePath)
-	hc.Runtime = r.cfg.runtime
-	for _, m := range st.Mounts(true) {
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
-	}
-	// The session's output is its log (session.LogDir); the daemon's copy is for
-	// `docker logs` only, bounded like it (two files of the log limit).
-	hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
+func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, error) {
+	var entrypoint []string
 	var id string
-	defer func() {
-		if err != nil {
-			// A fresh context: a cancelled caller must not leak the container.
-			if id != "" {
-				r.remove(context.WithoutCancel(ctx), id, ss.RunID)
+	return session.Launch(ctx, ss, session.Steps[*dockerSession]{
+		Op: "docker.Start", Root: r.sessionRoot(), Owner: r.cfg.owner, Bridge: r.cfg.bridgePath != "", Leased: true,
+		Check: func(ctx context.Context, ss *port.SessionSpec) (_ string, err error) {
+			if err := r.check(ctx, ss.RunSpec); err != nil {
+				return "", err
 			}
-			st.Abandon(lease)
-		}
-	}()
-	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
-	if err != nil {
-		if cerr := r.createError(ctx, ss.Image, err); errors.Is(cerr, port.ErrImageNotFound) {
-			return nil, opErr("Start", ss.RunID, cerr)
-		}
-		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)})
-	}
-	id = created.ID
-	s := r.newSession(st.Meta(id, ss), lease)
-	if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
-		s.halt()
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		s.halt()
-		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))})
-	}
-	if err := s.Ready(ctx, s.halt); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, short(id))
-	return s, nil
+			if ss.Image, err = r.ensureImage(ctx, ss.Image); err != nil {
+				return "", err
+			}
+			if entrypoint, err = r.entrypoint(ctx, ss.RunSpec); err != nil {
+				return "", err
+			}
+			// The bridge writes the session's output log, which every handle reads.
+			entrypoint = session.InsertFlags(entrypoint, session.Flags(*ss, true))
+			return containerName(ss.RunID), nil
+		},
+		Create: func(ctx context.Context, ss port.SessionSpec, st session.Setup) error {
+			cfg, hc := sandboxConfig(ss.RunSpec, entrypoint, st.Labels, r.cfg.bridgePath)
+			hc.Runtime = r.cfg.runtime
+			for _, m := range st.Mounts(true) {
+				hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+			}
+			// The session's output is its log (session.LogDir); the daemon's copy is for
+			// `docker logs` only, bounded like it (two files of the log limit).
+			hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": strconv.Itoa(ss.LogLimit), "max-file": "2"}}
+			created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: st.Name, Config: cfg, HostConfig: hc})
+			if err != nil {
+				if cerr := r.createError(ctx, ss.Image, err); errors.Is(cerr, port.ErrImageNotFound) {
+					return cerr
+				}
+				return &port.RunError{Code: port.CodeContainerFailed, Err: classify(err)}
+			}
+			id = created.ID
+			return nil
+		},
+		// A fresh context: a cancelled caller must not leak the container.
+		Remove: func(ctx context.Context, _ session.Setup) { r.remove(ctx, id, ss.RunID) },
+		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (*dockerSession, error) {
+			s := r.newSession(st.Meta(id, ss), st.Lease)
+			if err := s.watch(ctx, container.WaitConditionNextExit); err != nil {
+				s.halt()
+				return nil, err
+			}
+			if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+				s.halt()
+				return nil, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))}
+			}
+			return s, nil
+		},
+		Halt: (*dockerSession).halt,
+		Started: func(*dockerSession) {
+			r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, logattr.Container, short(id))
+		},
+	})
 }
 
 // Attach implements port.SessionRunner.
@@ -128,12 +120,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (port.Session, error) {
 	if c.Config == nil {
 		return nil, opErr("Attach", "", fmt.Errorf("%w: container %s has no config", port.ErrNotFound, short(id)))
 	}
-	m, err := session.ParseLabels(r.cfg.owner, r.sessionRoot(), c.Config.Labels)
-	if err != nil {
-		return nil, opErr("Attach", "", err)
-	}
-	m.ID = c.ID
-	lease, err := session.HoldLease(r.cfg.owner, m.RunID)
+	m, lease, err := session.Reattach(r.cfg.owner, r.sessionRoot(), c.ID, c.Config.Labels)
 	if err != nil {
 		return nil, opErr("Attach", m.RunID, err)
 	}
@@ -218,20 +205,10 @@ func (s *dockerSession) finish(code int, runErr error, timedOut error) {
 		s.Handle.Finish(res, opErr("Session", s.RunID(), runErr))
 		return
 	}
-	errOut := s.StderrTail(256)
-	if reason, ok := execFailed(true, code, errOut); ok && !stopping {
-		fail(port.CodeContainerFailed, errors.New(reason))
+	removed := func() bool { return s.r.removedUnderUs(context.Background(), s.ID()) }
+	if c, cause := s.ExitFailure(code, stopping, removed, nil); c != "" {
+		fail(c, cause)
 		return
-	}
-	if code == 137 && !stopping && s.r.removedUnderUs(context.Background(), s.ID()) {
-		fail(port.CodeInternal, session.RemovedError(code))
-		return
-	}
-	if code == 137 {
-		if _, oom := capture.TrimNotice(errOut, errOut, bridgeapi.OOMNotice); oom {
-			fail(port.CodeOOMKilled, errors.New("memory limit reached"))
-			return
-		}
 	}
 	if dl := s.CurrentDeadline(); !stopping && code == 128+15 && time.Now().After(dl) && !dl.IsZero() {
 		fail(port.CodeTimeout, errors.New("session exceeded its lifetime"))
@@ -332,7 +309,7 @@ func (s *dockerSession) Exec(ctx context.Context, es port.ExecSpec) (*port.ExecR
 		return res, opErr("Exec", s.RunID(), classify(err))
 	}
 	res.ExitCode = ins.ExitCode
-	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+	if reason, ok := runner.ExecFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return res, opErr("Exec", s.RunID(), &port.RunError{Code: port.CodeContainerFailed, Err: errors.New(reason)})
 	}
 	if tail := stderr.Tail(); (res.ExitCode == 143 || res.ExitCode == 137) && strings.Contains(string(tail), bridgeapi.ErrDeadline.Error()) {

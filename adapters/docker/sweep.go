@@ -45,12 +45,10 @@ func sweep(ctx context.Context, cfg config, opts port.SweepOptions) (port.SweepR
 		f = f.Add("label", port.LabelRunID+"="+opts.RunID)
 	}
 	cutoff := time.Now().Add(-opts.OlderThan)
-	old := func(lbls map[string]string) bool {
-		// By creation time, or a session's last heartbeat; a resource with our owner
-		// label but no readable time is ours and broken: sweep it.
-		// A run whose host still refreshes its lease is live, whatever its age.
-		return !session.Keep(cfg.sessionDir(), lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), cfg.owner, lbls[port.LabelRunID])
-	}
+	// By creation time, or a session's last heartbeat, unless its host holds the
+	// lease; a resource with our owner label but no readable time is ours and
+	// broken: sweep it.
+	old := func(lbls map[string]string) bool { return session.Stale(cfg.sessionDir(), cfg.owner, lbls, cutoff) }
 
 	cs, err := cfg.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {

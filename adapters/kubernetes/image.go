@@ -39,11 +39,7 @@ func WithRuntime(name string) Option {
 // images import`, containerd.Runner.LoadImage in namespace k8s.io), or push it to a
 // registry the nodes pull from.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
-	names, err := r.cfg.images.Load(ctx, archive, "the Kubernetes API cannot put an image on its nodes: import it into each node's container runtime (`ctr -n k8s.io images import`, containerd.Runner.LoadImage with WithNamespace(\"k8s.io\"); a node on this host: kubernetes.WithImageLoader, or the target's load=containerd://...), or push it to a registry the nodes pull from")
-	if err != nil {
-		return nil, opErr("LoadImage", "", err)
-	}
-	return names, nil
+	return r.cfg.images.Load(ctx, "kubernetes.LoadImage", archive, "the Kubernetes API cannot put an image on its nodes: import it into each node's container runtime (`ctr -n k8s.io images import`, containerd.Runner.LoadImage with WithNamespace(\"k8s.io\"); a node on this host: kubernetes.WithImageLoader, or the target's load=containerd://...), or push it to a registry the nodes pull from")
 }
 
 // Close closes the image loader the target's load= query opened. The clientset

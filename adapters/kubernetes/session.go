@@ -56,60 +56,45 @@ func (r *Runner) sessionRoot() string { return session.Root(r.cfg.sessionRoot) }
 // configuration (WithConfig: exec streams are not part of a clientset). Errors are
 // those of RunOnce before the agent runs, plus port.ErrInvalidSpec without a bridge
 // and port.ErrUnsupported without host paths or a REST configuration.
-func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (_ port.Session, err error) {
-	if ss, err = session.Check(ss, r.cfg.bridgePath != ""); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := r.sessionsPossible(); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := r.check(ss.RunSpec); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	st, err := session.Prepare(r.sessionRoot(), podName(ss.RunID), r.cfg.owner, ss)
-	if err != nil {
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	ps := podSpec{name: podName(ss.RunID), created: st.Start}
-	root, dir, deadline := st.Root, st.Dir, st.Deadline
-	pod := r.buildSessionPod(ss, ps, dir, deadline)
-	pods := r.cli.CoreV1().Pods(r.cfg.namespace)
-	created := false
-	defer func() {
-		if err != nil {
-			if created {
-				r.cleanup(context.WithoutCancel(ctx), ps.name, false, r.cfg.logger)
+func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, error) {
+	var createdPod *corev1.Pod
+	return session.Launch(ctx, ss, session.Steps[*kubeSession]{
+		Op: "kubernetes.Start", Root: r.sessionRoot(), Owner: r.cfg.owner, Bridge: r.cfg.bridgePath != "",
+		Check: func(ctx context.Context, ss *port.SessionSpec) (string, error) {
+			if err := r.sessionsPossible(); err != nil {
+				return "", err
 			}
-			_ = session.RemoveDir(root, dir)
-		}
-	}()
-	createdPod, err := pods.Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		err = classify(err)
-		if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
-			return nil, opErr("Start", ss.RunID, err)
-		}
-		return nil, opErr("Start", ss.RunID, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("creating the pod: %w", err)})
-	}
-	created = true
-	s := r.newSession(st.Meta(ps.name, ss), execPrefix(createdPod))
-	s.watch(createdPod)
-	if err := s.waitStarted(ctx); err != nil {
-		s.halt()
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	if err := session.WaitSockets(ctx, dir, ss.Expose, s.Done()); err != nil {
-		s.halt()
-		if _, werr := s.Result(); werr != nil {
-			err = fmt.Errorf("%w (%w)", err, werr)
-		}
-		return nil, opErr("Start", ss.RunID, err)
-	}
-	r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, "pod", ps.name)
-	return s, nil
+			if err := r.check(ss.RunSpec); err != nil {
+				return "", err
+			}
+			return podName(ss.RunID), ctx.Err()
+		},
+		Create: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (err error) {
+			pod := r.buildSessionPod(ss, podSpec{name: st.Name, created: st.Start}, st)
+			if createdPod, err = r.cli.CoreV1().Pods(r.cfg.namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				err = classify(err)
+				if errors.Is(err, port.ErrUnavailable) || ctx.Err() != nil {
+					return err
+				}
+				return &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("creating the pod: %w", err)}
+			}
+			return nil
+		},
+		Remove: func(ctx context.Context, st session.Setup) { r.cleanup(ctx, st.Name, false, r.cfg.logger) },
+		Start: func(ctx context.Context, ss port.SessionSpec, st session.Setup) (*kubeSession, error) {
+			s := r.newSession(st.Meta(st.Name, ss), execPrefix(createdPod))
+			s.watch(createdPod)
+			if err := s.waitStarted(ctx); err != nil {
+				s.halt()
+				return nil, err
+			}
+			return s, nil
+		},
+		Halt: (*kubeSession).halt,
+		Started: func(s *kubeSession) {
+			r.cfg.logger.Debug("session started", logattr.RunID, ss.RunID, "pod", s.ID())
+		},
+	})
 }
 
 // sessionsPossible says why this runner cannot hold sessions, if it cannot.
@@ -127,11 +112,11 @@ func (r *Runner) sessionsPossible() error {
 // parts mounted for the bridge's exposed sockets and its output log (which every
 // handle reads), and an init that forwards all output to the node's log (which never
 // blocks the agent).
-func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, dir string, deadline time.Time) *corev1.Pod {
+func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, st session.Setup) *corev1.Pod {
 	pod := r.buildPod(ss.RunSpec, ps)
 	pod.Labels[port.LabelKind] = port.KindSession
 	// Paths and times are no label values: the session's record is in annotations.
-	for k, v := range session.Labels(ss, dir, deadline) {
+	for k, v := range session.Labels(ss, st.Dir, st.Deadline) {
 		pod.Annotations[k] = v
 	}
 	c := &pod.Spec.Containers[0]
@@ -140,14 +125,13 @@ func (r *Runner) buildSessionPod(ss port.SessionSpec, ps podSpec, dir string, de
 		cmd[i+1] = strconv.Itoa(math.MaxInt)
 	}
 	if i := slices.Index(cmd, "--"); i >= 0 {
-		flags := append(append(session.BridgeFlags(ss.Expose), session.OutputFlags(ss.LogLimit)...), session.LogFlags()...)
-		cmd = append(cmd[:i+1:i+1], session.InsertFlags(cmd[i+1:], flags)...)
+		cmd = append(cmd[:i+1:i+1], session.InsertFlags(cmd[i+1:], session.Flags(ss, false))...)
 	}
 	c.Command = cmd
-	pod.Spec.Volumes = append(pod.Spec.Volumes, hostPathVolume("session-expose", session.ExposeDir(dir), corev1.HostPathDirectory),
-		hostPathVolume("session-log", session.LogDir(dir), corev1.HostPathDirectory))
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "session-expose", MountPath: session.ExposeTarget},
-		corev1.VolumeMount{Name: "session-log", MountPath: bridgeapi.SessionLogDir})
+	for _, m := range st.Mounts(false) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, hostPathVolume("session-"+m.Name, m.Source, corev1.HostPathDirectory))
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "session-" + m.Name, MountPath: m.Target})
+	}
 	return pod
 }
 

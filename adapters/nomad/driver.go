@@ -62,10 +62,7 @@ func (driver) Open(ctx context.Context, target *url.URL, cfg port.RuntimeConfig)
 var clusterDriver = runner.ClusterDriver[Option, *Runner]{
 	Name: "nomad", InitName: "the init", BuildInit: BuildInit, DefaultDir: bridge.DefaultDir,
 	Owner: WithOwner, Logger: WithLogger, Runtime: WithRuntime, Bridge: WithBridge, Init: WithInit,
-	Loader: func(l port.ImageLoader, opened func() error) Option {
-		return func(c *config) error { c.images = runner.NodeImages{Loader: l, Opened: opened}; return nil }
-	},
-	New: NewRunner,
+	ImageLoader: WithImageLoader, New: NewRunner,
 }
 
 // Detect implements port.RuntimeDriver: a cluster is never chosen without a target.

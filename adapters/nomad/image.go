@@ -23,11 +23,7 @@ func WithImageLoader(l port.ImageLoader) Option {
 // its nodes, so load it into each client node's Docker engine (`docker load`,
 // docker.Runner.LoadImage) or push it to a registry the nodes pull from.
 func (r *Runner) LoadImage(ctx context.Context, archive io.Reader) ([]string, error) {
-	names, err := r.cfg.images.Load(ctx, archive, "Nomad's API cannot put an image on its client nodes: load it into each node's Docker engine (`docker load`, docker.Runner.LoadImage; a one-machine cluster's is this host's: nomad.WithImageLoader, or the target's load=docker://), or push it to a registry the nodes pull from")
-	if err != nil {
-		return nil, opErr("LoadImage", "", err)
-	}
-	return names, nil
+	return r.cfg.images.Load(ctx, "nomad.LoadImage", archive, "Nomad's API cannot put an image on its client nodes: load it into each node's Docker engine (`docker load`, docker.Runner.LoadImage; a one-machine cluster's is this host's: nomad.WithImageLoader, or the target's load=docker://), or push it to a registry the nodes pull from")
 }
 
 // Close releases the API client's idle connections (unless the client came with

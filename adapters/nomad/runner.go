@@ -371,7 +371,7 @@ func (r *Runner) outcome(alloc *api.Allocation, spec port.RunSpec, res *port.Run
 		return port.CodeContainerFailed, cause
 	}
 	res.ExitCode = term.ExitCode
-	if reason, ok := execFailed(r.cfg.bridgePath != "", res.ExitCode, tailOf(res.Stderr)); ok {
+	if reason, ok := runner.ExecFailed(r.cfg.bridgePath != "", res.ExitCode, tailOf(res.Stderr)); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
 	oom := term.Details["oom_killed"] == "true"
@@ -400,14 +400,6 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
-}
-
-// execFailed reports a command the bridge could not start (see bridgeapi.ExecFailedPrefix).
-func execFailed(bridged bool, exit int, tail []byte) (string, bool) {
-	if !bridged || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
-		return "", false
-	}
-	return bridgeapi.ExecFailure(tail)
 }
 
 // cleanup removes everything a run made: the job (purged), its allocations on their

@@ -20,13 +20,13 @@ type ClusterDriver[O any, R port.Runtime] struct {
 	// or DefaultDir's when the host gives no bridge (bridge.DefaultDir).
 	BuildInit  func(ctx context.Context, dir string) (string, error)
 	DefaultDir func() string
-	// The adapter's WithOwner, WithLogger, WithRuntime, WithBridge and WithInit.
+	// The adapter's WithOwner, WithLogger, WithRuntime, WithBridge, WithInit and
+	// WithImageLoader (a NodeImages.Set: the runner closes the load= runtime it is
+	// given).
 	Owner                 func(string) O
 	Logger                func(*slog.Logger) O
 	Runtime, Bridge, Init func(string) O
-	// Loader is the option that gives the runner the load= runtime and its Close
-	// (a NodeImages).
-	Loader func(loader port.ImageLoader, closeLoader func() error) O
+	ImageLoader           func(port.ImageLoader) O
 	// New is the adapter's NewRunner.
 	New func(...O) (R, error)
 }
@@ -63,7 +63,7 @@ func OpenCluster[O any, R port.Runtime](ctx context.Context, d ClusterDriver[O, 
 		return nil, err
 	}
 	if loader != nil {
-		opts = append(opts, d.Loader(loader, closeLoader))
+		opts = append(opts, d.ImageLoader(openedLoader{ImageLoader: loader, close: closeLoader}))
 	}
 	r, err := d.New(opts...)
 	if err != nil {

@@ -17,22 +17,39 @@ type NodeImages struct {
 	Opened func() error
 }
 
-// Set is an adapter's WithImageLoader: l, which must not be nil.
+// Set is an adapter's WithImageLoader: l, which must not be nil. A loader
+// OpenCluster opened for the runner is the runner's to close.
 func (n *NodeImages) Set(adapter string, l port.ImageLoader) error {
 	if l == nil {
 		return port.Invalidf("%s: image loader is nil", adapter)
+	}
+	if o, ok := l.(openedLoader); ok {
+		n.Loader, n.Opened = o.ImageLoader, o.close
+		return nil
 	}
 	n.Loader = l
 	return nil
 }
 
+// openedLoader is a loader OpenCluster opened for the runner it makes, with its
+// Close.
+type openedLoader struct {
+	port.ImageLoader
+	close func() error
+}
+
 // Load loads archive through the loader; without one it fails with
-// port.ErrUnsupported and why (how to get an image onto the nodes instead).
-func (n *NodeImages) Load(ctx context.Context, archive io.Reader, why string) ([]string, error) {
+// port.ErrUnsupported and why (how to get an image onto the nodes instead). Errors
+// are in a *port.OpError of op ("nomad.LoadImage").
+func (n *NodeImages) Load(ctx context.Context, op string, archive io.Reader, why string) ([]string, error) {
 	if n.Loader == nil {
-		return nil, fmt.Errorf("%w: %s", port.ErrUnsupported, why)
+		return nil, OpErr(op, "", fmt.Errorf("%w: %s", port.ErrUnsupported, why))
 	}
-	return n.Loader.LoadImage(ctx, archive)
+	names, err := n.Loader.LoadImage(ctx, archive)
+	if err != nil {
+		return nil, OpErr(op, "", err)
+	}
+	return names, nil
 }
 
 // Close closes the loader the driver opened, if any.

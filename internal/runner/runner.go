@@ -113,3 +113,13 @@ func EgressPrefix(spec port.RunSpec, prefix []string) []string {
 	}
 	return bridgeapi.WithEgress(prefix)
 }
+
+// ExecFailed reports a command the bridge could not start (bridgeapi.ExecFailure):
+// only a sandbox whose entrypoint is the runner's bridge (bridge) says so, by its
+// exit code (bridgeapi.ExitNotFound, bridgeapi.ExitCannotExec) and stderr's tail.
+func ExecFailed(bridge bool, exit int, tail []byte) (string, bool) {
+	if !bridge || (exit != bridgeapi.ExitNotFound && exit != bridgeapi.ExitCannotExec) {
+		return "", false
+	}
+	return bridgeapi.ExecFailure(tail)
+}

@@ -2,13 +2,16 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/api/bridgeapi"
 	"github.com/agentsandbox/sandbox/internal/logattr"
+	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/port"
 )
@@ -168,6 +171,27 @@ func (h *Handle) BeginExec(es port.ExecSpec) (port.ExecSpec, error) {
 // code is the removal's kill, not the agent's.
 func RemovedError(code int) error {
 	return fmt.Errorf("%w: the session's sandbox was removed while it ran (exit %d is the removal's kill, not the agent's)", port.ErrRemoved, code)
+}
+
+// ExitFailure classifies the exit code of a session's sandbox as RunOnce classifies
+// a run's, in this order: a command the bridge could not start (unless the host is
+// stopping the session), a sandbox removed from under the session (removed, asked
+// only for a kill's 137 the host did not send), the memory limit (a 137 with the
+// bridge's OOM notice, or one oomKilled, if set, reports). "" is the agent's own exit.
+func (h *Handle) ExitFailure(code int, stopping bool, removed, oomKilled func() bool) (port.ErrorCode, error) {
+	tail := h.StderrTail(256)
+	if reason, ok := runner.ExecFailed(true, code, tail); ok && !stopping {
+		return port.CodeContainerFailed, errors.New(reason)
+	}
+	if code == 137 && !stopping && removed() {
+		return port.CodeInternal, RemovedError(code)
+	}
+	if code == 137 {
+		if _, notice := capture.TrimNotice(tail, tail, bridgeapi.OOMNotice); notice || (oomKilled != nil && oomKilled()) {
+			return port.CodeOOMKilled, errors.New("memory limit reached")
+		}
+	}
+	return "", nil
 }
 
 // ExecOutput is an exec's capped output buffers, and the writers its process gets:

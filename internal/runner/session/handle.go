@@ -27,6 +27,22 @@ func HoldLease(owner, runID string) (*runlease.Lease, error) {
 	return l, nil
 }
 
+// Reattach reads back the labels lbls of a session's sandbox id (ParseLabels) and
+// holds the session's lease (HoldLease): what a runtime's Attach needs before it
+// makes the handle. On an error the Meta has the run id once the labels gave one.
+func Reattach(owner, root, id string, lbls map[string]string) (Meta, *runlease.Lease, error) {
+	m, err := ParseLabels(owner, root, lbls)
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	m.ID = id
+	lease, err := HoldLease(owner, m.RunID)
+	if err != nil {
+		return m, nil, err
+	}
+	return m, lease, nil
+}
+
 // Handle is the state every adapter's session shares: identity, the output log, the
 // exit result, the heartbeat loop, the watchers, the lease, the file and socket
 // access, Stop's and Detach's sequence (end.go). Adapters embed it and add Exec and

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
+	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -204,6 +205,13 @@ func Keep(root string, lbls map[string]string, cutoff time.Time) bool {
 	}
 	t, err := time.Parse(time.RFC3339Nano, lbls[port.LabelCreatedAt])
 	return err == nil && t.After(cutoff)
+}
+
+// Stale reports whether a runtime on this host sweeps a resource of owner with
+// these labels given cutoff: Keep does not keep it, and its run's lease is not held
+// (a run whose host still refreshes its lease is live, whatever its age).
+func Stale(root, owner string, lbls map[string]string, cutoff time.Time) bool {
+	return !Keep(root, lbls, cutoff) && !runlease.Held(runlease.DefaultRoot(), owner, lbls[port.LabelRunID])
 }
 
 // RemoveDir removes a session's host directory if it lies under root. NotFound is
