@@ -270,7 +270,11 @@ func (s *pauseSuite) testClockRuns(t *testing.T) {
 // and the bridge inside (which would end the sandbox at its own deadline a little
 // after the host's) both wait for the moved deadline.
 func (s *pauseSuite) testStopClock(t *testing.T) {
-	const life = 4 * time.Second
+	// Long enough that what follows the resume (a wait, 25 ticks, an exec) ends well
+	// before the moved deadline on a loaded machine: with 4 s a slow start left too
+	// little and the exec raced the session's end (runc: "read init-p: connection
+	// reset by peer").
+	const life = 8 * time.Second
 	sess, p, ws := s.startTicking(t, "stopclock", life)
 	ctx := context.Background()
 	first := p.PauseState().Deadline
