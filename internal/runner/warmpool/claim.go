@@ -37,6 +37,9 @@ type Slot struct {
 	Lease, RunLease *runlease.Lease
 }
 
+// Common returns s: how the pool reaches the Slot an adapter's slot embeds.
+func (s *Slot) Common() *Slot { return s }
+
 // ReleaseLeases gives up the slot's leases: it is gone, or a Sweep may have what
 // is left.
 func (s *Slot) ReleaseLeases() {
@@ -72,7 +75,7 @@ type Claim struct {
 
 // Claim starts a run of spec in the claimed slot s: its result says how it started
 // (warm, or pre-booted with the stub's attestation); op names the runner's RunOnce.
-func (p *Pool[S]) Claim(op string, spec port.RunSpec, s *Slot, log *slog.Logger) *Claim {
+func (p *Pool[S, E]) Claim(op string, spec port.RunSpec, s *Slot, log *slog.Logger) *Claim {
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
 	preload := p.tmpl.Preload != nil
