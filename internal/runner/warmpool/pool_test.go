@@ -28,6 +28,7 @@ type poolRig struct {
 	fakes
 	p       *Pool[*fakeSlot, int]
 	made    []port.RunSpec
+	slots   map[int64]*fakeSlot
 	outcome Result // what Run returns (Gone, Broken)
 	ran     []int64
 	cold    []string // the runs sent to the cold path
@@ -37,13 +38,17 @@ type poolRig struct {
 
 func newPoolRig(t *testing.T, tmpl port.PoolTemplate, h Host[*fakeSlot, int]) (*poolRig, error) {
 	t.Helper()
-	g := &poolRig{}
+	g := &poolRig{slots: map[int64]*fakeSlot{}}
 	dir := t.TempDir()
 	h.Admission = Admission{Bridge: true, LateMounts: true, Runtime: "runc", Check: func(port.RunSpec) error { return nil }, DefaultRefill: 1}
 	h.Steps = Steps[*fakeSlot, int]{
 		Slot: func() (*fakeSlot, string) {
 			n := g.next.Add(1)
-			return &fakeSlot{Slot: Slot{Dir: filepath.Join(dir, strconv.FormatInt(n, 10))}, n: n, exit: make(chan int, 1)}, strconv.FormatInt(n, 10)
+			s := &fakeSlot{Slot: Slot{Dir: filepath.Join(dir, strconv.FormatInt(n, 10))}, n: n, exit: make(chan int, 1)}
+			g.mu.Lock()
+			g.slots[n] = s
+			g.mu.Unlock()
+			return s, strconv.FormatInt(n, 10)
 		},
 		Image: func(context.Context, *fakeSlot) error { return nil },
 		Make: func(_ context.Context, s *fakeSlot, spec port.RunSpec, lbls map[string]string, stub Stub) error {
@@ -131,9 +136,10 @@ func TestPoolRoutesRuns(t *testing.T) {
 	// A sandbox that ended before its claim is dropped: the run takes the next one,
 	// or runs cold when there is none yet.
 	g.ready(t)
-	s := <-g.p.Ready()
+	g.mu.Lock()
+	s := g.slots[g.next.Load()] // the one ready: the last made
+	g.mu.Unlock()
 	s.exit <- 137
-	g.p.Ready() <- s
 	if res := run("ended", spec); res.Start == port.StartCold && res.StartNote != "the pool was empty" {
 		t.Errorf("a run offered an ended sandbox: %+v", res)
 	}
