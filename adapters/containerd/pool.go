@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -201,21 +200,14 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	return p.b.RunOnce(ctx, spec)
 }
 
-// run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
-	r := p.r
+// run runs the claimed run in the slot s (warmpool.Steps.Run).
+func (p *Pool) run(ctx context.Context, claim *warmpool.Claim, s *slot) (*warmpool.Result, error) {
+	r, spec := p.r, claim.Spec
 	ctx = r.ns(ctx)
-	c := &claimed{Claim: p.b.Claim("containerd.RunOnce", spec, &s.Slot, r.cfg.logger.With("run_id", spec.RunID, "container", s.id)), p: p, s: s}
+	c := &claimed{Claim: claim, p: p, s: s}
+	c.Log = r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
 	defer ph.End()
-	// The slot is single-use whatever happens from here; removed after the result.
-	var relabel sync.WaitGroup
-	defer func() {
-		r.cleanup.Go(func() {
-			relabel.Wait()
-			p.destroy(s)
-		})
-	}()
 	res := c.Res
 	if !s.started {
 		// Started before it has the run: a start that fails or does not return in time
@@ -228,7 +220,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.R
 	// The run's identity is its labels; its command goes through the claim channel,
 	// closed after it.
 	img := s.img.config
-	msg, failed, err := c.Begin(r.cfg.owner, &relabel, func() { r.labelForRun(s, p.b.Key(), spec, c.Log) },
+	msg, failed, err := c.Begin(func() { r.labelForRun(s, p.b.Key(), spec, c.Log) },
 		append(append([]string(nil), img.Entrypoint...), img.Cmd...), runEnv(spec, s.img), img.WorkingDir)
 	if failed != nil {
 		return failed, err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -221,19 +220,13 @@ func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult,
 	return p.b.RunOnce(ctx, spec)
 }
 
-// run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
-	r := p.r
-	c := &claimed{Claim: p.b.Claim("docker.RunOnce", spec, &s.Slot, r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))), p: p, s: s}
-	var rename sync.WaitGroup
-	defer func() {
-		r.cleanup.Go(func() {
-			rename.Wait()
-			p.destroy(s)
-		})
-	}()
+// run runs the claimed run in the slot s (warmpool.Steps.Run).
+func (p *Pool) run(ctx context.Context, claim *warmpool.Claim, s *slot) (*warmpool.Result, error) {
+	r, spec := p.r, claim.Spec
+	c := &claimed{Claim: claim, p: p, s: s}
+	c.Log = r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
 	// The run's identity is the container's name.
-	msg, failed, err := c.Begin(r.cfg.owner, &rename, func() { r.nameAfterRun(s.id, spec.RunID, c.Log) }, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
+	msg, failed, err := c.Begin(func() { r.nameAfterRun(s.id, spec.RunID, c.Log) }, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
 	if failed != nil {
 		return failed, err
 	}

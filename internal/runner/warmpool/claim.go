@@ -62,8 +62,8 @@ type Claim struct {
 	Spec  port.RunSpec
 	Res   *port.RunResult
 	Start time.Time
-	Run   *runner.Run // the run's failure path (runner.Run.Fail)
-	Log   *slog.Logger
+	Run   *runner.Run  // the run's failure path (runner.Run.Fail)
+	Log   *slog.Logger // set by the adapter's Steps.Run
 	// Stdout and Stderr hold the run's output; Watch finds the stub's exit records
 	// in it (set by Begin).
 	Stdout, Stderr *capture.Buffer
@@ -71,11 +71,13 @@ type Claim struct {
 	Mem            *cgroupmem.Sampler // set by the adapter once the claim is sent
 	slot           *Slot
 	preload        bool
+	owner          string
+	named          sync.WaitGroup // the naming of the sandbox after the run
 }
 
-// Claim starts a run of spec in the claimed slot s: its result says how it started
-// (warm, or pre-booted with the stub's attestation); op names the runner's RunOnce.
-func (p *Pool[S, E]) Claim(op string, spec port.RunSpec, s *Slot, log *slog.Logger) *Claim {
+// claim starts a run of spec in the claimed slot s: its result says how it started
+// (warm, or pre-booted with the stub's attestation).
+func (p *Pool[S, E]) claim(spec port.RunSpec, s *Slot) *Claim {
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
 	preload := p.tmpl.Preload != nil
@@ -83,28 +85,28 @@ func (p *Pool[S, E]) Claim(op string, spec port.RunSpec, s *Slot, log *slog.Logg
 		res.Start, res.PreloadAttestation = port.StartPreloaded, s.Attestation
 	}
 	return &Claim{
-		Spec: spec, Res: res, Start: start, Log: log, slot: s, preload: preload,
-		Run: &runner.Run{Op: op, Spec: spec, Start: start, Result: res},
+		Spec: spec, Res: res, Start: start, slot: s, preload: preload, owner: p.owner,
+		Run: &runner.Run{Op: p.engine + ".RunOnce", Spec: spec, Start: start, Result: res},
 	}
 }
 
-// Begin holds the run's lease for owner, names the sandbox after the run beside it
-// (name, counted on named: the slot's removal waits for it), attaches the run's data
-// on the slot's mount points, and returns the claim line for the image's argv, env
-// and working directory, with the slot's output going to the claim's buffers from
-// here. A failure is the run's (a non-nil result).
-func (c *Claim) Begin(owner string, named *sync.WaitGroup, name func(), argv, env []string, dir string) ([]byte, *Result, error) {
+// Begin holds the run's lease, names the sandbox after the run beside it (name: the
+// slot's removal waits for it), attaches the run's data on the slot's mount points,
+// and returns the claim line for the image's argv, env and working directory, with
+// the slot's output going to the claim's buffers from here. A failure is the run's
+// (a non-nil result).
+func (c *Claim) Begin(name func(), argv, env []string, dir string) ([]byte, *Result, error) {
 	var err error
-	if c.slot.RunLease, err = HoldLease(owner, c.Spec.RunID, runlease.KindRun); err != nil {
+	if c.slot.RunLease, err = HoldLease(c.owner, c.Spec.RunID, runlease.KindRun); err != nil {
 		res, err := c.Fail(port.CodeInternal, err)
 		return nil, res, err
 	}
 
 	// The run's identity, set while the run goes on, so Sweep by run ID finds the
 	// sandbox.
-	named.Add(1)
+	c.named.Add(1)
 	go func() {
-		defer named.Done()
+		defer c.named.Done()
 		name()
 	}()
 

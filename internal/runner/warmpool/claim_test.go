@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
@@ -20,23 +19,23 @@ import (
 // a run to retry cold, its lease given up; a command the runtime lacks is its
 // EntrypointError.
 func TestClaimOfPreloadedSlot(t *testing.T) {
-	p := &Pool[*fakeSlot, int]{tmpl: port.PoolTemplate{Image: "img", Preload: &port.Preload{Argv: []string{"boot"}}}}
+	p := &Pool[*fakeSlot, int]{tmpl: port.PoolTemplate{Image: "img", Preload: &port.Preload{Argv: []string{"boot"}}}, engine: "fake", owner: "warmpool-test"}
 	att := &port.Attestation{}
 	s := &Slot{Dir: t.TempDir(), Stdout: &SwitchWriter{}, Stderr: &SwitchWriter{}, Attestation: att}
 	spec := port.RunSpec{RunID: "warmpool-claim-test", Image: "img"}.WithDefaults()
-	c := p.Claim("fake.RunOnce", spec, s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := p.claim(spec, s)
+	c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if c.Res.Start != port.StartPreloaded || c.Res.PreloadAttestation != att || c.Res.ExitCode != -1 {
 		t.Fatalf("claim's result at its start: %+v", c.Res)
 	}
 
-	var named sync.WaitGroup
 	var wasNamed bool
-	msg, failed, err := c.Begin("warmpool-test", &named, func() { wasNamed = true }, []string{"/agent", "run"}, []string{"A=1"}, "/w")
+	msg, failed, err := c.Begin(func() { wasNamed = true }, []string{"/agent", "run"}, []string{"A=1"}, "/w")
 	if failed != nil || err != nil {
 		t.Fatalf("Begin: %+v, %v", failed, err)
 	}
 	t.Cleanup(s.ReleaseLeases)
-	named.Wait()
+	c.named.Wait()
 	if !wasNamed {
 		t.Error("the sandbox was not named after the run")
 	}

@@ -45,8 +45,9 @@ type Steps[S Slotted, E any] struct {
 	Check func(context.Context, port.RunSpec) error
 	// Cold runs a run on the runner (its cold path).
 	Cold func(context.Context, port.RunSpec) (*port.RunResult, error)
-	// Run runs spec in the claimed sandbox s; the sandbox is the run's to remove.
-	Run func(ctx context.Context, spec port.RunSpec, s S) (*Result, error)
+	// Run runs the claimed run c in s: it sets c.Log, starts the claim (Claim.Begin)
+	// and waits for the run's end. The pool removes s after it.
+	Run func(ctx context.Context, c *Claim, s S) (*Result, error)
 	// Claimed is told whether a run of the pool's shape found a ready sandbox (nil:
 	// nothing to tell).
 	Claimed func(ctx context.Context, warm bool)
@@ -247,7 +248,14 @@ func (p *Pool[S, E]) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunR
 	p.k.Warm.Add(1)
 	defer p.k.Done()
 	p.claimed(ctx, true)
-	res, err := p.steps.Run(ctx, spec, s)
+	c := p.claim(spec, s.Common())
+	res, err := p.steps.Run(ctx, c, s)
+	// The slot is single-use whatever happened: removed once the run and its naming
+	// are over.
+	p.cleanup.Go(func() {
+		c.named.Wait()
+		p.steps.Destroy(s)
+	})
 	if res != nil && res.Broken != "" {
 		// The sandbox could not be started at the claim: nothing of the run ran in
 		// it, and it never will (it gets no claim). Run it cold, and say so.

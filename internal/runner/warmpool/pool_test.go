@@ -73,9 +73,8 @@ func newPoolRig(t *testing.T, tmpl port.PoolTemplate, h Host[*fakeSlot, int]) (*
 			g.cold = append(g.cold, spec.RunID)
 			return &port.RunResult{}, nil
 		},
-		Run: func(_ context.Context, _ port.RunSpec, s *fakeSlot) (*Result, error) {
+		Run: func(_ context.Context, _ *Claim, s *fakeSlot) (*Result, error) {
 			g.ran = append(g.ran, s.n)
-			g.remove(s) // the run's to remove
 			out := g.outcome
 			out.RunResult = &port.RunResult{Start: port.StartWarm}
 			return &out, nil
