@@ -32,9 +32,9 @@ type Steps[S Slotted, E any] struct {
 	// Make creates (and, as the runtime does, starts) s's sandbox of spec with
 	// labels and the stub as its process; its output goes to s's switches.
 	Make func(ctx context.Context, s S, spec port.RunSpec, labels map[string]string, stub Stub) error
-	// Exit is the channel s's sandbox's end comes on, once; Code is an end's exit
-	// code.
+	// Exit is the channel s's sandbox's end comes on, once.
 	Exit func(s S) <-chan E
+	// Code is the exit code an end carries.
 	Code func(E) int
 	// Destroy removes a sandbox whatever its state.
 	Destroy func(S)
@@ -78,8 +78,10 @@ type Host[S Slotted, E any] struct {
 	// CleanupTimeout bounds a sandbox's creation once begun, even when the pool
 	// closes meanwhile.
 	CleanupTimeout time.Duration
-	Cleanup        *bgclean.Queue // where used sandboxes' removals queue
-	Logger         *slog.Logger
+	// Cleanup is the runner's queue of background removals.
+	Cleanup *bgclean.Queue
+	// Logger takes the failures of the pool's refills.
+	Logger *slog.Logger
 }
 
 // Pool is the part of a Docker or containerd warm pool that does not depend on the
@@ -274,6 +276,7 @@ func (p *Pool[S, E]) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunR
 	return res.RunResult, err
 }
 
+// claimed tells Steps.Claimed, when given, whether a run found a ready sandbox.
 func (p *Pool[S, E]) claimed(ctx context.Context, warm bool) {
 	if p.steps.Claimed != nil {
 		p.steps.Claimed(ctx, warm)
