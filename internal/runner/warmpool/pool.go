@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
+	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
+	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
 	"github.com/agentsandbox/sandbox/port"
 )
 
@@ -59,6 +63,46 @@ type Steps[S Slotted, E any] struct {
 // Slotted is an adapter's slot: it embeds Slot.
 type Slotted interface {
 	Common() *Slot
+}
+
+// Slot is what every pooled sandbox has, whatever its runtime; an adapter's slot
+// embeds it.
+type Slot struct {
+	// Dir is the slot's host directory: its mount points.
+	Dir string
+	// Stdout and Stderr are the sandbox's output, the run's once claimed.
+	Stdout, Stderr *SwitchWriter
+	// Attestation is what the stub reported once its pre-booted runtime was ready
+	// (nil without Preload).
+	Attestation *port.Attestation
+	// Exited says the sandbox's exit was seen.
+	Exited atomic.Bool
+	// Mem is the sandbox's memory cgroup, sampled from the claim.
+	Mem cgroupmem.Paths
+	// Lease is the slot's own run lease (its pool label's run ID) from creation,
+	// RunLease the claiming run's from the claim, both held until the slot is
+	// removed, so another process's Sweep of the owner leaves a live pool's
+	// sandboxes alone.
+	Lease, RunLease *runlease.Lease
+}
+
+// Common returns s: how the pool reaches the Slot an adapter's slot embeds.
+func (s *Slot) Common() *Slot { return s }
+
+// ReleaseLeases gives up the slot's leases: it is gone, or a Sweep may have what
+// is left.
+func (s *Slot) ReleaseLeases() {
+	s.Lease.Release()
+	s.RunLease.Release()
+}
+
+// Removed ends the removal of a slot whose sandbox is gone: the mounts on its
+// directory and the directory (what fails stays for Sweep), then its leases.
+func (s *Slot) Removed(log *slog.Logger) {
+	if err := slotmount.RemoveDir(s.Dir); err != nil {
+		log.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.Dir, logattr.Err, err)
+	}
+	s.ReleaseLeases()
 }
 
 // Host is what a runner tells NewPool about itself.
