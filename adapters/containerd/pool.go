@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -23,7 +22,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
-	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/internal/telemetry"
 	"github.com/agentsandbox/sandbox/port"
@@ -32,10 +30,10 @@ import (
 // Labels of a pooled sandbox, besides the usual ones.
 const (
 	// LabelPool is the key of the template a pooled sandbox was made for.
-	LabelPool = port.LabelPrefix + "pool"
+	LabelPool = warmpool.LabelPool
 	// LabelSlotDir is a pooled sandbox's host directory (its mount points), which
 	// Sweep unmounts and removes with the container.
-	LabelSlotDir = port.LabelPrefix + "slot-dir"
+	LabelSlotDir = warmpool.LabelSlotDir
 )
 
 // DefaultPoolRefillConcurrency is PoolOptions.RefillConcurrency's default.
@@ -54,7 +52,7 @@ var _ port.Pooler = (*Runner)(nil)
 // the run, as a cold one is, and the pool refilled. See docs/warm-pools-and-runtimes.md.
 type Pool struct {
 	r    *Runner
-	b    *warmpool.Pool[*slot]
+	b    *warmpool.Pool[*slot, client.ExitStatus]
 	tmpl port.PoolTemplate // b's, as admitted
 	// ready is the keeper's queue of the sandboxes ready for a claim, size the
 	// pool's size.
@@ -87,14 +85,18 @@ func (r *Runner) WarmPool(ctx context.Context, tmpl port.PoolTemplate, opts port
 // NewPool is WarmPool returning the concrete type.
 func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
 	p := &Pool{r: r}
-	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot]{
+	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot, client.ExitStatus]{
 		Admission: warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: r.propagatesMounts(),
 			Runtime: r.Runtime(), Check: r.check, DefaultRefill: DefaultPoolRefillConcurrency},
-		Steps: warmpool.Steps[*slot]{New: p.newSlot, Destroy: p.destroy, Ended: endedBeforeClaim,
-			Check: func(_ context.Context, spec port.RunSpec) error { return r.check(spec) }, Cold: r.RunOnce, Run: p.run,
+		Steps: warmpool.Steps[*slot, client.ExitStatus]{Slot: p.beginSlot, Image: p.slotImage, Make: p.makeSlot,
+			Exit:    func(s *slot) <-chan client.ExitStatus { return s.statusC },
+			Code:    func(st client.ExitStatus) int { return int(st.ExitCode()) },
+			Destroy: p.destroy,
+			Check:   func(_ context.Context, spec port.RunSpec) error { return r.check(spec) }, Cold: r.RunOnce, Run: p.run,
 			Claimed: func(ctx context.Context, warm bool) { telemetry.Or(r.cfg.tel).PoolClaim(ctx, "containerd", warm) },
 			Closed:  func() { p.unobserve(); r.pools.Remove(p) }},
-		Engine: "containerd", Supported: poolSupported, Base: r.ns(context.Background()), Cleanup: r.cleanup, Logger: r.cfg.logger,
+		Engine: "containerd", Supported: poolSupported, Owner: r.cfg.owner, Bridge: bridgeTarget, Base: r.ns(context.Background()),
+		CleanupTimeout: r.cfg.cleanupTimeout, Cleanup: r.cleanup, Logger: r.cfg.logger,
 	})
 	if err != nil {
 		return nil, err
@@ -119,71 +121,33 @@ func (p *Pool) Template() port.PoolTemplate { return p.b.Template() }
 // Stats implements port.Pool.
 func (p *Pool) Stats() port.PoolStats { return p.b.Stats() }
 
-// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
-// removals waited for (until ctx ends). Runs in progress finish.
-func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
-
-// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
-// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
-func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	return p.b.RunOnce(ctx, spec)
-}
-
-// endedBeforeClaim reports whether s's task ended before its claim, and how: such
-// a sandbox is no sandbox to run in, started or not.
-func endedBeforeClaim(s *slot) (int, bool) {
-	select {
-	case st := <-s.statusC:
-		s.Exited.Store(true)
-		return int(st.ExitCode()), true
-	default:
-		return 0, false
-	}
-}
-
-// newSlot creates one sandbox of the template, not started. It runs to the end even
-// when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
-// behind when it fails.
-func (p *Pool) newSlot() (_ *slot, err error) {
+// beginSlot names a new slot and gives it its directory.
+func (p *Pool) beginSlot() (*slot, string) {
 	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.b.Ctx()), r.cfg.cleanupTimeout)
-	defer cancel()
 	id := poolIDPrefix(r.cfg.namespace, r.cfg.owner) + randHex(6)
-	s := &slot{Slot: warmpool.Slot{Dir: filepath.Join(r.poolDir(), id)}, id: id}
-	defer func() {
-		if err != nil {
-			p.destroy(s) // the slot as far as it got (a named result would be nil here)
-		}
-	}()
-	img, err := r.imageInfo(ctx, p.tmpl.Image)
+	return &slot{Slot: warmpool.Slot{Dir: filepath.Join(r.poolDir(), id)}, id: id}, id[len("agentsandbox-pool-"):]
+}
+
+// slotImage takes the template's image (unpacked): a run's config is its.
+func (p *Pool) slotImage(ctx context.Context, s *slot) (err error) {
+	s.img, err = p.r.imageInfo(ctx, p.tmpl.Image)
+	return err
+}
+
+// makeSlot creates a slot's task, its stdin the claim channel, and starts it when the
+// pool starts its stubs or the stub pre-boots a runtime; else it starts at the claim.
+func (p *Pool) makeSlot(ctx context.Context, s *slot, spec port.RunSpec, lbls map[string]string, stub warmpool.Stub) (err error) {
+	r := p.r
+	s.container, err = r.create(ctx, s.id, spec, s.img, lbls, withSlotMounts(s.Dir), withStub(stub.Argv))
 	if err != nil {
-		return nil, err
-	}
-	s.img = img
-	spec := p.tmpl.Spec("pool-" + id[len("agentsandbox-pool-"):])
-	if s.Lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
-		return nil, err
-	}
-	if err := warmpool.MakeSlotDirs(s.Dir, &spec); err != nil {
-		return nil, err
-	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.b.Key(), LabelSlotDir: s.Dir}, time.Now())
-	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
-	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
-	s.container, err = r.create(ctx, id, spec.ColdSpec(), img, lbls, withSlotMounts(s.Dir), withStub(stub.Argv))
-	if err != nil {
-		return nil, err
+		return err
 	}
 	in, claim := io.Pipe()
 	s.claim = claim
-	s.Stdout, s.Stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
-	if stub.Status != nil {
-		s.Stdout.Set(stub.Status)
-	}
 	task, err := s.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(in, s.Stdout, s.Stderr)))
 	if err != nil {
 		_ = claim.Close()
-		return nil, fmt.Errorf("create task: %w", classify(err))
+		return fmt.Errorf("create task: %w", classify(err))
 	}
 	s.task = task
 	// The shim keeps a writer of its own on the stub's stdin FIFO, so that the stream
@@ -192,29 +156,20 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	// dies. A slot then ends by itself (and its pre-booted runtime with it) instead
 	// of waiting for a claim that can no longer come.
 	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
-		return nil, fmt.Errorf("close the shim's stdin writer: %w", classify(err))
+		return fmt.Errorf("close the shim's stdin writer: %w", classify(err))
 	}
 	s.Mem, _ = cgroupmem.ForPID(int(task.Pid()))
 	if s.statusC, err = task.Wait(context.WithoutCancel(ctx)); err != nil {
-		return nil, fmt.Errorf("wait: %w", classify(err))
+		return fmt.Errorf("wait: %w", classify(err))
 	}
 	// A pre-booted runtime boots before the claim: its stub always starts now.
 	if r.cfg.poolStarted || stub.Status != nil {
 		if err := task.Start(ctx); err != nil {
-			return nil, fmt.Errorf("start: %w", classify(err))
+			return fmt.Errorf("start: %w", classify(err))
 		}
 		s.started = true
 	}
-	if stub.Status != nil {
-		// Ready only once the runtime is: the stub's status line, or its end.
-		att, exited, err := warmpool.AwaitReady(p.b.Ctx(), stub, s.statusC)
-		if err != nil {
-			s.Exited.Store(exited)
-			return nil, err
-		}
-		s.Attestation = att
-	}
-	return s, nil
+	return nil
 }
 
 // withSlotMounts makes the sandbox's mounts of the slot's directories rslave, so the
@@ -239,21 +194,20 @@ func withStub(args []string) oci.SpecOpts {
 	}
 }
 
-// run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
-	r := p.r
+// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
+// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
+func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return p.b.RunOnce(ctx, spec)
+}
+
+// run runs the claimed run in the slot s (warmpool.Steps.Run).
+func (p *Pool) run(ctx context.Context, claim *warmpool.Claim, s *slot) (*warmpool.Result, error) {
+	r, spec := p.r, claim.Spec
 	ctx = r.ns(ctx)
-	c := &claimed{Claim: p.b.Claim("containerd.RunOnce", spec, &s.Slot, r.cfg.logger.With("run_id", spec.RunID, "container", s.id)), p: p, s: s}
+	c := &claimed{Claim: claim, p: p, s: s}
+	c.Log = r.cfg.logger.With("run_id", spec.RunID, "container", s.id)
 	ph := telemetry.StartPhases(ctx, "sandbox.claim", telemetry.Runtime.String("containerd"), telemetry.PoolClaim.String("warm"))
 	defer ph.End()
-	// The slot is single-use whatever happens from here; removed after the result.
-	var relabel sync.WaitGroup
-	defer func() {
-		r.cleanup.Go(func() {
-			relabel.Wait()
-			p.destroy(s)
-		})
-	}()
 	res := c.Res
 	if !s.started {
 		// Started before it has the run: a start that fails or does not return in time
@@ -266,7 +220,7 @@ func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.R
 	// The run's identity is its labels; its command goes through the claim channel,
 	// closed after it.
 	img := s.img.config
-	msg, failed, err := c.Begin(r.cfg.owner, &relabel, func() { r.labelForRun(s, p.b.Key(), spec, c.Log) },
+	msg, failed, err := c.Begin(func() { r.labelForRun(s, p.b.Key(), spec, c.Log) },
 		append(append([]string(nil), img.Entrypoint...), img.Cmd...), runEnv(spec, s.img), img.WorkingDir)
 	if failed != nil {
 		return failed, err
@@ -452,6 +406,10 @@ func (p *Pool) destroy(s *slot) {
 	}
 	s.Removed(r.cfg.logger)
 }
+
+// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
+// removals waited for (until ctx ends). Runs in progress finish.
+func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
 
 // poolIDPrefix starts the container id of every slot of owner's pools. The id names
 // the slot's stdio FIFOs under FIFORoot, which carry no labels: the owner's tag in it

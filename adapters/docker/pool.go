@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -18,7 +17,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/imagepull"
-	"github.com/agentsandbox/sandbox/internal/runner/runlease"
 	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
 	"github.com/agentsandbox/sandbox/internal/runner/warmpool"
 	"github.com/agentsandbox/sandbox/port"
@@ -28,10 +26,10 @@ import (
 // adapter's).
 const (
 	// LabelPool is the key of the template a pooled sandbox was made for.
-	LabelPool = port.LabelPrefix + "pool"
+	LabelPool = warmpool.LabelPool
 	// LabelSlotDir is a pooled sandbox's host directory (its mount points), which
 	// Sweep unmounts and removes with the container.
-	LabelSlotDir = port.LabelPrefix + "slot-dir"
+	LabelSlotDir = warmpool.LabelSlotDir
 )
 
 // DefaultPoolDir holds the host directories of pooled sandboxes (see WithPoolDir).
@@ -60,7 +58,7 @@ var _ port.Pooler = (*Runner)(nil)
 // Stats.Other): a created container's labels and network cannot change.
 type Pool struct {
 	r    *Runner
-	b    *warmpool.Pool[*slot]
+	b    *warmpool.Pool[*slot, exitStatus]
 	tmpl port.PoolTemplate // b's, as admitted
 	// ready is the keeper's queue of the sandboxes ready for a claim, size the
 	// pool's size.
@@ -73,6 +71,7 @@ var _ port.Pool = (*Pool)(nil)
 // slot is one pre-created, started sandbox.
 type slot struct {
 	warmpool.Slot
+	name   string // the container's name until its run
 	id     string // container ID
 	img    imageConfig
 	att    *client.HijackedResponse // stdin (the claim channel), stdout and stderr
@@ -107,12 +106,14 @@ func (r *Runner) WarmPool(ctx context.Context, tmpl port.PoolTemplate, opts port
 // NewPool is WarmPool returning the concrete type.
 func (r *Runner) NewPool(_ context.Context, tmpl port.PoolTemplate, opts port.PoolOptions) (*Pool, error) {
 	p := &Pool{r: r}
-	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot]{
+	b, err := warmpool.NewPool(tmpl, opts, warmpool.Host[*slot, exitStatus]{
 		Admission: warmpool.Admission{Bridge: r.cfg.bridgePath != "", LateMounts: !IsGVisor(r.Runtime()),
 			Runtime: r.Runtime(), Check: func(s port.RunSpec) error { return s.Validate() }, DefaultRefill: DefaultPoolRefillConcurrency},
-		Steps: warmpool.Steps[*slot]{New: p.newSlot, Destroy: p.destroy, Ended: endedBeforeClaim, Fits: fitsSlot,
+		Steps: warmpool.Steps[*slot, exitStatus]{Slot: p.beginSlot, Image: p.slotImage, Make: p.makeSlot,
+			Exit: func(s *slot) <-chan exitStatus { return s.exit }, Code: exitCode, Destroy: p.destroy, Fits: fitsSlot,
 			Check: r.check, Cold: r.RunOnce, Run: p.run, Closed: func() { r.pools.Remove(p) }},
-		Engine: "docker", Supported: slotmount.Supported, Base: context.Background(), Cleanup: r.cleanup, Logger: r.cfg.logger,
+		Engine: "docker", Supported: slotmount.Supported, Owner: r.cfg.owner, Bridge: bridgeTarget, Base: context.Background(),
+		CleanupTimeout: r.cfg.cleanupTimeout, Cleanup: r.cleanup, Logger: r.cfg.logger,
 	})
 	if err != nil {
 		return nil, err
@@ -130,71 +131,46 @@ func (p *Pool) Template() port.PoolTemplate { return p.b.Template() }
 // Stats implements port.Pool.
 func (p *Pool) Stats() port.PoolStats { return p.b.Stats() }
 
-// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
-// removals waited for (until ctx ends). Runs in progress finish.
-func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
-
-// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
-// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
-func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
-	return p.b.RunOnce(ctx, spec)
-}
-
 // fitsSlot says whether a run of the template's shape can take a pooled sandbox: not
 // with labels of its own or an internal network, which a created container cannot
 // change.
 func fitsSlot(spec port.RunSpec) bool { return len(spec.Labels) == 0 && spec.Network.Internal == "" }
 
-// endedBeforeClaim reports whether s's container exited before its claim, and how.
-func endedBeforeClaim(s *slot) (int, bool) {
-	select {
-	case st := <-s.exit:
-		s.Exited.Store(true)
-		code := -1
-		if st.err == nil {
-			code = int(st.res.StatusCode)
-		}
-		return code, true
-	default:
-		return 0, false
+// exitCode is a wait's exit code, -1 for a failed wait.
+func exitCode(st exitStatus) int {
+	if st.err != nil {
+		return -1
 	}
+	return int(st.res.StatusCode)
 }
 
-// newSlot creates and starts one sandbox of the template. It runs to the end even
-// when the pool closes meanwhile (bounded by the cleanup timeout), and leaves nothing
-// behind when it fails.
-func (p *Pool) newSlot() (_ *slot, err error) {
-	r := p.r
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.b.Ctx()), r.cfg.cleanupTimeout)
-	defer cancel()
+// beginSlot names a new slot and gives it its directory.
+func (p *Pool) beginSlot() (*slot, string) {
 	name := poolNamePrefix + randHex(6)
-	s := &slot{Slot: warmpool.Slot{Dir: filepath.Join(r.poolDir(), name)}}
-	defer func() {
-		if err != nil {
-			p.destroy(s) // the slot as far as it got (a named result would be nil here)
-		}
-	}()
+	return &slot{Slot: warmpool.Slot{Dir: filepath.Join(p.r.poolDir(), name)}, name: name}, name[len(poolNamePrefix):]
+}
+
+// slotImage takes what a run needs of the template's image.
+func (p *Pool) slotImage(ctx context.Context, s *slot) error {
+	r := p.r
 	ins, err := r.cfg.api.ImageInspect(ctx, p.tmpl.Image)
 	if err != nil {
 		if cerr := classify(err); !errors.Is(cerr, port.ErrNotFound) {
-			return nil, fmt.Errorf("image %q: %w", p.tmpl.Image, cerr)
+			return fmt.Errorf("image %q: %w", p.tmpl.Image, cerr)
 		}
-		return nil, imagepull.Missing(p.tmpl.Image, "Docker", r.cfg.pullPolicy, nil)
+		return imagepull.Missing(p.tmpl.Image, "Docker", r.cfg.pullPolicy, nil)
 	}
 	if c := ins.Config; c != nil {
 		s.img = imageConfig{argv: append(append([]string(nil), c.Entrypoint...), c.Cmd...), env: c.Env, dir: c.WorkingDir}
 	}
-	spec := p.tmpl.Spec("pool-" + name[len(poolNamePrefix):])
-	if s.Lease, err = warmpool.HoldLease(r.cfg.owner, spec.RunID, runlease.KindSlot); err != nil {
-		return nil, err
-	}
-	if err := warmpool.MakeSlotDirs(s.Dir, &spec); err != nil {
-		return nil, err
-	}
-	lbls := runner.ResourceLabels(r.cfg.owner, spec.RunID, port.KindPool, map[string]string{LabelPool: p.b.Key(), LabelSlotDir: s.Dir}, time.Now())
-	stub := warmpool.NewStub(bridgeTarget, p.tmpl.Preload)
-	// The runtime's own mounts (Preload.Mounts) are there from the start, read-only.
-	cfg, hc := sandboxConfig(spec.ColdSpec(), stub.Argv, lbls, r.cfg.bridgePath)
+	return nil
+}
+
+// makeSlot creates and starts a slot's sandbox: a container whose mounts of the slot's
+// directories are rslave, attached (stdin is the claim channel) and waited on.
+func (p *Pool) makeSlot(ctx context.Context, s *slot, spec port.RunSpec, lbls map[string]string, stub warmpool.Stub) error {
+	r := p.r
+	cfg, hc := sandboxConfig(spec, stub.Argv, lbls, r.cfg.bridgePath)
 	hc.Runtime = r.cfg.runtime
 	for i, m := range hc.Mounts {
 		if m.Type == mount.TypeBind && strings.HasPrefix(m.Source, s.Dir+"/") {
@@ -204,20 +180,16 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 	// The stub's stdin is the claim channel: kept open by our attach until the claim,
 	// closed after it (StdinOnce). A host that dies closes it too, and the stub exits.
 	cfg.OpenStdin, cfg.StdinOnce, cfg.AttachStdin = true, true, true
-	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
+	created, err := r.cfg.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: s.name, Config: cfg, HostConfig: hc})
 	if err != nil {
-		return nil, fmt.Errorf("create: %w", r.createError(ctx, p.tmpl.Image, err))
+		return fmt.Errorf("create: %w", r.createError(ctx, p.tmpl.Image, err))
 	}
 	s.id = created.ID
 	att, err := r.cfg.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return nil, fmt.Errorf("attach: %w", classify(err))
+		return fmt.Errorf("attach: %w", classify(err))
 	}
 	s.att = &att.HijackedResponse
-	s.Stdout, s.Stderr = &warmpool.SwitchWriter{}, &warmpool.SwitchWriter{}
-	if stub.Status != nil {
-		s.Stdout.Set(stub.Status)
-	}
 	s.copied = make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(s.Stdout, s.Stderr, s.att.Reader)
@@ -236,34 +208,25 @@ func (p *Pool) newSlot() (_ *slot, err error) {
 		}
 	}()
 	if _, err := r.cfg.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
-		return nil, fmt.Errorf("start: %w", classify(err))
+		return fmt.Errorf("start: %w", classify(err))
 	}
 	s.Mem, _ = cgroupmem.ForPID(r.pid(ctx, s.id))
-	if stub.Status != nil {
-		// Ready only once the runtime is: the stub's status line, or its end.
-		att, exited, err := warmpool.AwaitReady(p.b.Ctx(), stub, s.exit)
-		if err != nil {
-			s.Exited.Store(exited)
-			return nil, err
-		}
-		s.Attestation = att
-	}
-	return s, nil
+	return nil
 }
 
-// run runs spec in the claimed slot s.
-func (p *Pool) run(ctx context.Context, spec port.RunSpec, s *slot) (*warmpool.Result, error) {
-	r := p.r
-	c := &claimed{Claim: p.b.Claim("docker.RunOnce", spec, &s.Slot, r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))), p: p, s: s}
-	var rename sync.WaitGroup
-	defer func() {
-		r.cleanup.Go(func() {
-			rename.Wait()
-			p.destroy(s)
-		})
-	}()
+// RunOnce implements port.SandboxRunner: a run of the pool's shape takes a ready
+// sandbox, any other run (or one that finds the pool empty) runs cold on the runner.
+func (p *Pool) RunOnce(ctx context.Context, spec port.RunSpec) (*port.RunResult, error) {
+	return p.b.RunOnce(ctx, spec)
+}
+
+// run runs the claimed run in the slot s (warmpool.Steps.Run).
+func (p *Pool) run(ctx context.Context, claim *warmpool.Claim, s *slot) (*warmpool.Result, error) {
+	r, spec := p.r, claim.Spec
+	c := &claimed{Claim: claim, p: p, s: s}
+	c.Log = r.cfg.logger.With(logattr.RunID, spec.RunID, logattr.Container, short(s.id))
 	// The run's identity is the container's name.
-	msg, failed, err := c.Begin(r.cfg.owner, &rename, func() { r.nameAfterRun(s.id, spec.RunID, c.Log) }, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
+	msg, failed, err := c.Begin(func() { r.nameAfterRun(s.id, spec.RunID, c.Log) }, s.img.argv, claimEnv(spec, s.img.env), s.img.dir)
 	if failed != nil {
 		return failed, err
 	}
@@ -435,6 +398,10 @@ func (p *Pool) release(s *slot) {
 		s.stop()
 	}
 }
+
+// Close implements port.Pool: no more refills, ready sandboxes removed, used ones'
+// removals waited for (until ctx ends). Runs in progress finish.
+func (p *Pool) Close(ctx context.Context) error { return p.b.Close(ctx) }
 
 // poolDir is where slot directories live: one per pooled sandbox, named after it.
 func (r *Runner) poolDir() string {

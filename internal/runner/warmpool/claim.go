@@ -3,55 +3,15 @@ package warmpool
 import (
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentsandbox/sandbox/api/bridgeapi"
-	"github.com/agentsandbox/sandbox/internal/logattr"
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/capture"
 	"github.com/agentsandbox/sandbox/internal/runner/cgroupmem"
 	"github.com/agentsandbox/sandbox/internal/runner/runlease"
-	"github.com/agentsandbox/sandbox/internal/runner/slotmount"
 	"github.com/agentsandbox/sandbox/port"
 )
-
-// Slot is what every pooled sandbox has, whatever its runtime; an adapter's slot
-// embeds it.
-type Slot struct {
-	// Dir is the slot's host directory: its mount points.
-	Dir string
-	// Stdout and Stderr are the sandbox's output, the run's once claimed.
-	Stdout, Stderr *SwitchWriter
-	// Attestation is what the stub reported once its pre-booted runtime was ready
-	// (nil without Preload).
-	Attestation *port.Attestation
-	// Exited says the sandbox's exit was seen.
-	Exited atomic.Bool
-	// Mem is the sandbox's memory cgroup, sampled from the claim.
-	Mem cgroupmem.Paths
-	// Lease is the slot's own run lease (its pool label's run ID) from creation,
-	// RunLease the claiming run's from the claim, both held until the slot is
-	// removed, so another process's Sweep of the owner leaves a live pool's
-	// sandboxes alone.
-	Lease, RunLease *runlease.Lease
-}
-
-// ReleaseLeases gives up the slot's leases: it is gone, or a Sweep may have what
-// is left.
-func (s *Slot) ReleaseLeases() {
-	s.Lease.Release()
-	s.RunLease.Release()
-}
-
-// Removed ends the removal of a slot whose sandbox is gone: the mounts on its
-// directory and the directory (what fails stays for Sweep), then its leases.
-func (s *Slot) Removed(log *slog.Logger) {
-	if err := slotmount.RemoveDir(s.Dir); err != nil {
-		log.Error("removing a pooled sandbox's directory failed; a Sweep will retry", "dir", s.Dir, logattr.Err, err)
-	}
-	s.ReleaseLeases()
-}
 
 // Claim is a run in a claimed slot: its result as it grows, its output, and what
 // watches its end.
@@ -59,8 +19,8 @@ type Claim struct {
 	Spec  port.RunSpec
 	Res   *port.RunResult
 	Start time.Time
-	Run   *runner.Run // the run's failure path (runner.Run.Fail)
-	Log   *slog.Logger
+	Run   *runner.Run  // the run's failure path (runner.Run.Fail)
+	Log   *slog.Logger // set by the adapter's Steps.Run
 	// Stdout and Stderr hold the run's output; Watch finds the stub's exit records
 	// in it (set by Begin).
 	Stdout, Stderr *capture.Buffer
@@ -68,11 +28,13 @@ type Claim struct {
 	Mem            *cgroupmem.Sampler // set by the adapter once the claim is sent
 	slot           *Slot
 	preload        bool
+	owner          string
+	named          sync.WaitGroup // the naming of the sandbox after the run
 }
 
-// Claim starts a run of spec in the claimed slot s: its result says how it started
-// (warm, or pre-booted with the stub's attestation); op names the runner's RunOnce.
-func (p *Pool[S]) Claim(op string, spec port.RunSpec, s *Slot, log *slog.Logger) *Claim {
+// claim starts a run of spec in the claimed slot s: its result says how it started
+// (warm, or pre-booted with the stub's attestation).
+func (p *Pool[S, E]) claim(spec port.RunSpec, s *Slot) *Claim {
 	start := time.Now()
 	res := &port.RunResult{ExitCode: -1, Start: port.StartWarm}
 	preload := p.tmpl.Preload != nil
@@ -80,28 +42,28 @@ func (p *Pool[S]) Claim(op string, spec port.RunSpec, s *Slot, log *slog.Logger)
 		res.Start, res.PreloadAttestation = port.StartPreloaded, s.Attestation
 	}
 	return &Claim{
-		Spec: spec, Res: res, Start: start, Log: log, slot: s, preload: preload,
-		Run: &runner.Run{Op: op, Spec: spec, Start: start, Result: res},
+		Spec: spec, Res: res, Start: start, slot: s, preload: preload, owner: p.owner,
+		Run: &runner.Run{Op: p.engine + ".RunOnce", Spec: spec, Start: start, Result: res},
 	}
 }
 
-// Begin holds the run's lease for owner, names the sandbox after the run beside it
-// (name, counted on named: the slot's removal waits for it), attaches the run's data
-// on the slot's mount points, and returns the claim line for the image's argv, env
-// and working directory, with the slot's output going to the claim's buffers from
-// here. A failure is the run's (a non-nil result).
-func (c *Claim) Begin(owner string, named *sync.WaitGroup, name func(), argv, env []string, dir string) ([]byte, *Result, error) {
+// Begin holds the run's lease, names the sandbox after the run beside it (name: the
+// slot's removal waits for it), attaches the run's data on the slot's mount points,
+// and returns the claim line for the image's argv, env and working directory, with
+// the slot's output going to the claim's buffers from here. A failure is the run's
+// (a non-nil result).
+func (c *Claim) Begin(name func(), argv, env []string, dir string) ([]byte, *Result, error) {
 	var err error
-	if c.slot.RunLease, err = HoldLease(owner, c.Spec.RunID, runlease.KindRun); err != nil {
+	if c.slot.RunLease, err = HoldLease(c.owner, c.Spec.RunID, runlease.KindRun); err != nil {
 		res, err := c.Fail(port.CodeInternal, err)
 		return nil, res, err
 	}
 
 	// The run's identity, set while the run goes on, so Sweep by run ID finds the
 	// sandbox.
-	named.Add(1)
+	c.named.Add(1)
 	go func() {
-		defer named.Done()
+		defer c.named.Done()
 		name()
 	}()
 

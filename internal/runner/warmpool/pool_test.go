@@ -3,34 +3,66 @@ package warmpool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/sandbox/internal/runner/bgclean"
 	"github.com/agentsandbox/sandbox/port"
 )
 
-// poolRig is a Pool of ints whose steps record what the pool asked of them.
+// fakeSlot is a pooled sandbox of a poolRig: n is its number, exit its end.
+type fakeSlot struct {
+	Slot
+	n    int64
+	exit chan int
+}
+
+// poolRig is a Pool of fake slots whose steps record what the pool asked of them.
 type poolRig struct {
 	fakes
-	p       *Pool[int64]
-	ended   map[int64]bool // sandboxes that ended before their claim
-	outcome Result         // what Run returns (Gone, Broken)
+	p       *Pool[*fakeSlot, int]
+	made    []port.RunSpec
+	slots   map[int64]*fakeSlot
+	outcome Result // what Run returns (Gone, Broken)
 	ran     []int64
 	cold    []string // the runs sent to the cold path
 	claims  []bool   // Claimed's calls
 	closed  int
 }
 
-func newPoolRig(t *testing.T, tmpl port.PoolTemplate, h Host[int64]) (*poolRig, error) {
+func newPoolRig(t *testing.T, tmpl port.PoolTemplate, h Host[*fakeSlot, int]) (*poolRig, error) {
 	t.Helper()
-	g := &poolRig{ended: map[int64]bool{}}
+	g := &poolRig{slots: map[int64]*fakeSlot{}}
+	dir := t.TempDir()
 	h.Admission = Admission{Bridge: true, LateMounts: true, Runtime: "runc", Check: func(port.RunSpec) error { return nil }, DefaultRefill: 1}
-	h.Steps = Steps[int64]{
-		New: func() (int64, error) { return g.next.Add(1), nil }, Destroy: g.destroy,
-		Ended: func(s int64) (int, bool) { return 0, g.ended[s] },
+	h.Steps = Steps[*fakeSlot, int]{
+		Slot: func() (*fakeSlot, string) {
+			n := g.next.Add(1)
+			s := &fakeSlot{Slot: Slot{Dir: filepath.Join(dir, strconv.FormatInt(n, 10))}, n: n, exit: make(chan int, 1)}
+			g.mu.Lock()
+			g.slots[n] = s
+			g.mu.Unlock()
+			return s, strconv.FormatInt(n, 10)
+		},
+		Image: func(context.Context, *fakeSlot) error { return nil },
+		Make: func(_ context.Context, s *fakeSlot, spec port.RunSpec, lbls map[string]string, stub Stub) error {
+			if lbls[LabelSlotDir] != s.Dir || lbls[LabelPool] != tmpl.Key() || stub.Argv[0] != "/bridge" {
+				return fmt.Errorf("made with labels %v, stub %v", lbls, stub.Argv)
+			}
+			g.mu.Lock()
+			g.made = append(g.made, spec)
+			g.mu.Unlock()
+			return nil
+		},
+		Exit:    func(s *fakeSlot) <-chan int { return s.exit },
+		Code:    func(c int) int { return c },
+		Destroy: g.remove,
 		Check: func(_ context.Context, spec port.RunSpec) error {
 			if spec.Argv[0] == "refused" {
 				return port.Invalidf("refused")
@@ -41,8 +73,8 @@ func newPoolRig(t *testing.T, tmpl port.PoolTemplate, h Host[int64]) (*poolRig, 
 			g.cold = append(g.cold, spec.RunID)
 			return &port.RunResult{}, nil
 		},
-		Run: func(_ context.Context, _ port.RunSpec, s int64) (*Result, error) {
-			g.ran = append(g.ran, s)
+		Run: func(_ context.Context, _ *Claim, s *fakeSlot) (*Result, error) {
+			g.ran = append(g.ran, s.n)
 			out := g.outcome
 			out.RunResult = &port.RunResult{Start: port.StartWarm}
 			return &out, nil
@@ -50,21 +82,31 @@ func newPoolRig(t *testing.T, tmpl port.PoolTemplate, h Host[int64]) (*poolRig, 
 		Claimed: func(_ context.Context, warm bool) { g.claims = append(g.claims, warm) },
 		Closed:  func() { g.closed++ },
 	}
-	h.Engine, h.Base, h.Cleanup = "fake", context.Background(), bgclean.New(2)
+	h.Engine, h.Owner, h.Bridge = "fake", "warmpool-test", "/bridge"
+	h.Base, h.CleanupTimeout, h.Cleanup = context.Background(), 10*time.Second, bgclean.New(2)
 	h.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := NewPool(tmpl, port.PoolOptions{Size: 1}, h)
 	g.p = p
 	return g, err
 }
 
+func (g *poolRig) remove(s *fakeSlot) {
+	s.ReleaseLeases()
+	g.destroy(s.n)
+}
+
 func (g *poolRig) ready(t *testing.T) {
 	t.Helper()
-	waitStats(t, g.p.k, func(s port.PoolStats) bool { return s.Ready == 1 })
+	for deadline := time.Now().Add(10 * time.Second); g.p.Stats().Ready != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never got ready: %+v", g.p.Stats())
+		}
+	}
 }
 
 func TestPoolRoutesRuns(t *testing.T) {
 	spec := port.RunSpec{RunID: "r", Image: "img", Argv: []string{"a"}}.WithDefaults()
-	g, err := newPoolRig(t, port.TemplateOf(spec), Host[int64]{Supported: true})
+	g, err := newPoolRig(t, port.TemplateOf(spec), Host[*fakeSlot, int]{Supported: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +132,20 @@ func TestPoolRoutesRuns(t *testing.T) {
 	if res := run("other", other); res.Start != port.StartCold || res.StartNote != "no pool of the run's shape" {
 		t.Errorf("a run of another shape: %+v", res)
 	}
-	// A sandbox that ended before its claim is dropped; with none left the run is cold.
+	// A sandbox that ended before its claim is dropped: the run takes the next one,
+	// or runs cold when there is none yet.
 	g.ready(t)
-	g.ended[g.next.Load()] = true
-	if res := run("ended", spec); res.StartNote != "the pool was empty" {
+	g.mu.Lock()
+	s := g.slots[g.next.Load()] // the one ready: the last made
+	g.mu.Unlock()
+	s.exit <- 137
+	if res := run("ended", spec); res.Start == port.StartCold && res.StartNote != "the pool was empty" {
 		t.Errorf("a run offered an ended sandbox: %+v", res)
+	}
+	for _, n := range g.ran {
+		if n == s.n {
+			t.Errorf("a run went to the sandbox that had ended")
+		}
 	}
 	g.ready(t)
 	g.outcome = Result{Broken: "shim frozen"}
@@ -112,18 +163,29 @@ func TestPoolRoutesRuns(t *testing.T) {
 		t.Errorf("a refused run: %v", err)
 	}
 
-	want := port.PoolStats{Ready: g.p.Stats().Ready, Warm: 3, Cold: 1, Other: 1, Failed: 2, PreloadFailed: 1}
-	if st := g.p.Stats(); st != want {
-		t.Errorf("Stats = %+v, want %+v", st, want)
+	st := g.p.Stats()
+	if st.Warm+st.Cold != 4 || st.Other != 1 || st.Failed != 2 || st.PreloadFailed != 1 || st.Warm != int64(len(g.ran)) {
+		t.Errorf("Stats = %+v after 4 runs of the shape (%d warm) and 1 other, 1 ended and 1 broken sandbox, 1 runtime gone", st, len(g.ran))
 	}
-	if strings.Join(g.cold, ",") != "other,ended,broken,gone" {
+	cold := strings.Join(g.cold, ",")
+	if cold != "other,ended,broken,gone" && cold != "other,broken,gone" {
 		t.Errorf("cold runs: %v", g.cold)
 	}
-	if len(g.claims) != 4 || g.claims[1] {
-		t.Errorf("Claimed calls: %v (want warm, cold, warm, warm)", g.claims)
+	if len(g.claims) != 4 || !g.claims[0] || !g.claims[2] || !g.claims[3] {
+		t.Errorf("Claimed calls: %v (want warm, either, warm, warm)", g.claims)
 	}
 	if err := g.p.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Every slot made was removed: the ones run in and the one ended before its claim
+	// (discarded), and the one still ready (drained).
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n := g.next.Load(); len(g.destroyed) != int(n) || len(g.made) != int(n) {
+		t.Errorf("%d slots made (%d through Make), %d removed", n, len(g.made), len(g.destroyed))
+	}
+	if len(g.made) > 0 && g.made[0].RunID != "pool-1" {
+		t.Errorf("the first slot was made for run %q, want pool-1", g.made[0].RunID)
 	}
 	if err := g.p.Close(context.Background()); err != nil || g.closed != 1 {
 		t.Errorf("second Close: %v, Closed ran %d times", err, g.closed)
@@ -132,11 +194,11 @@ func TestPoolRoutesRuns(t *testing.T) {
 
 func TestPoolRefusals(t *testing.T) {
 	spec := port.RunSpec{RunID: "r", Image: "img", Argv: []string{"a"}}
-	_, err := newPoolRig(t, port.TemplateOf(spec), Host[int64]{})
+	_, err := newPoolRig(t, port.TemplateOf(spec), Host[*fakeSlot, int]{})
 	if !errors.Is(err, port.ErrUnsupported) || err.Error() != "fake.WarmPool: unsupported: warm pools need Linux mount propagation" {
 		t.Errorf("a host without mount propagation: %v", err)
 	}
-	g, err := newPoolRig(t, port.TemplateOf(spec), Host[int64]{Supported: true})
+	g, err := newPoolRig(t, port.TemplateOf(spec), Host[*fakeSlot, int]{Supported: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,12 @@
 // Package warmpool is what the Docker and containerd warm pools share (see
-// port.Pooler and docs/warm-pools-and-runtimes.md): the filler that keeps a pool at
-// its size, the ready queue a claim takes from, the pool's counters, the slot
-// directories a run's data is attached on at claim time, the stub's pre-boot, and
-// the claim line. What differs between the engines (creating, starting, waiting on
-// and removing a sandbox) stays in each adapter.
+// port.Pooler and docs/warm-pools-and-runtimes.md): the pool itself (Pool: the
+// request's admission, a slot's making around the runtime's own create, the routing
+// of a run to a ready sandbox or the cold path, Close), the filler that keeps a pool
+// at its size (Keeper) and its counters, the slot directories a run's data is
+// attached on at claim time, the stub's pre-boot, the claimed run's shared half
+// (Slot, Claim) and the claim line. What differs between the engines (creating,
+// starting, waiting on, claiming and removing a sandbox, and classifying its exit)
+// stays in each adapter, as the Steps it gives the Pool.
 package warmpool
 
 import (
