@@ -354,7 +354,7 @@ func slotExitResult(ctx context.Context, s *slot, code uint32, err error, res *p
 	res.ExitCode = int(code)
 	var noticed bool
 	res.Stderr, noticed = capture.TrimNotice(res.Stderr, stderr.Tail(), bridgeapi.OOMNotice)
-	if reason, ok := execFailed(true, res.ExitCode, stderr.Tail()); ok {
+	if reason, ok := runner.ExecFailed(true, res.ExitCode, stderr.Tail()); ok {
 		return port.CodeContainerFailed, errors.New(reason)
 	}
 	if code == 137 {

@@ -664,8 +664,5 @@ func parseUser(u string) (uint32, uint32) {
 	return uint32(uid), uint32(gid)
 }
 
-// execFailed is runner.ExecFailed, by the name the pool uses.
-var execFailed = runner.ExecFailed
-
 // memSampleInterval is how often a run's memory cgroup is read.
 const memSampleInterval = 500 * time.Millisecond
