@@ -16,11 +16,11 @@ import (
 // Claim is a run in a claimed slot: its result as it grows, its output, and what
 // watches its end.
 type Claim struct {
-	Spec  port.RunSpec
-	Res   *port.RunResult
-	Start time.Time
-	Run   *runner.Run  // the run's failure path (runner.Run.Fail)
-	Log   *slog.Logger // set by the adapter's Steps.Run
+	Spec  port.RunSpec    // the run as the host asked for it
+	Res   *port.RunResult // the run's result, filled as the run goes
+	Start time.Time       // when the slot was claimed: the run's start
+	Run   *runner.Run     // the run's failure path (runner.Run.Fail)
+	Log   *slog.Logger    // set by the adapter's Steps.Run
 	// Stdout and Stderr hold the run's output; Watch finds the stub's exit records
 	// in it (set by Begin).
 	Stdout, Stderr *capture.Buffer
