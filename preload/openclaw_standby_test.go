@@ -15,10 +15,10 @@ import (
 	"github.com/agentsandbox/sandbox/openclaw"
 )
 
-// workerLog is a --require hook that appends "UNIX_MS THREAD_ID" to WORKER_LOG for
-// every worker thread the process starts.
+// workerLog is a --require hook that appends "UNIX_MS THREAD_ID" to LOG for every
+// worker thread the process starts.
 const workerLog = `const fs = require('node:fs'), wt = require('node:worker_threads');
-const log = process.env.WORKER_LOG; // the preloader replaces the environment
+const log = process.env.LOG; // the preloader replaces the environment
 if (wt.isMainThread) process.on('worker', (w) => fs.appendFileSync(log, Date.now() + ' ' + w.threadId + '\n'));
 `
 
@@ -64,6 +64,25 @@ func TestOpenClawNoStandbyWorkers(t *testing.T) {
 // OpenClaw's reported turn.
 func claimCountingWorkers(t *testing.T, idle time.Duration, args ...string) (before, after int, turn time.Duration) {
 	t.Helper()
+	lines, claimed, turn := claimLogging(t, workerLog, idle, args...)
+	for _, l := range lines {
+		ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
+		if ms >= claimed {
+			after++
+		} else {
+			before++
+		}
+	}
+	return before, after, turn
+}
+
+// claimLogging starts a host preloader with args and the --require hook, which appends
+// lines "UNIX_MS ..." to the file named by LOG; waits until it is ready and then idle
+// more; claims it with a real one-shot (its own config, state, workspace and session;
+// the fake LiteLLM as its endpoint); checks that the run answers; and returns the
+// hook's lines, the claim's time (Unix ms) and OpenClaw's reported turn.
+func claimLogging(t *testing.T, hook string, idle time.Duration, args ...string) (lines []string, claimed int64, turn time.Duration) {
+	t.Helper()
 	dir := os.Getenv("OPENCLAW_DIR")
 	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
 	pkg := filepath.Join(dir, "node_modules", "openclaw")
@@ -72,8 +91,8 @@ func claimCountingWorkers(t *testing.T, idle time.Duration, args ...string) (bef
 	}), litellmtest.WithMasterKey(openclaw.PlaceholderAPIKey))
 	defer fake.Close()
 
-	log := filepath.Join(t.TempDir(), "workers.log")
-	h := startHostPreload(t, pkg, workerLog, []string{"WORKER_LOG=" + log}, args...)
+	log := filepath.Join(t.TempDir(), "hook.log")
+	h := startHostPreload(t, pkg, hook, []string{"LOG=" + log}, args...)
 	h.waitReady()
 	time.Sleep(idle)
 
@@ -91,12 +110,12 @@ func claimCountingWorkers(t *testing.T, idle time.Duration, args ...string) (bef
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := bridgeapi.PreloadClaim{Argv: argv, Dir: ws, Env: []string{"PATH=/usr/bin:/bin", "WORKER_LOG=" + log}}
+	claim := bridgeapi.PreloadClaim{Argv: argv, Dir: ws, Env: []string{"PATH=/usr/bin:/bin", "LOG=" + log}}
 	for k, v := range one.Env() {
 		claim.Env = append(claim.Env, k+"="+v)
 	}
 	b, _ := json.Marshal(claim)
-	claimed := time.Now().UnixMilli()
+	claimed = time.Now().UnixMilli()
 	if _, err := h.ctl.Write(append(b, '\n')); err != nil {
 		t.Fatal(err)
 	}
@@ -112,16 +131,56 @@ func claimCountingWorkers(t *testing.T, idle time.Duration, args ...string) (bef
 		t.Fatalf("the run did not answer: %v %v\n%s", err, res, h.stderr.String())
 	}
 	logged, err := os.ReadFile(log)
-	if err != nil {
+	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(strings.TrimSpace(string(logged)), "\n") {
-		ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
-		if ms >= claimed {
-			after++
-		} else {
-			before++
-		}
+	if l := strings.TrimSpace(string(logged)); l != "" {
+		lines = strings.Split(l, "\n")
 	}
-	return before, after, res.Meta.Duration()
+	return lines, claimed, res.Meta.Duration()
+}
+
+// childLog is a --require hook that appends "UNIX_MS ARGS_JSON" to LOG for every child
+// process the preloader's process starts (the arguments after the program).
+const childLog = `const fs = require('node:fs'), cp = require('node:child_process');
+const log = process.env.LOG; // the preloader replaces the environment
+const spawn = cp.ChildProcess.prototype.spawn;
+cp.ChildProcess.prototype.spawn = function (o) {
+  fs.appendFileSync(log, Date.now() + ' ' + JSON.stringify((o.args || []).slice(1)) + '\n');
+  return spawn.call(this, o);
+};
+`
+
+// sqliteChildArg marks OpenClaw's SQLite read-only snapshot child in its arguments.
+const sqliteChildArg = "--openclaw-sqlite-readonly-child"
+
+// TestOpenClawSpareSqliteChildServesTheRun claims a preloader (imports only) on the host
+// with a real one-shot and checks the child processes started after the claim: OpenClaw's
+// SQLite snapshot child, which every fresh one-shot asks for, is served by the spare the
+// claim started (one `node -e` with the child's entry) and never started fresh. With
+// --no-spare-sqlite-child the same run starts it fresh, which shows the run does ask for
+// it and that the hook sees it.
+func TestOpenClawSpareSqliteChildServesTheRun(t *testing.T) {
+	after := func(args ...string) (spares, fresh int) {
+		lines, claimed, _ := claimLogging(t, childLog, 0, args...)
+		for _, l := range lines {
+			ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
+			if ms < claimed {
+				continue
+			}
+			switch {
+			case strings.Contains(l, sqliteChildArg):
+				fresh++
+			case strings.Contains(l, `"-e"`) && strings.Contains(l, "sqlite-readonly-location.worker.js"):
+				spares++
+			}
+		}
+		return spares, fresh
+	}
+	if spares, fresh := after(); spares != 1 || fresh != 0 {
+		t.Errorf("after the claim: %d spare SQLite children started and %d fresh ones; want the one spare serving the run, no fresh one", spares, fresh)
+	}
+	if spares, fresh := after("--no-spare-sqlite-child"); spares != 0 || fresh < 1 {
+		t.Errorf("with --no-spare-sqlite-child, after the claim: %d spares and %d fresh SQLite children; want none and at least one", spares, fresh)
+	}
 }

@@ -2,7 +2,7 @@
 // protocol (version 1, api/bridgeapi/preload.go) for `openclaw agent --local --json`
 // one-shot runs, pinned to OpenClaw 2026.9.6 (dist/ file names are content-hashed).
 //
-//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] OPENCLAW_PACKAGE_DIR
+//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
@@ -113,6 +113,48 @@ const STANDBY = {
 };
 // The resourceLimits of each kind of worker, as OpenClaw gives them ('none': it gives none).
 const STANDBY_LIMITS = { db: { maxOldGenerationSizeMb: 512 }, none: undefined };
+// OpenClaw's SQLite read-only snapshot child, for PINNED_VERSION: a child process
+// (execFile of node) with this entry, this first argument, one of these modes and this
+// maxBuffer. Every fresh one-shot waits on one after its claim, and most of its start is
+// importing the entry's packages (0.24 of 0.27 s on a quiet host): see spareSqliteChild.
+// startEnv: what the CLI's start-up adds to the environment before then, when unset
+// (NODE_NO_WARNINGS counts only at a process's start, so the spare starts with it);
+// lateEnv: what the start-up may change that the child's code never reads (its PATH
+// bootstrap): taken at the handover like the rest, so it may differ from the spare's.
+const SQLITE_CHILD = {
+  entry: 'infra/sqlite-readonly-location.worker.js', arg: '--openclaw-sqlite-readonly-child', modes: ['sync', 'async'], maxBuffer: 1048576,
+  startEnv: { NODE_NO_WARNINGS: '1' }, lateEnv: ['PATH', 'OPENCLAW_PATH_BOOTSTRAPPED'],
+};
+// A spare child's bootstrap (node -e, the entry's path as its argument): import the entry
+// under another URL (its packages load and stay cached; its main block runs only when
+// argv[2] names the child mode, which it does not here), then block on stdin for the
+// handover line (the child's environment and arguments, exactly as OpenClaw asked),
+// take them, and import the entry itself, whose main block then runs as in a fresh child.
+const SPARE_BOOT = `'use strict';
+const fs = require('node:fs'), { pathToFileURL } = require('node:url');
+const entry = process.argv[1];
+(async () => {
+  await import(pathToFileURL(entry).href + '?agentsandbox-spare').catch(() => {});
+  const chunk = Buffer.alloc(1 << 16), parts = [];
+  for (;;) {
+    let n;
+    try { n = fs.readSync(0, chunk, 0, chunk.length, null); } catch (err) {
+      if (err.code !== 'EAGAIN') throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2);
+      continue;
+    }
+    if (n === 0) process.exit(0);
+    const c = chunk.subarray(0, n), nl = c.indexOf(10);
+    parts.push(Buffer.from(nl >= 0 ? c.subarray(0, nl) : c));
+    if (nl >= 0) break;
+  }
+  const h = JSON.parse(Buffer.concat(parts).toString('utf8'));
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, h.env);
+  process.argv = [process.execPath, ...h.args];
+  await import(pathToFileURL(h.args[0]).href);
+})();
+`;
 // The process-wide singletons' reset registry (global-singleton.ts) and the session
 // disk-budget workers' key in it, for PINNED_VERSION.
 const SINGLETON_RESETS = Symbol.for('openclaw.globalSingletonLifecycleResets');
@@ -168,17 +210,20 @@ delete process.env.AGENTSANDBOX_PRELOAD_FD;
 const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
-const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] OPENCLAW_PACKAGE_DIR';
+const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR';
 // --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
 // --no-standby-workers: the warm-up starts no standby workers (a run starts its
 // worker threads after the claim, as without a warm-up): about 300 MB less per idle
 // slot, seconds more per run (docs/warm-pools-and-runtimes.md).
-let warmUp = false, followUp = false, standbyWorkers = true;
+// --no-spare-sqlite-child: the claim starts no spare SQLite child (spareSqliteChild), for
+// benchmarks that compare and as a way out should a run misbehave with one.
+let warmUp = false, followUp = false, standbyWorkers = true, spareChild = true;
 while (args.length > 1) {
   const a = args.shift();
   if (a === '--warm-up') warmUp = true;
   else if (a === '--warm-up-follow-up') warmUp = followUp = true;
   else if (a === '--no-standby-workers') standbyWorkers = false;
+  else if (a === '--no-spare-sqlite-child') spareChild = false;
   else fail(usage);
 }
 if (!warmUp && !standbyWorkers) fail(`--no-standby-workers needs a warm-up: ${usage}`);
@@ -188,6 +233,11 @@ const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'u
 if (version !== PINNED_VERSION) fail(`OpenClaw ${version} is not the pinned ${PINNED_VERSION}: the split point must be proven again`);
 const dist = path.join(pkgDir, 'dist');
 const load = (f) => import(pathToFileURL(path.join(dist, f)).href);
+const sqliteChildEntry = path.join(dist, SQLITE_CHILD.entry);
+{
+  const src = fs.existsSync(sqliteChildEntry) ? fs.readFileSync(sqliteChildEntry, 'utf8') : '';
+  if (!src.includes(`if (process.argv[2] === ${JSON.stringify(SQLITE_CHILD.arg)}) {`)) fail(`dist/${SQLITE_CHILD.entry} no longer runs as ${SQLITE_CHILD.arg}: the spare SQLite child's table moved`);
+}
 
 // The launcher's compile cache directory: <tmp>/node-compile-cache/openclaw/<version>/
 // <package.json mtime-size>, each segment reduced to [A-Za-z0-9._-].
@@ -493,6 +543,65 @@ async function startStandbyWorkers() {
   module.syncBuiltinESMExports();
 }
 
+// spareSqliteChild starts, at the claim, one spare of OpenClaw's SQLite read-only
+// snapshot child (SQLITE_CHILD) for the run: a node process that imports the child's
+// entry and its packages while the run starts, then waits. OpenClaw's first execFile of
+// that child with the same entry, argument, options and environment gets the spare,
+// which takes the arguments and runs the entry's main block as a fresh child would
+// (same cwd, environment, argv, stdio and maxBuffer; timeout and kill as execFile's).
+// Anything else, or a second one, gets a fresh child. The spare is the run's own (started
+// after the claim, with the run's environment), so nothing passes between runs; unused,
+// it ends with the process.
+function spareSqliteChild() {
+  const cp = module.createRequire(import.meta.url)('node:child_process');
+  const real = cp.execFile;
+  const cacheDir = globalThis[Symbol.for('openclaw.nodeCompileCacheBase')]?.baseDirectory;
+  // What OpenClaw will give the child: its environment after the CLI's start-up, with
+  // NODE_COMPILE_CACHE when the launcher's cache is in use (resolveNodeCompileCacheEnv).
+  // A run whose environment turns out otherwise gets a fresh child.
+  const env = { ...SQLITE_CHILD.startEnv, ...process.env };
+  if (env.NODE_COMPILE_CACHE === undefined && env.NODE_DISABLE_COMPILE_CACHE === undefined && cacheDir) env.NODE_COMPILE_CACHE = cacheDir;
+  const spare = { callback: null, cmd: '' };
+  spare.child = real(process.execPath, ['-e', SPARE_BOOT, sqliteChildEntry], { encoding: 'utf8', env, maxBuffer: SQLITE_CHILD.maxBuffer, killSignal: 'SIGKILL' },
+    (err, stdout, stderr) => {
+      // execFile names the command it ran in its error: name the one OpenClaw asked for.
+      if (err && spare.cmd && err.cmd) {
+        if (err.message.startsWith(`Command failed: ${err.cmd}`)) err.message = `Command failed: ${spare.cmd}` + err.message.slice(`Command failed: ${err.cmd}`.length);
+        err.cmd = spare.cmd;
+      }
+      spare.callback?.(err, stdout, stderr);
+    });
+  spare.child.on('error', () => {});
+  spare.child.unref();
+  for (const s of [spare.child.stdin, spare.child.stdout, spare.child.stderr]) s?.unref?.();
+  process.once('exit', () => { if (!spare.callback) spare.child.kill('SIGKILL'); });
+  const sameEnv = (a) => a && typeof a === 'object'
+    && [...new Set([...Object.keys(a), ...Object.keys(env)])].every((k) => SQLITE_CHILD.lateEnv.includes(k) || a[k] === env[k]);
+  cp.execFile = function execFile(file, args, options, callback) {
+    const o = options ?? {};
+    if (!spare.callback && spare.child.exitCode === null && spare.child.signalCode === null && file === process.execPath
+      && Array.isArray(args) && args.length >= 4 && args[0] === sqliteChildEntry && args[1] === SQLITE_CHILD.arg
+      && SQLITE_CHILD.modes.includes(args[2]) && args.every((a) => typeof a === 'string') && typeof callback === 'function'
+      && Object.keys(o).every((k) => ['encoding', 'env', 'maxBuffer', 'timeout', 'killSignal'].includes(k))
+      && o.encoding === 'utf8' && o.maxBuffer === SQLITE_CHILD.maxBuffer && (o.killSignal === undefined || o.killSignal === 'SIGKILL')
+      && (o.timeout === undefined || (Number.isInteger(o.timeout) && o.timeout > 0)) && sameEnv(o.env)) {
+      spare.callback = callback;
+      spare.cmd = [file, ...args].join(' ');
+      const c = spare.child;
+      c.ref();
+      for (const s of [c.stdin, c.stdout, c.stderr]) s?.ref?.();
+      if (o.timeout) {
+        const t = setTimeout(() => c.kill('SIGKILL'), o.timeout);
+        c.once('close', () => clearTimeout(t));
+      }
+      c.stdin.write(JSON.stringify({ env: o.env, args }) + '\n');
+      return c;
+    }
+    return real.apply(this, arguments);
+  };
+  module.syncBuiltinESMExports();
+}
+
 const ctl = new net.Socket({ fd, readable: true, writable: true });
 const send = (v) => new Promise((resolve) => ctl.write(JSON.stringify(v) + '\n', resolve));
 await send({ ready: true, protocol: 1 });
@@ -541,6 +650,7 @@ process.title = 'openclaw';
 fns.normalizeEnv();
 fns.pinRuntimePaths(process.env);
 fns.pinConfigDir(process.env);
+if (spareChild) spareSqliteChild();
 await send({ started: true });
 ctl.destroy();
 await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {
