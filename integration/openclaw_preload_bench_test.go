@@ -24,7 +24,8 @@ import (
 // one-shot served by a pre-booted slot of a warm pool through the facade (the OpenClaw
 // preloader imported the CLI's entry and main graph before the claim), by one served
 // by a slot whose preloader also ran its warm-up turn (--warm-up), by one whose
-// warm-up started no standby workers (--warm-up --no-standby-workers), and by one turn
+// warm-up started no standby workers (--warm-up --no-standby-workers), by one whose
+// claim started no spare SQLite child (--warm-up --no-spare-sqlite-child), and by one turn
 // through a warm sandboxed gateway (BenchmarkOpenClawSandboxedGateway's set-up; its
 // first turn is not counted). All sandboxed one-shots have the warm compile cache
 // (openclaw.CompileCache, built first by a sandboxed one-shot) mounted read-only; the
@@ -62,7 +63,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 		sb     *sandbox.Sandbox
 	}
 	var pools []*prebooted
-	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby"} {
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare"} {
 		warmUp := name != "preboot"
 		p := &prebooted{name: name, pre: openClawPreload(b, appDir, warmUp, cacheMount), limits: limits}
 		if warmUp {
@@ -70,9 +71,9 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			// (its collector starved of CPU): the benchmark measures speed, not the limit.
 			p.limits.MemoryBytes = 3 << 29
 		}
-		if name == "preboot-warm-no-standby" {
+		if flag := map[string]string{"preboot-warm-no-standby": "--no-standby-workers", "preboot-warm-no-spare": "--no-spare-sqlite-child"}[name]; flag != "" {
 			n := len(p.pre.Argv)
-			p.pre.Argv = append(p.pre.Argv[:n-1:n-1], "--no-standby-workers", p.pre.Argv[n-1])
+			p.pre.Argv = append(p.pre.Argv[:n-1:n-1], flag, p.pre.Argv[n-1])
 		}
 		tmpl := port.TemplateOf(port.RunSpec{Image: image, WorkspaceDir: "/", LLM: &port.LLMSocket{HostDir: "/"}, Limits: p.limits, Preload: p.pre})
 		var err error
@@ -181,7 +182,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby"} {
+	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -193,7 +194,8 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 		}
 	}
 	benchutil.Ratio(b, "preboot-warm-no-standby/preboot-warm-p50", p50["preboot-warm-no-standby"], p50["preboot-warm"])
-	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby"} {
+	benchutil.Ratio(b, "preboot-warm-no-spare/preboot-warm-p50", p50["preboot-warm-no-spare"], p50["preboot-warm"])
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare"} {
 		benchutil.Ratio(b, name+"/host-p50", p50[name], p50["host"])
 		benchutil.Ratio(b, name+"/cold-p50", p50[name], p50["cold"])
 		benchutil.Ratio(b, name+"/gateway-p50", p50[name], p50["gateway"])
