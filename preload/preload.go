@@ -41,7 +41,9 @@ const NodeName = "preload.mjs"
 // takes then (its doctor's state-migration preflight) loaded too. With
 // --no-standby-workers after either, the warm-up starts no standby workers: an idle
 // slot holds about 300 MB less, and a run starts its worker threads after the claim
-// (seconds more per run). It is pinned to
+// (seconds more per run). At the claim it starts a spare of the SQLite snapshot child
+// every fresh one-shot waits on, importing its packages while the run starts
+// (--no-spare-sqlite-child: none). It is pinned to
 // OpenClawVersion and refuses to say ready for any other, or when a warm-up turn does
 // not answer as expected.
 //
