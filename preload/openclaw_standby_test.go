@@ -154,33 +154,33 @@ cp.ChildProcess.prototype.spawn = function (o) {
 // sqliteChildArg marks OpenClaw's SQLite read-only snapshot child in its arguments.
 const sqliteChildArg = "--openclaw-sqlite-readonly-child"
 
-// TestOpenClawSpareSqliteChildServesTheRun claims a preloader (imports only) on the host
-// with a real one-shot and checks the child processes started after the claim: OpenClaw's
-// SQLite snapshot child, which every fresh one-shot asks for, is served by the spare the
-// claim started (one `node -e` with the child's entry) and never started fresh. With
-// --no-spare-sqlite-child the same run starts it fresh, which shows the run does ask for
-// it and that the hook sees it.
+// TestOpenClawSpareSqliteChildServesTheRun claims a warmed preloader on the host with a
+// real one-shot and checks the child processes it started: the warm-up started one spare
+// SQLite child (one `node -e` with the child's entry), and after the claim OpenClaw's
+// SQLite snapshot child, which every fresh one-shot asks for, was never started fresh:
+// the spare served it. With --no-spare-sqlite-child no spare is started and the same run
+// starts the child fresh after the claim, which shows the run does ask for it and that
+// the hook sees it.
 func TestOpenClawSpareSqliteChildServesTheRun(t *testing.T) {
-	after := func(args ...string) (spares, fresh int) {
+	count := func(args ...string) (spares, freshAfter int) {
 		lines, claimed, _ := claimLogging(t, childLog, 0, args...)
 		for _, l := range lines {
 			ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
-			if ms < claimed {
-				continue
-			}
 			switch {
 			case strings.Contains(l, sqliteChildArg):
-				fresh++
+				if ms >= claimed {
+					freshAfter++
+				}
 			case strings.Contains(l, `"-e"`) && strings.Contains(l, "sqlite-readonly-location.worker.js"):
 				spares++
 			}
 		}
-		return spares, fresh
+		return spares, freshAfter
 	}
-	if spares, fresh := after(); spares != 1 || fresh != 0 {
-		t.Errorf("after the claim: %d spare SQLite children started and %d fresh ones; want the one spare serving the run, no fresh one", spares, fresh)
+	if spares, fresh := count("--warm-up"); spares != 1 || fresh != 0 {
+		t.Errorf("%d spare SQLite children started, %d fresh ones after the claim; want the one spare serving the run, no fresh one", spares, fresh)
 	}
-	if spares, fresh := after("--no-spare-sqlite-child"); spares != 0 || fresh < 1 {
-		t.Errorf("with --no-spare-sqlite-child, after the claim: %d spares and %d fresh SQLite children; want none and at least one", spares, fresh)
+	if spares, fresh := count("--warm-up", "--no-spare-sqlite-child"); spares != 0 || fresh < 1 {
+		t.Errorf("with --no-spare-sqlite-child: %d spares, %d fresh SQLite children after the claim; want none and at least one", spares, fresh)
 	}
 }

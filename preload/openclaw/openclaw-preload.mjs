@@ -116,15 +116,18 @@ const STANDBY_LIMITS = { db: { maxOldGenerationSizeMb: 512 }, none: undefined };
 // OpenClaw's SQLite read-only snapshot child, for PINNED_VERSION: a child process
 // (execFile of node) with this entry, this first argument, one of these modes and this
 // maxBuffer. Every fresh one-shot waits on one after its claim, and most of its start is
-// importing the entry's packages (0.24 of 0.27 s on a quiet host): see spareSqliteChild.
-// startEnv: what the CLI's start-up adds to the environment before then, when unset
-// (NODE_NO_WARNINGS counts only at a process's start, so the spare starts with it);
-// lateEnv: what the start-up may change that the child's code never reads (its PATH
-// bootstrap): taken at the handover like the rest, so it may differ from the spare's.
+// importing the entry's packages (0.24 of 0.27 s on a quiet host): see startSpareSqliteChild.
+// startEnv: what the CLI's start-up adds to the environment before it, when unset
+// (NODE_NO_WARNINGS counts only at a process's start, so the spare starts with it).
 const SQLITE_CHILD = {
   entry: 'infra/sqlite-readonly-location.worker.js', arg: '--openclaw-sqlite-readonly-child', modes: ['sync', 'async'], maxBuffer: 1048576,
-  startEnv: { NODE_NO_WARNINGS: '1' }, lateEnv: ['PATH', 'OPENCLAW_PATH_BOOTSTRAPPED'],
+  startEnv: { NODE_NO_WARNINGS: '1' },
 };
+// The environment a process reads when it starts rather than when its code asks (Node's
+// own settings, libuv's, locale and time zone, TLS): a spare started before the claim
+// serves the run only when these are the same. (Colour settings its packages capture at
+// import are left out: the child answers in JSON, and only its error text could differ.)
+const startKey = (k) => /^(NODE_|UV_|LC_)/.test(k) || ['TZ', 'LANG', 'LANGUAGE', 'SSL_CERT_FILE', 'SSL_CERT_DIR', 'OPENSSL_CONF'].includes(k);
 // A spare child's bootstrap (node -e, the entry's path as its argument): import the entry
 // under another URL (its packages load and stay cached; its main block runs only when
 // argv[2] names the child mode, which it does not here), then block on stdin for the
@@ -215,8 +218,9 @@ const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--n
 // --no-standby-workers: the warm-up starts no standby workers (a run starts its
 // worker threads after the claim, as without a warm-up): about 300 MB less per idle
 // slot, seconds more per run (docs/warm-pools-and-runtimes.md).
-// --no-spare-sqlite-child: the claim starts no spare SQLite child (spareSqliteChild), for
-// benchmarks that compare and as a way out should a run misbehave with one.
+// --no-spare-sqlite-child: the warm-up starts no spare SQLite child
+// (startSpareSqliteChild): about 65 MiB less per idle slot, about 0.3 s more per run; also
+// the benchmarks' comparison and a way out should a run misbehave with one.
 let warmUp = false, followUp = false, standbyWorkers = true, spareChild = true;
 while (args.length > 1) {
   const a = args.shift();
@@ -282,6 +286,8 @@ if (warmUp) {
   if (standbyWorkers) await startStandbyWorkers();
   await reduceIdleMemory();
 }
+// With the standbys (a slot that spends memory for speed), a spare SQLite child too.
+const spare = warmUp && standbyWorkers && spareChild ? startSpareSqliteChild() : null;
 
 // The one-shot's environment (openclaw.OneShot.Env) and config (openclaw.NewConfig's
 // shape), for a throwaway layout under root and the stub at baseUrl.
@@ -543,63 +549,65 @@ async function startStandbyWorkers() {
   module.syncBuiltinESMExports();
 }
 
-// spareSqliteChild starts, at the claim, one spare of OpenClaw's SQLite read-only
-// snapshot child (SQLITE_CHILD) for the run: a node process that imports the child's
-// entry and its packages while the run starts, then waits. OpenClaw's first execFile of
-// that child with the same entry, argument, options and environment gets the spare,
-// which takes the arguments and runs the entry's main block as a fresh child would
-// (same cwd, environment, argv, stdio and maxBuffer; timeout and kill as execFile's).
-// Anything else, or a second one, gets a fresh child. The spare is the run's own (started
-// after the claim, with the run's environment), so nothing passes between runs; unused,
-// it ends with the process.
-function spareSqliteChild() {
+// startSpareSqliteChild starts, after the warm-up, one spare of OpenClaw's SQLite
+// read-only snapshot child (SQLITE_CHILD): a node process that imports the child's entry
+// and its packages and then waits, blocked on its stdin. serve(), at the claim, replaces
+// execFile: OpenClaw's first execFile of that child with the same entry, argument, modes
+// and options, and an environment the same as the spare's in what a process reads at its
+// start (startKey), gets the spare, which takes the arguments and the whole environment
+// as OpenClaw passed them and runs the entry's main block as a fresh child would (same
+// cwd, argv, stdio and maxBuffer; timeout and kill as execFile's; an error names the
+// command OpenClaw asked for). Anything else, or a second one, gets a fresh child. The
+// spare serves the one run that claims this slot; unused, it ends with the process (its
+// stdin closes).
+function startSpareSqliteChild() {
   const cp = module.createRequire(import.meta.url)('node:child_process');
   const real = cp.execFile;
   const cacheDir = globalThis[Symbol.for('openclaw.nodeCompileCacheBase')]?.baseDirectory;
-  // What OpenClaw will give the child: its environment after the CLI's start-up, with
-  // NODE_COMPILE_CACHE when the launcher's cache is in use (resolveNodeCompileCacheEnv).
-  // A run whose environment turns out otherwise gets a fresh child.
+  // What OpenClaw will give the child: NODE_COMPILE_CACHE when the launcher's cache is in
+  // use (resolveNodeCompileCacheEnv), and what its start-up adds.
   const env = { ...SQLITE_CHILD.startEnv, ...process.env };
   if (env.NODE_COMPILE_CACHE === undefined && env.NODE_DISABLE_COMPILE_CACHE === undefined && cacheDir) env.NODE_COMPILE_CACHE = cacheDir;
-  const spare = { callback: null, cmd: '' };
-  spare.child = real(process.execPath, ['-e', SPARE_BOOT, sqliteChildEntry], { encoding: 'utf8', env, maxBuffer: SQLITE_CHILD.maxBuffer, killSignal: 'SIGKILL' },
+  let callback = null, cmd = '';
+  const child = real(process.execPath, ['-e', SPARE_BOOT, sqliteChildEntry], { encoding: 'utf8', env, maxBuffer: SQLITE_CHILD.maxBuffer, killSignal: 'SIGKILL' },
     (err, stdout, stderr) => {
-      // execFile names the command it ran in its error: name the one OpenClaw asked for.
-      if (err && spare.cmd && err.cmd) {
-        if (err.message.startsWith(`Command failed: ${err.cmd}`)) err.message = `Command failed: ${spare.cmd}` + err.message.slice(`Command failed: ${err.cmd}`.length);
-        err.cmd = spare.cmd;
+      if (err && cmd && err.cmd) {
+        if (err.message.startsWith(`Command failed: ${err.cmd}`)) err.message = `Command failed: ${cmd}` + err.message.slice(`Command failed: ${err.cmd}`.length);
+        err.cmd = cmd;
       }
-      spare.callback?.(err, stdout, stderr);
+      callback?.(err, stdout, stderr);
     });
-  spare.child.on('error', () => {});
-  spare.child.unref();
-  for (const s of [spare.child.stdin, spare.child.stdout, spare.child.stderr]) s?.unref?.();
-  process.once('exit', () => { if (!spare.callback) spare.child.kill('SIGKILL'); });
-  const sameEnv = (a) => a && typeof a === 'object'
-    && [...new Set([...Object.keys(a), ...Object.keys(env)])].every((k) => SQLITE_CHILD.lateEnv.includes(k) || a[k] === env[k]);
-  cp.execFile = function execFile(file, args, options, callback) {
-    const o = options ?? {};
-    if (!spare.callback && spare.child.exitCode === null && spare.child.signalCode === null && file === process.execPath
-      && Array.isArray(args) && args.length >= 4 && args[0] === sqliteChildEntry && args[1] === SQLITE_CHILD.arg
-      && SQLITE_CHILD.modes.includes(args[2]) && args.every((a) => typeof a === 'string') && typeof callback === 'function'
-      && Object.keys(o).every((k) => ['encoding', 'env', 'maxBuffer', 'timeout', 'killSignal'].includes(k))
-      && o.encoding === 'utf8' && o.maxBuffer === SQLITE_CHILD.maxBuffer && (o.killSignal === undefined || o.killSignal === 'SIGKILL')
-      && (o.timeout === undefined || (Number.isInteger(o.timeout) && o.timeout > 0)) && sameEnv(o.env)) {
-      spare.callback = callback;
-      spare.cmd = [file, ...args].join(' ');
-      const c = spare.child;
-      c.ref();
-      for (const s of [c.stdin, c.stdout, c.stderr]) s?.ref?.();
-      if (o.timeout) {
-        const t = setTimeout(() => c.kill('SIGKILL'), o.timeout);
-        c.once('close', () => clearTimeout(t));
-      }
-      c.stdin.write(JSON.stringify({ env: o.env, args }) + '\n');
-      return c;
-    }
-    return real.apply(this, arguments);
+  child.on('error', () => {});
+  child.unref();
+  for (const s of [child.stdin, child.stdout, child.stderr]) s?.unref?.();
+  const sameStart = (a) => a !== null && typeof a === 'object'
+    && [...new Set([...Object.keys(a), ...Object.keys(env)])].every((k) => !startKey(k) || a[k] === env[k]);
+  const serves = (file, args, o, cb) => !callback && child.exitCode === null && child.signalCode === null && file === process.execPath
+    && Array.isArray(args) && args.length >= 4 && args[0] === sqliteChildEntry && args[1] === SQLITE_CHILD.arg
+    && SQLITE_CHILD.modes.includes(args[2]) && args.every((a) => typeof a === 'string') && typeof cb === 'function'
+    && Object.keys(o).every((k) => ['encoding', 'env', 'maxBuffer', 'timeout', 'killSignal'].includes(k))
+    && o.encoding === 'utf8' && o.maxBuffer === SQLITE_CHILD.maxBuffer && (o.killSignal === undefined || o.killSignal === 'SIGKILL')
+    && (o.timeout === undefined || (Number.isInteger(o.timeout) && o.timeout > 0)) && sameStart(o.env);
+  return {
+    serve() {
+      process.once('exit', () => { if (!callback) child.kill('SIGKILL'); });
+      cp.execFile = function execFile(file, args, options, cb) {
+        const o = options ?? {};
+        if (!serves(file, args, o, cb)) return real.apply(this, arguments);
+        callback = cb;
+        cmd = [file, ...args].join(' ');
+        child.ref();
+        for (const s of [child.stdin, child.stdout, child.stderr]) s?.ref?.();
+        if (o.timeout) {
+          const t = setTimeout(() => child.kill('SIGKILL'), o.timeout);
+          child.once('close', () => clearTimeout(t));
+        }
+        child.stdin.write(JSON.stringify({ env: o.env, args }) + '\n');
+        return child;
+      };
+      module.syncBuiltinESMExports();
+    },
   };
-  module.syncBuiltinESMExports();
 }
 
 const ctl = new net.Socket({ fd, readable: true, writable: true });
@@ -650,7 +658,7 @@ process.title = 'openclaw';
 fns.normalizeEnv();
 fns.pinRuntimePaths(process.env);
 fns.pinConfigDir(process.env);
-if (spareChild) spareSqliteChild();
+spare?.serve();
 await send({ started: true });
 ctl.destroy();
 await fns.withCliProcessScope(() => entry.runMainOrRootHelp(process.argv, {
