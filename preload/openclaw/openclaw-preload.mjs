@@ -120,7 +120,7 @@ const STANDBY_LIMITS = { db: { maxOldGenerationSizeMb: 512 }, none: undefined };
 // startEnv: what the CLI's start-up adds to the environment before it, when unset
 // (NODE_NO_WARNINGS counts only at a process's start, so the spare starts with it).
 const SQLITE_CHILD = {
-  entry: 'infra/sqlite-readonly-location.worker.js', arg: '--openclaw-sqlite-readonly-child', modes: ['sync', 'async'], maxBuffer: 1048576,
+  entry: 'infra/sqlite-readonly-location.worker.js', arg: '--openclaw-sqlite-readonly-child', modes: new Set(['sync', 'async']), maxBuffer: 1048576,
   startEnv: { NODE_NO_WARNINGS: '1' },
 };
 // The environment a process reads when it starts rather than when its code asks (Node's
@@ -584,7 +584,7 @@ function startSpareSqliteChild() {
     && [...new Set([...Object.keys(a), ...Object.keys(env)])].every((k) => !startKey(k) || a[k] === env[k]);
   const serves = (file, args, o, cb) => !callback && child.exitCode === null && child.signalCode === null && file === process.execPath
     && Array.isArray(args) && args.length >= 4 && args[0] === sqliteChildEntry && args[1] === SQLITE_CHILD.arg
-    && SQLITE_CHILD.modes.includes(args[2]) && args.every((a) => typeof a === 'string') && typeof cb === 'function'
+    && SQLITE_CHILD.modes.has(args[2]) && args.every((a) => typeof a === 'string') && typeof cb === 'function'
     && Object.keys(o).every((k) => ['encoding', 'env', 'maxBuffer', 'timeout', 'killSignal'].includes(k))
     && o.encoding === 'utf8' && o.maxBuffer === SQLITE_CHILD.maxBuffer && (o.killSignal === undefined || o.killSignal === 'SIGKILL')
     && (o.timeout === undefined || (Number.isInteger(o.timeout) && o.timeout > 0)) && sameStart(o.env);
