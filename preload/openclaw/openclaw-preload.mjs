@@ -558,8 +558,8 @@ async function startStandbyWorkers() {
 // as OpenClaw passed them and runs the entry's main block as a fresh child would (same
 // cwd, argv, stdio and maxBuffer; timeout and kill as execFile's; an error names the
 // command OpenClaw asked for). Anything else, or a second one, gets a fresh child. The
-// spare serves the one run that claims this slot; unused, it ends with the process (its
-// stdin closes).
+// spare serves the one run that claims this slot, if that run's OpenClaw state directory
+// is empty or missing (a fresh run); otherwise, or unused, it is killed.
 function startSpareSqliteChild() {
   const cp = module.createRequire(import.meta.url)('node:child_process');
   const real = cp.execFile;
@@ -590,6 +590,16 @@ function startSpareSqliteChild() {
     && (o.timeout === undefined || (Number.isInteger(o.timeout) && o.timeout > 0)) && sameStart(o.env);
   return {
     serve() {
+      // Only a run on fresh state: a turn on existing state (a conversation's next turn,
+      // a resumed hibernation) starts a dozen such children, and with the spare serving
+      // the first its runs were slower (BenchmarkOpenClawHibernate, docs/benchmarks.md).
+      const stateDir = process.env.OPENCLAW_STATE_DIR;
+      let fresh = false;
+      try { fresh = !!stateDir && path.isAbsolute(stateDir) && fs.readdirSync(stateDir).length === 0; } catch (err) { fresh = err?.code === 'ENOENT'; }
+      if (!fresh) {
+        child.kill('SIGKILL');
+        return;
+      }
       process.once('exit', () => { if (!callback) child.kill('SIGKILL'); });
       cp.execFile = function execFile(file, args, options, cb) {
         const o = options ?? {};
