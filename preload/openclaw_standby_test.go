@@ -83,6 +83,13 @@ func claimCountingWorkers(t *testing.T, idle time.Duration, args ...string) (bef
 // hook's lines, the claim's time (Unix ms) and OpenClaw's reported turn.
 func claimLogging(t *testing.T, hook string, idle time.Duration, args ...string) (lines []string, claimed int64, turn time.Duration) {
 	t.Helper()
+	return claimLoggingWith(t, hook, idle, nil, args...)
+}
+
+// claimLoggingWith is claimLogging with before, when not nil, called with the run's
+// environment after its workspace is prepared and before the claim.
+func claimLoggingWith(t *testing.T, hook string, idle time.Duration, before func(env map[string]string), args ...string) (lines []string, claimed int64, turn time.Duration) {
+	t.Helper()
 	dir := os.Getenv("OPENCLAW_DIR")
 	testenv.Need(t, "openclaw", dir != "", "OPENCLAW_DIR is not set (scripts/install-openclaw.sh)")
 	pkg := filepath.Join(dir, "node_modules", "openclaw")
@@ -105,6 +112,9 @@ func claimLogging(t *testing.T, hook string, idle time.Duration, args ...string)
 	one := openclaw.OneShot{SessionID: "standby-run", Timeout: 120 * time.Second, Command: []string{"openclaw"}, Workspace: ws}
 	if err := one.Prepare(ws, cfg, openclaw.Files{}, "Reply with the code word."); err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(one.Env())
 	}
 	argv, err := one.Argv()
 	if err != nil {
@@ -160,10 +170,10 @@ const sqliteChildArg = "--openclaw-sqlite-readonly-child"
 // SQLite snapshot child, which every fresh one-shot asks for, was never started fresh:
 // the spare served it. With --no-spare-sqlite-child no spare is started and the same run
 // starts the child fresh after the claim, which shows the run does ask for it and that
-// the hook sees it.
+// the hook sees it. A run whose state directory is not empty at the claim gets no spare.
 func TestOpenClawSpareSqliteChildServesTheRun(t *testing.T) {
-	count := func(args ...string) (spares, freshAfter int) {
-		lines, claimed, _ := claimLogging(t, childLog, 0, args...)
+	count := func(before func(map[string]string), args ...string) (spares, freshAfter int) {
+		lines, claimed, _ := claimLoggingWith(t, childLog, 0, before, args...)
 		for _, l := range lines {
 			ms, _ := strconv.ParseInt(strings.Fields(l)[0], 10, 64)
 			switch {
@@ -177,10 +187,27 @@ func TestOpenClawSpareSqliteChildServesTheRun(t *testing.T) {
 		}
 		return spares, freshAfter
 	}
-	if spares, fresh := count("--warm-up"); spares != 1 || fresh != 0 {
+	if spares, fresh := count(nil, "--warm-up"); spares != 1 || fresh != 0 {
 		t.Errorf("%d spare SQLite children started, %d fresh ones after the claim; want the one spare serving the run, no fresh one", spares, fresh)
 	}
-	if spares, fresh := count("--warm-up", "--no-spare-sqlite-child"); spares != 0 || fresh < 1 {
+	if spares, fresh := count(nil, "--warm-up", "--no-spare-sqlite-child"); spares != 0 || fresh < 1 {
 		t.Errorf("with --no-spare-sqlite-child: %d spares, %d fresh SQLite children after the claim; want none and at least one", spares, fresh)
+	}
+	// A run whose state directory is not empty at the claim is not a fresh one: the spare
+	// is killed and the run starts its children itself.
+	existing := func(env map[string]string) {
+		dir := env["OPENCLAW_STATE_DIR"]
+		if dir == "" {
+			t.Fatal("the one-shot's environment names no OPENCLAW_STATE_DIR")
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "agentsandbox-test-marker"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spares, fresh := count(existing, "--warm-up"); spares != 1 || fresh < 1 {
+		t.Errorf("a run on a non-empty state directory: %d spares started, %d fresh SQLite children after the claim; want the spare left unused and at least one fresh", spares, fresh)
 	}
 }
