@@ -25,7 +25,9 @@ import (
 // preloader imported the CLI's entry and main graph before the claim), by one served
 // by a slot whose preloader also ran its warm-up turn (--warm-up), by one whose
 // warm-up started no standby workers (--warm-up --no-standby-workers), by one whose
-// claim started no spare SQLite child (--warm-up --no-spare-sqlite-child), and by one turn
+// claim started no spare SQLite child (--warm-up --no-spare-sqlite-child), by one whose
+// warm-up also started standbys of the session archive's workers (--warm-up
+// --standby-archive-workers), and by one turn
 // through a warm sandboxed gateway (BenchmarkOpenClawSandboxedGateway's set-up; its
 // first turn is not counted). All sandboxed one-shots have the warm compile cache
 // (openclaw.CompileCache, built first by a sandboxed one-shot) mounted read-only; the
@@ -63,7 +65,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 		sb     *sandbox.Sandbox
 	}
 	var pools []*prebooted
-	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare"} {
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys"} {
 		warmUp := name != "preboot"
 		p := &prebooted{name: name, pre: openClawPreload(b, appDir, warmUp, cacheMount), limits: limits}
 		if warmUp {
@@ -71,7 +73,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			// (its collector starved of CPU): the benchmark measures speed, not the limit.
 			p.limits.MemoryBytes = 3 << 29
 		}
-		if flag := map[string]string{"preboot-warm-no-standby": "--no-standby-workers", "preboot-warm-no-spare": "--no-spare-sqlite-child"}[name]; flag != "" {
+		if flag := map[string]string{"preboot-warm-no-standby": "--no-standby-workers", "preboot-warm-no-spare": "--no-spare-sqlite-child", "preboot-warm-archive-standbys": "--standby-archive-workers"}[name]; flag != "" {
 			n := len(p.pre.Argv)
 			p.pre.Argv = append(p.pre.Argv[:n-1:n-1], flag, p.pre.Argv[n-1])
 		}
@@ -182,7 +184,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare"} {
+	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -195,7 +197,8 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	}
 	benchutil.Ratio(b, "preboot-warm-no-standby/preboot-warm-p50", p50["preboot-warm-no-standby"], p50["preboot-warm"])
 	benchutil.Ratio(b, "preboot-warm-no-spare/preboot-warm-p50", p50["preboot-warm-no-spare"], p50["preboot-warm"])
-	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare"} {
+	benchutil.Ratio(b, "preboot-warm-archive-standbys/preboot-warm-p50", p50["preboot-warm-archive-standbys"], p50["preboot-warm"])
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys"} {
 		benchutil.Ratio(b, name+"/host-p50", p50[name], p50["host"])
 		benchutil.Ratio(b, name+"/cold-p50", p50[name], p50["cold"])
 		benchutil.Ratio(b, name+"/gateway-p50", p50[name], p50["gateway"])

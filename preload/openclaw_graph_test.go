@@ -164,7 +164,7 @@ func standbyGraph(t *testing.T, dist string) []string {
 		t.Fatal("the preloader has no STANDBY table")
 	}
 	table := src[i : i+strings.Index(src[i:], "\n};")]
-	rows := regexp.MustCompile(`'([\w./-]+)': \[(\d), \[([^\]]*)\], (true|false), '(\w+)'\]`).FindAllStringSubmatch(table, -1)
+	rows := regexp.MustCompile(`'([\w./-]+)': \[(\d), \[([^\]]*)\], (true|false), '(\w+)', (?:true|false)\]`).FindAllStringSubmatch(table, -1)
 	if len(rows) != 5 {
 		t.Fatalf("the STANDBY table has %d rows, want 5", len(rows))
 	}

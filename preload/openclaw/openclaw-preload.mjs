@@ -2,7 +2,7 @@
 // protocol (version 1, api/bridgeapi/preload.go) for `openclaw agent --local --json`
 // one-shot runs, pinned to OpenClaw 2026.9.6 (dist/ file names are content-hashed).
 //
-//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR
+//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
@@ -33,7 +33,7 @@
 // the environment and working directory restored.
 // Last, it starts the worker threads a run will ask for as standbys (see
 // startStandbyWorkers; not with --no-standby-workers, which trades seconds of a run for
-// about 300 MB of the idle slot). It costs memory (see docs/warm-pools-and-runtimes.md for the
+// about 220 MB of the idle slot). It costs memory (see docs/warm-pools-and-runtimes.md for the
 // measured figures and the limit to give the slot): opt-in.
 //
 // The warm-up loads some 2,900 modules; one that computes a top-level value from the
@@ -94,22 +94,25 @@ const WARM = {
 // The worker threads a one-shot run starts after the claim, started ahead with --warm-up
 // (see startStandbyWorkers), for PINNED_VERSION: entry script, how many a run starts,
 // the modules its messages make it import later, whether it reads workerData at import
-// (then only its imports are loaded ahead, and the entry at the claim), and the
-// resourceLimits OpenClaw gives it (a standby has them from its start).
+// (then only its imports are loaded ahead, and the entry at the claim), the
+// resourceLimits OpenClaw gives it (a standby has them from its start), and whether it
+// is started ahead only with --standby-archive-workers. The session archive's two
+// maintenance workers are: the run does not wait for them, so their standbys (about 80
+// MiB of an idle slot) made no run faster, measured side by side (docs/benchmarks.md).
 const STANDBY = {
   'infra/sqlite-store.worker.js': [2, ['state/openclaw-state.worker.js', 'state/openclaw-agent-execution.worker.js',
     'openclaw-state-worker-runtime-w7KnYZvx.mjs', 'infra/heartbeat-outcome-store.worker.js',
-    'agents/sessions/session-manager-metadata.worker.js', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], false, 'db'],
+    'agents/sessions/session-manager-metadata.worker.js', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], false, 'db', false],
   'config/sessions/session-accessor.sqlite-archive.worker.js': [2, ['session-accessor.sqlite-mutation-worker.runtime-CyUmBXrn.mjs',
-    'session-accessor.sqlite-reclamation-UaLqXnUk.mjs', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], true, 'db'],
+    'session-accessor.sqlite-reclamation-UaLqXnUk.mjs', 'plugin-metadata-snapshot.runtime-DYLfTizO.mjs'], true, 'db', true],
   'config/sessions/session-transcript.worker.js': [1, ['openclaw-quarantine-store-DAfgDica.mjs', 'session-accessor.sqlite-active-context-9vZE8MvL.mjs',
-    'session-transcript-hydration.worker-C_B_CMWY.mjs', 'openclaw-agent-db-readonly-scope-B4qyxiDQ.mjs'], false, 'db'],
-  'state/openclaw-state-read.worker.js': [1, [], false, 'db'],
+    'session-transcript-hydration.worker-C_B_CMWY.mjs', 'openclaw-agent-db-readonly-scope-B4qyxiDQ.mjs'], false, 'db', false],
+  'state/openclaw-state-read.worker.js': [1, [], false, 'db', false],
   // The session disk-budget reader: a WorkerTaskPool worker, which OpenClaw retires after
   // 60 s idle (the pool's default idleTimeoutMs). The warm-up's is retired at its end
   // (DISK_BUDGET_WORKERS), so a run claimed a minute or an hour later gets this standby
   // rather than a fresh worker after the claim.
-  'config/sessions/disk-budget.worker.js': [1, [], false, 'none'],
+  'config/sessions/disk-budget.worker.js': [1, [], false, 'none', false],
 };
 // The resourceLimits of each kind of worker, as OpenClaw gives them ('none': it gives none).
 const STANDBY_LIMITS = { db: { maxOldGenerationSizeMb: 512 }, none: undefined };
@@ -213,24 +216,28 @@ delete process.env.AGENTSANDBOX_PRELOAD_FD;
 const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
-const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR';
+const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR';
 // --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
 // --no-standby-workers: the warm-up starts no standby workers (a run starts its
 // worker threads after the claim, as without a warm-up): about 300 MB less per idle
 // slot, seconds more per run (docs/warm-pools-and-runtimes.md).
+// --standby-archive-workers: the session archive's two workers get standbys too (STANDBY):
+// about 80 MiB more per idle slot for no measured gain; the benchmarks' comparison.
 // --no-spare-sqlite-child: the warm-up starts no spare SQLite child
 // (startSpareSqliteChild): about 65 MiB less per idle slot, about 0.3 s more per run; also
 // the benchmarks' comparison and a way out should a run misbehave with one.
-let warmUp = false, followUp = false, standbyWorkers = true, spareChild = true;
+let warmUp = false, followUp = false, standbyWorkers = true, archiveStandbys = false, spareChild = true;
 while (args.length > 1) {
   const a = args.shift();
   if (a === '--warm-up') warmUp = true;
   else if (a === '--warm-up-follow-up') warmUp = followUp = true;
   else if (a === '--no-standby-workers') standbyWorkers = false;
+  else if (a === '--standby-archive-workers') archiveStandbys = true;
   else if (a === '--no-spare-sqlite-child') spareChild = false;
   else fail(usage);
 }
 if (!warmUp && !standbyWorkers) fail(`--no-standby-workers needs a warm-up: ${usage}`);
+if ((!warmUp || !standbyWorkers) && archiveStandbys) fail(`--standby-archive-workers needs a warm-up with standbys: ${usage}`);
 const pkgDir = args[0];
 if (!pkgDir || args.length !== 1 || pkgDir.startsWith('--')) fail(usage);
 const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
@@ -485,7 +492,8 @@ async function reduceIdleMemory() {
 // carrier of the state and agent databases, the session archive's maintenance twice,
 // the transcript and state-read task servers, the session disk-budget reader), each a
 // fresh V8 isolate, most importing 1,100-1,600 modules: about 2 s of a run on 2 vCPUs. With --warm-up they are started
-// here, after the warm-up's cleanup, and import their graphs; at the claim a `new
+// here (all but the archive's two, which the run does not wait for: STANDBY), after the
+// warm-up's cleanup, and import their graphs; at the claim a `new
 // Worker` of OpenClaw's with the same script and options gets a standby instead, which
 // first takes the environment (and workerData) the fresh worker would have had and
 // re-pins the paths its graph captured at import, as the main thread does. Anything
@@ -499,9 +507,10 @@ async function startStandbyWorkers() {
   const pins = ['pinRuntimePaths', 'pinConfigDir'].map((name) => ({ url: url(SPLIT[name][0]), exp: SPLIT[name][1] }));
   const standby = new Map();
   const ready = [];
-  for (const [entry, [count, later, deferEntry, limitsKind]] of Object.entries(STANDBY)) {
+  for (const [entry, [count, later, deferEntry, limitsKind, optIn]] of Object.entries(STANDBY)) {
     const href = url(entry);
     if (!fs.existsSync(path.join(dist, entry))) fail(`dist/${entry} is gone: the standby workers' table moved`);
+    if (optIn && !archiveStandbys) continue;
     // A deferred entry's own imports, relative ones (node: builtins cost nothing).
     const own = deferEntry ? [...fs.readFileSync(path.join(dist, entry), 'utf8').matchAll(/^import\s[^;]*?from\s+"(\.[^"]+)";/gm)].map((m) => new URL(m[1], href).href) : [];
     const imports = [...later.map(url), ...own, ...(deferEntry ? [] : [href])];
