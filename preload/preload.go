@@ -33,19 +33,19 @@ const NodeName = "preload.mjs"
 // runs the CLI in-process at it. With --warm-up it also runs one throwaway turn before
 // the claim, against a stub it serves on loopback with a throwaway config and state
 // that it removes, resets OpenClaw's config caches after it, and starts the worker
-// threads a run asks for as standbys: runs about 4x faster than a cold one-shot, at about
-// 670 MiB per idle slot instead of about 40 (see the file's comment and
+// threads a run waits on as standbys and a spare of the SQLite snapshot child every
+// fresh one-shot waits on: runs about 4x faster than a cold one-shot, at about 640 MiB
+// per idle slot instead of about 50 (see the file's comment and
 // docs/warm-pools-and-runtimes.md). With --warm-up-follow-up the warm-up runs a second
 // turn on the first turn's state, so a run that finds OpenClaw state in its workspace
 // (a conversation's next turn, a hibernated session resumed) finds the path OpenClaw
-// takes then (its doctor's state-migration preflight) loaded too. With
-// --no-standby-workers after either, the warm-up starts no standby workers: an idle
-// slot holds about 300 MB less, and a run starts its worker threads after the claim
-// (seconds more per run). At the claim it starts a spare of the SQLite snapshot child
-// every fresh one-shot waits on, importing its packages while the run starts
-// (--no-spare-sqlite-child: none). It is pinned to
-// OpenClawVersion and refuses to say ready for any other, or when a warm-up turn does
-// not answer as expected.
+// takes then (its doctor's state-migration preflight) loaded too. After either:
+// --no-standby-workers starts neither standbys nor the spare (about 290 MiB less per
+// idle slot, seconds more per run); --standby-archive-workers gives the session
+// archive's two workers standbys too (about 100 MiB more, no faster);
+// --no-spare-sqlite-child starts no spare (about 60 MiB less, about 0.2 s more). It is
+// pinned to OpenClawVersion and refuses to say ready for any other, or when a warm-up
+// turn does not answer as expected.
 //
 //go:embed openclaw/openclaw-preload.mjs
 var OpenClaw []byte

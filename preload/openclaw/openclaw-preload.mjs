@@ -33,7 +33,7 @@
 // the environment and working directory restored.
 // Last, it starts the worker threads a run will ask for as standbys (see
 // startStandbyWorkers; not with --no-standby-workers, which trades seconds of a run for
-// about 220 MB of the idle slot). It costs memory (see docs/warm-pools-and-runtimes.md for the
+// about 290 MiB of the idle slot). It costs memory (see docs/warm-pools-and-runtimes.md for the
 // measured figures and the limit to give the slot): opt-in.
 //
 // The warm-up loads some 2,900 modules; one that computes a top-level value from the
@@ -219,7 +219,7 @@ const args = process.argv.slice(2);
 const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR';
 // --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
 // --no-standby-workers: the warm-up starts no standby workers (a run starts its
-// worker threads after the claim, as without a warm-up): about 300 MB less per idle
+// worker threads after the claim, as without a warm-up): about 290 MiB less per idle
 // slot, seconds more per run (docs/warm-pools-and-runtimes.md).
 // --standby-archive-workers: the session archive's two workers get standbys too (STANDBY):
 // about 80 MiB more per idle slot for no measured gain; the benchmarks' comparison.
