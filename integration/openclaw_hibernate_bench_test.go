@@ -26,6 +26,8 @@ import (
 //   - resumed-follow-up: the same from a pool whose slots' warm-up also ran a
 //     follow-up turn on its own state (--warm-up-follow-up);
 //   - preboot-follow-up: preboot on that pool;
+//   - resumed-follow-up-archive: resumed-follow-up from a pool whose slots also have
+//     standbys of the session archive's workers (--standby-archive-workers);
 //   - hibernate: an idle session holding the conversation's OpenClaw state (resumed
 //     from the hibernation, untimed) hibernated: stopped, removed, its state saved.
 //
@@ -47,6 +49,9 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	// A second pool whose slots' warm-up also ran a follow-up turn on its own state.
 	f := newOpenClawConversationWith(b, runner, image, appDir, fake, "--warm-up-follow-up", cacheMount)
 	f.one, f.spec = c.one, c.spec
+	// A third, whose slots also keep standbys of the session archive's workers.
+	g := newOpenClawConversationWith(b, runner, image, appDir, fake, "--warm-up-follow-up --standby-archive-workers", cacheMount)
+	g.one, g.spec = c.one, c.spec
 
 	// The conversation's first turn, in a session, then hibernated.
 	sess, _ := c.startSession(ctx, b, "Remember: the code word is "+conversationWord+". Reply NOTED.")
@@ -65,6 +70,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	pooled := func(name string, run func() (*sandbox.Result, *openclaw.Result, error), want string) {
 		c.waitReady(b)
 		f.waitReady(b)
+		g.waitReady(b)
 		start := time.Now()
 		res, out, err := run()
 		wall := time.Since(start)
@@ -121,6 +127,11 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 			}, "ANSWER-"+conversationWord)
 		},
 		func() {
+			pooled("resumed-follow-up-archive", func() (*sandbox.Result, *openclaw.Result, error) {
+				return g.resumeTurn(ctx, b, h, sandboxtest.RunID("hib-bench-resumed-fa"), "What was the code word? Answer with it.")
+			}, "ANSWER-"+conversationWord)
+		},
+		func() {
 			idle, err := c.sb.Resume(ctx, h, sandbox.SessionRequest{Request: sandbox.Request{
 				Grant: sandbox.Grant{AllowSandbox: true}, RunID: sandboxtest.RunID("hib-bench-idle"), Image: c.image,
 				Argv: []string{testimages.NodeBinary, "-e", "setInterval(() => {}, 1 << 30)"}, Env: c.spec.Env,
@@ -148,7 +159,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"preboot", "preboot-follow-up", "resumed", "resumed-follow-up"} {
+	for _, name := range []string{"preboot", "preboot-follow-up", "resumed", "resumed-follow-up", "resumed-follow-up-archive"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -162,6 +173,7 @@ func BenchmarkOpenClawHibernate(b *testing.B) {
 	benchutil.Ratio(b, "resumed-follow-up/preboot-p50", p50["resumed-follow-up"], p50["preboot"])
 	benchutil.Ratio(b, "preboot-follow-up/preboot-p50", p50["preboot-follow-up"], p50["preboot"])
 	benchutil.Ratio(b, "resumed-follow-up/preboot-follow-up-p50", p50["resumed-follow-up"], p50["preboot-follow-up"])
+	benchutil.Ratio(b, "resumed-follow-up-archive/resumed-follow-up-p50", p50["resumed-follow-up-archive"], p50["resumed-follow-up"])
 	for name, m := range claimMem {
 		b.ReportMetric(float64(benchutil.Quantile(m, 0.5))/(1<<20), name+"-idle-slot-MiB")
 	}

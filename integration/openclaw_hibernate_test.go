@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,19 +84,18 @@ func newOpenClawConversation(t testing.TB, runner port.SandboxRunner, image, app
 }
 
 // newOpenClawConversationWith is newOpenClawConversation with the preloader's warm-up
-// flag: "" (imports only), "--warm-up" or "--warm-up-follow-up".
+// flag: "" (imports only), "--warm-up" or "--warm-up-follow-up", and after it the
+// preloader's other flags, if any (space-separated).
 func newOpenClawConversationWith(t testing.TB, runner port.SandboxRunner, image, appDir string, fake *litellmtest.Server, flag string, mounts ...port.Mount) *openClawConversation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	warmUp := flag != ""
 	pre := openClawPreload(t, appDir, warmUp, mounts...)
-	for i, a := range pre.Argv {
-		if a == "--warm-up" {
-			pre.Argv[i] = flag
-		}
+	if i := slices.Index(pre.Argv, "--warm-up"); i >= 0 {
+		pre.Argv = slices.Concat(pre.Argv[:i], strings.Fields(flag), pre.Argv[i+1:])
 	}
-	if flag == "--warm-up-follow-up" {
+	if strings.HasPrefix(flag, "--warm-up-follow-up") {
 		// Two warm-up turns, then the state database: about twice --warm-up's boot.
 		pre.Timeout *= 2
 	}

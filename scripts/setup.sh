@@ -72,6 +72,17 @@ wait_for() { # socket, what, seconds
   return 1
 }
 
+# detached CMD...: CMD in the background with stdin from /dev/null and no descriptor of
+# ours above stderr: a daemon outlives this script, and one that kept a lock's or a pipe's
+# descriptor of its caller would hold that lock, or the pipe open, for as long as it runs.
+detached() {
+  (for fd in /proc/$BASHPID/fd/*; do
+    n=${fd##*/}
+    if [ "$n" -gt 2 ] 2>/dev/null; then eval "exec $n>&-"; fi
+  done
+  exec "$@" </dev/null) &
+}
+
 if [ -n "$daemons" ]; then
   # A daemon an earlier version of this script started inherited its caller's TMPDIR, which is
   # gone now: give it back an empty one, or every exec into a container fails.
@@ -88,7 +99,7 @@ if [ -n "$daemons" ]; then
   # containerd: dockerd uses it, and the containerd adapter talks to it directly.
   if ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
     log "starting containerd"
-    "${daemon_env[@]}" nohup containerd >"$log_dir/containerd.log" 2>&1 &
+    detached "${daemon_env[@]}" nohup containerd >"$log_dir/containerd.log" 2>&1
     wait_for /run/containerd/containerd.sock containerd 30
   fi
 
@@ -96,8 +107,8 @@ if [ -n "$daemons" ]; then
   # machine even by mistake. Sandboxes use network=none regardless.
   if ! docker version >/dev/null 2>&1; then
     log "starting dockerd"
-    "${daemon_env[@]}" nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-masq=false \
-      >"$log_dir/dockerd.log" 2>&1 &
+    detached "${daemon_env[@]}" nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-masq=false \
+      >"$log_dir/dockerd.log" 2>&1
     wait_for "$run_dir/docker.sock" dockerd 60
     for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; sleep 0.2; done
   fi
