@@ -2,21 +2,29 @@ package testenv
 
 import (
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// Children returns the ids of pid's child processes (Linux: /proc/PID/task/PID/children).
+// Children returns the ids of pid's child processes, sorted (Linux: the children files
+// of every thread of pid: a child is listed under the thread that started it, and a Go
+// program starts one from whichever thread runs the goroutine).
 func Children(pid int) []int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
-	if err != nil {
-		return nil
-	}
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if c, err := strconv.Atoi(f); err == nil {
-			out = append(out, c)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(s); err == nil {
+				out = append(out, c)
+			}
 		}
 	}
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }
