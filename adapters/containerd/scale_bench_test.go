@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -201,7 +200,7 @@ func liveSandboxes(b *testing.B, maxN, step int, minFree uint64, budget time.Dur
 	for _, pid := range sample {
 		shim += pssMiB(ppid(pid))
 		bridgeMiB += pssMiB(pid)
-		for _, c := range children(pid) {
+		for _, c := range testenv.Children(pid) {
 			agent += pssMiB(c)
 		}
 	}
@@ -248,24 +247,6 @@ func runOfContainer(id string) (string, bool) {
 		return "", false
 	}
 	return rest[:i], true
-}
-
-// children lists a process's direct children, whichever of its threads made them.
-func children(pid int) []int {
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var out []int
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
 }
 
 // memAvailableMiB is /proc/meminfo's MemAvailable in MiB.

@@ -97,7 +97,7 @@ const WARM = {
 // (then only its imports are loaded ahead, and the entry at the claim), the
 // resourceLimits OpenClaw gives it (a standby has them from its start), and whether it
 // is started ahead only with --standby-archive-workers. The session archive's two
-// maintenance workers are: the run does not wait for them, so their standbys (about 80
+// maintenance workers are: the run does not wait for them, so their standbys (about 100
 // MiB of an idle slot) made no run faster, measured side by side (docs/benchmarks.md).
 const STANDBY = {
   'infra/sqlite-store.worker.js': [2, ['state/openclaw-state.worker.js', 'state/openclaw-agent-execution.worker.js',
@@ -222,7 +222,7 @@ const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--n
 // worker threads after the claim, as without a warm-up): about 290 MiB less per idle
 // slot, seconds more per run (docs/warm-pools-and-runtimes.md).
 // --standby-archive-workers: the session archive's two workers get standbys too (STANDBY):
-// about 80 MiB more per idle slot for no measured gain; the benchmarks' comparison.
+// about 100 MiB more per idle slot for no measured gain; the benchmarks' comparison.
 // --no-spare-sqlite-child: the warm-up starts no spare SQLite child
 // (startSpareSqliteChild): about 65 MiB less per idle slot, about 0.3 s more per run; also
 // the benchmarks' comparison and a way out should a run misbehave with one.
