@@ -249,7 +249,10 @@ func testEgressRound3(t *testing.T, runnerFor func(testing.TB, string, imageFunc
 		{ID: "mitm", URIs: []string{"https://r0.test:" + up.Port() + "/", "https://r1.test:" + up.Port() + "/", "https://r2.test:" + up.Port() + "/", "https://r3.test:" + up.Port() + "/", "https://r4.test:" + up.Port() + "/"}},
 		{ID: "plain", URIs: []string{"http://p0.test:" + plain.Port() + "/", "http://p1.test:" + plain.Port() + "/", "http://p2.test:" + plain.Port() + "/", "http://p3.test:" + plain.Port() + "/", "http://p4.test:" + plain.Port() + "/"}},
 		{ID: "tunnel", URIs: []string{"https://t0.test:" + up.Port(), "https://t1.test:" + up.Port(), "https://t2.test:" + up.Port(), "https://t3.test:" + up.Port(), "https://t4.test:" + up.Port()}, TunnelOnly: true},
-	}, UpstreamProxy: fwd.URL})
+	}, UpstreamProxy: fwd.URL,
+		// A slow refill: the 400-request burst must meet the limit however long the
+		// requests take (at the default 50 a second a loaded machine refilled most of it).
+		Rate: port.EgressRate{RPS: 1, Burst: 60}})
 	for _, c := range canaries {
 		assert.Zero(t, c.Hits(), "connections reached the loopback canary through the upstream proxy")
 	}

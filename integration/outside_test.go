@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/containerd"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
@@ -64,7 +63,10 @@ func outsideModule(t *testing.T, files map[string]string) string {
 }
 
 // goIn runs the go command in dir, resolving missing requirements from the module
-// cache (-mod=mod) and never from a workspace, and returns its combined output.
+// cache (-mod=mod) and never from a workspace, and returns its combined output. Its
+// callers give it testenv.UntimedContext: what it builds is not what they measure (on a
+// new, loaded machine a vet of the Kubernetes example took over 5 minutes), and what
+// it runs bounds itself (go test -timeout, the examples' own limits).
 func goIn(ctx context.Context, t *testing.T, dir string, args ...string) (string, error) {
 	t.Helper()
 	goBin := testenv.NeedCommand(t, "go", "go")
@@ -152,7 +154,7 @@ func TestConformanceFromAnotherModule(t *testing.T) {
 	// process's tag) is written in.
 	src := outsideRunnerTest + "\nconst outsideOwner = " + strconv.Quote(testenv.Owner("outside")) + "\n"
 	dir := outsideModule(t, map[string]string{"runner_test.go": src})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := testenv.UntimedContext(t)
 	defer cancel()
 	out, err := goIn(ctx, t, dir, "test", "-count=1", "-v", "-timeout=8m", ".")
 	if err != nil {
@@ -188,7 +190,7 @@ func TestQuickstartFromAnotherModule(t *testing.T) {
 		t.Run(rt.name, func(t *testing.T) {
 			rt.need(t)
 			dir := outsideModule(t, files)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			ctx, cancel := testenv.UntimedContext(t)
 			defer cancel()
 			out, err := goIn(ctx, t, dir, "run", "./quickstart", "-target", rt.name+"://", "-prompt", "MARKER:outside-"+rt.name+" hello")
 			if err != nil {
@@ -212,7 +214,7 @@ func TestNomadExampleFromAnotherModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := outsideModule(t, map[string]string{"nomadexample/main.go": string(b)})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.UntimedContext(t)
 	defer cancel()
 	if _, err := goIn(ctx, t, dir, "vet", "./nomadexample"); err != nil {
 		t.Fatalf("the copied Nomad example does not vet: %v", err)
@@ -235,7 +237,7 @@ func TestKubernetesExampleFromAnotherModule(t *testing.T) {
 		t.Fatal("examples/kubernetes imports an internal package")
 	}
 	dir := outsideModule(t, map[string]string{"kubeexample/main.go": string(b)})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.UntimedContext(t)
 	defer cancel()
 	if _, err := goIn(ctx, t, dir, "vet", "./kubeexample"); err != nil {
 		t.Fatalf("the copied Kubernetes example does not vet: %v", err)

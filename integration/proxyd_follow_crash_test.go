@@ -35,7 +35,7 @@ func TestProxydAuditFollowAcrossKills(t *testing.T) {
 	if err != nil {
 		base = os.TempDir()
 	}
-	buildCtx, cancelBuild := testenv.BuildContext(t)
+	buildCtx, cancelBuild := testenv.UntimedContext(t)
 	defer cancelBuild()
 	ctl, err := gobuild.Cached(buildCtx, "github.com/agentsandbox/sandbox/cmd/sandboxctl", "sandboxctl", filepath.Join(base, "agentsandbox", "sandboxctl"))
 	if err != nil {

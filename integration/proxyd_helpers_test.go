@@ -33,7 +33,7 @@ type proxydProc struct {
 }
 
 func buildProxyd(t testing.TB) string {
-	ctx, cancel := testenv.BuildContext(t)
+	ctx, cancel := testenv.UntimedContext(t)
 	defer cancel()
 	base, err := os.UserCacheDir()
 	if err != nil {

@@ -92,6 +92,7 @@ type config struct {
 	timeout      time.Duration
 	gateway      *Gateway
 	deny         []string
+	plugins      []string
 	settings     []setting
 }
 
@@ -100,6 +101,8 @@ var (
 	providerRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 	envNameRE  = regexp.MustCompile(`^[A-Z][A-Z0-9_]{0,127}$`)
 	toolRE     = regexp.MustCompile(`^[A-Za-z0-9_:*.-]{1,128}$`)
+	// pluginRE is OpenClaw's own plugin id syntax (a name, or an npm-scoped one).
+	pluginRE = regexp.MustCompile(`^(?:[a-z0-9][a-z0-9._-]{0,127}|@[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,127})$`)
 )
 
 // WithModels sets the provider's model catalog (required, at least one model).
@@ -237,6 +240,27 @@ func WithDeny(tools ...string) Option {
 			}
 		}
 		c.deny = append(c.deny, tools...)
+		return nil
+	}
+}
+
+// WithPlugins lets the agent load these OpenClaw plugins and no others (OpenClaw's
+// plugins.allow, an exclusive allowlist). Without it the config turns plugins off
+// (plugins.enabled false): OpenClaw then skips plugin discovery and loading, about
+// a second of every run's start, and the agent is offered none of the tools of its
+// default-on plugins, which a sandbox without network or paired devices cannot use
+// (canvas, file transfer to paired nodes, Ollama on nodes, talk voice) or which need
+// the host's choice (memory-core's memory_search and memory_get). Ids are OpenClaw's
+// plugin ids, e.g. "memory-core"; a pre-booted slot warms up without plugins, so a
+// run that allows some loads them after its claim.
+func WithPlugins(ids ...string) Option {
+	return func(c *config) error {
+		for _, id := range ids {
+			if !pluginRE.MatchString(id) {
+				return &SettingError{Setting: "plugins.allow", Reason: "plugin id " + quote(id) + " must match " + pluginRE.String()}
+			}
+		}
+		c.plugins = sortedSet(c.plugins, ids)
 		return nil
 	}
 }
@@ -384,7 +408,16 @@ func (c *config) base() map[string]any {
 		"update":    map[string]any{"checkOnStart": false, "auto": map[string]any{"enabled": false}},
 		"discovery": map[string]any{"mdns": map[string]any{"mode": "off"}},
 		"gateway":   gw,
+		"plugins":   c.pluginPolicy(),
 	}
+}
+
+// pluginPolicy is the plugins object: off, or exactly the allowed ones (WithPlugins).
+func (c *config) pluginPolicy() map[string]any {
+	if len(c.plugins) == 0 {
+		return map[string]any{"enabled": false}
+	}
+	return map[string]any{"enabled": true, "allow": toAny(c.plugins)}
 }
 
 // MarshalJSON returns the config as compact JSON. Output is deterministic: object

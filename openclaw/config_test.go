@@ -61,6 +61,7 @@ func configCases(t testing.TB) map[string][]openclaw.Option {
 			openclaw.WithWorkspace("/srv/agent/"),
 			openclaw.WithGateway(openclaw.Gateway{Port: 19001, TokenEnv: "SANDBOX_GATEWAY_TOKEN"}),
 			openclaw.WithDeny("group:media", "canvas", "browser"),
+			openclaw.WithPlugins("memory-core", "a2a", "memory-core"),
 			openclaw.WithSetting("agents.defaults.thinkingDefault", "low"),
 			openclaw.WithSetting("agents.entries.coder.name", "Coder"),
 			openclaw.WithSetting("cron.enabled", false), // same value as generated: allowed
@@ -154,6 +155,19 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	assert.False(t, cfg.Gateway())
 	assert.Equal(t, os.FileMode(0o644), cfg.FileMode())
+	plugins, _ := cfg.Lookup("plugins")
+	assert.Equal(t, map[string]any{"enabled": false}, plugins, "plugins are off unless WithPlugins names some")
+}
+
+func TestConfigPluginsAllowed(t *testing.T) {
+	cfg, err := openclaw.NewConfig(openclaw.WithModels(testModels(t)...), openclaw.WithPlugins("memory-core"), openclaw.WithPlugins("@acme/notes", "memory-core"))
+	require.NoError(t, err)
+	plugins, _ := cfg.Lookup("plugins")
+	assert.Equal(t, map[string]any{"enabled": true, "allow": []any{"@acme/notes", "memory-core"}}, plugins)
+	cfg, err = openclaw.NewConfig(openclaw.WithModels(testModels(t)...), openclaw.WithPlugins())
+	require.NoError(t, err)
+	plugins, _ = cfg.Lookup("plugins")
+	assert.Equal(t, map[string]any{"enabled": false}, plugins, "no ids: still off")
 }
 
 func TestConfigGatewayToken(t *testing.T) {
@@ -338,6 +352,10 @@ func TestConfigOptionErrors(t *testing.T) {
 		{"gateway short token", []openclaw.Option{m, openclaw.WithGateway(openclaw.Gateway{Port: 1, Token: "short"})}, "gateway.auth.token", openclaw.InvGatewayAuth},
 		{"gateway token env", []openclaw.Option{m, openclaw.WithGateway(openclaw.Gateway{Port: 1, TokenEnv: "lower"})}, "gateway.auth.token", ""},
 		{"deny name", []openclaw.Option{m, openclaw.WithDeny("rm -rf")}, "tools.deny", ""},
+		{"plugin id", []openclaw.Option{m, openclaw.WithPlugins("../evil")}, "plugins.allow", ""},
+		{"plugin id upper case", []openclaw.Option{m, openclaw.WithPlugins("Memory-Core")}, "plugins.allow", ""},
+		{"plugin id empty", []openclaw.Option{m, openclaw.WithPlugins("")}, "plugins.allow", ""},
+		{"plugin id scope only", []openclaw.Option{m, openclaw.WithPlugins("@acme/")}, "plugins.allow", ""},
 		{"setting path", []openclaw.Option{m, openclaw.WithSetting("agents..defaults", 1)}, "agents..defaults", ""},
 		{"setting value", []openclaw.Option{m, openclaw.WithSetting("agents.defaults.x", make(chan int))}, "agents.defaults.x", ""},
 		{"setting through a scalar", []openclaw.Option{m, openclaw.WithSetting("cron.enabled.deeper", true)}, "cron.enabled.deeper", ""},

@@ -148,8 +148,6 @@ var warmUpCaptures = map[string]string{
 	"builtin-openclaw-q1hiFm14.mjs EMBEDDED_ABORT_SETTLE_TIMEOUT_MS":   "a test tuning variable: a run that sets it is not honoured (documented)",
 	"theme-DzaUZY4q.mjs hasForceColor":                                 "terminal colours; a one-shot prints JSON",
 	"theme-DzaUZY4q.mjs baseChalk":                                     "terminal colours; a one-shot prints JSON",
-	"chrome-mcp-options-nWvKXmxV.mjs minNodeVersion":                   "vendored yargs' Node version check",
-	"chrome-mcp-options-nWvKXmxV.mjs env":                              "vendored yargs' locale detection",
 	"host-env-security-D7wdDMke.mjs HOST_ENV_SECURITY_POLICY":          "a static policy bundled in the module",
 }
 

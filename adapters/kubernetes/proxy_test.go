@@ -38,7 +38,7 @@ func (d *daemon) Write(b []byte) (int, error) {
 
 func startDaemon(t testing.TB) *daemon {
 	t.Helper()
-	ctx, cancel := testenv.BuildContext(t)
+	ctx, cancel := testenv.UntimedContext(t)
 	defer cancel()
 	bin, err := gobuild.Cached(ctx, "github.com/agentsandbox/sandbox/cmd/sandbox-proxyd", "sandbox-proxyd", filepath.Join(os.TempDir(), "agentsandbox-proxyd-kubetest"))
 	if err != nil {

@@ -54,15 +54,15 @@ func main() {
 	prompt := flag.String("prompt", "MARKER:hello-from-kubernetes Please greet me.", "the user message")
 	verbose := flag.Bool("v", false, "log what the library does")
 	flag.Parse()
-	if err := run(os.Stdout, *kubeconfig, *namespace, *local, *prompt, *verbose); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *kubeconfig, *namespace, *local, *prompt, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "kubernetes example:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out io.Writer, kubeconfig, namespace string, local bool, prompt string, verbose bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+func run(ctx context.Context, out io.Writer, kubeconfig, namespace string, local bool, prompt string, verbose bool) error {
 	logger := slog.New(slog.DiscardHandler)
 	if verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

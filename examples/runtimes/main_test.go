@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentsandbox/sandbox/adapters/kubernetes/kubelocal"
 	"github.com/agentsandbox/sandbox/adapters/nomad/nomadlocal"
@@ -22,7 +20,9 @@ func TestOneProgramFourRuntimes(t *testing.T) {
 	testenv.Need(t, "nomad", nerr == nil, "no nomad binary")
 	_, kerr := kubelocal.BinDir()
 	testenv.Need(t, "kubernetes", kerr == nil, "no Kubernetes binaries")
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	// The clusters' locks, which other packages' tests may hold for minutes, are not
+	// what this test measures.
+	ctx, cancel := testenv.UntimedContext(t)
 	defer cancel()
 
 	nc, err := nomadlocal.Start(ctx, nomadlocal.Options{Bin: nomadBin})

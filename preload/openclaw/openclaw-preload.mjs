@@ -318,6 +318,9 @@ function warmUpLayout(root, baseUrl) {
     },
     tools: { deny: ['browser', 'cron', 'gateway', 'group:web', 'message', 'nodes', 'sessions_send', 'sessions_spawn'], elevated: { enabled: false }, exec: { notifyOnExit: false } },
     update: { auto: { enabled: false }, checkOnStart: false },
+    // Plugins off, as openclaw.NewConfig's default: a run that allows some
+    // (openclaw.WithPlugins) discovers and loads them after its claim.
+    plugins: { enabled: false },
   };
   fs.writeFileSync(path.join(d, 'openclaw.json'), JSON.stringify(config));
   fs.writeFileSync(path.join(d, 'prompt.txt'), 'openclaw-preload warm-up turn: reply with anything.');
