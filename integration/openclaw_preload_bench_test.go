@@ -27,7 +27,9 @@ import (
 // warm-up started no standby workers (--warm-up --no-standby-workers), by one whose
 // claim started no spare SQLite child (--warm-up --no-spare-sqlite-child), by one whose
 // warm-up also started standbys of the session archive's workers (--warm-up
-// --standby-archive-workers), and by one turn
+// --standby-archive-workers), by one whose warm-up and run left plugins to OpenClaw's
+// defaults (--warm-up-default-plugins, an empty plugins object: the config before
+// openclaw.WithPlugins turned them off), and by one turn
 // through a warm sandboxed gateway (BenchmarkOpenClawSandboxedGateway's set-up; its
 // first turn is not counted). All sandboxed one-shots have the warm compile cache
 // (openclaw.CompileCache, built first by a sandboxed one-shot) mounted read-only; the
@@ -51,6 +53,9 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	// The compile cache first, by a cold sandboxed one-shot.
 	plain, lc := newStack(b, runner, fake)
 	cfg := openClawConfig(ctx, b, lc)
+	// The preboot-warm-default-plugins arm's runs: plugins left to OpenClaw's defaults
+	// (an empty plugins object), as every config was before openclaw.WithPlugins.
+	defaultPluginsCfg := openClawConfig(ctx, b, lc, openclaw.WithSetting("plugins", map[string]any{}))
 	cold := &openClawStack{sb: plain, image: image, appDir: appDir, cfg: cfg}
 	cache, _ := buildCompileCache(ctx, b, cold)
 	cacheMount, _ := cache.Mount()
@@ -65,7 +70,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 		sb     *sandbox.Sandbox
 	}
 	var pools []*prebooted
-	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys"} {
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys", "preboot-warm-default-plugins"} {
 		warmUp := name != "preboot"
 		p := &prebooted{name: name, pre: openClawPreload(b, appDir, warmUp, cacheMount), limits: limits}
 		if warmUp {
@@ -73,7 +78,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			// (its collector starved of CPU): the benchmark measures speed, not the limit.
 			p.limits.MemoryBytes = 3 << 29
 		}
-		if flag := map[string]string{"preboot-warm-no-standby": "--no-standby-workers", "preboot-warm-no-spare": "--no-spare-sqlite-child", "preboot-warm-archive-standbys": "--standby-archive-workers"}[name]; flag != "" {
+		if flag := map[string]string{"preboot-warm-no-standby": "--no-standby-workers", "preboot-warm-no-spare": "--no-spare-sqlite-child", "preboot-warm-archive-standbys": "--standby-archive-workers", "preboot-warm-default-plugins": "--warm-up-default-plugins"}[name]; flag != "" {
 			n := len(p.pre.Argv)
 			p.pre.Argv = append(p.pre.Argv[:n-1:n-1], flag, p.pre.Argv[n-1])
 		}
@@ -140,7 +145,11 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 			runID := sandboxtest.RunID("pre-bench")
 			one := openclaw.OneShot{SessionID: runID, Timeout: 150 * time.Second, Command: []string{testimages.NodeBinary, testimages.AppDir + "/node_modules/openclaw/openclaw.mjs"}}
 			ws := newWorkspace(b)
-			if err := one.Prepare(ws, cfg, openclaw.Files{}, prompt); err != nil {
+			c := cfg
+			if p.name == "preboot-warm-default-plugins" {
+				c = defaultPluginsCfg
+			}
+			if err := one.Prepare(ws, c, openclaw.Files{}, prompt); err != nil {
 				b.Fatal(err)
 			}
 			spec := port.RunSpec{Limits: p.limits}
@@ -184,7 +193,7 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	}
 	b.StopTimer()
 	p50 := map[string]time.Duration{}
-	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys"} {
+	for _, name := range []string{"host", "cold", "gateway", "preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys", "preboot-warm-default-plugins"} {
 		var walls, overs []time.Duration
 		for _, x := range samples[name] {
 			walls = append(walls, x.wall)
@@ -198,7 +207,8 @@ func BenchmarkOpenClawPreloaded(b *testing.B) {
 	benchutil.Ratio(b, "preboot-warm-no-standby/preboot-warm-p50", p50["preboot-warm-no-standby"], p50["preboot-warm"])
 	benchutil.Ratio(b, "preboot-warm-no-spare/preboot-warm-p50", p50["preboot-warm-no-spare"], p50["preboot-warm"])
 	benchutil.Ratio(b, "preboot-warm-archive-standbys/preboot-warm-p50", p50["preboot-warm-archive-standbys"], p50["preboot-warm"])
-	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys"} {
+	benchutil.Ratio(b, "preboot-warm/preboot-warm-default-plugins-p50", p50["preboot-warm"], p50["preboot-warm-default-plugins"])
+	for _, name := range []string{"preboot", "preboot-warm", "preboot-warm-no-standby", "preboot-warm-no-spare", "preboot-warm-archive-standbys", "preboot-warm-default-plugins"} {
 		benchutil.Ratio(b, name+"/host-p50", p50[name], p50["host"])
 		benchutil.Ratio(b, name+"/cold-p50", p50[name], p50["cold"])
 		benchutil.Ratio(b, name+"/gateway-p50", p50[name], p50["gateway"])

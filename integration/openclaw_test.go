@@ -80,8 +80,8 @@ func newOpenClawStack(t testing.TB, newRunner func(testing.TB, string, imageFunc
 }
 
 // openClawConfig is the one-shot config the OpenClaw tests use: the models of the
-// (fake) LiteLLM's catalog as a host would read them, gpt-4o-mini by default.
-func openClawConfig(ctx context.Context, tb testing.TB, lc *litellm.Client) *openclaw.Config {
+// (fake) LiteLLM's catalog as a host would read them, gpt-4o-mini by default; opts add to it.
+func openClawConfig(ctx context.Context, tb testing.TB, lc *litellm.Client, opts ...openclaw.Option) *openclaw.Config {
 	tb.Helper()
 	catalog, err := lc.Models(ctx)
 	if err != nil {
@@ -91,7 +91,7 @@ func openClawConfig(ctx context.Context, tb testing.TB, lc *litellm.Client) *ope
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg, err := openclaw.NewConfig(openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150*time.Second))
+	cfg, err := openclaw.NewConfig(append([]openclaw.Option{openclaw.WithModels(models...), openclaw.WithDefaultModel("gpt-4o-mini"), openclaw.WithAgentTimeout(150 * time.Second)}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -43,7 +43,11 @@ const NodeName = "preload.mjs"
 // --no-standby-workers starts neither standbys nor the spare (about 290 MiB less per
 // idle slot, seconds more per run); --standby-archive-workers gives the session
 // archive's two workers standbys too (about 100 MiB more, no faster);
-// --no-spare-sqlite-child starts no spare (about 60 MiB less, about 0.2 s more). It is
+// --no-spare-sqlite-child starts no spare (about 60 MiB less, about 0.2 s more). The
+// warm-up's config turns plugins off, as openclaw.NewConfig does unless
+// openclaw.WithPlugins allows some (a run that does loads them after its claim);
+// --warm-up-default-plugins leaves them to OpenClaw's defaults, the benchmarks'
+// comparison. It is
 // pinned to OpenClawVersion and refuses to say ready for any other, or when a warm-up
 // turn does not answer as expected.
 //

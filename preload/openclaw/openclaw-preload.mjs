@@ -2,7 +2,8 @@
 // protocol (version 1, api/bridgeapi/preload.go) for `openclaw agent --local --json`
 // one-shot runs, pinned to OpenClaw 2026.9.6 (dist/ file names are content-hashed).
 //
-//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR
+//   node openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers]
+//     [--warm-up-default-plugins]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR
 //
 // Before the claim (nothing of a run exists: no config, state, workspace or LLM socket)
 // it imports dist/entry.js (importing it runs nothing: its main block runs only as the
@@ -216,17 +217,20 @@ delete process.env.AGENTSANDBOX_PRELOAD_FD;
 const cacheTag = v8.cachedDataVersionTag();
 
 const args = process.argv.slice(2);
-const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR';
+const usage = 'usage: openclaw-preload.mjs [--warm-up | --warm-up-follow-up [--no-standby-workers | --standby-archive-workers] [--warm-up-default-plugins]] [--no-spare-sqlite-child] OPENCLAW_PACKAGE_DIR';
 // --warm-up-follow-up: the warm-up also runs a second turn on the first turn's state.
 // --no-standby-workers: the warm-up starts no standby workers (a run starts its
 // worker threads after the claim, as without a warm-up): about 290 MiB less per idle
 // slot, seconds more per run (docs/warm-pools-and-runtimes.md).
 // --standby-archive-workers: the session archive's two workers get standbys too (STANDBY):
 // about 100 MiB more per idle slot for no measured gain; the benchmarks' comparison.
+// --warm-up-default-plugins: the warm-up turn's config leaves plugins to OpenClaw's
+// defaults (the earlier behaviour) instead of turning them off as openclaw.NewConfig
+// does: the benchmarks' comparison, for runs whose config does the same.
 // --no-spare-sqlite-child: the warm-up starts no spare SQLite child
 // (startSpareSqliteChild): about 65 MiB less per idle slot, about 0.3 s more per run; also
 // the benchmarks' comparison and a way out should a run misbehave with one.
-let warmUp = false, followUp = false, standbyWorkers = true, archiveStandbys = false, spareChild = true;
+let warmUp = false, followUp = false, standbyWorkers = true, archiveStandbys = false, spareChild = true, defaultPlugins = false;
 while (args.length > 1) {
   const a = args.shift();
   if (a === '--warm-up') warmUp = true;
@@ -234,8 +238,10 @@ while (args.length > 1) {
   else if (a === '--no-standby-workers') standbyWorkers = false;
   else if (a === '--standby-archive-workers') archiveStandbys = true;
   else if (a === '--no-spare-sqlite-child') spareChild = false;
+  else if (a === '--warm-up-default-plugins') defaultPlugins = true;
   else fail(usage);
 }
+if (!warmUp && defaultPlugins) fail(`--warm-up-default-plugins needs a warm-up: ${usage}`);
 if (!warmUp && !standbyWorkers) fail(`--no-standby-workers needs a warm-up: ${usage}`);
 if ((!warmUp || !standbyWorkers) && archiveStandbys) fail(`--standby-archive-workers needs a warm-up with standbys: ${usage}`);
 const pkgDir = args[0];
@@ -320,7 +326,7 @@ function warmUpLayout(root, baseUrl) {
     update: { auto: { enabled: false }, checkOnStart: false },
     // Plugins off, as openclaw.NewConfig's default: a run that allows some
     // (openclaw.WithPlugins) discovers and loads them after its claim.
-    plugins: { enabled: false },
+    plugins: defaultPlugins ? undefined : { enabled: false },
   };
   fs.writeFileSync(path.join(d, 'openclaw.json'), JSON.stringify(config));
   fs.writeFileSync(path.join(d, 'prompt.txt'), 'openclaw-preload warm-up turn: reply with anything.');
