@@ -29,8 +29,6 @@ import (
 // run is deregistered. It used to stop at the first kill (exit 4: "audit stream
 // cut"), losing every later record.
 func TestProxydAuditFollowAcrossKills(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	base, err := os.UserCacheDir()
 	if err != nil {
 		base = os.TempDir()
@@ -44,6 +42,10 @@ func TestProxydAuditFollowAcrossKills(t *testing.T) {
 	fake := litellmtest.NewServer()
 	defer fake.Close()
 	d := startProxyd(t)
+	// The clock starts after the builds (sandboxctl, the daemon): on a loaded machine
+	// they took more than the 3 minutes this test gives what it checks.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	reg, err := d.client.Register(ctx, proxyd.RegisterRequest{RunID: "follow-kills", Upstream: fake.URL, APIKey: fake.MasterKey(),
 		Attribution: proxydapi.Attribution{BillingAccountID: "acct-follow"}})
 	if err != nil {

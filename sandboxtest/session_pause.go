@@ -250,7 +250,9 @@ func mustCPU(t *testing.T, pid int) time.Duration {
 // testClockRuns: by default the lifetime runs while paused; a session paused past
 // its deadline ends then, as a timeout, thawed to be killed.
 func (s *pauseSuite) testClockRuns(t *testing.T) {
-	sess, p, _ := s.startTicking(t, "clockruns", 3*time.Second)
+	// Long enough that the three ticks startTicking waits for come first on a loaded
+	// machine (at 3 s the session had ended before its pause).
+	sess, p, _ := s.startTicking(t, "clockruns", 10*time.Second)
 	if err := p.Pause(context.Background(), port.PauseOptions{}); err != nil {
 		t.Fatal(err)
 	}
