@@ -246,8 +246,8 @@ func WithDeny(tools ...string) Option {
 
 // WithPlugins lets the agent load these OpenClaw plugins and no others (OpenClaw's
 // plugins.allow, an exclusive allowlist). Without it the config turns plugins off
-// (plugins.enabled false): OpenClaw then skips plugin discovery and loading, about
-// a second of every run's start, and the agent is offered none of the tools of its
+// (plugins.enabled false): OpenClaw then skips plugin discovery and loading (0.84 s
+// of a pre-booted run's boot on the host, docs/benchmarks.md), and the agent is offered none of the tools of its
 // default-on plugins, which a sandbox without network or paired devices cannot use
 // (canvas, file transfer to paired nodes, Ollama on nodes, talk voice) or which need
 // the host's choice (memory-core's memory_search and memory_get). Ids are OpenClaw's
