@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/agentimage"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
@@ -50,13 +49,10 @@ func TestPythonAgentImageContainerd(t *testing.T) { testPythonAgentImage(t, cont
 // the yaml module its script imports found by the builder) runs with the image's own
 // entrypoint and calls the LLM through the proxy; the call is reconciled.
 func testPythonAgentImage(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
+	runner, image := newRunner(t, testenv.Bridge(t), pythonAgentImage(t))
+	// The run's budget starts after the builds (see testNodeAgentImage).
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner, image := newRunner(t, bin, pythonAgentImage(t))
 	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200 * time.Millisecond))
 	defer fake.Close()
 	sb, _ := newStack(t, runner, fake)

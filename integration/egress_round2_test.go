@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/egress/egresstest"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
@@ -51,8 +50,7 @@ func testEgressHostile(t *testing.T, runnerFor func(testing.TB, string, imageFun
 	testenv.NeedCommand(t, "curl", "curl")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := testenv.Bridge(t)
 	runner, image := runnerFor(t, bin, func(ctx context.Context) (string, []byte, error) { return testimages.NodeArchive(ctx, nodeBin) })
 
 	up := egresstest.NewUpstream(t, true, "api.test", "store.test")

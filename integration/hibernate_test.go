@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -51,10 +51,7 @@ func newHibernateRig(t *testing.T, newRunner func(testing.TB, string) (port.Sand
 // (another host reaching the same store).
 func hibernateRigOn(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string), fake *litellmtest.Server, store *sandbox.HibernationStore) *hibernateRig {
 	t.Helper()
-	bin, err := bridge.Build(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin)
 	sb, _ := newStack(t, runner, fake)
 	return &hibernateRig{t: t, runner: runner, image: image, fake: fake, sb: sb, store: store}

@@ -158,16 +158,23 @@ func (c *openClawConversation) startSession(ctx context.Context, t testing.TB, p
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before it hibernates or stops the session leaves nothing.
+	t.Cleanup(func() { sess.Stop(context.Background(), 0) })
 	return sess, ws
 }
 
 // turn runs one turn of the conversation in the session (an exec of the one-shot).
 func (c *openClawConversation) turn(ctx context.Context, t testing.TB, sess *sandbox.Session) *openclaw.Result {
 	t.Helper()
+	t0 := time.Now()
 	r, err := sess.Exec(ctx, port.ExecSpec{Argv: c.spec.Argv, Timeout: 4 * time.Minute})
 	if err != nil {
-		t.Fatalf("turn: %v", err)
+		if r != nil {
+			t.Fatalf("turn: %v after %v\nstdout: %s\nstderr: %s", err, time.Since(t0), tail(r.Stdout), tail(r.Stderr))
+		}
+		t.Fatalf("turn: %v after %v", err, time.Since(t0))
 	}
+	t.Logf("turn in %v", time.Since(t0))
 	out, err := openclaw.ParseResult(r.ExitCode, r.Stdout, r.Stderr)
 	if err != nil {
 		t.Fatalf("turn: %v\nstdout: %s\nstderr: %s", err, tail(r.Stdout), tail(r.Stderr))

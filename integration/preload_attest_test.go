@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testimages"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
@@ -40,10 +39,7 @@ func testPreloadAttestation(t *testing.T, newRunner func(testing.TB, string, ima
 func nodePoolRunner(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) (port.SandboxRunner, string, string) {
 	node := os.Getenv("NODE24_BIN")
 	testenv.Need(t, "node", node != "", "NODE24_BIN is not set (scripts/install-openclaw.sh)")
-	bin, err := bridge.Build(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, node)
 	})

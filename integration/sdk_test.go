@@ -55,12 +55,12 @@ func TestOfficialSDKsContainerd(t *testing.T) { testOfficialSDKs(t, containerdRu
 // the library's.
 func testOfficialSDKs(t *testing.T, newRunner func(testing.TB, string, imageFunc) (port.SandboxRunner, string)) {
 	sdkDir, nodeBin := llmSDKs(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bin := testenv.Bridge(t)
-	runner, image := newRunner(t, bin, func(ctx context.Context) (string, []byte, error) {
+	runner, image := newRunner(t, testenv.Bridge(t), func(ctx context.Context) (string, []byte, error) {
 		return testimages.NodeArchive(ctx, nodeBin)
 	})
+	// The runs' budget starts after the builds (see testNodeAgentImage).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200 * time.Millisecond))
 	defer fake.Close()
 	sb, _ := newStack(t, runner, fake)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/bridge"
+	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
 	"github.com/agentsandbox/sandbox/port"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -30,10 +30,7 @@ func TestSessionPauseFacadeContainerd(t *testing.T) { testSessionPauseFacade(t, 
 func testSessionPauseFacade(t *testing.T, newRunner func(testing.TB, string) (port.SandboxRunner, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin)
 	// Chunks 150 ms apart: the stream is still coming when the sandbox freezes.
 	fake := litellmtest.NewServer(litellmtest.WithBatchWriteDelay(200*time.Millisecond), litellmtest.WithChunkDelay(150*time.Millisecond),

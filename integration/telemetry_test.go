@@ -20,7 +20,6 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/adapters/inprocproxy"
 	"github.com/agentsandbox/sandbox/adapters/litellmspend"
-	"github.com/agentsandbox/sandbox/bridge"
 	"github.com/agentsandbox/sandbox/internal/testsupport/testenv"
 	"github.com/agentsandbox/sandbox/litellm"
 	"github.com/agentsandbox/sandbox/litellm/litellmtest"
@@ -41,10 +40,7 @@ func testTelemetry(t *testing.T, newRunner runnerFunc, runtime string) {
 	defer cancel()
 	const canary = "sk-canary-telemetry-5f2a9c71"
 	const agentTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	bin, err := bridge.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Bridge(t)
 	runner, image := newRunner(t, bin)
 
 	var mu sync.Mutex

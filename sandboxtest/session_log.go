@@ -75,10 +75,11 @@ func follower(t *testing.T, s port.Session) port.LogFollower {
 }
 
 // startLines starts a session whose probe writes n lines 4 ms apart into a log of
-// limit bytes, and returns it with what the lines are on stdout and stderr.
-func (s *sessionSuite) startLines(t *testing.T, name string, n, limit int) (port.Session, []byte, []byte) {
+// limit bytes (its last line after the barrier file, when one is named), and returns
+// it with what the lines are on stdout and stderr.
+func (s *sessionSuite) startLines(t *testing.T, name string, n, limit int, barrier ...string) (port.Session, []byte, []byte) {
 	t.Helper()
-	spec := s.spec(name, "lines", fmt.Sprint(n), "4")
+	spec := s.spec(name, append([]string{"lines", fmt.Sprint(n), "4"}, barrier...)...)
 	spec.LogLimit = limit
 	wantOut, wantErr := LinesOutput(n)
 	return s.startSpec(t, spec), wantOut, wantErr
@@ -93,7 +94,10 @@ func (s *sessionSuite) startLines(t *testing.T, name string, n, limit int) (port
 // an exact count of the rest. About 3 s.
 func (s *sessionSuite) testReadersByteExact(t *testing.T) {
 	const n, limit = 600, 4096
-	sess, wantOut, wantErr := s.startLines(t, "readers", n, limit)
+	// The lines end only once the execs below are done: on a loaded machine the
+	// execs can take longer than the 2.4 s of lines.
+	const barrier = "/tmp/readers-done"
+	sess, wantOut, wantErr := s.startLines(t, "readers", n, limit, barrier)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := func(lf port.LogFollower) <-chan followed {
@@ -123,6 +127,7 @@ func (s *sessionSuite) testReadersByteExact(t *testing.T) {
 			t.Errorf("exec %d: %q", i, res.Stdout)
 		}
 	}
+	s.exec(t, other, port.ExecSpec{Argv: []string{"/agent", "write", barrier, "x"}})
 	for name, c := range map[string]<-chan followed{"the starting host": host, "a re-attached host": reattached, "a third reader": logsF} {
 		f := <-c
 		if f.err != nil {

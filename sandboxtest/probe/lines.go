@@ -24,8 +24,10 @@ func linesOutput(n int) (stdout, stderr []string) {
 }
 
 // lines writes n lines on stdout (every third unique, the others identical) and one
-// on stderr every tenth, ms milliseconds apart, then "lines done" and exits.
-func lines(n, ms int) {
+// on stderr every tenth, ms milliseconds apart, then "lines done" and exits. With a
+// barrier file, it waits for that file before its last line: a test's execs then find
+// the session alive however slow the machine.
+func lines(n, ms int, barrier string) {
 	out, errs := linesOutput(n)
 	e := 0
 	for i, l := range out[:n] {
@@ -35,6 +37,12 @@ func lines(n, ms int) {
 			e++
 		}
 		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
+	for barrier != "" {
+		if _, err := os.Stat(barrier); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	os.Stdout.WriteString(out[n])
 }

@@ -171,7 +171,11 @@ func networkCommand(cmd string, args []string) bool {
 	case "chatter":
 		chatter(args[0], atoi(args[1]))
 	case "lines":
-		lines(atoi(args[0]), atoi(args[1]))
+		barrier := ""
+		if len(args) > 2 {
+			barrier = args[2]
+		}
+		lines(atoi(args[0]), atoi(args[1]), barrier)
 	case "stream":
 		stream(args[0], args[1], args[2])
 	case "plant":
