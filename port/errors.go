@@ -24,7 +24,8 @@ var (
 	ErrContainerFailed = errdefs.ErrContainerFailed
 	// ErrInternal reports any other failure of the adapter or its backend.
 	ErrInternal = errdefs.ErrInternal
-	// ErrRemoved reports a run whose sandbox was removed while it ran by someone else.
+	// ErrRemoved reports a run whose sandbox someone else removed while it ran, or
+	// after it was created and before it ran.
 	ErrRemoved = errdefs.ErrRemoved
 
 	// ErrBudgetExceeded reports a per-run LLM call or token budget that was used up.

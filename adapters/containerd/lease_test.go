@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -19,6 +20,51 @@ func TestRunLease(t *testing.T) {
 		Runner: r, Other: other, Image: image, Leftovers: leftovers(r),
 		Remove: forceRemove(r),
 	})
+}
+
+// TestRemovedBeforeTaskRan: a run whose sandbox someone deletes before its task runs
+// (right after the container's create, or the task's) ends with port.ErrRemoved as a
+// removal while it runs does, not as a failed container: TestRunLease's removal came
+// that early on a loaded machine. Nothing of the run is left. About 2 s.
+func TestRemovedBeforeTaskRan(t *testing.T) {
+	for _, phase := range []string{"container", "task"} {
+		t.Run(phase, func(t *testing.T) {
+			runID := sandboxtest.RunID("early-rm")
+			var remove func(context.Context, string) error
+			removed := false
+			r, image := runnerEnv(t, WithOwner(testenv.Owner("early-rm")), func(c *config) error {
+				c.phaseHook = func(p string) {
+					if p != phase || removed {
+						return
+					}
+					removed = true
+					if err := remove(context.Background(), runID); err != nil {
+						t.Errorf("removing at %s: %v", phase, err)
+					}
+				}
+				return nil
+			})
+			remove = forceRemove(r)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: image, Argv: []string{"/agent", "sleep", "30"}, Limits: port.Limits{Timeout: time.Minute}})
+			if !removed {
+				t.Fatalf("the run never reached its %s phase: %+v, %v", phase, res, err)
+			}
+			if !errors.Is(err, port.ErrRemoved) {
+				t.Errorf("a run deleted after its %s = %+v, %v; want port.ErrRemoved", phase, res, err)
+			}
+			for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				left, err := leftovers(r)(ctx, runID)
+				if err == nil && len(left) == 0 {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("left behind: %v %v", left, err)
+				}
+			}
+		})
+	}
 }
 
 // TestPoolRunLease is TestRunLease on pooled runs: a claimed sandbox holds the run's

@@ -107,6 +107,9 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 			}
 			return runner.Fail(port.CodeTimeout, cause)
 		}
+		if r.containerGone(ctx, container) {
+			return runner.Fail(port.CodeInternal, removedBeforeRun("create task", err))
+		}
 		return runner.Fail(port.CodeContainerFailed, err)
 	}
 	s.task, s.stderr = task, stderr
@@ -117,6 +120,9 @@ func (s *oneShot) Create(ctx context.Context, run *runner.Run) error {
 
 func (s *oneShot) Attach(ctx context.Context, run *runner.Run) (err error) {
 	if s.statusC, err = s.task.Wait(context.WithoutCancel(ctx)); err != nil {
+		if s.r.removedUnderUs(ctx, s.container) {
+			return runner.Fail(port.CodeInternal, removedBeforeRun("wait", err))
+		}
 		return runner.Fail(port.CodeInternal, fmt.Errorf("wait: %w", classify(err)))
 	}
 	return nil
@@ -126,6 +132,9 @@ func (s *oneShot) Start(ctx context.Context, run *runner.Run) error {
 	if err := s.task.Start(run.Limit); err != nil {
 		if limitPassed(run.Limit, err) {
 			return runner.Fail(port.CodeTimeout, s.r.timedOut(ctx, run.Spec, s.task, s.statusC, &s.exited, nil, time.Since(run.Start), s.collect, s.log))
+		}
+		if s.r.removedUnderUs(ctx, s.container) {
+			return runner.Fail(port.CodeInternal, removedBeforeRun("start", err))
 		}
 		return runner.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", classify(err)))
 	}

@@ -340,6 +340,27 @@ func (r *Runner) removedUnderUs(ctx context.Context, c client.Container) bool {
 	return false
 }
 
+// containerGone reports whether someone else deleted the run's container before its
+// task existed (the task's create then fails). It looks for a short while, as
+// removedUnderUs does: a remover may still be deleting it.
+func (r *Runner) containerGone(ctx context.Context, c client.Container) bool {
+	ctx = r.ns(context.WithoutCancel(ctx))
+	for i := 0; i < 10; i++ {
+		if _, err := c.Info(ctx); errdefs.IsNotFound(err) {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+// removedBeforeRun is the cause of a run whose sandbox someone else deleted before
+// its task ran: what failed (the task's create, wait or start) is named, wrapped in
+// port.ErrRemoved, as a removal while it runs is.
+func removedBeforeRun(what string, err error) error {
+	return fmt.Errorf("%w: the sandbox was deleted before its task ran (%s: %w)", port.ErrRemoved, what, classify(err))
+}
+
 func (r *Runner) check(spec port.RunSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err

@@ -86,6 +86,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, 
 			task, err := c.NewTask(ctx, cio.NullIO)
 			if err != nil {
 				s.halt()
+				if r.containerGone(ctx, c) {
+					return nil, &port.RunError{Code: port.CodeInternal, Err: removedBeforeRun("create task", err)}
+				}
 				return nil, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("create task: %w", classify(err))}
 			}
 			if err := s.watch(ctx, task); err != nil {
@@ -94,6 +97,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, 
 			}
 			if err := task.Start(ctx); err != nil {
 				s.halt()
+				if r.removedUnderUs(ctx, c) {
+					return nil, &port.RunError{Code: port.CodeInternal, Err: removedBeforeRun("start", err)}
+				}
 				return nil, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))}
 			}
 			close(s.started)
@@ -187,6 +193,9 @@ func (s *ctrSession) watch(ctx context.Context, task client.Task) error {
 	statusC, err := task.Wait(wctx)
 	if err != nil {
 		s.Watch.Halt()
+		if s.r.removedUnderUs(ctx, s.c) {
+			return &port.RunError{Code: port.CodeInternal, Err: removedBeforeRun("wait", err)}
+		}
 		return &port.RunError{Code: port.CodeInternal, Err: fmt.Errorf("wait: %w", classify(err))}
 	}
 	s.mu.Lock()

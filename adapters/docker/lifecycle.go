@@ -85,6 +85,9 @@ func (s *oneShot) Attach(ctx context.Context, run *runner.Run) error {
 		if run.Limit.Err() != nil {
 			return runner.Fail(port.CodeTimeout, runner.DeadlineCause(ctx, run.Spec.Limits.Timeout))
 		}
+		if s.r.removedUnderUs(ctx, s.id) {
+			return runner.Fail(port.CodeInternal, removedBeforeRun("attach", err))
+		}
 		return runner.Fail(port.CodeInternal, fmt.Errorf("attach: %w", classify(err)))
 	}
 	run.Defer(func() { att.Close() })
@@ -103,6 +106,9 @@ func (s *oneShot) Start(ctx context.Context, run *runner.Run) error {
 			// The limit passed or the caller gave up while the daemon started it: the
 			// run's end, not the container's failure (its removal kills what started).
 			return runner.Fail(port.CodeTimeout, runner.DeadlineCause(ctx, run.Spec.Limits.Timeout))
+		}
+		if s.r.removedUnderUs(ctx, s.id) {
+			return runner.Fail(port.CodeInternal, removedBeforeRun("start", err))
 		}
 		return runner.Fail(port.CodeContainerFailed, fmt.Errorf("start: %w", err))
 	}

@@ -182,6 +182,13 @@ func (r *Runner) waitFailed(ctx context.Context, id string, err error, what stri
 	return fmt.Errorf("wait: %w", classify(err))
 }
 
+// removedBeforeRun is the cause of a run whose container someone else removed before
+// it ran: what failed (its attach or start) is named, wrapped in port.ErrRemoved, as a
+// removal while it runs is.
+func removedBeforeRun(what string, err error) error {
+	return fmt.Errorf("%w: the container was removed before it ran (%s: %w)", port.ErrRemoved, what, classify(err))
+}
+
 // removedUnderUs reports whether someone else removed (or is removing) the run's
 // container: this process removes it only after the result is in.
 func (r *Runner) removedUnderUs(ctx context.Context, id string) bool {

@@ -99,6 +99,9 @@ func (r *Runner) Start(ctx context.Context, ss port.SessionSpec) (port.Session, 
 			}
 			if _, err := r.cfg.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 				s.halt()
+				if r.removedUnderUs(ctx, id) {
+					return nil, &port.RunError{Code: port.CodeInternal, Err: removedBeforeRun("start", err)}
+				}
 				return nil, &port.RunError{Code: port.CodeContainerFailed, Err: fmt.Errorf("start: %w", classify(err))}
 			}
 			return s, nil
