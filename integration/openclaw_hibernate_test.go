@@ -167,7 +167,9 @@ func (c *openClawConversation) startSession(ctx context.Context, t testing.TB, p
 func (c *openClawConversation) turn(ctx context.Context, t testing.TB, sess *sandbox.Session) *openclaw.Result {
 	t.Helper()
 	t0 := time.Now()
-	r, err := sess.Exec(ctx, port.ExecSpec{Argv: c.spec.Argv, Timeout: 4 * time.Minute})
+	// A cold OpenClaw in a session: about 10 s on a quiet machine, over 4 minutes once
+	// in CI under the whole suite's load.
+	r, err := sess.Exec(ctx, port.ExecSpec{Argv: c.spec.Argv, Timeout: 8 * time.Minute})
 	if err != nil {
 		if r != nil {
 			t.Fatalf("turn: %v after %v\nstdout: %s\nstderr: %s", err, time.Since(t0), tail(r.Stdout), tail(r.Stderr))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/runner"
 	"github.com/agentsandbox/sandbox/internal/runner/engineerr"
+	"github.com/agentsandbox/sandbox/port"
 )
 
 // ErrPodLost matches a *PodLostError.
@@ -15,8 +16,9 @@ var ErrPodLost = errors.New("kubernetes: the run's pod was lost")
 
 // PodLostError reports a run whose Pod ended for a reason outside the run: deleted by
 // someone else, evicted by the kubelet, or its node lost. The RunResult returned with
-// it holds the output collected until then. errors.Is(err, ErrPodLost) matches it;
-// it comes wrapped in a *port.RunError with port.CodeInternal.
+// it holds the output collected until then. errors.Is(err, ErrPodLost) matches it,
+// and so does port.ErrRemoved when it was deleted (as on the other runtimes); it
+// comes wrapped in a *port.RunError with port.CodeInternal.
 type PodLostError struct {
 	Pod string
 	// Reason is "deleted", "evicted", "node lost" or the Pod's own reason.
@@ -33,8 +35,10 @@ func (e *PodLostError) Error() string {
 	return s
 }
 
-// Is matches ErrPodLost.
-func (e *PodLostError) Is(target error) bool { return target == ErrPodLost }
+// Is matches ErrPodLost, and port.ErrRemoved for a Pod deleted by someone else.
+func (e *PodLostError) Is(target error) bool {
+	return target == ErrPodLost || (target == port.ErrRemoved && e.Reason == "deleted")
+}
 
 // classify maps an API error to the port sentinels, keeping the original as the cause.
 func classify(err error) error {

@@ -367,8 +367,8 @@ func TestDeletedPodIsATypedError(t *testing.T) {
 	}()
 	res, err := r.RunOnce(ctx, port.RunSpec{RunID: runID, Image: e.image, Argv: []string{"/agent", "await", "/never", "before-delete", "err"}})
 	var lost *PodLostError
-	if !errors.As(err, &lost) || !errors.Is(err, ErrPodLost) || !errors.Is(err, port.ErrInternal) {
-		t.Fatalf("err = %v, want a *PodLostError", err)
+	if !errors.As(err, &lost) || !errors.Is(err, ErrPodLost) || !errors.Is(err, port.ErrInternal) || !errors.Is(err, port.ErrRemoved) {
+		t.Fatalf("err = %v, want a *PodLostError that is port.ErrRemoved", err)
 	}
 	if res == nil || !strings.Contains(string(res.Stdout), "before-delete") {
 		t.Errorf("output before the deletion lost: %+v", res)

@@ -137,8 +137,8 @@ func TestSessionKubernetesSpecifics(t *testing.T) {
 	}
 	_, err = s.Wait(ctx)
 	var lost *PodLostError
-	if !errors.As(err, &lost) || !errors.Is(err, port.ErrInternal) {
-		t.Errorf("a session whose Pod was deleted by someone else: %v, want a *PodLostError", err)
+	if !errors.As(err, &lost) || !errors.Is(err, port.ErrInternal) || !errors.Is(err, port.ErrRemoved) {
+		t.Errorf("a session whose Pod was deleted by someone else: %v, want a *PodLostError that is port.ErrRemoved", err)
 	}
 	if _, err := s.Exec(ctx, port.ExecSpec{Argv: []string{"/agent", "id"}}); !errors.Is(err, port.ErrClosed) {
 		t.Errorf("Exec after the Pod was lost: %v, want ErrClosed", err)
