@@ -40,7 +40,7 @@ const (
 	maxUnanswered      = 2 // config.patch attempts left unanswered that did not land
 	defaultWriteWait   = 20 * time.Second
 	reloadPoll         = 250 * time.Millisecond
-	maxReloadPolls     = 40
+	defaultReloadWait  = time.Minute
 	defaultRetryAfter  = time.Second
 )
 
@@ -54,13 +54,14 @@ const (
 // address in 2026.9.6); Prepare waits out the limit within its context, and Release
 // folds provider removals into the next write.
 type Preparer struct {
-	gw        Requester
-	routerURL string
-	models    map[string]openclaw.Model
-	order     []string
-	prefix    string
-	writeWait time.Duration
-	log       *slog.Logger
+	gw         Requester
+	routerURL  string
+	models     map[string]openclaw.Model
+	order      []string
+	prefix     string
+	writeWait  time.Duration
+	reloadWait time.Duration
+	log        *slog.Logger
 
 	mu      sync.Mutex // one config write at a time: each needs the latest base hash
 	pending map[string]bool
@@ -70,9 +71,10 @@ type Preparer struct {
 type PreparerOption func(*prepConfig) error
 
 type prepConfig struct {
-	prefix    string
-	logger    *slog.Logger
-	writeWait time.Duration
+	prefix     string
+	logger     *slog.Logger
+	writeWait  time.Duration
+	reloadWait time.Duration
 }
 
 // WithProviderPrefix sets the prefix of per-run provider names (default
@@ -101,12 +103,20 @@ func WithConfigWriteWait(d time.Duration) PreparerOption {
 	return func(c *prepConfig) error { return optcheck.Positive(&c.writeWait, d, "config write wait") }
 }
 
+// WithReloadWait bounds how long Prepare waits for the gateway to load a run's new
+// provider after its config write (default 1 minute; well under a second on a quiet
+// machine, over 10 s seen under load). Until then the gateway refuses the session's
+// model as naming an unknown provider.
+func WithReloadWait(d time.Duration) PreparerOption {
+	return func(c *prepConfig) error { return optcheck.Positive(&c.reloadWait, d, "reload wait") }
+}
+
 // NewPreparer returns a Preparer that prepares runs on the gateway gw. routerURL is
 // how the gateway reaches the Router ("http://127.0.0.1:4100"); models are the
 // models each per-run provider offers (validated with openclaw.NewModel's rules).
 // It does no I/O. Errors wrap port.ErrInvalidSpec.
 func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts ...PreparerOption) (*Preparer, error) {
-	cfg := prepConfig{prefix: DefaultProviderPrefix, logger: slog.New(slog.DiscardHandler), writeWait: defaultWriteWait}
+	cfg := prepConfig{prefix: DefaultProviderPrefix, logger: slog.New(slog.DiscardHandler), writeWait: defaultWriteWait, reloadWait: defaultReloadWait}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -124,7 +134,7 @@ func NewPreparer(gw Requester, routerURL string, models []openclaw.Model, opts .
 	}
 	p := &Preparer{
 		gw: gw, routerURL: strings.TrimSuffix(routerURL, "/"), models: map[string]openclaw.Model{},
-		prefix: cfg.prefix, writeWait: cfg.writeWait, log: cfg.logger.With(logattr.Component, "billing.preparer"), pending: map[string]bool{},
+		prefix: cfg.prefix, writeWait: cfg.writeWait, reloadWait: cfg.reloadWait, log: cfg.logger.With(logattr.Component, "billing.preparer"), pending: map[string]bool{},
 	}
 	for _, m := range models {
 		if _, err := openclaw.NewModel(m.ID, m.Name, m.ContextWindow, m.MaxTokens); err != nil {
@@ -202,10 +212,11 @@ func (p *Preparer) Prepare(ctx context.Context, reg *Registration, sessionKey, m
 }
 
 // pointSession sets the session's model, retrying while the gateway has not yet
-// loaded the new provider, and checks the provider it resolved to.
+// loaded the new provider (a refusal that names it), for up to the reload wait, and
+// checks the provider it resolved to.
 func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) (string, error) {
 	var lastErr error
-	for i := 0; i < maxReloadPolls; i++ {
+	for end := time.Now().Add(p.reloadWait); ; {
 		out, err := p.gw.SessionsPatch(ctx, key, gateway.SessionPatch{Model: ref})
 		if err == nil {
 			if out.ModelProvider != provider {
@@ -218,16 +229,18 @@ func (p *Preparer) pointSession(ctx context.Context, key, ref, provider string) 
 			return out.Key, nil
 		}
 		var ge *gateway.Error
-		if !errors.As(err, &ge) || ge.Code != gateway.CodeInvalidRequest {
+		if !errors.As(err, &ge) || ge.Code != gateway.CodeInvalidRequest || !strings.Contains(ge.Message, provider) {
 			return "", err
 		}
-		// The config reload may still be in flight: the model is not known yet.
+		// The config reload may still be in flight: the provider is not known yet.
 		lastErr = err
+		if time.Now().After(end) {
+			return "", fmt.Errorf("the gateway did not load the run's provider within %v: %w", p.reloadWait, lastErr)
+		}
 		if !ctxsleep.Sleep(ctx, reloadPoll) {
 			return "", ctx.Err()
 		}
 	}
-	return "", lastErr
 }
 
 // clearSession resets a session to the gateway's default model, which reaches the

@@ -3,6 +3,7 @@ package billing_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -235,6 +236,82 @@ func TestConfigWriteWaitRefusesNonPositive(t *testing.T) {
 	f := newPrepFixture(t)
 	for _, d := range []time.Duration{0, -time.Second} {
 		_, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, billing.WithConfigWriteWait(d))
+		require.ErrorIs(t, err, port.ErrInvalidSpec, "wait %v", d)
+	}
+}
+
+// refusedPatches is a gateway double that refuses the first n sessions.patch
+// requests with refusal(provider) (OpenClaw refuses a provider its config reload has
+// not loaded yet with `Unknown provider "<name>"`), and counts them all.
+func refusedPatches(t *testing.T, n int, refusal func(provider string) string, opts ...billing.PreparerOption) (*prepFixture, *billing.Preparer, *atomic.Int32) {
+	t.Helper()
+	var seen atomic.Int32
+	f := newPrepFixture(t, gatewaytest.WithHandler(func(c *gatewaytest.Conn) {
+		for {
+			req, err := c.Next(context.Background())
+			if err != nil {
+				return
+			}
+			if req.Method == "sessions.patch" && int(seen.Add(1)) <= n {
+				var p struct {
+					Model string `json:"model"`
+				}
+				_ = req.Decode(&p)
+				provider, _, _ := strings.Cut(p.Model, "/")
+				_ = c.ReplyError(req.ID, gatewaytest.Error{Code: "INVALID_REQUEST", Message: refusal(provider)}, nil)
+				continue
+			}
+			c.Serve(req)
+		}
+	}))
+	prep, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, opts...)
+	require.NoError(t, err)
+	return f, prep, &seen
+}
+
+func unknownProvider(provider string) string {
+	return fmt.Sprintf("Unknown provider %q. Use /models to list providers.", provider)
+}
+
+// TestPrepareWaitsForTheReload: while the gateway has not loaded the run's provider
+// (a loaded machine took over 10 s, the old fixed bound), Prepare keeps pointing the
+// session at it within the reload wait, and gives up after it with an error that
+// says so.
+func TestPrepareWaitsForTheReload(t *testing.T) {
+	f, prep, seen := refusedPatches(t, 6, unknownProvider, billing.WithReloadWait(10*time.Second))
+	reg := f.register(t, "run-reload")
+	sess, err := prep.Prepare(prepCtx(t), reg, "s-reload", prepModel.ID)
+	require.NoError(t, err)
+	assert.Equal(t, prep.ProviderName(reg), sess.Provider)
+	assert.Equal(t, int32(7), seen.Load(), "six refusals, then the patch that lands")
+
+	f, prep, seen = refusedPatches(t, 1000, unknownProvider, billing.WithReloadWait(time.Second))
+	reg = f.register(t, "run-never")
+	start := time.Now()
+	_, err = prep.Prepare(prepCtx(t), reg, "s-never", prepModel.ID)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "did not load the run's provider within 1s")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.GreaterOrEqual(t, seen.Load(), int32(3))
+}
+
+// TestPrepareDoesNotRetryOtherRefusals: a refusal that does not name the run's
+// provider is no reload in flight: Prepare returns it at once.
+func TestPrepareDoesNotRetryOtherRefusals(t *testing.T) {
+	f, prep, seen := refusedPatches(t, 1000, func(string) string { return "invalid sessions.patch params" })
+	reg := f.register(t, "run-refused")
+	_, err := prep.Prepare(prepCtx(t), reg, "s-refused", prepModel.ID)
+	var ge *gateway.Error
+	require.ErrorAs(t, err, &ge)
+	assert.Equal(t, gateway.CodeInvalidRequest, ge.Code)
+	assert.Equal(t, int32(1), seen.Load())
+}
+
+// TestReloadWaitRefusesNonPositive: the option validates its argument.
+func TestReloadWaitRefusesNonPositive(t *testing.T) {
+	f := newPrepFixture(t)
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, billing.WithReloadWait(d))
 		require.ErrorIs(t, err, port.ErrInvalidSpec, "wait %v", d)
 	}
 }
