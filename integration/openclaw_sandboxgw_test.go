@@ -172,6 +172,9 @@ func testSandboxedGateway(t *testing.T, newRunner func(testing.TB, string, strin
 		Limits: port.Limits{Timeout: 30 * time.Minute},
 		// A dead gateway comes back by itself.
 		AutoRestart: true, MinBackoff: 500 * time.Millisecond,
+		// About 45 s quiet; 3.5 minutes under the whole suite's load, near the
+		// 5-minute default.
+		ReadyTimeout: 10 * time.Minute,
 		Egress: &port.EgressPolicy{
 			Providers: []port.EgressProvider{{
 				ID: "github", URIs: []string{"https://" + gwEgressHost + ":" + s.upstream.Port() + "/repos/"},
