@@ -156,6 +156,23 @@ func TestOutboundHeadersOnUpstream(t *testing.T) {
 	assert.ErrorIs(t, err, port.ErrUnsupported)
 }
 
+// scripted is a gateway double that offers each request to script first and serves
+// the ones it did not take (true: taken, answered or left unanswered) as the double
+// does.
+func scripted(script func(*gatewaytest.Conn, gatewaytest.Request) bool) gatewaytest.Option {
+	return gatewaytest.WithHandler(func(c *gatewaytest.Conn) {
+		for {
+			req, err := c.Next(context.Background())
+			if err != nil {
+				return
+			}
+			if !script(c, req) {
+				c.Serve(req)
+			}
+		}
+	})
+}
+
 // unansweredPatches is a gateway double that leaves the first n config.patch
 // requests unanswered, making the write first when made is set (OpenClaw 2026.9.6
 // can leave a write unanswered when the hot reload it waits for is superseded). It
@@ -165,27 +182,21 @@ func unansweredPatches(t *testing.T, n int, made bool) (*prepFixture, *billing.P
 	t.Helper()
 	var srv *gatewaytest.Server
 	var seen atomic.Int32
-	f := newPrepFixture(t, gatewaytest.WithHandler(func(c *gatewaytest.Conn) {
-		for {
-			req, err := c.Next(context.Background())
-			if err != nil {
-				return
-			}
-			if req.Method == "config.patch" && int(seen.Add(1)) <= n {
-				if made {
-					var p struct {
-						Raw string `json:"raw"`
-					}
-					var patch map[string]any
-					if req.Decode(&p) != nil || json.Unmarshal([]byte(p.Raw), &patch) != nil {
-						t.Errorf("config.patch params do not decode")
-					}
-					srv.PatchConfig(patch)
-				}
-				continue
-			}
-			c.Serve(req)
+	f := newPrepFixture(t, scripted(func(_ *gatewaytest.Conn, req gatewaytest.Request) bool {
+		if req.Method != "config.patch" || int(seen.Add(1)) > n {
+			return false
 		}
+		if made {
+			var p struct {
+				Raw string `json:"raw"`
+			}
+			var patch map[string]any
+			if req.Decode(&p) != nil || json.Unmarshal([]byte(p.Raw), &patch) != nil {
+				t.Errorf("config.patch params do not decode")
+			}
+			srv.PatchConfig(patch)
+		}
+		return true
 	}))
 	srv = f.srv
 	prep, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, billing.WithConfigWriteWait(200*time.Millisecond))
@@ -246,23 +257,17 @@ func TestConfigWriteWaitRefusesNonPositive(t *testing.T) {
 func refusedPatches(t *testing.T, n int, refusal func(provider string) string, opts ...billing.PreparerOption) (*prepFixture, *billing.Preparer, *atomic.Int32) {
 	t.Helper()
 	var seen atomic.Int32
-	f := newPrepFixture(t, gatewaytest.WithHandler(func(c *gatewaytest.Conn) {
-		for {
-			req, err := c.Next(context.Background())
-			if err != nil {
-				return
-			}
-			if req.Method == "sessions.patch" && int(seen.Add(1)) <= n {
-				var p struct {
-					Model string `json:"model"`
-				}
-				_ = req.Decode(&p)
-				provider, _, _ := strings.Cut(p.Model, "/")
-				_ = c.ReplyError(req.ID, gatewaytest.Error{Code: "INVALID_REQUEST", Message: refusal(provider)}, nil)
-				continue
-			}
-			c.Serve(req)
+	f := newPrepFixture(t, scripted(func(c *gatewaytest.Conn, req gatewaytest.Request) bool {
+		if req.Method != "sessions.patch" || int(seen.Add(1)) > n {
+			return false
 		}
+		var p struct {
+			Model string `json:"model"`
+		}
+		_ = req.Decode(&p)
+		provider, _, _ := strings.Cut(p.Model, "/")
+		_ = c.ReplyError(req.ID, gatewaytest.Error{Code: "INVALID_REQUEST", Message: refusal(provider)}, nil)
+		return true
 	}))
 	prep, err := billing.NewPreparer(f.c, prepRouterURL, []openclaw.Model{prepModel}, opts...)
 	require.NoError(t, err)
