@@ -330,23 +330,21 @@ func (r *Runner) unconfirmed(cause error) error {
 // (this process deletes them only after the result is in). A remover deletes the task
 // right after the kill that ended it, so this looks for a short while.
 func (r *Runner) removedUnderUs(ctx context.Context, c client.Container) bool {
-	ctx = r.ns(context.WithoutCancel(ctx))
-	for i := 0; i < 10; i++ {
-		if _, err := c.Task(ctx, nil); errdefs.IsNotFound(err) {
-			return true
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return false
+	return r.notFoundSoon(ctx, func(ctx context.Context) error { _, err := c.Task(ctx, nil); return err })
 }
 
 // containerGone reports whether someone else deleted the run's container before its
 // task existed (the task's create then fails). It looks for a short while, as
 // removedUnderUs does: a remover may still be deleting it.
 func (r *Runner) containerGone(ctx context.Context, c client.Container) bool {
+	return r.notFoundSoon(ctx, func(ctx context.Context) error { _, err := c.Info(ctx); return err })
+}
+
+// notFoundSoon reports whether lookup answers NotFound within about a second.
+func (r *Runner) notFoundSoon(ctx context.Context, lookup func(context.Context) error) bool {
 	ctx = r.ns(context.WithoutCancel(ctx))
 	for i := 0; i < 10; i++ {
-		if _, err := c.Info(ctx); errdefs.IsNotFound(err) {
+		if errdefs.IsNotFound(lookup(ctx)) {
 			return true
 		}
 		time.Sleep(100 * time.Millisecond)
